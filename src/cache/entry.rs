@@ -1,0 +1,348 @@
+//! A cached response: the upstream's wire bytes, prepared once on the miss
+//! path so that a hit is one copy plus a few patched fields.
+//!
+//! Stored form: the upstream response with its OPT record removed (the
+//! client's EDNS decides whether a reply carries one), TTLs clamped by the
+//! zone's policy, AA and TC cleared. The offsets of every TTL field are kept,
+//! so a hit rewrites TTLs without parsing the message again.
+
+use std::sync::atomic::{AtomicBool, AtomicU32};
+use std::time::{Duration, Instant};
+
+use crate::wire::build::push_opt;
+use crate::wire::query::Query;
+use crate::wire::response::{sane_ttl, Layout, Section};
+use crate::wire::{flag, rcode, read_u16, read_u32, write_u16, write_u32, HEADER_LEN};
+
+/// What a response says, which decides its cache lifetime and which of the
+/// two caches holds it (CoreDNS's `success` and `denial`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// NOERROR with records in the answer section.
+    Success,
+    /// NXDOMAIN, or NOERROR without answers (NODATA): RFC 2308.
+    Denial,
+    /// SERVFAIL from upstream, or no upstream answered: RFC 9520.
+    Failure,
+}
+
+/// TTL policy of the zone a response belongs to.
+#[derive(Debug, Clone, Copy)]
+pub struct TtlPolicy {
+    pub min_ttl: u32,
+    pub max_ttl: u32,
+    pub negative_max_ttl: u32,
+    pub failure_ttl: u32,
+}
+
+#[derive(Debug)]
+pub struct Entry {
+    pub kind: Kind,
+    /// The response code (4 bits; extended codes are never cached).
+    pub rcode: u16,
+    wire: Box<[u8]>,
+    ttl_offsets: Box<[u16]>,
+    question_end: u16,
+    additional_start: u16,
+    stored_at: Instant,
+    /// How long the entry is fresh.
+    lifetime: Duration,
+    /// The TTL the entry started with, in seconds (for prefetch).
+    pub original_ttl: u32,
+    pub hits: AtomicU32,
+    /// Set once a prefetch for this entry has been started.
+    pub prefetch_started: AtomicBool,
+}
+
+/// How a reply is rendered from an entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    Fresh,
+    /// Served stale (RFC 8767) with this TTL on every record.
+    Stale { ttl: u32 },
+}
+
+/// What rendering produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rendered {
+    pub rcode: u16,
+    pub truncated: bool,
+}
+
+impl Entry {
+    /// Prepares an upstream response for the cache. Returns the entry and
+    /// whether it may be cached at all (a zero lifetime still answers the
+    /// clients that waited for it).
+    pub fn from_response(msg: &[u8], layout: &Layout, policy: &TtlPolicy, now: Instant) -> Entry {
+        let kind = match layout.rcode {
+            rcode::NOERROR if layout.answer_count > 0 => Kind::Success,
+            rcode::NOERROR | rcode::NXDOMAIN => Kind::Denial,
+            _ => Kind::Failure,
+        };
+        // Drop the OPT record. It is normally last; if not, drop the whole
+        // additional section rather than shift records that may be pointed at.
+        let (mut wire, arcount_cut) = match &layout.opt {
+            None => (msg[..layout.end].to_vec(), None),
+            Some(opt) if opt.end == layout.end => (msg[..opt.start].to_vec(), Some(read_u16(msg, 10) - 1)),
+            Some(_) => (msg[..layout.additional_start].to_vec(), Some(0)),
+        };
+        if let Some(count) = arcount_cut {
+            write_u16(&mut wire, 10, count);
+        }
+        let flags = read_u16(&wire, 2) & !(flag::AA | flag::TC);
+        write_u16(&mut wire, 2, flags);
+
+        let offsets: Vec<(usize, Section)> = layout.ttls.iter().copied().filter(|(at, _)| *at + 4 <= wire.len()).collect();
+        let lifetime = match kind {
+            Kind::Success => offsets
+                .iter()
+                .filter(|(_, s)| *s != Section::Additional)
+                .map(|(at, _)| sane_ttl(read_u32(&wire, *at)).clamp(policy.min_ttl, policy.max_ttl))
+                .min()
+                .unwrap_or(0),
+            Kind::Denial => layout.soa_negative_ttl.map_or(0, |t| t.min(policy.negative_max_ttl)),
+            Kind::Failure => policy.failure_ttl,
+        };
+        for (at, _) in &offsets {
+            let ttl = sane_ttl(read_u32(&wire, *at));
+            let clamped = match kind {
+                Kind::Success => ttl.clamp(policy.min_ttl, policy.max_ttl),
+                Kind::Denial | Kind::Failure => ttl.min(lifetime),
+            };
+            write_u32(&mut wire, *at, clamped);
+        }
+        let additional_start = layout.additional_start.min(wire.len());
+        Entry::new(
+            kind,
+            layout.rcode,
+            wire,
+            offsets.iter().map(|(at, _)| *at as u16).collect(),
+            layout.question_end,
+            additional_start,
+            lifetime,
+            now,
+        )
+    }
+
+    /// A synthesised failure (no upstream answered): header and question
+    /// of the query with SERVFAIL, cached for `ttl` seconds.
+    pub fn failure(question: &[u8], ttl: u32, now: Instant) -> Entry {
+        let mut wire = vec![0, 0, 0x81, 0x80 | rcode::SERVFAIL as u8, 0, 1, 0, 0, 0, 0, 0, 0];
+        wire.extend_from_slice(question);
+        let end = wire.len();
+        Entry::new(Kind::Failure, rcode::SERVFAIL, wire, Vec::new(), end, end, ttl, now)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        kind: Kind,
+        rcode: u16,
+        wire: Vec<u8>,
+        ttl_offsets: Vec<u16>,
+        question_end: usize,
+        additional_start: usize,
+        ttl: u32,
+        now: Instant,
+    ) -> Entry {
+        Entry {
+            kind,
+            rcode,
+            wire: wire.into_boxed_slice(),
+            ttl_offsets: ttl_offsets.into_boxed_slice(),
+            question_end: question_end as u16,
+            additional_start: additional_start as u16,
+            stored_at: now,
+            lifetime: Duration::from_secs(ttl.into()),
+            original_ttl: ttl,
+            hits: AtomicU32::new(0),
+            prefetch_started: AtomicBool::new(false),
+        }
+    }
+
+    /// Bytes this entry occupies, for the cache's weight.
+    pub fn weight(&self) -> usize {
+        std::mem::size_of::<Entry>() + self.wire.len() + self.ttl_offsets.len() * 2
+    }
+
+    pub fn is_cacheable(&self) -> bool {
+        !self.lifetime.is_zero()
+    }
+
+    pub fn age(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.stored_at)
+    }
+
+    pub fn is_fresh(&self, now: Instant) -> bool {
+        self.age(now) < self.lifetime
+    }
+
+    /// Whether an expired entry may still be served stale at `now`.
+    pub fn is_servable_stale(&self, now: Instant, stale_max_age: Duration) -> bool {
+        self.kind != Kind::Failure && self.age(now) < self.lifetime + stale_max_age
+    }
+
+    /// Seconds of freshness left, rounded down.
+    pub fn remaining(&self, now: Instant) -> Duration {
+        self.lifetime.saturating_sub(self.age(now))
+    }
+
+    /// Writes the reply to `query` into `out`: the stored message with the
+    /// client's ID, flags and question (its letter case included), TTLs
+    /// counted down, an OPT record if the client sent one, cut to `limit`
+    /// bytes (UDP) by dropping the additional section or else setting TC.
+    pub fn render(
+        &self,
+        query: &Query<'_>,
+        now: Instant,
+        freshness: Freshness,
+        ede: Option<u16>,
+        limit: Option<usize>,
+        out: &mut Vec<u8>,
+    ) -> Rendered {
+        out.clear();
+        out.extend_from_slice(&self.wire);
+        write_u16(out, 0, query.id);
+        // RA always: to its clients nodens is a recursive service, whatever
+        // the upstream (an authoritative server, say) set.
+        let mut flags = (read_u16(out, 2) & !(flag::RD | flag::CD)) | flag::RA;
+        flags |= query.flags & (flag::RD | flag::CD);
+        // RFC 6840 5.8: AD only to clients that asked for it (AD or DO).
+        if query.flags & flag::AD == 0 && !query.dnssec_ok() {
+            flags &= !flag::AD;
+        }
+        write_u16(out, 2, flags);
+        let question = query.question();
+        if HEADER_LEN + question.len() == self.question_end as usize {
+            out[HEADER_LEN..self.question_end as usize].copy_from_slice(question);
+        }
+        let elapsed = self.age(now).as_secs().min(u32::MAX.into()) as u32;
+        for &at in self.ttl_offsets.iter() {
+            let at = at as usize;
+            let ttl = match freshness {
+                Freshness::Fresh => read_u32(&self.wire, at).saturating_sub(elapsed),
+                Freshness::Stale { ttl } => ttl,
+            };
+            write_u32(out, at, ttl);
+        }
+        let mut rendered = Rendered { rcode: self.rcode, truncated: false };
+        let opt_len = query.edns.map_or(0, |_| 11 + if ede.is_some() { 6 } else { 0 });
+        if let Some(limit) = limit {
+            if out.len() + opt_len > limit {
+                // RFC 2181 9: leaving out additional data needs no TC bit.
+                let cut = if self.additional_start as usize + opt_len <= limit {
+                    self.additional_start as usize
+                } else {
+                    write_u16(out, 6, 0);
+                    write_u16(out, 8, 0);
+                    let flags = read_u16(out, 2) | flag::TC;
+                    write_u16(out, 2, flags);
+                    rendered.truncated = true;
+                    self.question_end as usize
+                };
+                out.truncate(cut);
+                write_u16(out, 10, 0);
+            }
+        }
+        if let Some(edns) = query.edns {
+            push_opt(out, edns.dnssec_ok, self.rcode, ede);
+            let arcount = read_u16(out, 10) + 1;
+            write_u16(out, 10, arcount);
+        }
+        rendered
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{query, response};
+
+    const POLICY: TtlPolicy = TtlPolicy { min_ttl: 0, max_ttl: 3600, negative_max_ttl: 1800, failure_ttl: 5 };
+
+    /// Response: www.t. A 1.2.3.4 TTL 300, glue-like additional A TTL 100, OPT.
+    fn upstream() -> Vec<u8> {
+        let mut m = vec![0xab, 0xcd, 0x85, 0x80, 0, 1, 0, 1, 0, 0, 0, 2];
+        m.extend(b"\x03www\x01t\x00\x00\x01\x00\x01");
+        m.extend(b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x01\x2c\x00\x04\x01\x02\x03\x04");
+        m.extend(b"\xc0\x10\x00\x01\x00\x01\x00\x00\x00\x64\x00\x04\x05\x06\x07\x08");
+        m.extend([0, 0, 41, 4, 0xd0, 0, 0, 0, 0, 0, 0]);
+        m
+    }
+
+    fn client_query(edns: bool) -> Vec<u8> {
+        let mut p = vec![0x55, 0x66, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, u8::from(edns)];
+        p.extend(b"\x03WwW\x01T\x00\x00\x01\x00\x01");
+        if edns {
+            p.extend([0, 0, 41, 0x10, 0, 0, 0, 0, 0, 0, 0]);
+        }
+        p
+    }
+
+    #[test]
+    fn render_patches_id_case_ttl_and_opt() {
+        let msg = upstream();
+        let layout = response::layout(&msg).unwrap();
+        let t0 = Instant::now();
+        let e = Entry::from_response(&msg, &layout, &POLICY, t0);
+        assert_eq!(e.kind, Kind::Success);
+        assert_eq!(e.original_ttl, 300);
+        for edns in [false, true] {
+            let p = client_query(edns);
+            let q = query::parse(&p).unwrap();
+            let mut out = Vec::new();
+            e.render(&q, t0 + Duration::from_secs(7), Freshness::Fresh, None, Some(512), &mut out);
+            assert_eq!(&out[..2], &[0x55, 0x66]);
+            assert_eq!(read_u16(&out, 2) & flag::AA, 0);
+            assert_eq!(&out[12..19], b"\x03WwW\x01T\x00");
+            let l = response::layout(&out).unwrap();
+            assert_eq!(read_u32(&out, l.ttls[0].0), 293);
+            assert_eq!(read_u32(&out, l.ttls[1].0), 93);
+            assert_eq!(l.opt.is_some(), edns);
+        }
+    }
+
+    #[test]
+    fn render_stale_sets_stale_ttl() {
+        let msg = upstream();
+        let layout = response::layout(&msg).unwrap();
+        let t0 = Instant::now();
+        let e = Entry::from_response(&msg, &layout, &POLICY, t0);
+        let p = client_query(true);
+        let q = query::parse(&p).unwrap();
+        let mut out = Vec::new();
+        e.render(&q, t0 + Duration::from_secs(400), Freshness::Stale { ttl: 30 }, Some(3), None, &mut out);
+        let l = response::layout(&out).unwrap();
+        assert!(l.ttls.iter().all(|(at, _)| read_u32(&out, *at) == 30));
+        assert_eq!(&out[out.len() - 6..], &[0, 15, 0, 2, 0, 3]);
+    }
+
+    #[test]
+    fn render_truncates_to_limit() {
+        let msg = upstream();
+        let layout = response::layout(&msg).unwrap();
+        let e = Entry::from_response(&msg, &layout, &POLICY, Instant::now());
+        let p = client_query(false);
+        let q = query::parse(&p).unwrap();
+        let mut out = Vec::new();
+        // Room for the answer but not the additional record: drop it, no TC.
+        let r = e.render(&q, Instant::now(), Freshness::Fresh, None, Some(50), &mut out);
+        assert!(!r.truncated);
+        assert_eq!(read_u16(&out, 6), 1);
+        assert_eq!(read_u16(&out, 10), 0);
+        // No room for the answer: question only, TC.
+        let r = e.render(&q, Instant::now(), Freshness::Fresh, None, Some(30), &mut out);
+        assert!(r.truncated);
+        assert_eq!(out.len(), 23);
+        assert_ne!(read_u16(&out, 2) & flag::TC, 0);
+        assert_eq!(read_u16(&out, 6), 0);
+    }
+
+    #[test]
+    fn ttl_clamps() {
+        let msg = upstream();
+        let layout = response::layout(&msg).unwrap();
+        let policy = TtlPolicy { min_ttl: 200, max_ttl: 250, ..POLICY };
+        let e = Entry::from_response(&msg, &layout, &policy, Instant::now());
+        assert_eq!(e.original_ttl, 250);
+    }
+}

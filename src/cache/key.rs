@@ -1,0 +1,137 @@
+//! Cache keys: the question name folded to lower case, type, class, and the
+//! DO and CD bits (a DNSSEC-aware client must not get an answer stripped of
+//! signatures, nor a validating one an answer fetched with CD set).
+
+use std::hash::{Hash, Hasher};
+
+use equivalent::Equivalent;
+
+use crate::wire::name::{self, MAX_NAME_LEN};
+use crate::wire::query::Query;
+
+pub const FLAG_DO: u8 = 1;
+pub const FLAG_CD: u8 = 2;
+
+/// An owned key, stored in the cache and in the in-flight table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Key {
+    name: Box<[u8]>,
+    qtype: u16,
+    qclass: u16,
+    flags: u8,
+}
+
+/// A key borrowed from a stack buffer, so a lookup allocates nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyRef<'a> {
+    pub name: &'a [u8],
+    pub qtype: u16,
+    pub qclass: u16,
+    pub flags: u8,
+}
+
+/// Room for a folded question name, filled by [`KeyRef::from_query`].
+pub type NameBuf = [u8; MAX_NAME_LEN];
+
+impl<'a> KeyRef<'a> {
+    pub fn from_query(q: &Query<'_>, buf: &'a mut NameBuf) -> KeyRef<'a> {
+        let n = name::fold_into(q.name(), buf);
+        let mut flags = 0;
+        if q.dnssec_ok() {
+            flags |= FLAG_DO;
+        }
+        if q.checking_disabled() {
+            flags |= FLAG_CD;
+        }
+        KeyRef { name: &buf[..n], qtype: q.qtype, qclass: q.qclass, flags }
+    }
+
+    pub fn to_owned(&self) -> Key {
+        Key { name: self.name.into(), qtype: self.qtype, qclass: self.qclass, flags: self.flags }
+    }
+}
+
+impl Key {
+    pub fn as_ref(&self) -> KeyRef<'_> {
+        KeyRef { name: &self.name, qtype: self.qtype, qclass: self.qclass, flags: self.flags }
+    }
+
+    /// The folded question name in wire form.
+    pub fn name(&self) -> &[u8] {
+        &self.name
+    }
+
+    pub fn qtype(&self) -> u16 {
+        self.qtype
+    }
+
+    pub fn dnssec_ok(&self) -> bool {
+        self.flags & FLAG_DO != 0
+    }
+
+    pub fn checking_disabled(&self) -> bool {
+        self.flags & FLAG_CD != 0
+    }
+
+    /// The question section this key stands for, in wire form (lower case).
+    pub fn question(&self) -> Vec<u8> {
+        let mut q = Vec::with_capacity(self.name.len() + 4);
+        q.extend_from_slice(&self.name);
+        q.extend(self.qtype.to_be_bytes());
+        q.extend(self.qclass.to_be_bytes());
+        q
+    }
+
+    /// Bytes this key occupies, for the cache's weight.
+    pub fn weight(&self) -> usize {
+        self.name.len() + std::mem::size_of::<Key>()
+    }
+}
+
+/// Both key forms must hash the same bytes in the same order.
+fn hash_parts<H: Hasher>(name: &[u8], qtype: u16, qclass: u16, flags: u8, state: &mut H) {
+    state.write(name);
+    state.write_u16(qtype);
+    state.write_u16(qclass);
+    state.write_u8(flags);
+}
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        hash_parts(&self.name, self.qtype, self.qclass, self.flags, state);
+    }
+}
+
+impl Hash for KeyRef<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        hash_parts(self.name, self.qtype, self.qclass, self.flags, state);
+    }
+}
+
+impl Equivalent<Key> for KeyRef<'_> {
+    fn equivalent(&self, key: &Key) -> bool {
+        self.qtype == key.qtype && self.qclass == key.qclass && self.flags == key.flags && self.name == &*key.name
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::hash_map::DefaultHasher;
+
+    fn h<T: Hash>(t: &T) -> u64 {
+        let mut s = DefaultHasher::new();
+        t.hash(&mut s);
+        s.finish()
+    }
+
+    #[test]
+    fn borrowed_and_owned_agree() {
+        let r = KeyRef { name: b"\x01a\x00", qtype: 1, qclass: 1, flags: FLAG_DO };
+        let k = r.to_owned();
+        assert_eq!(h(&r), h(&k));
+        assert!(r.equivalent(&k));
+        let other = KeyRef { flags: 0, ..r };
+        assert!(!other.equivalent(&k));
+    }
+}

@@ -1,0 +1,305 @@
+//! The request path: one query in, one reply out.
+//!
+//! [`Shared::handle`] runs on the listener's thread and answers everything
+//! it can without waiting: malformed queries, cache hits. A miss comes back
+//! as a [`MissJob`] that the listener runs as a task ([`Shared::resolve`]):
+//! coalesce with identical misses, forward to the zone's upstreams, store,
+//! reply; serve stale if every upstream failed.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use tokio_util::task::TaskTracker;
+
+use crate::cache::key::NameBuf;
+use crate::cache::{Cache, Entry, Freshness, Key, KeyRef, Kind, Lookup};
+use crate::config::Config;
+use crate::inflight::{InFlight, Role};
+use crate::metrics::{qtype_label, Metrics, PLUGIN_CACHE, PLUGIN_FORWARD, PLUGIN_NONE, VIEW};
+use crate::upstream::forward::forward;
+use crate::upstream::{Router, RouterError, Zone};
+use crate::wire::query::{self, Query};
+use crate::wire::{build, ede, rcode, rcode_name};
+
+/// The parts of the configuration the request path reads; replaced whole
+/// on reload, so a query sees one consistent version from start to end.
+pub struct Settings {
+    pub router: Router,
+    pub max_udp_payload: u16,
+    pub query_timeout: Duration,
+    pub stale_max_age: Duration,
+    pub stale_ttl: u32,
+    pub failure_ttl: u32,
+    pub prefetch_min_hits: u32,
+    pub prefetch_percent: u8,
+    pub tcp: TcpLimits,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct TcpLimits {
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
+    pub max_inflight: usize,
+}
+
+impl Settings {
+    pub fn from_config(config: &Config) -> Result<Settings, RouterError> {
+        let secs = |d: Duration| d.as_secs().min(u32::MAX.into()) as u32;
+        Ok(Settings {
+            router: Router::from_config(config)?,
+            max_udp_payload: config.server.max_udp_payload,
+            query_timeout: config.server.query_timeout,
+            stale_max_age: config.cache.stale_max_age,
+            stale_ttl: secs(config.cache.stale_ttl),
+            failure_ttl: secs(config.cache.servfail_ttl),
+            prefetch_min_hits: config.cache.prefetch_min_hits,
+            prefetch_percent: config.cache.prefetch_percent,
+            tcp: TcpLimits {
+                idle_timeout: config.server.tcp_idle_timeout,
+                max_connections: config.server.tcp_max_connections,
+                max_inflight: config.server.tcp_max_inflight,
+            },
+        })
+    }
+}
+
+/// State shared by every listener and task.
+pub struct Shared {
+    pub settings: ArcSwap<Settings>,
+    pub cache: Cache,
+    pub inflight: InFlight,
+    pub metrics: Arc<Metrics>,
+    /// Every miss task, so that shutdown can wait for them.
+    pub tasks: TaskTracker,
+    pub runtime: tokio::runtime::Handle,
+    /// Cleared when shutdown starts.
+    pub ready: Arc<AtomicBool>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proto {
+    Udp,
+    Tcp,
+}
+
+impl Proto {
+    fn label(self) -> &'static str {
+        match self {
+            Proto::Udp => "udp",
+            Proto::Tcp => "tcp",
+        }
+    }
+}
+
+/// Who a listener is, for metrics labels.
+#[derive(Debug, Clone)]
+pub struct ListenerInfo {
+    /// CoreDNS's `server` label: "dns://127.0.0.1:1053".
+    pub server: String,
+    /// CoreDNS's `family` label: "1" for IPv4, "2" for IPv6.
+    pub family: &'static str,
+}
+
+impl ListenerInfo {
+    pub fn new(addr: std::net::SocketAddr) -> ListenerInfo {
+        ListenerInfo { server: format!("dns://{addr}"), family: if addr.is_ipv4() { "1" } else { "2" } }
+    }
+}
+
+/// What [`Shared::handle`] decided.
+pub enum Handled {
+    /// The reply is in the output buffer.
+    Reply,
+    /// Say nothing.
+    Drop,
+    /// Needs upstream: run [`Shared::resolve`].
+    Miss(MissJob),
+}
+
+/// A cache miss, owned so it can move to a task.
+pub struct MissJob {
+    packet: Vec<u8>,
+    key: Key,
+    zone: Arc<Zone>,
+    settings: Arc<Settings>,
+    stale: Option<Arc<Entry>>,
+    started: Instant,
+    proto: Proto,
+}
+
+impl Shared {
+    pub fn new(config: &Config, metrics: Arc<Metrics>, runtime: tokio::runtime::Handle) -> Result<Shared, RouterError> {
+        Ok(Shared {
+            settings: ArcSwap::from_pointee(Settings::from_config(config)?),
+            cache: Cache::new(config.cache.capacity.as_u64()),
+            inflight: InFlight::default(),
+            metrics,
+            tasks: TaskTracker::new(),
+            runtime,
+            ready: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// Answers `packet` from what is at hand, or says it needs upstream.
+    pub fn handle(self: &Arc<Self>, packet: &[u8], listener: &ListenerInfo, proto: Proto, out: &mut Vec<u8>) -> Handled {
+        let started = Instant::now();
+        let query = match query::parse(packet) {
+            Ok(q) => q,
+            Err(reject) => {
+                self.metrics.rejected.with_label_values(&[reject.reason()]).inc();
+                return if build::error_reply(packet, &reject, out) { Handled::Reply } else { Handled::Drop };
+            }
+        };
+        let settings = self.settings.load_full();
+        let mut name_buf: NameBuf = [0; 255];
+        let key = KeyRef::from_query(&query, &mut name_buf);
+        let Some(zone) = settings.router.route(key.name) else {
+            self.metrics.rejected.with_label_values(&["no zone for the name"]).inc();
+            build::reply_with_rcode(packet, rcode::REFUSED, Some(query.name_end + 4), query.edns, None, out);
+            return Handled::Reply;
+        };
+        let m = &self.metrics;
+        let server = listener.server.as_str();
+        m.requests.with_label_values(&[server, &zone.name, VIEW, proto.label(), listener.family, qtype_label(query.qtype)]).inc();
+        m.request_size.with_label_values(&[server, &zone.name, VIEW, proto.label()]).observe(packet.len() as f64);
+        if query.dnssec_ok() {
+            m.do_requests.with_label_values(&[server, VIEW, &zone.name]).inc();
+        }
+        m.cache_requests.with_label_values(&[server, &zone.name, VIEW]).inc();
+
+        let stale = match self.cache.lookup(&key, started, settings.stale_max_age) {
+            Lookup::Fresh(entry) => {
+                let limit = (proto == Proto::Udp).then(|| query.udp_limit(settings.max_udp_payload));
+                let rendered = entry.render(&query, started, Freshness::Fresh, None, limit, out);
+                let kind = if entry.kind == Kind::Success { "success" } else { "denial" };
+                m.cache_hits.with_label_values(&[server, kind, &zone.name, VIEW]).inc();
+                self.maybe_prefetch(&entry, &key, zone, &settings, started);
+                self.count_reply(listener, proto, &zone.name, &query, rendered.rcode, PLUGIN_CACHE, started, out.len());
+                return Handled::Reply;
+            }
+            Lookup::Stale(entry) => Some(entry),
+            Lookup::Miss => None,
+        };
+        m.cache_misses.with_label_values(&[server, &zone.name, VIEW]).inc();
+        Handled::Miss(MissJob {
+            packet: packet.to_vec(),
+            key: key.to_owned(),
+            zone: zone.clone(),
+            settings,
+            stale,
+            started,
+            proto,
+        })
+    }
+
+    /// Resolves a miss and writes the reply into `out`.
+    pub async fn resolve(self: &Arc<Self>, job: MissJob, listener: &ListenerInfo, out: &mut Vec<u8>) {
+        let query = query::parse(&job.packet).expect("a miss job holds a validated query");
+        self.metrics.inflight.inc();
+        let deadline = job.started + job.settings.query_timeout;
+        let fetched = tokio::time::timeout_at(deadline.into(), self.fetch(&job.key, &job.zone, &job.settings, deadline))
+            .await
+            .ok()
+            .flatten();
+        self.metrics.inflight.dec();
+        let now = Instant::now();
+        let limit = (job.proto == Proto::Udp).then(|| query.udp_limit(job.settings.max_udp_payload));
+        let failed = fetched.as_ref().is_none_or(|e| e.kind == Kind::Failure);
+        let stale = job.stale.as_ref().filter(|_| failed);
+        let (code, plugin) = if let Some(stale) = stale {
+            let ttl = Freshness::Stale { ttl: job.settings.stale_ttl };
+            let rendered = stale.render(&query, now, ttl, Some(ede::STALE_ANSWER), limit, out);
+            self.metrics.cache_served_stale.with_label_values(&[&listener.server, &job.zone.name, VIEW]).inc();
+            (rendered.rcode, PLUGIN_CACHE)
+        } else if let Some(entry) = &fetched {
+            (entry.render(&query, now, Freshness::Fresh, None, limit, out).rcode, PLUGIN_FORWARD)
+        } else {
+            build::servfail(&job.packet, query.name_end + 4, query.edns, Some(ede::NO_REACHABLE_AUTHORITY), out);
+            (rcode::SERVFAIL, PLUGIN_NONE)
+        };
+        self.count_reply(listener, job.proto, &job.zone.name, &query, code, plugin, job.started, out.len());
+    }
+
+    /// Asks upstream for `key` (or joins the identical query in flight) and
+    /// stores the result. `None` when no upstream gave a usable answer; a
+    /// failure entry is then cached so the next queries fail fast (RFC 9520),
+    /// unless a stale entry is there to be served instead.
+    async fn fetch(self: &Arc<Self>, key: &Key, zone: &Arc<Zone>, settings: &Settings, deadline: Instant) -> Option<Arc<Entry>> {
+        let (outcome, role) = self
+            .inflight
+            .run(key, async {
+                let forwarded = forward(zone, key, deadline.into(), &self.metrics).await;
+                let now = Instant::now();
+                let has_stale = || matches!(self.cache.lookup(&key.as_ref(), now, settings.stale_max_age), Lookup::Stale(_));
+                match forwarded {
+                    Some(f) => {
+                        let entry = Arc::new(Entry::from_response(&f.msg, &f.layout, &zone.ttl, now));
+                        if entry.kind != Kind::Failure || !has_stale() {
+                            self.cache.insert(key.clone(), entry.clone());
+                        }
+                        Some(entry)
+                    }
+                    None => {
+                        if settings.failure_ttl > 0 && !has_stale() {
+                            let failure = Entry::failure(&key.question(), settings.failure_ttl, now);
+                            self.cache.insert(key.clone(), Arc::new(failure));
+                        }
+                        None
+                    }
+                }
+            })
+            .await;
+        if role == Role::Follower {
+            self.metrics.coalesced.inc();
+        }
+        outcome
+    }
+
+    /// Refreshes a popular entry shortly before it expires, so that its
+    /// askers never see a miss (CoreDNS's `prefetch`).
+    fn maybe_prefetch(self: &Arc<Self>, entry: &Arc<Entry>, key: &KeyRef<'_>, zone: &Arc<Zone>, settings: &Arc<Settings>, now: Instant) {
+        if settings.prefetch_min_hits == 0 || entry.kind == Kind::Failure {
+            return;
+        }
+        let hits = entry.hits.fetch_add(1, Ordering::Relaxed) + 1;
+        if hits < settings.prefetch_min_hits {
+            return;
+        }
+        let threshold = Duration::from_millis(u64::from(entry.original_ttl) * 10 * u64::from(settings.prefetch_percent));
+        if entry.remaining(now) > threshold || entry.prefetch_started.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let (this, key, zone, settings) = (self.clone(), key.to_owned(), zone.clone(), settings.clone());
+        self.metrics.cache_prefetch.with_label_values(&["", &zone.name, VIEW]).inc();
+        self.tasks.spawn_on(
+            async move {
+                let deadline = Instant::now() + settings.query_timeout;
+                this.fetch(&key, &zone, &settings, deadline).await;
+            },
+            &self.runtime,
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn count_reply(
+        &self,
+        listener: &ListenerInfo,
+        proto: Proto,
+        zone: &str,
+        query: &Query<'_>,
+        code: u16,
+        plugin: &str,
+        started: Instant,
+        size: usize,
+    ) {
+        let m = &self.metrics;
+        let server = listener.server.as_str();
+        m.responses.with_label_values(&[server, zone, VIEW, rcode_name(code), plugin]).inc();
+        m.response_size.with_label_values(&[server, zone, VIEW, proto.label()]).observe(size as f64);
+        m.request_duration
+            .with_label_values(&[server, zone, VIEW, qtype_label(query.qtype)])
+            .observe(started.elapsed().as_secs_f64());
+    }
+}

@@ -1,0 +1,122 @@
+//! Coalescing of identical cache misses: the first query for a key asks
+//! upstream, the ones that arrive while it is in flight wait for its result
+//! instead of sending their own. A burst of pods asking for the same name
+//! costs the cluster DNS one query.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::oneshot;
+
+use crate::cache::{Entry, Key};
+
+/// The result every waiter gets: the entry, or `None` when nothing usable
+/// came back (every upstream failed, or the leader was cancelled).
+pub type Outcome = Option<Arc<Entry>>;
+
+#[derive(Default)]
+pub struct InFlight {
+    waiting: Mutex<HashMap<Key, Vec<oneshot::Sender<Outcome>>>>,
+}
+
+/// Whether this call asked upstream or waited for another one that did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Leader,
+    Follower,
+}
+
+impl InFlight {
+    /// Runs `fetch` for `key` unless a fetch for it is already running, in
+    /// which case waits for that one's outcome.
+    pub async fn run<F>(&self, key: &Key, fetch: F) -> (Outcome, Role)
+    where
+        F: Future<Output = Outcome>,
+    {
+        let follower = {
+            let mut waiting = self.waiting.lock().expect("in-flight table lock");
+            match waiting.get_mut(key) {
+                Some(waiters) => {
+                    let (tx, rx) = oneshot::channel();
+                    waiters.push(tx);
+                    Some(rx)
+                }
+                None => {
+                    waiting.insert(key.clone(), Vec::new());
+                    None
+                }
+            }
+        };
+        if let Some(rx) = follower {
+            return (rx.await.unwrap_or(None), Role::Follower);
+        }
+        let mut guard = LeaderGuard { table: self, key, outcome: None };
+        let outcome = fetch.await;
+        guard.outcome = Some(outcome.clone());
+        drop(guard);
+        (outcome, Role::Leader)
+    }
+
+    pub fn len(&self) -> usize {
+        self.waiting.lock().expect("in-flight table lock").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Removes the key and wakes the followers, also when the leader's future
+/// is dropped half-way (then they get `None`).
+struct LeaderGuard<'a> {
+    table: &'a InFlight,
+    key: &'a Key,
+    outcome: Option<Outcome>,
+}
+
+impl Drop for LeaderGuard<'_> {
+    fn drop(&mut self) {
+        let waiters = self.table.waiting.lock().expect("in-flight table lock").remove(self.key).unwrap_or_default();
+        let outcome = self.outcome.take().flatten();
+        for w in waiters {
+            let _ = w.send(outcome.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::KeyRef;
+    use std::time::{Duration, Instant};
+
+    #[tokio::test]
+    async fn followers_share_the_leaders_outcome() {
+        let table = Arc::new(InFlight::default());
+        let key = KeyRef { name: b"\x01a\x00", qtype: 1, qclass: 1, flags: 0 }.to_owned();
+        let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let mut handles = Vec::new();
+        for _ in 0..10 {
+            let (table, key, calls) = (table.clone(), key.clone(), calls.clone());
+            handles.push(tokio::spawn(async move {
+                table
+                    .run(&key, async {
+                        calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        Some(Arc::new(Entry::failure(b"\x01a\x00\x00\x01\x00\x01", 5, Instant::now())))
+                    })
+                    .await
+            }));
+        }
+        let mut leaders = 0;
+        for h in handles {
+            let (outcome, role) = h.await.unwrap();
+            assert!(outcome.is_some());
+            leaders += usize::from(role == Role::Leader);
+        }
+        assert_eq!(leaders, 1);
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(table.is_empty());
+    }
+}

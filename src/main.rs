@@ -1,0 +1,80 @@
+//! The `nodens` command.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use nodens::config::Config;
+use nodens::server::Server;
+use nodens::{cpus, logging};
+
+#[derive(Parser)]
+#[command(version, about = "A node-local DNS cache for Kubernetes")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve DNS. Without --config, listens on 127.0.0.1:1053 and forwards
+    /// everything to the nameservers of /etc/resolv.conf.
+    Serve {
+        /// The TOML configuration file (see docs/configuration.md).
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+    },
+    /// Check a configuration file and exit: 0 if valid, 1 with the line of the error if not.
+    CheckConfig { file: PathBuf },
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::CheckConfig { file } => match Config::load(&file) {
+            Ok(_) => {
+                println!("{}: OK", file.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Serve { config } => serve(config),
+    }
+}
+
+fn serve(path: Option<PathBuf>) -> ExitCode {
+    let config = match &path {
+        Some(p) => match Config::load(p) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => Config::default_with_root_zone(),
+    };
+    let log = logging::init(&config.log);
+    let (workers, source) = cpus::workers(config.server.workers);
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), workers, "starting nodens: workers={workers} ({source})");
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(workers).thread_name("nodens").enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        let server = Server::start(config, path, workers, log).await?;
+        server.run().await
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

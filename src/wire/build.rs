@@ -1,0 +1,112 @@
+//! The few messages nodens writes itself: queries to upstreams, error
+//! replies to clients, and the OPT record it appends to its answers.
+
+use super::query::{Edns, Reject};
+use super::{flag, rcode, rtype, write_u16, HEADER_LEN};
+
+/// The UDP payload size nodens advertises upstream and to clients
+/// (DNS flag day 2020: avoids IP fragmentation on any common path).
+pub const ADVERTISED_UDP_SIZE: u16 = 1232;
+
+/// A query for `question` (name, type, class in wire form) with ID `id`,
+/// recursion desired, and an OPT record asking for `ADVERTISED_UDP_SIZE`.
+pub fn upstream_query(id: u16, question: &[u8], dnssec_ok: bool, checking_disabled: bool) -> Vec<u8> {
+    let mut q = Vec::with_capacity(HEADER_LEN + question.len() + 11);
+    let mut flags = flag::RD;
+    if checking_disabled {
+        flags |= flag::CD;
+    }
+    q.extend(id.to_be_bytes());
+    q.extend(flags.to_be_bytes());
+    q.extend([0, 1, 0, 0, 0, 0, 0, 1]);
+    q.extend(question);
+    push_opt(&mut q, dnssec_ok, 0, None);
+    q
+}
+
+/// Appends an OPT record (without touching ARCOUNT). `ext_rcode` is the
+/// full response code; its upper 8 bits go into the OPT TTL field.
+/// `ede` adds an Extended DNS Error option (RFC 8914) with that info code.
+pub fn push_opt(out: &mut Vec<u8>, dnssec_ok: bool, ext_rcode: u16, ede: Option<u16>) {
+    out.push(0);
+    out.extend(rtype::OPT.to_be_bytes());
+    out.extend(ADVERTISED_UDP_SIZE.to_be_bytes());
+    out.push((ext_rcode >> 4) as u8);
+    out.push(0); // version
+    out.push(if dnssec_ok { 0x80 } else { 0 });
+    out.push(0);
+    match ede {
+        Some(code) => {
+            out.extend(6u16.to_be_bytes()); // RDLENGTH
+            out.extend(15u16.to_be_bytes()); // OPTION-CODE: Extended DNS Error
+            out.extend(2u16.to_be_bytes()); // OPTION-LENGTH
+            out.extend(code.to_be_bytes());
+        }
+        None => out.extend(0u16.to_be_bytes()),
+    }
+}
+
+/// The reply to a query that was rejected with a response code: the
+/// client's header with QR set, the question if it could be read, and an
+/// OPT record if the client sent one.
+pub fn error_reply(packet: &[u8], reject: &Reject, out: &mut Vec<u8>) -> bool {
+    let Reject::Answer { rcode: code, question_end, edns, .. } = *reject else {
+        return false;
+    };
+    reply_with_rcode(packet, code, question_end, edns, None, out);
+    true
+}
+
+/// A reply with no records: the query's header and question, `code` as the
+/// response code, recursion available, an OPT (with an optional EDE) when
+/// the client used EDNS.
+pub fn reply_with_rcode(
+    packet: &[u8],
+    code: u16,
+    question_end: Option<usize>,
+    edns: Option<Edns>,
+    ede: Option<u16>,
+    out: &mut Vec<u8>,
+) {
+    out.clear();
+    out.extend_from_slice(&packet[..HEADER_LEN]);
+    let request_flags = u16::from_be_bytes([packet[2], packet[3]]);
+    let flags = flag::QR | (request_flags & (flag::OPCODE_MASK | flag::RD | flag::CD)) | flag::RA | (code & flag::RCODE_MASK);
+    write_u16(out, 2, flags);
+    let qdcount = u16::from(question_end.is_some());
+    write_u16(out, 4, qdcount);
+    write_u16(out, 6, 0);
+    write_u16(out, 8, 0);
+    write_u16(out, 10, 0);
+    if let Some(end) = question_end {
+        out.extend_from_slice(&packet[HEADER_LEN..end]);
+    }
+    if let Some(e) = edns {
+        push_opt(out, e.dnssec_ok, code, ede);
+        write_u16(out, 10, 1);
+    }
+}
+
+/// SERVFAIL for a query that could not be resolved.
+pub fn servfail(packet: &[u8], question_end: usize, edns: Option<Edns>, ede: Option<u16>, out: &mut Vec<u8>) {
+    reply_with_rcode(packet, rcode::SERVFAIL, Some(question_end), edns, ede, out);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{query, read_u16};
+
+    #[test]
+    fn badvers_reply_carries_extended_rcode() {
+        let mut p = vec![0, 7, 1, 0, 0, 1, 0, 0, 0, 0, 0, 1];
+        p.extend(b"\x01a\x00\x00\x01\x00\x01");
+        p.extend([0, 0, 41, 4, 0, 0, 1, 0, 0, 0, 0]);
+        let reject = query::parse(&p).unwrap_err();
+        let mut out = Vec::new();
+        assert!(error_reply(&p, &reject, &mut out));
+        assert_eq!(read_u16(&out, 2) & 0x800f, 0x8000); // low rcode bits 0
+        assert_eq!(read_u16(&out, 10), 1);
+        assert_eq!(out[out.len() - 6], 1); // extended rcode 16 >> 4
+    }
+}

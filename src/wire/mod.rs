@@ -1,0 +1,101 @@
+//! DNS wire format, only as much as a cache needs.
+//!
+//! nodens never builds a full message tree. A client query is parsed as header,
+//! question and OPT record ([`query`]); an upstream response is walked once to
+//! find its sections, TTL fields and negative-caching TTL ([`response`]); the
+//! few messages nodens writes itself are assembled byte by byte ([`build`]).
+
+pub mod build;
+pub mod name;
+pub mod query;
+pub mod response;
+
+pub const HEADER_LEN: usize = 12;
+
+/// Record types nodens treats specially.
+pub mod rtype {
+    pub const A: u16 = 1;
+    pub const NS: u16 = 2;
+    pub const CNAME: u16 = 5;
+    pub const SOA: u16 = 6;
+    pub const PTR: u16 = 12;
+    pub const MX: u16 = 15;
+    pub const TXT: u16 = 16;
+    pub const AAAA: u16 = 28;
+    pub const SRV: u16 = 33;
+    pub const OPT: u16 = 41;
+    pub const IXFR: u16 = 251;
+    pub const AXFR: u16 = 252;
+    pub const MAILB: u16 = 253;
+    pub const MAILA: u16 = 254;
+}
+
+/// Response codes, including the extended ones carried in OPT.
+pub mod rcode {
+    pub const NOERROR: u16 = 0;
+    pub const FORMERR: u16 = 1;
+    pub const SERVFAIL: u16 = 2;
+    pub const NXDOMAIN: u16 = 3;
+    pub const NOTIMP: u16 = 4;
+    pub const REFUSED: u16 = 5;
+    pub const BADVERS: u16 = 16;
+}
+
+/// Header flag bits (second 16-bit word of the header).
+pub mod flag {
+    pub const QR: u16 = 0x8000;
+    pub const AA: u16 = 0x0400;
+    pub const TC: u16 = 0x0200;
+    pub const RD: u16 = 0x0100;
+    pub const RA: u16 = 0x0080;
+    pub const AD: u16 = 0x0020;
+    pub const CD: u16 = 0x0010;
+    pub const OPCODE_MASK: u16 = 0x7800;
+    pub const RCODE_MASK: u16 = 0x000f;
+}
+
+/// Extended DNS Error info codes (RFC 8914) nodens sends.
+pub mod ede {
+    pub const STALE_ANSWER: u16 = 3;
+    pub const NO_REACHABLE_AUTHORITY: u16 = 22;
+}
+
+#[inline]
+pub fn read_u16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+#[inline]
+pub fn read_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+#[inline]
+pub fn write_u16(b: &mut [u8], at: usize, v: u16) {
+    b[at..at + 2].copy_from_slice(&v.to_be_bytes());
+}
+
+#[inline]
+pub fn write_u32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_be_bytes());
+}
+
+/// The name CoreDNS uses for a response code in its metrics.
+pub fn rcode_name(rcode: u16) -> &'static str {
+    match rcode {
+        0 => "NOERROR",
+        1 => "FORMERR",
+        2 => "SERVFAIL",
+        3 => "NXDOMAIN",
+        4 => "NOTIMP",
+        5 => "REFUSED",
+        6 => "YXDOMAIN",
+        7 => "YXRRSET",
+        8 => "NXRRSET",
+        9 => "NOTAUTH",
+        10 => "NOTZONE",
+        16 => "BADVERS",
+        23 => "BADCOOKIE",
+        _ => "other",
+    }
+}

@@ -1,0 +1,233 @@
+//! Domain names in wire format: validation, case folding, text form.
+//!
+//! Names are compared in their uncompressed wire form with ASCII letters
+//! folded to lower case. Folding the whole byte string is safe because label
+//! length bytes are at most 63 and never fall in `A..=Z` (65..=90).
+
+use thiserror::Error;
+
+/// The longest name in wire format (RFC 1035 3.1).
+pub const MAX_NAME_LEN: usize = 255;
+const MAX_LABEL_LEN: usize = 63;
+/// Compression pointers followed while reading one name: more means a loop.
+const MAX_POINTERS: usize = 64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum NameError {
+    #[error("name runs past the end of the message")]
+    Truncated,
+    #[error("name longer than 255 octets")]
+    NameTooLong,
+    #[error("compression pointer where none is allowed")]
+    UnexpectedPointer,
+    #[error("bad compression pointer")]
+    BadPointer,
+    /// Label types 01 and 10, which also covers every length above 63.
+    #[error("reserved label type or label longer than 63 octets")]
+    ReservedLabelType,
+}
+
+/// Reads an uncompressed name starting at `start` (the question of a query)
+/// and returns the offset just past it.
+pub fn parse_uncompressed(msg: &[u8], start: usize) -> Result<usize, NameError> {
+    let mut at = start;
+    loop {
+        let len = *msg.get(at).ok_or(NameError::Truncated)? as usize;
+        match len & 0xc0 {
+            0x00 => {}
+            0xc0 => return Err(NameError::UnexpectedPointer),
+            _ => return Err(NameError::ReservedLabelType),
+        }
+        at += 1 + len;
+        if at - start > MAX_NAME_LEN {
+            return Err(NameError::NameTooLong);
+        }
+        if at > msg.len() {
+            return Err(NameError::Truncated);
+        }
+        if len == 0 {
+            return Ok(at);
+        }
+    }
+}
+
+/// Skips a possibly compressed name in a response and returns the offset just
+/// past it in the message. Pointers are checked to point backwards and inside
+/// the message, and the name they spell is checked for length and loops.
+pub fn skip(msg: &[u8], start: usize) -> Result<usize, NameError> {
+    let mut at = start;
+    let mut end = None;
+    let mut total = 0usize;
+    let mut pointers = 0;
+    loop {
+        let len = *msg.get(at).ok_or(NameError::Truncated)? as usize;
+        match len & 0xc0 {
+            0x00 => {
+                total += 1 + len;
+                if total > MAX_NAME_LEN {
+                    return Err(NameError::NameTooLong);
+                }
+                if at + 1 + len > msg.len() {
+                    return Err(NameError::Truncated);
+                }
+                at += 1 + len;
+                if len == 0 {
+                    return Ok(end.unwrap_or(at));
+                }
+            }
+            0xc0 => {
+                let second = *msg.get(at + 1).ok_or(NameError::Truncated)? as usize;
+                let target = ((len & 0x3f) << 8) | second;
+                if target >= at {
+                    return Err(NameError::BadPointer);
+                }
+                pointers += 1;
+                if pointers > MAX_POINTERS {
+                    return Err(NameError::BadPointer);
+                }
+                end.get_or_insert(at + 2);
+                at = target;
+            }
+            _ => return Err(NameError::ReservedLabelType),
+        }
+    }
+}
+
+/// Copies an uncompressed wire name into `out` with ASCII letters lower-cased
+/// and returns its length. `out` must hold [`MAX_NAME_LEN`] bytes.
+#[inline]
+pub fn fold_into(name: &[u8], out: &mut [u8; MAX_NAME_LEN]) -> usize {
+    let n = name.len().min(MAX_NAME_LEN);
+    for (o, b) in out[..n].iter_mut().zip(name) {
+        *o = b.to_ascii_lowercase();
+    }
+    n
+}
+
+/// The presentation form of an uncompressed wire name ("www.example.", ".").
+pub fn to_text(wire: &[u8]) -> String {
+    let mut out = String::new();
+    let mut at = 0;
+    while at < wire.len() {
+        let len = wire[at] as usize;
+        if len == 0 || at + 1 + len > wire.len() {
+            break;
+        }
+        for &b in &wire[at + 1..at + 1 + len] {
+            match b {
+                b'.' | b'\\' => {
+                    out.push('\\');
+                    out.push(b as char);
+                }
+                0x21..=0x7e => out.push(b as char),
+                _ => out.push_str(&format!("\\{b:03}")),
+            }
+        }
+        out.push('.');
+        at += 1 + len;
+    }
+    if out.is_empty() {
+        out.push('.');
+    }
+    out
+}
+
+/// The wire form of a presentation name without escapes, lower-cased.
+pub fn from_text(text: &str) -> Result<Vec<u8>, String> {
+    let trimmed = text.trim_end_matches('.');
+    let mut wire = Vec::with_capacity(trimmed.len() + 2);
+    if !trimmed.is_empty() {
+        for label in trimmed.split('.') {
+            if label.is_empty() {
+                return Err(format!("`{text}` has an empty label"));
+            }
+            if label.len() > MAX_LABEL_LEN {
+                return Err(format!("`{text}` has a label longer than 63 characters"));
+            }
+            if label.bytes().any(|b| b.is_ascii_whitespace() || b == b'\\') {
+                return Err(format!("`{text}` has a space or escape in it"));
+            }
+            wire.push(label.len() as u8);
+            wire.extend(label.bytes().map(|b| b.to_ascii_lowercase()));
+        }
+    }
+    wire.push(0);
+    if wire.len() > MAX_NAME_LEN {
+        return Err(format!("`{text}` is longer than 255 octets"));
+    }
+    Ok(wire)
+}
+
+/// A zone name as written in the configuration, normalised to lower case
+/// with a trailing dot.
+pub fn normalize_zone(text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        return Err("a zone name cannot be empty (the root zone is \".\")".into());
+    }
+    Ok(to_text(&from_text(text)?))
+}
+
+/// Offsets at which each label of an uncompressed name starts, the root
+/// label included; used to try every suffix of a name, longest first.
+pub fn label_starts(wire: &[u8]) -> impl Iterator<Item = usize> + '_ {
+    let mut at = Some(0usize);
+    std::iter::from_fn(move || {
+        let here = at?;
+        let len = *wire.get(here)? as usize;
+        at = if len == 0 { None } else { Some(here + 1 + len) };
+        Some(here)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_round_trip() {
+        let w = from_text("WWW.Example.").unwrap();
+        assert_eq!(w, b"\x03www\x07example\x00");
+        assert_eq!(to_text(&w), "www.example.");
+        assert_eq!(to_text(b"\x00"), ".");
+        assert_eq!(normalize_zone("Cluster.Local").unwrap(), "cluster.local.");
+        assert_eq!(normalize_zone(".").unwrap(), ".");
+        assert!(normalize_zone("a..b").is_err());
+    }
+
+    #[test]
+    fn uncompressed_rejects_pointers_and_long_labels() {
+        assert_eq!(parse_uncompressed(b"\xc0\x0c", 0), Err(NameError::UnexpectedPointer));
+        let mut long = vec![64u8];
+        long.extend([b'a'; 64]);
+        long.push(0);
+        assert_eq!(parse_uncompressed(&long, 0), Err(NameError::ReservedLabelType));
+        assert_eq!(parse_uncompressed(b"\x03ab", 0), Err(NameError::Truncated));
+        assert_eq!(parse_uncompressed(b"\x01a\x00rest", 0), Ok(3));
+    }
+
+    #[test]
+    fn name_too_long() {
+        let mut n = Vec::new();
+        for _ in 0..5 {
+            n.push(63);
+            n.extend([b'a'; 63]);
+        }
+        n.push(0);
+        assert_eq!(parse_uncompressed(&n, 0), Err(NameError::NameTooLong));
+    }
+
+    #[test]
+    fn skip_follows_only_backward_pointers() {
+        let msg = b"\x01a\x00\xc0\x00";
+        assert_eq!(skip(msg, 3), Ok(5));
+        let self_loop = b"\x01a\x00\xc0\x03";
+        assert_eq!(skip(self_loop, 3), Err(NameError::BadPointer));
+        assert_eq!(skip(b"\x01a\x00\xc0", 3), Err(NameError::Truncated));
+    }
+
+    #[test]
+    fn label_starts_walks_suffixes() {
+        let w = from_text("a.bc.").unwrap();
+        assert_eq!(label_starts(&w).collect::<Vec<_>>(), vec![0, 2, 5]);
+    }
+}

@@ -1,0 +1,244 @@
+//! Parsing a client query: header, the one question, and the OPT record.
+//!
+//! This runs for every packet, hits included, so it reads only what it must
+//! and allocates nothing. Anything nodens cannot answer safely is turned into
+//! a [`Reject`] that says how to answer (or whether to stay silent).
+
+use super::{flag, name, read_u16, read_u32, rcode, rtype, HEADER_LEN};
+
+/// A query that passed validation; it borrows the packet it came in.
+#[derive(Debug, Clone, Copy)]
+pub struct Query<'a> {
+    pub packet: &'a [u8],
+    pub id: u16,
+    pub flags: u16,
+    /// End of the question name; the question is `packet[12..name_end + 4]`.
+    pub name_end: usize,
+    pub qtype: u16,
+    pub qclass: u16,
+    pub edns: Option<Edns>,
+}
+
+/// What the client's OPT record said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Edns {
+    /// The client's UDP payload size, raised to 512 if it said less.
+    pub udp_size: u16,
+    pub dnssec_ok: bool,
+}
+
+impl<'a> Query<'a> {
+    /// The question name in wire format, in the client's case.
+    #[inline]
+    pub fn name(&self) -> &'a [u8] {
+        &self.packet[HEADER_LEN..self.name_end]
+    }
+
+    /// The question section (name, type, class), in the client's case.
+    #[inline]
+    pub fn question(&self) -> &'a [u8] {
+        &self.packet[HEADER_LEN..self.name_end + 4]
+    }
+
+    #[inline]
+    pub fn checking_disabled(&self) -> bool {
+        self.flags & flag::CD != 0
+    }
+
+    #[inline]
+    pub fn dnssec_ok(&self) -> bool {
+        self.edns.is_some_and(|e| e.dnssec_ok)
+    }
+
+    /// The largest UDP reply this client accepts, capped by our own maximum.
+    #[inline]
+    pub fn udp_limit(&self, server_max: u16) -> usize {
+        match self.edns {
+            Some(e) => e.udp_size.min(server_max).max(512) as usize,
+            None => 512,
+        }
+    }
+}
+
+/// Why a packet is not answered normally.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reject {
+    /// Not worth an answer: too short for a header, or a response.
+    Drop(&'static str),
+    /// Answer with this response code. `question_end` is set when the
+    /// question could be read, so the error reply can echo it; `edns` when
+    /// the client's OPT could be read, so the reply carries one.
+    Answer { rcode: u16, reason: &'static str, question_end: Option<usize>, edns: Option<Edns> },
+}
+
+impl Reject {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Reject::Drop(r) => r,
+            Reject::Answer { reason, .. } => reason,
+        }
+    }
+}
+
+fn formerr(reason: &'static str, question_end: Option<usize>) -> Reject {
+    Reject::Answer { rcode: rcode::FORMERR, reason, question_end, edns: None }
+}
+
+/// Validates a client query.
+pub fn parse(packet: &[u8]) -> Result<Query<'_>, Reject> {
+    if packet.len() < HEADER_LEN {
+        return Err(Reject::Drop("shorter than a header"));
+    }
+    let id = read_u16(packet, 0);
+    let flags = read_u16(packet, 2);
+    if flags & flag::QR != 0 {
+        return Err(Reject::Drop("a response, not a query"));
+    }
+    let opcode = (flags & flag::OPCODE_MASK) >> 11;
+    if opcode != 0 {
+        return Err(Reject::Answer { rcode: rcode::NOTIMP, reason: "opcode not supported", question_end: None, edns: None });
+    }
+    if read_u16(packet, 4) != 1 {
+        return Err(formerr("question count is not 1", None));
+    }
+    if read_u16(packet, 6) != 0 || read_u16(packet, 8) != 0 {
+        return Err(formerr("records in the answer or authority section of a query", None));
+    }
+    let name_end = name::parse_uncompressed(packet, HEADER_LEN).map_err(|_| formerr("bad question name", None))?;
+    if name_end + 4 > packet.len() {
+        return Err(formerr("question truncated", None));
+    }
+    let question_end = Some(name_end + 4);
+    let qtype = read_u16(packet, name_end);
+    let qclass = read_u16(packet, name_end + 2);
+
+    let edns = parse_additional(packet, name_end + 4, read_u16(packet, 10), question_end)?;
+
+    match qtype {
+        rtype::OPT => return Err(Reject::Answer { rcode: rcode::FORMERR, reason: "OPT as question type", question_end, edns }),
+        rtype::AXFR | rtype::IXFR => {
+            return Err(Reject::Answer { rcode: rcode::REFUSED, reason: "zone transfer", question_end, edns });
+        }
+        rtype::MAILA | rtype::MAILB => {
+            return Err(Reject::Answer { rcode: rcode::NOTIMP, reason: "obsolete query type", question_end, edns });
+        }
+        _ => {}
+    }
+    Ok(Query { packet, id, flags, name_end, qtype, qclass, edns })
+}
+
+/// Walks the additional section and reads the OPT record, if any. Other
+/// records (TSIG, SIG(0)) are skipped: nodens never forwards them.
+fn parse_additional(packet: &[u8], start: usize, count: u16, question_end: Option<usize>) -> Result<Option<Edns>, Reject> {
+    let mut at = start;
+    let mut edns = None;
+    for _ in 0..count {
+        let owner_root = packet.get(at) == Some(&0);
+        at = name::skip(packet, at).map_err(|_| formerr("bad name in additional section", question_end))?;
+        if at + 10 > packet.len() {
+            return Err(formerr("additional record truncated", question_end));
+        }
+        let rrtype = read_u16(packet, at);
+        let class = read_u16(packet, at + 2);
+        let ttl = read_u32(packet, at + 4);
+        let rdlen = read_u16(packet, at + 8) as usize;
+        at += 10;
+        if at + rdlen > packet.len() {
+            return Err(formerr("additional record data truncated", question_end));
+        }
+        if rrtype == rtype::OPT {
+            if edns.is_some() {
+                return Err(formerr("more than one OPT record", question_end));
+            }
+            if !owner_root {
+                return Err(formerr("OPT record with a name other than the root", question_end));
+            }
+            check_options(&packet[at..at + rdlen]).map_err(|_| formerr("malformed EDNS option", question_end))?;
+            let found = Edns { udp_size: class.max(512), dnssec_ok: ttl & 0x8000 != 0 };
+            let version = (ttl >> 16) as u8;
+            if version != 0 {
+                return Err(Reject::Answer {
+                    rcode: rcode::BADVERS,
+                    reason: "EDNS version not supported",
+                    question_end,
+                    edns: Some(found),
+                });
+            }
+            edns = Some(found);
+        }
+        at += rdlen;
+    }
+    Ok(edns)
+}
+
+/// EDNS options are (code, length, data) triples that must fill the RDATA exactly.
+fn check_options(mut rdata: &[u8]) -> Result<(), ()> {
+    while !rdata.is_empty() {
+        if rdata.len() < 4 {
+            return Err(());
+        }
+        let len = read_u16(rdata, 2) as usize;
+        if rdata.len() < 4 + len {
+            return Err(());
+        }
+        rdata = &rdata[4 + len..];
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(name: &[u8], qtype: u16, extra: &[u8], arcount: u16) -> Vec<u8> {
+        let mut p = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0];
+        p.extend(arcount.to_be_bytes());
+        p.extend(name);
+        p.extend(qtype.to_be_bytes());
+        p.extend(1u16.to_be_bytes());
+        p.extend(extra);
+        p
+    }
+
+    const OPT_DO_4096: &[u8] = &[0, 0, 41, 0x10, 0, 0, 0, 0x80, 0, 0, 0];
+
+    #[test]
+    fn plain_query() {
+        let p = query(b"\x03www\x04Test\x00", 1, &[], 0);
+        let q = parse(&p).unwrap();
+        assert_eq!(q.id, 0x1234);
+        assert_eq!(q.name(), b"\x03www\x04Test\x00");
+        assert_eq!(q.qtype, 1);
+        assert_eq!(q.edns, None);
+        assert_eq!(q.udp_limit(1232), 512);
+    }
+
+    #[test]
+    fn edns_query() {
+        let p = query(b"\x01a\x00", 28, OPT_DO_4096, 1);
+        let q = parse(&p).unwrap();
+        assert_eq!(q.edns, Some(Edns { udp_size: 4096, dnssec_ok: true }));
+        assert_eq!(q.udp_limit(1232), 1232);
+    }
+
+    #[test]
+    fn rejects() {
+        assert!(matches!(parse(&[0; 5]), Err(Reject::Drop(_))));
+        let mut resp = query(b"\x01a\x00", 1, &[], 0);
+        resp[2] |= 0x80;
+        assert!(matches!(parse(&resp), Err(Reject::Drop(_))));
+        let mut notify = query(b"\x01a\x00", 1, &[], 0);
+        notify[2] |= 4 << 3;
+        assert!(matches!(parse(&notify), Err(Reject::Answer { rcode: rcode::NOTIMP, .. })));
+        let two_opt = query(b"\x01a\x00", 1, &[OPT_DO_4096, OPT_DO_4096].concat(), 2);
+        assert!(matches!(parse(&two_opt), Err(Reject::Answer { rcode: rcode::FORMERR, .. })));
+        let mut v1 = OPT_DO_4096.to_vec();
+        v1[6] = 1;
+        let badvers = query(b"\x01a\x00", 1, &v1, 1);
+        assert!(matches!(parse(&badvers), Err(Reject::Answer { rcode: rcode::BADVERS, edns: Some(_), .. })));
+        let axfr = query(b"\x01a\x00", rtype::AXFR, &[], 0);
+        assert!(matches!(parse(&axfr), Err(Reject::Answer { rcode: rcode::REFUSED, .. })));
+        let missing_opt = query(b"\x01a\x00", 1, &[], 1);
+        assert!(matches!(parse(&missing_opt), Err(Reject::Answer { rcode: rcode::FORMERR, question_end: Some(_), .. })));
+    }
+}

@@ -1,0 +1,192 @@
+//! Reading an upstream response once, on the miss path: does it answer our
+//! question, where are its sections and TTL fields, what does its SOA say
+//! about negative caching, and where is its OPT record.
+
+use std::ops::Range;
+
+use thiserror::Error;
+
+use super::{flag, name, read_u16, read_u32, rtype, HEADER_LEN};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum ResponseError {
+    #[error("shorter than a header")]
+    Short,
+    #[error("not a response")]
+    NotResponse,
+    #[error("ID does not match")]
+    IdMismatch,
+    #[error("question does not match")]
+    QuestionMismatch,
+    #[error("malformed record")]
+    Malformed,
+}
+
+/// Where things are in a response; offsets into the message.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Layout {
+    pub flags: u16,
+    /// The full response code, extended bits from OPT included.
+    pub rcode: u16,
+    pub question_end: usize,
+    pub answer_count: u16,
+    /// Offset where the additional section starts (end of authority).
+    pub additional_start: usize,
+    /// Offsets of the TTL fields of every record but OPT, with the section
+    /// each is in.
+    pub ttls: Vec<(usize, Section)>,
+    /// The negative-caching TTL from an SOA in the authority section
+    /// (RFC 2308 section 5: the smaller of the SOA's TTL and its MINIMUM).
+    pub soa_negative_ttl: Option<u32>,
+    /// The bytes of the OPT record, if present.
+    pub opt: Option<Range<usize>>,
+    /// Total length of the records; bytes after this are ignored.
+    pub end: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Section {
+    Answer,
+    Authority,
+    Additional,
+}
+
+/// Checks that `msg` answers the question `question` (wire bytes of name,
+/// type, class, compared case-insensitively) with ID `id`.
+pub fn check_answers(msg: &[u8], id: u16, question: &[u8]) -> Result<(), ResponseError> {
+    if msg.len() < HEADER_LEN {
+        return Err(ResponseError::Short);
+    }
+    if read_u16(msg, 2) & flag::QR == 0 {
+        return Err(ResponseError::NotResponse);
+    }
+    if read_u16(msg, 0) != id {
+        return Err(ResponseError::IdMismatch);
+    }
+    if read_u16(msg, 4) != 1 {
+        return Err(ResponseError::QuestionMismatch);
+    }
+    let theirs = msg.get(HEADER_LEN..HEADER_LEN + question.len()).ok_or(ResponseError::QuestionMismatch)?;
+    if !theirs.eq_ignore_ascii_case(question) {
+        return Err(ResponseError::QuestionMismatch);
+    }
+    Ok(())
+}
+
+/// Walks every record of a response that [`check_answers`] accepted.
+pub fn layout(msg: &[u8]) -> Result<Layout, ResponseError> {
+    let question_end = name::parse_uncompressed(msg, HEADER_LEN).map_err(|_| ResponseError::Malformed)? + 4;
+    if question_end > msg.len() {
+        return Err(ResponseError::Malformed);
+    }
+    let flags = read_u16(msg, 2);
+    let counts = [
+        (read_u16(msg, 6), Section::Answer),
+        (read_u16(msg, 8), Section::Authority),
+        (read_u16(msg, 10), Section::Additional),
+    ];
+    let mut out = Layout {
+        flags,
+        rcode: flags & flag::RCODE_MASK,
+        question_end,
+        answer_count: counts[0].0,
+        ..Layout::default()
+    };
+    let mut at = question_end;
+    for (count, section) in counts {
+        if section == Section::Additional {
+            out.additional_start = at;
+        }
+        for _ in 0..count {
+            let start = at;
+            at = name::skip(msg, at).map_err(|_| ResponseError::Malformed)?;
+            if at + 10 > msg.len() {
+                return Err(ResponseError::Malformed);
+            }
+            let rrtype = read_u16(msg, at);
+            let ttl_at = at + 4;
+            let rdlen = read_u16(msg, at + 8) as usize;
+            let rdata = at + 10;
+            at = rdata + rdlen;
+            if at > msg.len() {
+                return Err(ResponseError::Malformed);
+            }
+            if rrtype == rtype::OPT {
+                if section != Section::Additional || out.opt.is_some() {
+                    return Err(ResponseError::Malformed);
+                }
+                out.rcode |= ((read_u32(msg, ttl_at) >> 24) as u16) << 4;
+                out.opt = Some(start..at);
+                continue;
+            }
+            out.ttls.push((ttl_at, section));
+            if rrtype == rtype::SOA && section == Section::Authority {
+                // MINIMUM is the last field of the SOA RDATA.
+                if rdlen < 22 {
+                    return Err(ResponseError::Malformed);
+                }
+                let minimum = read_u32(msg, at - 4);
+                let negative = sane_ttl(read_u32(msg, ttl_at)).min(sane_ttl(minimum));
+                out.soa_negative_ttl = Some(out.soa_negative_ttl.map_or(negative, |t| t.min(negative)));
+            }
+        }
+    }
+    out.end = at;
+    Ok(out)
+}
+
+/// RFC 2181 section 8: a TTL with the top bit set is treated as zero.
+#[inline]
+pub fn sane_ttl(ttl: u32) -> u32 {
+    if ttl > i32::MAX as u32 { 0 } else { ttl }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// www.t. A 1.2.3.4 (TTL 300), authority SOA (TTL 60, MINIMUM 30), OPT.
+    fn sample() -> Vec<u8> {
+        let mut m = vec![0xab, 0xcd, 0x81, 0x80, 0, 1, 0, 1, 0, 1, 0, 1];
+        m.extend(b"\x03www\x01t\x00\x00\x01\x00\x01");
+        m.extend(b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x01\x2c\x00\x04\x01\x02\x03\x04");
+        m.extend(b"\xc0\x10\x00\x06\x00\x01\x00\x00\x00\x3c\x00\x18");
+        m.extend(b"\xc0\x10\xc0\x10");
+        m.extend([0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0, 30]);
+        m.extend([0, 0, 41, 4, 0xd0, 0, 0, 0, 0, 0, 0]);
+        m
+    }
+
+    #[test]
+    fn walks_sections() {
+        let m = sample();
+        check_answers(&m, 0xabcd, b"\x03WWW\x01t\x00\x00\x01\x00\x01").unwrap();
+        assert_eq!(check_answers(&m, 1, b"\x03www\x01t\x00\x00\x01\x00\x01"), Err(ResponseError::IdMismatch));
+        assert_eq!(
+            check_answers(&m, 0xabcd, b"\x03www\x01t\x00\x00\x1c\x00\x01"),
+            Err(ResponseError::QuestionMismatch)
+        );
+        let l = layout(&m).unwrap();
+        assert_eq!(l.rcode, 0);
+        assert_eq!(l.answer_count, 1);
+        assert_eq!(l.ttls.len(), 2);
+        assert_eq!(read_u32(&m, l.ttls[0].0), 300);
+        assert_eq!(l.soa_negative_ttl, Some(30));
+        assert_eq!(l.opt, Some(m.len() - 11..m.len()));
+        assert_eq!(l.end, m.len());
+    }
+
+    #[test]
+    fn truncated_record_is_malformed() {
+        let m = sample();
+        assert_eq!(layout(&m[..m.len() - 3]), Err(ResponseError::Malformed));
+    }
+
+    #[test]
+    fn extended_rcode_from_opt() {
+        let mut m = sample();
+        let n = m.len();
+        m[n - 6] = 1; // extended rcode high bits = 1 -> 16 | low
+        assert_eq!(layout(&m).unwrap().rcode, 16);
+    }
+}
