@@ -175,7 +175,7 @@ impl Shared {
                 let rendered = entry.render(&query, started, Freshness::Fresh, None, limit, out);
                 let kind = if entry.kind == Kind::Success { "success" } else { "denial" };
                 m.cache_hits.with_label_values(&[server, kind, &zone.name, VIEW]).inc();
-                self.maybe_prefetch(&entry, &key, zone, &settings, started);
+                self.maybe_prefetch(&entry, &key, zone, &settings, listener, started);
                 self.count_reply(listener, proto, &zone.name, &query, rendered.rcode, PLUGIN_CACHE, started, out.len());
                 return Handled::Reply;
             }
@@ -232,17 +232,23 @@ impl Shared {
             .run(key, async {
                 let forwarded = forward(zone, key, deadline.into(), &self.metrics).await;
                 let now = Instant::now();
-                let has_stale = || matches!(self.cache.lookup(&key.as_ref(), now, settings.stale_max_age), Lookup::Stale(_));
+                // A failure never replaces an answer that can still be served,
+                // fresh (a prefetch that failed) or stale.
+                let has_usable = || match self.cache.lookup(&key.as_ref(), now, settings.stale_max_age) {
+                    Lookup::Fresh(e) => e.kind != Kind::Failure,
+                    Lookup::Stale(_) => true,
+                    Lookup::Miss => false,
+                };
                 match forwarded {
                     Some(f) => {
                         let entry = Arc::new(Entry::from_response(&f.msg, &f.layout, &zone.ttl, now));
-                        if entry.kind != Kind::Failure || !has_stale() {
+                        if entry.kind != Kind::Failure || !has_usable() {
                             self.cache.insert(key.clone(), entry.clone());
                         }
                         Some(entry)
                     }
                     None => {
-                        if settings.failure_ttl > 0 && !has_stale() {
+                        if settings.failure_ttl > 0 && !has_usable() {
                             let failure = Entry::failure(&key.question(), settings.failure_ttl, now);
                             self.cache.insert(key.clone(), Arc::new(failure));
                         }
@@ -259,7 +265,15 @@ impl Shared {
 
     /// Refreshes a popular entry shortly before it expires, so that its
     /// askers never see a miss (CoreDNS's `prefetch`).
-    fn maybe_prefetch(self: &Arc<Self>, entry: &Arc<Entry>, key: &KeyRef<'_>, zone: &Arc<Zone>, settings: &Arc<Settings>, now: Instant) {
+    fn maybe_prefetch(
+        self: &Arc<Self>,
+        entry: &Arc<Entry>,
+        key: &KeyRef<'_>,
+        zone: &Arc<Zone>,
+        settings: &Arc<Settings>,
+        listener: &ListenerInfo,
+        now: Instant,
+    ) {
         if settings.prefetch_min_hits == 0 || entry.kind == Kind::Failure {
             return;
         }
@@ -272,7 +286,7 @@ impl Shared {
             return;
         }
         let (this, key, zone, settings) = (self.clone(), key.to_owned(), zone.clone(), settings.clone());
-        self.metrics.cache_prefetch.with_label_values(&["", &zone.name, VIEW]).inc();
+        self.metrics.cache_prefetch.with_label_values(&[&listener.server, &zone.name, VIEW]).inc();
         self.tasks.spawn_on(
             async move {
                 let deadline = Instant::now() + settings.query_timeout;
