@@ -51,10 +51,17 @@ pub fn parse_uncompressed(msg: &[u8], start: usize) -> Result<usize, NameError> 
     }
 }
 
-/// Skips a possibly compressed name in a response and returns the offset just
-/// past it in the message. Pointers are checked to point backwards and inside
-/// the message, and the name they spell is checked for length and loops.
+/// Skips a possibly compressed name and returns the offset just past it in
+/// the message. Pointers are checked to point backwards, past the header and
+/// inside the message, and the name they spell is checked for length and loops.
 pub fn skip(msg: &[u8], start: usize) -> Result<usize, NameError> {
+    skip_visiting(msg, start, |_, _| {})
+}
+
+/// Like [`skip`], and calls `jumped(at, len)` for each label read through a
+/// compression pointer: those bytes belong to some other part of the message,
+/// which the caller may need to know is never rewritten (a TTL field).
+pub fn skip_visiting(msg: &[u8], start: usize, mut jumped: impl FnMut(usize, usize)) -> Result<usize, NameError> {
     let mut at = start;
     let mut end = None;
     let mut total = 0usize;
@@ -70,6 +77,9 @@ pub fn skip(msg: &[u8], start: usize) -> Result<usize, NameError> {
                 if at + 1 + len > msg.len() {
                     return Err(NameError::Truncated);
                 }
+                if end.is_some() {
+                    jumped(at, 1 + len);
+                }
                 at += 1 + len;
                 if len == 0 {
                     return Ok(end.unwrap_or(at));
@@ -78,7 +88,8 @@ pub fn skip(msg: &[u8], start: usize) -> Result<usize, NameError> {
             0xc0 => {
                 let second = *msg.get(at + 1).ok_or(NameError::Truncated)? as usize;
                 let target = ((len & 0x3f) << 8) | second;
-                if target >= at {
+                // Into the header: those bytes are rewritten on every reply.
+                if target >= at || target < super::HEADER_LEN {
                     return Err(NameError::BadPointer);
                 }
                 pointers += 1;
@@ -218,11 +229,17 @@ mod tests {
 
     #[test]
     fn skip_follows_only_backward_pointers() {
-        let msg = b"\x01a\x00\xc0\x00";
-        assert_eq!(skip(msg, 3), Ok(5));
-        let self_loop = b"\x01a\x00\xc0\x03";
-        assert_eq!(skip(self_loop, 3), Err(NameError::BadPointer));
-        assert_eq!(skip(b"\x01a\x00\xc0", 3), Err(NameError::Truncated));
+        let mut msg = vec![0u8; 12];
+        msg.extend(b"\x01a\x00\xc0\x0c");
+        assert_eq!(skip(&msg, 15), Ok(17));
+        let mut seen = Vec::new();
+        assert_eq!(skip_visiting(&msg, 15, |at, len| seen.push((at, len))), Ok(17));
+        assert_eq!(seen, vec![(12, 2), (14, 1)]);
+        msg[16] = 15;
+        assert_eq!(skip(&msg, 15), Err(NameError::BadPointer), "pointer to itself");
+        msg[16] = 2;
+        assert_eq!(skip(&msg, 15), Err(NameError::BadPointer), "pointer into the header");
+        assert_eq!(skip(&msg[..16], 15), Err(NameError::Truncated));
     }
 
     #[test]

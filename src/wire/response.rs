@@ -93,13 +93,16 @@ pub fn layout(msg: &[u8]) -> Result<Layout, ResponseError> {
         ..Layout::default()
     };
     let mut at = question_end;
+    // Labels reached through compression pointers: they must not lie in a
+    // TTL field, or rewriting the TTL would rewrite the name.
+    let mut jumped_labels: Vec<(usize, usize)> = Vec::new();
     for (count, section) in counts {
         if section == Section::Additional {
             out.additional_start = at;
         }
         for _ in 0..count {
             let start = at;
-            at = name::skip(msg, at).map_err(|_| ResponseError::Malformed)?;
+            at = name::skip_visiting(msg, at, |label, len| jumped_labels.push((label, len))).map_err(|_| ResponseError::Malformed)?;
             if at + 10 > msg.len() {
                 return Err(ResponseError::Malformed);
             }
@@ -120,6 +123,8 @@ pub fn layout(msg: &[u8]) -> Result<Layout, ResponseError> {
                 continue;
             }
             out.ttls.push((ttl_at, section));
+            // Names inside RDATA (CNAME, NS, SOA, MX, SRV...) may point too.
+            check_rdata_names(msg, rrtype, rdata, at, &mut jumped_labels)?;
             if rrtype == rtype::SOA && section == Section::Authority {
                 // MINIMUM is the last field of the SOA RDATA.
                 if rdlen < 22 {
@@ -131,9 +136,41 @@ pub fn layout(msg: &[u8]) -> Result<Layout, ResponseError> {
             }
         }
     }
+    let overlaps_ttl = |&(label, len): &(usize, usize)| {
+        out.ttls.iter().any(|&(ttl, _)| label < ttl + 4 && ttl < label + len)
+    };
+    if jumped_labels.iter().any(overlaps_ttl) {
+        return Err(ResponseError::Malformed);
+    }
     out.end = at;
     Ok(out)
 }
+
+/// Walks the compressible names in RDATA (RFC 3597 section 4: the types of
+/// RFC 1035, plus MX and SRV whose names follow a fixed-size prefix),
+/// recording labels reached through pointers.
+fn check_rdata_names(msg: &[u8], rrtype: u16, rdata: usize, end: usize, jumped: &mut Vec<(usize, usize)>) -> Result<(), ResponseError> {
+    let (prefix, names) = match rrtype {
+        rtype::NS | rtype::CNAME | rtype::PTR | DNAME => (0, 1),
+        rtype::SOA => (0, 2),
+        rtype::MX => (2, 1),
+        rtype::SRV => (6, 1),
+        _ => (0, 0),
+    };
+    if names == 0 {
+        return Ok(());
+    }
+    let mut at = rdata + prefix;
+    for _ in 0..names {
+        at = name::skip_visiting(msg, at, |label, len| jumped.push((label, len))).map_err(|_| ResponseError::Malformed)?;
+        if at > end {
+            return Err(ResponseError::Malformed);
+        }
+    }
+    Ok(())
+}
+
+const DNAME: u16 = 39;
 
 /// RFC 2181 section 8: a TTL with the top bit set is treated as zero.
 #[inline]
