@@ -214,6 +214,16 @@ mod tests {
     }
 
     #[test]
+    fn pointer_into_a_ttl_field_is_malformed() {
+        let mut m = sample();
+        // The SOA's owner name (offset 39) points at the answer's TTL
+        // (offset 29), whose first byte 00 spells a valid root name.
+        assert_eq!(&m[39..41], b"\xc0\x10");
+        m[40] = 29;
+        assert_eq!(layout(&m), Err(ResponseError::Malformed));
+    }
+
+    #[test]
     fn truncated_record_is_malformed() {
         let m = sample();
         assert_eq!(layout(&m[..m.len() - 3]), Err(ResponseError::Malformed));
