@@ -17,10 +17,10 @@ use crate::cache::key::NameBuf;
 use crate::cache::{Cache, Entry, Freshness, Key, KeyRef, Kind, Lookup};
 use crate::config::Config;
 use crate::inflight::{InFlight, Role};
-use crate::metrics::{qtype_label, Metrics, PLUGIN_CACHE, PLUGIN_FORWARD, PLUGIN_NONE, VIEW};
+use crate::metrics::{qtype_label, Metrics, PLUGIN_CACHE, PLUGIN_NONE, VIEW, ZONE_DROPPED};
 use crate::upstream::forward::forward;
 use crate::upstream::{Router, RouterError, Zone};
-use crate::wire::query::{self, Query};
+use crate::wire::query;
 use crate::wire::{build, ede, rcode, rcode_name};
 
 /// The parts of the configuration the request path reads; replaced whole
@@ -157,7 +157,10 @@ impl Shared {
         let key = KeyRef::from_query(&query, &mut name_buf);
         let Some(zone) = settings.router.route(key.name) else {
             self.metrics.rejected.with_label_values(&["no zone for the name"]).inc();
+            let labels = [listener.server.as_str(), ZONE_DROPPED, VIEW, proto.label(), listener.family, qtype_label(query.qtype)];
+            self.metrics.requests.with_label_values(&labels).inc();
             build::reply_with_rcode(packet, rcode::REFUSED, Some(query.name_end + 4), query.edns, None, out);
+            self.count_reply(listener, proto, ZONE_DROPPED, rcode::REFUSED, PLUGIN_NONE, started, out.len());
             return Handled::Reply;
         };
         let m = &self.metrics;
@@ -176,7 +179,7 @@ impl Shared {
                 let kind = if entry.kind == Kind::Success { "success" } else { "denial" };
                 m.cache_hits.with_label_values(&[server, kind, &zone.name, VIEW]).inc();
                 self.maybe_prefetch(&entry, &key, zone, &settings, listener, started);
-                self.count_reply(listener, proto, &zone.name, &query, rendered.rcode, PLUGIN_CACHE, started, out.len());
+                self.count_reply(listener, proto, &zone.name, rendered.rcode, PLUGIN_CACHE, started, out.len());
                 return Handled::Reply;
             }
             Lookup::Stale(entry) => Some(entry),
@@ -214,12 +217,12 @@ impl Shared {
             self.metrics.cache_served_stale.with_label_values(&[&listener.server, &job.zone.name, VIEW]).inc();
             (rendered.rcode, PLUGIN_CACHE)
         } else if let Some(entry) = &fetched {
-            (entry.render(&query, now, Freshness::Fresh, None, limit, out).rcode, PLUGIN_FORWARD)
+            (entry.render(&query, now, Freshness::Fresh, None, limit, out).rcode, PLUGIN_CACHE)
         } else {
             build::servfail(&job.packet, query.name_end + 4, query.edns, Some(ede::NO_REACHABLE_AUTHORITY), out);
             (rcode::SERVFAIL, PLUGIN_NONE)
         };
-        self.count_reply(listener, job.proto, &job.zone.name, &query, code, plugin, job.started, out.len());
+        self.count_reply(listener, job.proto, &job.zone.name, code, plugin, job.started, out.len());
     }
 
     /// Asks upstream for `key` (or joins the identical query in flight) and
@@ -302,7 +305,6 @@ impl Shared {
         listener: &ListenerInfo,
         proto: Proto,
         zone: &str,
-        query: &Query<'_>,
         code: u16,
         plugin: &str,
         started: Instant,
@@ -312,8 +314,6 @@ impl Shared {
         let server = listener.server.as_str();
         m.responses.with_label_values(&[server, zone, VIEW, rcode_name(code), plugin]).inc();
         m.response_size.with_label_values(&[server, zone, VIEW, proto.label()]).observe(size as f64);
-        m.request_duration
-            .with_label_values(&[server, zone, VIEW, qtype_label(query.qtype)])
-            .observe(started.elapsed().as_secs_f64());
+        m.request_duration.with_label_values(&[server, zone, VIEW]).observe(started.elapsed().as_secs_f64());
     }
 }

@@ -25,10 +25,13 @@ use crate::cache::CacheStats;
 pub const VIEW: &str = "";
 /// CoreDNS's `proxy_name` label value for its forward plugin.
 pub const PROXY_NAME: &str = "forward";
-/// CoreDNS's `plugin` label on responses: which plugin wrote the reply.
+/// CoreDNS's `plugin` label on responses: which plugin wrote the reply. In
+/// NodeLocal DNSCache's chain every answer passes through `cache`, forwarded
+/// ones included; a SERVFAIL written after a forward error has none.
 pub const PLUGIN_CACHE: &str = "cache";
-pub const PLUGIN_FORWARD: &str = "forward";
 pub const PLUGIN_NONE: &str = "";
+/// CoreDNS's `zone` label for queries that matched no zone (answered REFUSED).
+pub const ZONE_DROPPED: &str = "dropped";
 
 pub struct Metrics {
     registry: Registry,
@@ -97,7 +100,7 @@ impl Metrics {
         let m = Metrics {
             requests: counter(&r, "coredns_dns_requests_total", "Counter of DNS requests made per zone, protocol and family.", &["server", "zone", "view", "proto", "family", "type"]),
             responses: counter(&r, "coredns_dns_responses_total", "Counter of response status codes.", &["server", "zone", "view", "rcode", "plugin"]),
-            request_duration: histogram(&r, "coredns_dns_request_duration_seconds", "Histogram of the time (in seconds) each request took per zone.", &["server", "zone", "view", "type"], duration_buckets()),
+            request_duration: histogram(&r, "coredns_dns_request_duration_seconds", "Histogram of the time (in seconds) each request took per zone.", &["server", "zone", "view"], duration_buckets()),
             request_size: histogram(&r, "coredns_dns_request_size_bytes", "Size of the EDNS0 UDP buffer in bytes (64K for TCP) per zone and protocol.", &["server", "zone", "view", "proto"], size_buckets()),
             response_size: histogram(&r, "coredns_dns_response_size_bytes", "Size of the returned response in bytes.", &["server", "zone", "view", "proto"], size_buckets()),
             do_requests: counter(&r, "coredns_dns_do_requests_total", "Counter of DNS requests with DO bit set per zone.", &["server", "view", "zone"]),
@@ -161,7 +164,7 @@ fn gauge_less_counter(registry: &Registry, name: &str, help: &str) -> IntCounter
     c
 }
 
-/// The CoreDNS `type` label: common types by name, the rest as "other",
+/// The CoreDNS `type` label: CoreDNS's list of types by name, the rest as "other",
 /// so a client asking for random types cannot blow up the series count.
 pub fn qtype_label(qtype: u16) -> &'static str {
     match qtype {
@@ -174,13 +177,11 @@ pub fn qtype_label(qtype: u16) -> &'static str {
         16 => "TXT",
         28 => "AAAA",
         33 => "SRV",
-        35 => "NAPTR",
         43 => "DS",
         46 => "RRSIG",
         47 => "NSEC",
         48 => "DNSKEY",
         50 => "NSEC3",
-        64 => "SVCB",
         65 => "HTTPS",
         251 => "IXFR",
         252 => "AXFR",
