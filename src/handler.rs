@@ -108,6 +108,15 @@ impl ListenerInfo {
     }
 }
 
+/// The largest reply a client may get: its UDP size, or a TCP message's
+/// 16-bit length limit (an upstream's largest answer plus our OPT is over it).
+fn reply_limit(proto: Proto, query: &query::Query<'_>, settings: &Settings) -> Option<usize> {
+    Some(match proto {
+        Proto::Udp => query.udp_limit(settings.max_udp_payload),
+        Proto::Tcp => u16::MAX as usize,
+    })
+}
+
 /// What [`Shared::handle`] decided.
 pub enum Handled {
     /// The reply is in the output buffer.
@@ -174,7 +183,7 @@ impl Shared {
 
         let stale = match self.cache.lookup(&key, started, settings.stale_max_age) {
             Lookup::Fresh(entry) => {
-                let limit = (proto == Proto::Udp).then(|| query.udp_limit(settings.max_udp_payload));
+                let limit = reply_limit(proto, &query, &settings);
                 let rendered = entry.render(&query, started, Freshness::Fresh, None, limit, out);
                 let kind = if entry.kind == Kind::Success { "success" } else { "denial" };
                 m.cache_hits.with_label_values(&[server, kind, &zone.name, VIEW]).inc();
@@ -208,7 +217,7 @@ impl Shared {
             .flatten();
         self.metrics.inflight.dec();
         let now = Instant::now();
-        let limit = (job.proto == Proto::Udp).then(|| query.udp_limit(job.settings.max_udp_payload));
+        let limit = reply_limit(job.proto, &query, &job.settings);
         let failed = fetched.as_ref().is_none_or(|e| e.kind == Kind::Failure);
         let stale = job.stale.as_ref().filter(|_| failed);
         let (code, plugin) = if let Some(stale) = stale {
