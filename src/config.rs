@@ -168,6 +168,77 @@ pub struct ZoneConfig {
     /// Upper clamp for NXDOMAIN and NODATA (RFC 2308 TTLs from the SOA).
     #[serde(default = "default_negative_max_ttl", with = "humantime_serde")]
     pub negative_max_ttl: Duration,
+    /// How queries travel to this zone's upstreams.
+    #[serde(default)]
+    pub transport: Transport,
+    /// The bounded TCP connection pool, one per upstream address.
+    #[serde(default)]
+    pub pool: PoolConfig,
+    /// Consecutive failed exchanges after which an upstream is marked down:
+    /// skipped while another is up, and probed with backoff until it answers.
+    #[serde(default = "default_max_fails")]
+    pub max_fails: u32,
+    /// First wait between health probes of a down upstream; doubles up to 30 s.
+    #[serde(default = "default_health_check", with = "humantime_serde")]
+    pub health_check: Duration,
+}
+
+/// How a zone's queries travel upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Transport {
+    /// UDP; TCP (through the pool) only for an answer that came back truncated.
+    #[default]
+    PreferUdp,
+    /// Every query over TCP through the pool (NodeLocal DNSCache's `force_tcp`).
+    ForceTcp,
+    /// UDP, and the same query over TCP if UDP gets no answer within half
+    /// the upstream timeout (a datagram lost to a conntrack race, say).
+    TcpFallbackOnTimeout,
+}
+
+/// Limits of the TCP connection pool to one upstream address.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PoolConfig {
+    /// Open connections at most, dialling ones included.
+    pub max_connections: usize,
+    /// Queries in flight on one connection (RFC 7766 pipelining); 1 for
+    /// servers that answer one query at a time, in order (dnsmasq).
+    pub max_inflight: usize,
+    /// A connection that has carried this many queries is retired; 0: no limit.
+    pub max_queries_per_connection: u64,
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// A connection with nothing in flight for this long is closed, at that moment.
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// Queries that may wait for a connection when all are busy; more fail at once.
+    pub max_queue: usize,
+    /// How long a query may wait in the queue before it fails.
+    #[serde(with = "humantime_serde")]
+    pub max_queue_wait: Duration,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig {
+            max_connections: 4,
+            max_inflight: 1,
+            max_queries_per_connection: 0,
+            connect_timeout: Duration::from_secs(1),
+            idle_timeout: Duration::from_secs(10),
+            max_queue: 256,
+            max_queue_wait: Duration::from_secs(1),
+        }
+    }
+}
+
+fn default_max_fails() -> u32 {
+    2
+}
+fn default_health_check() -> Duration {
+    Duration::from_millis(500)
 }
 
 fn default_resolv_conf() -> PathBuf {
@@ -195,6 +266,10 @@ impl ZoneConfig {
             min_ttl: Duration::ZERO,
             max_ttl: default_max_ttl(),
             negative_max_ttl: default_negative_max_ttl(),
+            transport: Transport::default(),
+            pool: PoolConfig::default(),
+            max_fails: default_max_fails(),
+            health_check: default_health_check(),
         }
     }
 }
@@ -372,6 +447,16 @@ impl Config {
             if zone.upstream_timeout.is_zero() {
                 return Err((at(zone.name.span()), format!("zone {}: upstream_timeout must be more than 0", name.0)));
             }
+            let pool = &zone.pool;
+            if pool.max_connections == 0 || pool.max_inflight == 0 {
+                return Err((at(zone.name.span()), format!("zone {}: pool.max_connections and pool.max_inflight must be at least 1", name.0)));
+            }
+            if pool.connect_timeout.is_zero() || pool.idle_timeout.is_zero() {
+                return Err((at(zone.name.span()), format!("zone {}: pool timeouts must be more than 0", name.0)));
+            }
+            if zone.health_check.is_zero() {
+                return Err((at(zone.name.span()), format!("zone {}: health_check must be more than 0", name.0)));
+            }
             if zone.min_ttl > zone.max_ttl {
                 return Err((at(zone.name.span()), format!("zone {}: min_ttl is above max_ttl", name.0)));
             }
@@ -472,6 +557,21 @@ mod tests {
         let ups: Vec<String> = c.zones[0].upstreams.iter().map(|u| u.get_ref().0.to_string()).collect();
         assert_eq!(ups, ["[::1]:53", "[::1]:5353", "10.0.0.1:53"]);
         assert_eq!(c.zones[0].name.get_ref().0, "x.");
+    }
+
+    #[test]
+    fn pool_table_belongs_to_its_zone() {
+        let text = "[[zone]]\nname = \"a\"\nupstreams = [\"127.0.0.1\"]\ntransport = \"force_tcp\"\n\
+                    [zone.pool]\nmax_connections = 2\nidle_timeout = \"1s\"\n\
+                    [[zone]]\nname = \"b\"\nupstreams = [\"127.0.0.1\"]\n";
+        let c = Config::parse(text).unwrap();
+        assert_eq!(c.zones[0].transport, Transport::ForceTcp);
+        assert_eq!(c.zones[0].pool.max_connections, 2);
+        assert_eq!(c.zones[0].pool.idle_timeout, Duration::from_secs(1));
+        assert_eq!(c.zones[1].transport, Transport::PreferUdp);
+        assert_eq!(c.zones[1].pool.max_connections, 4);
+        let e = Config::parse("[[zone]]\nname = \"a\"\n[zone.pool]\nmax_conns = 2\n").unwrap_err();
+        assert_eq!(e.position.unwrap().0, 4, "{e}");
     }
 
     #[test]
