@@ -198,7 +198,7 @@ pub enum Transport {
 }
 
 /// Limits of the TCP connection pool to one upstream address.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PoolConfig {
     /// Open connections at most, dialling ones included.
@@ -461,10 +461,24 @@ impl Config {
                 return Err((at(zone.name.span()), format!("zone {}: min_ttl is above max_ttl", name.0)));
             }
             for up in &zone.upstreams {
-                if self.is_own_address(up.get_ref().0) {
+                let addr = up.get_ref().0;
+                let earlier = self.zones[..i].iter().find(|z| z.upstreams.iter().any(|u| u.get_ref().0 == addr));
+                if let Some(other) = earlier
+                    && (other.pool != zone.pool || other.max_fails != zone.max_fails || other.health_check != zone.health_check)
+                {
                     return Err((
                         at(up.span()),
-                        format!("upstream {} is one of our own listen addresses: a forwarding loop", up.get_ref().0),
+                        format!(
+                            "upstream {addr} is also listed by zone {} with different pool, max_fails or health_check settings; \
+                             one server gets one connection pool, so they must agree",
+                            other.name.get_ref().0
+                        ),
+                    ));
+                }
+                if self.is_own_address(addr) {
+                    return Err((
+                        at(up.span()),
+                        format!("upstream {addr} is one of our own listen addresses: a forwarding loop"),
                     ));
                 }
             }
@@ -563,7 +577,7 @@ mod tests {
     fn pool_table_belongs_to_its_zone() {
         let text = "[[zone]]\nname = \"a\"\nupstreams = [\"127.0.0.1\"]\ntransport = \"force_tcp\"\n\
                     [zone.pool]\nmax_connections = 2\nidle_timeout = \"1s\"\n\
-                    [[zone]]\nname = \"b\"\nupstreams = [\"127.0.0.1\"]\n";
+                    [[zone]]\nname = \"b\"\nupstreams = [\"127.0.0.2\"]\n";
         let c = Config::parse(text).unwrap();
         assert_eq!(c.zones[0].transport, Transport::ForceTcp);
         assert_eq!(c.zones[0].pool.max_connections, 2);
@@ -572,6 +586,14 @@ mod tests {
         assert_eq!(c.zones[1].pool.max_connections, 4);
         let e = Config::parse("[[zone]]\nname = \"a\"\n[zone.pool]\nmax_conns = 2\n").unwrap_err();
         assert_eq!(e.position.unwrap().0, 4, "{e}");
+    }
+
+    #[test]
+    fn shared_upstream_needs_one_pool_setting() {
+        let text = "[[zone]]\nname = \"a\"\nupstreams = [\"127.0.0.1\"]\n[zone.pool]\nmax_connections = 2\n\
+                    [[zone]]\nname = \"b\"\nupstreams = [\"127.0.0.1\"]\n";
+        let e = Config::parse(text).unwrap_err();
+        assert_eq!(e.position.unwrap().0, 8, "{e}");
     }
 
     #[test]

@@ -45,10 +45,12 @@ pub struct TcpLimits {
 }
 
 impl Settings {
-    pub fn from_config(config: &Config) -> Result<Settings, RouterError> {
+    /// Builds the settings for `config`; `previous` lets unchanged upstreams
+    /// keep their connections and health across a reload.
+    pub fn from_config(config: &Config, metrics: &Arc<Metrics>, previous: Option<&Settings>) -> Result<Settings, RouterError> {
         let secs = |d: Duration| d.as_secs().min(u32::MAX.into()) as u32;
         Ok(Settings {
-            router: Router::from_config(config)?,
+            router: Router::from_config(config, metrics, previous.map(|p| &p.router))?,
             max_udp_payload: config.server.max_udp_payload,
             query_timeout: config.server.query_timeout,
             stale_max_age: config.cache.stale_max_age,
@@ -141,7 +143,7 @@ pub struct MissJob {
 impl Shared {
     pub fn new(config: &Config, metrics: Arc<Metrics>, runtime: tokio::runtime::Handle) -> Result<Shared, RouterError> {
         Ok(Shared {
-            settings: ArcSwap::from_pointee(Settings::from_config(config)?),
+            settings: ArcSwap::from_pointee(Settings::from_config(config, &metrics, None)?),
             cache: Cache::new(config.cache.capacity.as_u64()),
             inflight: InFlight::default(),
             metrics,

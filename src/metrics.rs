@@ -62,6 +62,18 @@ pub struct Metrics {
     pub tcp_rejected: IntCounter,
     pub reloads: IntCounterVec,
     pub workers: IntGauge,
+    pub upstream_inflight: IntGaugeVec,
+    pub upstream_healthy: IntGaugeVec,
+    pub health_checks: IntCounterVec,
+    pub proxy_healthcheck_failures: IntCounterVec,
+    pub pool_connections: IntGaugeVec,
+    pub pool_dials: IntCounterVec,
+    pub pool_dial_failures: IntCounterVec,
+    pub pool_closed: IntCounterVec,
+    pub queue_length: IntGaugeVec,
+    pub queue_capacity: IntGaugeVec,
+    pub queue_wait: HistogramVec,
+    pub queue_rejected: IntCounterVec,
     /// The `server` label the cache-wide gauges carry (the first listener).
     cache_server: String,
 }
@@ -129,6 +141,18 @@ impl Metrics {
             tcp_rejected: gauge_less_counter(&r, "nodens_tcp_client_rejected_total", "Client TCP connections closed at once because tcp_max_connections were open."),
             reloads: counter(&r, "nodens_config_reloads_total", "Configuration reloads (SIGHUP), by result.", &["result"]),
             workers: gauge(&r, "nodens_workers", "Worker threads serving queries."),
+            upstream_inflight: gauge_vec(&r, "nodens_upstream_inflight", "Queries in flight to an upstream, UDP and TCP.", &["to"]),
+            upstream_healthy: gauge_vec(&r, "nodens_upstream_healthy", "1 while an upstream is up, 0 while it is marked down and probed.", &["to"]),
+            health_checks: counter(&r, "nodens_upstream_health_checks_total", "Health probes of upstreams marked down, by result.", &["to", "result"]),
+            proxy_healthcheck_failures: counter(&r, "coredns_proxy_healthcheck_failures_total", "Count of failed health checks per upstream.", &["proxy_name", "to"]),
+            pool_connections: gauge_vec(&r, "nodens_upstream_tcp_connections", "Open TCP connections to an upstream, idle (nothing in flight) or busy.", &["to", "state"]),
+            pool_dials: counter(&r, "nodens_upstream_tcp_dials_total", "TCP connections dialled to an upstream.", &["to"]),
+            pool_dial_failures: counter(&r, "nodens_upstream_tcp_dial_failures_total", "TCP dials to an upstream that failed or timed out.", &["to"]),
+            pool_closed: counter(&r, "nodens_upstream_tcp_closed_total", "TCP connections to an upstream closed, by reason.", &["to", "reason"]),
+            queue_length: gauge_vec(&r, "nodens_upstream_queue_length", "Queries waiting for a TCP connection slot to an upstream.", &["to"]),
+            queue_capacity: gauge_vec(&r, "nodens_upstream_queue_capacity", "The configured wait queue size (pool.max_queue) of an upstream.", &["to"]),
+            queue_wait: histogram(&r, "nodens_upstream_queue_wait_seconds", "Time queries waited in the queue for a TCP connection slot.", &["to"], duration_buckets()),
+            queue_rejected: counter(&r, "nodens_upstream_queue_rejected_total", "Queries failed by the wait queue: it was full, or the wait expired.", &["to", "reason"]),
             registry: r,
             cache_server,
         };
@@ -156,6 +180,12 @@ impl Metrics {
         TextEncoder::new().encode(&self.registry.gather(), &mut out).expect("text encoding");
         String::from_utf8(out).expect("prometheus text is UTF-8")
     }
+}
+
+fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
+    registry.register(Box::new(g.clone())).expect("unique metric");
+    g
 }
 
 fn gauge_less_counter(registry: &Registry, name: &str, help: &str) -> IntCounter {

@@ -82,7 +82,7 @@ impl Server {
 
     async fn try_reload(&mut self, path: &std::path::Path) -> Result<()> {
         let config = Config::load(path)?;
-        let settings = Settings::from_config(&config)?;
+        let settings = Settings::from_config(&config, &self.shared.metrics, Some(&self.shared.settings.load()))?;
         self.log.set_level(&config.log.level)?;
         if config.log.format != self.config.log.format {
             tracing::warn!("log.format changes take effect at the next restart");

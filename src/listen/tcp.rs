@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::handler::{Handled, ListenerInfo, Proto, Shared};
+use crate::wire::framing::{self, take_frame};
 
 /// A reply that cannot be written within this long means a client that
 /// stopped reading; the connection is closed.
@@ -122,45 +123,14 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, shared: &Arc<Shar
     let _ = writing.await;
 }
 
-/// Cuts one length-prefixed message off the front of `pending`, if whole.
-fn take_frame(pending: &mut Vec<u8>) -> Option<Vec<u8>> {
-    if pending.len() < 2 {
-        return None;
-    }
-    let len = u16::from_be_bytes([pending[0], pending[1]]) as usize;
-    if pending.len() < 2 + len {
-        return None;
-    }
-    let frame = pending[2..2 + len].to_vec();
-    pending.drain(..2 + len);
-    Some(frame)
-}
-
 async fn write_replies(mut writer: OwnedWriteHalf, mut outbox: mpsc::Receiver<Vec<u8>>) {
     let mut framed = Vec::new();
     while let Some(reply) = outbox.recv().await {
-        framed.clear();
-        framed.extend((reply.len() as u16).to_be_bytes());
-        framed.extend_from_slice(&reply);
+        framing::frame(&reply, &mut framed);
         match tokio::time::timeout(WRITE_TIMEOUT, writer.write_all(&framed)).await {
             Ok(Ok(())) => {}
             _ => return,
         }
     }
     let _ = writer.shutdown().await;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn frames_are_cut_whole() {
-        let mut p = vec![0, 3, 1, 2, 3, 0, 2, 9];
-        assert_eq!(take_frame(&mut p), Some(vec![1, 2, 3]));
-        assert_eq!(take_frame(&mut p), None);
-        p.push(8);
-        assert_eq!(take_frame(&mut p), Some(vec![9, 8]));
-        assert!(p.is_empty());
-    }
 }

@@ -2,7 +2,8 @@
 //! servers, and the transports that carry a query to one of them.
 
 pub mod forward;
-pub mod tcp;
+pub mod health;
+pub mod pool;
 pub mod udp;
 
 use std::collections::HashMap;
@@ -10,27 +11,72 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus::IntGauge;
 use thiserror::Error;
 
 use crate::cache::TtlPolicy;
-use crate::config::{resolv_conf_nameservers, Config, Policy, ZoneConfig};
+use crate::config::{resolv_conf_nameservers, Config, Policy, PoolConfig, Transport, ZoneConfig};
 use crate::log_limit::LogLimiter;
+use crate::metrics::Metrics;
 use crate::wire::name;
+use health::Health;
+use pool::Pool;
 
-/// One upstream server.
+/// One upstream server, shared by every zone that lists its address, so
+/// that its connection bound and its health are per server, not per zone.
 pub struct Upstream {
     pub addr: SocketAddr,
     /// The `to` label in metrics and logs.
     pub label: String,
+    pub settings: UpstreamSettings,
     pub log_limit: LogLimiter,
+    pub pool: Pool,
+    pub health: Health,
+    /// Queries in flight to this upstream, UDP and TCP.
+    pub inflight: IntGauge,
+    healthy: IntGauge,
+    metrics: Arc<Metrics>,
+}
+
+/// What an upstream is built from; an upstream whose settings did not
+/// change survives a reload with its connections and health.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamSettings {
+    pub pool: PoolConfig,
+    pub max_fails: u32,
+    pub health_check: Duration,
+    /// Probe over TCP (the first zone listing it forces TCP) or UDP.
+    pub probe_over_tcp: bool,
+    pub probe_timeout: Duration,
+    pub log_interval: Duration,
+}
+
+impl Upstream {
+    fn new(addr: SocketAddr, settings: UpstreamSettings, metrics: &Arc<Metrics>) -> Upstream {
+        let label = addr.to_string();
+        let healthy = metrics.upstream_healthy.with_label_values(&[&label]);
+        healthy.set(1);
+        Upstream {
+            addr,
+            pool: Pool::new(addr, settings.pool.clone(), metrics, &label),
+            log_limit: LogLimiter::new(settings.log_interval),
+            health: Health::default(),
+            inflight: metrics.upstream_inflight.with_label_values(&[&label]),
+            healthy,
+            metrics: metrics.clone(),
+            label,
+            settings,
+        }
+    }
 }
 
 /// A forwarding zone, ready to use.
 pub struct Zone {
     /// Presentation form, the `zone` label in metrics ("cluster.local.").
     pub name: String,
-    pub upstreams: Vec<Upstream>,
+    pub upstreams: Vec<Arc<Upstream>>,
     pub policy: Policy,
+    pub transport: Transport,
     pub upstream_timeout: Duration,
     pub ttl: TtlPolicy,
 }
@@ -39,6 +85,7 @@ pub struct Zone {
 pub struct Router {
     zones: Vec<Arc<Zone>>,
     by_name: HashMap<Vec<u8>, usize>,
+    upstreams: HashMap<SocketAddr, Arc<Upstream>>,
 }
 
 #[derive(Debug, Error)]
@@ -49,16 +96,17 @@ pub struct RouterError {
 }
 
 impl Router {
-    pub fn from_config(config: &Config) -> Result<Router, RouterError> {
-        let mut zones = Vec::new();
-        let mut by_name = HashMap::new();
+    /// Builds the zones of `config`, reusing the upstreams of `previous`
+    /// (the running configuration) whose settings are unchanged.
+    pub fn from_config(config: &Config, metrics: &Arc<Metrics>, previous: Option<&Router>) -> Result<Router, RouterError> {
+        let mut router = Router { zones: Vec::new(), by_name: HashMap::new(), upstreams: HashMap::new() };
         for zc in &config.zones {
-            let zone = build_zone(zc, config)?;
+            let zone = router.build_zone(zc, config, metrics, previous)?;
             let wire = name::from_text(&zone.name).expect("validated zone name");
-            by_name.insert(wire, zones.len());
-            zones.push(Arc::new(zone));
+            router.by_name.insert(wire, router.zones.len());
+            router.zones.push(Arc::new(zone));
         }
-        Ok(Router { zones, by_name })
+        Ok(router)
     }
 
     /// The zone for a query name (folded to lower case), longest suffix first.
@@ -72,35 +120,62 @@ impl Router {
     pub fn zones(&self) -> &[Arc<Zone>] {
         &self.zones
     }
+
+    fn build_zone(&mut self, zc: &ZoneConfig, config: &Config, metrics: &Arc<Metrics>, previous: Option<&Router>) -> Result<Zone, RouterError> {
+        let zone_name = zc.name.get_ref().0.clone();
+        let error = |message: String| RouterError { zone: zone_name.clone(), message };
+        let addrs: Vec<SocketAddr> = if zc.upstreams.is_empty() {
+            resolv_conf_nameservers(&zc.resolv_conf).map_err(error)?
+        } else {
+            zc.upstreams.iter().map(|u| u.get_ref().0).collect()
+        };
+        let settings = UpstreamSettings {
+            pool: zc.pool.clone(),
+            max_fails: zc.max_fails,
+            health_check: zc.health_check,
+            probe_over_tcp: zc.transport == Transport::ForceTcp,
+            probe_timeout: zc.upstream_timeout,
+            log_interval: config.log.upstream_error_interval,
+        };
+        let mut upstreams = Vec::new();
+        for addr in addrs {
+            let upstream = match self.upstreams.get(&addr) {
+                Some(shared) if !shared_settings_agree(&shared.settings, &settings) => {
+                    return Err(error(format!(
+                        "upstream {addr} is listed by another zone with different pool, max_fails or health_check settings; \
+                         one server gets one connection pool, so they must agree"
+                    )));
+                }
+                Some(shared) => shared.clone(),
+                None => {
+                    let reused = previous.and_then(|p| p.upstreams.get(&addr)).filter(|u| u.settings == settings);
+                    let upstream = reused.cloned().unwrap_or_else(|| Arc::new(Upstream::new(addr, settings.clone(), metrics)));
+                    self.upstreams.insert(addr, upstream.clone());
+                    upstream
+                }
+            };
+            upstreams.push(upstream);
+        }
+        let secs = |d: Duration| d.as_secs().min(u32::MAX.into()) as u32;
+        Ok(Zone {
+            name: zone_name.clone(),
+            upstreams,
+            policy: zc.policy,
+            transport: zc.transport,
+            upstream_timeout: zc.upstream_timeout,
+            ttl: TtlPolicy {
+                min_ttl: secs(zc.min_ttl),
+                max_ttl: secs(zc.max_ttl),
+                negative_max_ttl: secs(zc.negative_max_ttl),
+                failure_ttl: secs(config.cache.servfail_ttl),
+            },
+        })
+    }
 }
 
-fn build_zone(zc: &ZoneConfig, config: &Config) -> Result<Zone, RouterError> {
-    let zone_name = zc.name.get_ref().0.clone();
-    let addrs: Vec<SocketAddr> = if zc.upstreams.is_empty() {
-        resolv_conf_nameservers(&zc.resolv_conf).map_err(|message| RouterError { zone: zone_name.clone(), message })?
-    } else {
-        zc.upstreams.iter().map(|u| u.get_ref().0).collect()
-    };
-    let secs = |d: Duration| d.as_secs().min(u32::MAX.into()) as u32;
-    Ok(Zone {
-        name: zone_name,
-        upstreams: addrs
-            .into_iter()
-            .map(|addr| Upstream {
-                addr,
-                label: addr.to_string(),
-                log_limit: LogLimiter::new(config.log.upstream_error_interval),
-            })
-            .collect(),
-        policy: zc.policy,
-        upstream_timeout: zc.upstream_timeout,
-        ttl: TtlPolicy {
-            min_ttl: secs(zc.min_ttl),
-            max_ttl: secs(zc.max_ttl),
-            negative_max_ttl: secs(zc.negative_max_ttl),
-            failure_ttl: secs(config.cache.servfail_ttl),
-        },
-    })
+/// The settings two zones sharing an upstream must agree on.
+fn shared_settings_agree(a: &UpstreamSettings, b: &UpstreamSettings) -> bool {
+    a.pool == b.pool && a.max_fails == b.max_fails && a.health_check == b.health_check
 }
 
 /// Why one exchange with one upstream failed.
@@ -114,6 +189,10 @@ pub enum ExchangeError {
     Malformed,
     #[error("connection closed before the answer")]
     Closed,
+    #[error("TCP wait queue full")]
+    QueueFull,
+    #[error("waited too long in the TCP queue")]
+    QueueTimeout,
 }
 
 impl ExchangeError {
@@ -125,7 +204,15 @@ impl ExchangeError {
             ExchangeError::Io(_) => "network",
             ExchangeError::Malformed => "malformed",
             ExchangeError::Closed => "closed",
+            ExchangeError::QueueFull => "queue_full",
+            ExchangeError::QueueTimeout => "queue_timeout",
         }
+    }
+
+    /// Whether this says something about the upstream's health. A full or
+    /// slow queue is our own bound at work, not the upstream failing.
+    pub fn counts_against_health(&self) -> bool {
+        !matches!(self, ExchangeError::QueueFull | ExchangeError::QueueTimeout)
     }
 }
 
@@ -139,7 +226,8 @@ mod tests {
                     [[zone]]\nname = \"cluster.local\"\nupstreams = [\"127.0.0.1:2\"]\n\
                     [[zone]]\nname = \"svc.cluster.local\"\nupstreams = [\"127.0.0.1:3\"]\n";
         let config = Config::parse(text).unwrap();
-        let router = Router::from_config(&config).unwrap();
+        let metrics = Arc::new(Metrics::new("dns://test".into()));
+        let router = Router::from_config(&config, &metrics, None).unwrap();
         let zone = |n: &str| router.route(&name::from_text(n).unwrap()).unwrap().name.clone();
         assert_eq!(zone("a.b.svc.cluster.local"), "svc.cluster.local.");
         assert_eq!(zone("pod.cluster.local"), "cluster.local.");

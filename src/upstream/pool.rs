@@ -1,0 +1,513 @@
+//! A bounded pool of TCP connections to one upstream, with a bounded queue.
+//!
+//! The field failure this exists for: a node cache that opens a new TCP
+//! connection whenever none is free, and expires idle ones on a ticker,
+//! drowns a server that serves 20 connections (dnsmasq). Here:
+//!
+//! - at most `max_connections` connections (dialling ones count), each with at
+//!   most `max_inflight` queries (RFC 7766 pipelining, answers matched by ID);
+//! - a query that finds no free slot waits in a FIFO queue of `max_queue`, for
+//!   at most `max_queue_wait`; a full queue fails the query at once;
+//! - a connection is closed the moment it has had nothing in flight for
+//!   `idle_timeout` (a timer per connection, no sweeping ticker);
+//! - a connection is retired after `max_queries_per_connection`, when the
+//!   peer closes or resets it, or when a query on it gets no answer in time
+//!   (a server that stopped reading); its queries fail and are retried.
+//!
+//! Each connection is a task that owns the socket. The pool's state (which
+//! connection has free slots, who waits) is behind one short mutex that is
+//! never held across an await.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Instant as StdInstant;
+
+use prometheus::{Histogram, IntCounter, IntGauge};
+use rand::Rng;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::{sleep_until, timeout, timeout_at, Instant};
+
+use super::ExchangeError;
+use crate::config::PoolConfig;
+use crate::metrics::{Metrics, PROXY_NAME};
+use crate::wire::framing::{frame, take_frame};
+use crate::wire::response::check_answers;
+use crate::wire::{read_u16, write_u16};
+
+pub struct Pool {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    addr: SocketAddr,
+    config: PoolConfig,
+    state: Mutex<State>,
+    m: PoolMetrics,
+}
+
+#[derive(Default)]
+struct State {
+    conns: Vec<Conn>,
+    dialing: usize,
+    queue: VecDeque<Waiter>,
+    next_id: u64,
+}
+
+/// The pool's view of one connection.
+struct Conn {
+    id: u64,
+    /// Slots handed out and not yet given back.
+    inflight: usize,
+    /// Queries ever assigned, for `max_queries_per_connection`.
+    assigned: u64,
+    /// Takes no new queries, and closes for this reason once `inflight` is 0.
+    retiring: Option<CloseReason>,
+    messages: mpsc::UnboundedSender<Message>,
+}
+
+/// What a connection task is told.
+enum Message {
+    Query(Request),
+    /// Look at your state: you may be retiring with nothing in flight.
+    Wake,
+}
+
+struct Waiter {
+    id: u64,
+    since: StdInstant,
+    slot: oneshot::Sender<Result<Slot, ExchangeError>>,
+}
+
+/// The right to send one query on one connection. Given back by the
+/// connection when the query is answered or failed, or on drop if the
+/// query was never sent.
+struct Slot {
+    inner: Arc<Inner>,
+    conn: u64,
+    messages: mpsc::UnboundedSender<Message>,
+    /// The connection carried a query before this one.
+    reused: bool,
+    armed: bool,
+}
+
+struct Request {
+    query: Vec<u8>,
+    question: Vec<u8>,
+    deadline: Instant,
+    answer: oneshot::Sender<Result<Vec<u8>, ExchangeError>>,
+}
+
+struct PoolMetrics {
+    idle: IntGauge,
+    busy: IntGauge,
+    dials: IntCounter,
+    dial_failures: IntCounter,
+    queue_length: IntGauge,
+    queue_wait: Histogram,
+    rejected_full: IntCounter,
+    rejected_timeout: IntCounter,
+    reused: IntCounter,
+    fresh: IntCounter,
+    mismatch: IntCounter,
+    metrics: Arc<Metrics>,
+    label: String,
+}
+
+impl PoolMetrics {
+    fn new(metrics: &Arc<Metrics>, label: &str, config: &PoolConfig) -> PoolMetrics {
+        metrics.queue_capacity.with_label_values(&[label]).set(config.max_queue as i64);
+        PoolMetrics {
+            idle: metrics.pool_connections.with_label_values(&[label, "idle"]),
+            busy: metrics.pool_connections.with_label_values(&[label, "busy"]),
+            dials: metrics.pool_dials.with_label_values(&[label]),
+            dial_failures: metrics.pool_dial_failures.with_label_values(&[label]),
+            queue_length: metrics.queue_length.with_label_values(&[label]),
+            queue_wait: metrics.queue_wait.with_label_values(&[label]),
+            rejected_full: metrics.queue_rejected.with_label_values(&[label, "full"]),
+            rejected_timeout: metrics.queue_rejected.with_label_values(&[label, "timeout"]),
+            reused: metrics.proxy_conn_hits.with_label_values(&[PROXY_NAME, label, "tcp"]),
+            fresh: metrics.proxy_conn_misses.with_label_values(&[PROXY_NAME, label, "tcp"]),
+            mismatch: metrics.upstream_errors.with_label_values(&[label, "mismatch"]),
+            metrics: metrics.clone(),
+            label: label.to_string(),
+        }
+    }
+
+    fn closed(&self, reason: &str) {
+        self.metrics.pool_closed.with_label_values(&[&self.label, reason]).inc();
+    }
+}
+
+/// Why a connection ended, the `reason` label of nodens_upstream_tcp_closed_total.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CloseReason {
+    Idle,
+    MaxQueries,
+    PeerClosed,
+    Error,
+    Stuck,
+    /// The pool was dropped (zone reloaded away) and nothing is in flight.
+    Unused,
+}
+
+impl CloseReason {
+    fn label(self) -> &'static str {
+        match self {
+            CloseReason::Idle => "idle",
+            CloseReason::MaxQueries => "max_queries",
+            CloseReason::PeerClosed => "peer_closed",
+            CloseReason::Error => "error",
+            CloseReason::Stuck => "stuck",
+            CloseReason::Unused => "unused",
+        }
+    }
+
+    /// What the queries still in flight on the connection are told.
+    fn error(self) -> ExchangeError {
+        match self {
+            CloseReason::Stuck => ExchangeError::Timeout,
+            _ => ExchangeError::Closed,
+        }
+    }
+}
+
+impl Pool {
+    pub fn new(addr: SocketAddr, config: PoolConfig, metrics: &Arc<Metrics>, label: &str) -> Pool {
+        let m = PoolMetrics::new(metrics, label, &config);
+        Pool { inner: Arc::new(Inner { addr, config, state: Mutex::new(State::default()), m }) }
+    }
+
+    /// Sends `query` (whose question is `question`) and returns the answer.
+    /// A query that fails on a reused connection because the peer had just
+    /// closed it is tried once more on another.
+    pub async fn exchange(&self, query: &[u8], question: &[u8], deadline: Instant) -> Result<Vec<u8>, ExchangeError> {
+        let mut tried_reused = false;
+        loop {
+            let slot = self.inner.acquire(deadline).await?;
+            let reused = slot.reused;
+            let (answer, answered) = oneshot::channel();
+            let request = Request { query: query.to_vec(), question: question.to_vec(), deadline, answer };
+            let result = match slot.send(request) {
+                Err(()) => Err(ExchangeError::Closed),
+                Ok(()) => match timeout_at(deadline, answered).await {
+                    Err(_) => Err(ExchangeError::Timeout),
+                    Ok(Err(_)) => Err(ExchangeError::Closed),
+                    Ok(Ok(result)) => result,
+                },
+            };
+            match result {
+                Err(ExchangeError::Closed) if reused && !tried_reused && Instant::now() < deadline => tried_reused = true,
+                other => return other,
+            }
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        // Idle connections of a pool nobody uses any more close now; busy
+        // ones when their last answer is in.
+        let mut st = self.inner.lock();
+        for conn in &mut st.conns {
+            conn.retiring.get_or_insert(CloseReason::Unused);
+            let _ = conn.messages.send(Message::Wake);
+        }
+    }
+}
+
+impl Slot {
+    fn send(mut self, request: Request) -> Result<(), ()> {
+        self.armed = false;
+        if self.messages.send(Message::Query(request)).is_ok() {
+            Ok(())
+        } else {
+            self.inner.release(self.conn);
+            Err(())
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if self.armed {
+            self.inner.release(self.conn);
+        }
+    }
+}
+
+impl State {
+    /// A slot on the first connection with room: filling the oldest
+    /// connections first lets the others go idle and close.
+    fn take_slot(&mut self, inner: &Arc<Inner>) -> Option<Slot> {
+        let config = &inner.config;
+        let conn = self.conns.iter_mut().find(|c| c.retiring.is_none() && c.inflight < config.max_inflight)?;
+        conn.inflight += 1;
+        conn.assigned += 1;
+        if config.max_queries_per_connection > 0 && conn.assigned >= config.max_queries_per_connection {
+            conn.retiring = Some(CloseReason::MaxQueries);
+        }
+        Some(Slot { inner: inner.clone(), conn: conn.id, messages: conn.messages.clone(), reused: conn.assigned > 1, armed: true })
+    }
+
+    /// Takes back a slot that was never used, under the lock already held.
+    fn undo(&mut self, mut slot: Slot) {
+        slot.armed = false;
+        if let Some(conn) = self.conns.iter_mut().find(|c| c.id == slot.conn) {
+            conn.inflight -= 1;
+            conn.assigned -= 1;
+        }
+    }
+
+    fn next_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("pool lock")
+    }
+
+    async fn acquire(self: &Arc<Self>, deadline: Instant) -> Result<Slot, ExchangeError> {
+        let (id, mut handed) = {
+            let mut st = self.lock();
+            if let Some(slot) = st.take_slot(self) {
+                self.count_slot(&slot);
+                self.publish(&st);
+                return Ok(slot);
+            }
+            if st.queue.len() >= self.config.max_queue {
+                self.m.rejected_full.inc();
+                return Err(ExchangeError::QueueFull);
+            }
+            let (tx, rx) = oneshot::channel();
+            let id = st.next_id();
+            st.queue.push_back(Waiter { id, since: StdInstant::now(), slot: tx });
+            self.pump(&mut st);
+            self.publish(&st);
+            (id, rx)
+        };
+        let wait_until = (Instant::now() + self.config.max_queue_wait).min(deadline);
+        match timeout_at(wait_until, &mut handed).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(ExchangeError::Closed),
+            Err(_) => {
+                let mut st = self.lock();
+                if let Some(at) = st.queue.iter().position(|w| w.id == id) {
+                    st.queue.remove(at);
+                    self.publish(&st);
+                    self.m.rejected_timeout.inc();
+                    return Err(ExchangeError::QueueTimeout);
+                }
+                drop(st);
+                // Handed a slot (or an error) just as the wait ran out: take it.
+                handed.try_recv().unwrap_or(Err(ExchangeError::QueueTimeout))
+            }
+        }
+    }
+
+    fn count_slot(&self, slot: &Slot) {
+        if slot.reused {
+            self.m.reused.inc();
+        } else {
+            self.m.fresh.inc();
+        }
+    }
+
+    /// Hands free slots to waiters in order, and dials when waiters remain
+    /// and the bound allows: no more dials than the queue can fill.
+    fn pump(self: &Arc<Self>, st: &mut State) {
+        loop {
+            while st.queue.front().is_some_and(|w| w.slot.is_closed()) {
+                st.queue.pop_front();
+            }
+            if st.queue.is_empty() {
+                return;
+            }
+            let Some(slot) = st.take_slot(self) else { break };
+            let waiter = st.queue.pop_front().expect("queue is not empty");
+            self.m.queue_wait.observe(waiter.since.elapsed().as_secs_f64());
+            self.count_slot(&slot);
+            if let Err(Ok(slot)) = waiter.slot.send(Ok(slot)) {
+                st.undo(slot);
+            }
+        }
+        let per_conn = self.config.max_inflight;
+        while st.dialing * per_conn < st.queue.len() && st.conns.len() + st.dialing < self.config.max_connections {
+            st.dialing += 1;
+            tokio::spawn(self.clone().dial());
+        }
+    }
+
+    /// Gives a slot back: the query on it was answered or failed.
+    fn release(self: &Arc<Self>, conn_id: u64) {
+        let mut st = self.lock();
+        if let Some(conn) = st.conns.iter_mut().find(|c| c.id == conn_id) {
+            conn.inflight -= 1;
+            if conn.retiring.is_some() && conn.inflight == 0 {
+                let _ = conn.messages.send(Message::Wake);
+            }
+        }
+        self.pump(&mut st);
+        self.publish(&st);
+    }
+
+    async fn dial(self: Arc<Self>) {
+        self.m.dials.inc();
+        let connected = match timeout(self.config.connect_timeout, TcpStream::connect(self.addr)).await {
+            Ok(Ok(stream)) => stream.set_nodelay(true).map(|_| stream),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")),
+        };
+        let mut st = self.lock();
+        st.dialing -= 1;
+        match connected {
+            Ok(stream) => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                let id = st.next_id();
+                st.conns.push(Conn { id, inflight: 0, assigned: 0, retiring: None, messages: tx });
+                tokio::spawn(self.clone().run_connection(id, stream, rx));
+                self.pump(&mut st);
+            }
+            Err(e) => {
+                self.m.dial_failures.inc();
+                // Nothing open and nothing dialling: the upstream is not
+                // taking connections. Fail the waiters now, not at their timeout.
+                if st.conns.is_empty() && st.dialing == 0 {
+                    for waiter in st.queue.drain(..) {
+                        let _ = waiter.slot.send(Err(ExchangeError::Io(std::io::Error::new(e.kind(), e.to_string()))));
+                    }
+                }
+            }
+        }
+        self.publish(&st);
+    }
+
+    /// Removes a connection from the pool, if `allowed` says so under the lock.
+    fn remove_if(self: &Arc<Self>, conn_id: u64, allowed: impl FnOnce(&Conn) -> bool) -> bool {
+        let mut st = self.lock();
+        let Some(at) = st.conns.iter().position(|c| c.id == conn_id) else { return true };
+        if !allowed(&st.conns[at]) {
+            return false;
+        }
+        st.conns.remove(at);
+        self.pump(&mut st);
+        self.publish(&st);
+        true
+    }
+
+    /// Removes a retiring connection with nothing in flight; says why it retired.
+    fn remove_if_retired(self: &Arc<Self>, conn_id: u64) -> Option<CloseReason> {
+        let mut reason = None;
+        self.remove_if(conn_id, |c| {
+            reason = c.retiring.filter(|_| c.inflight == 0);
+            reason.is_some()
+        });
+        reason
+    }
+
+    fn publish(&self, st: &State) {
+        let busy = st.conns.iter().filter(|c| c.inflight > 0).count();
+        self.m.busy.set(busy as i64);
+        self.m.idle.set((st.conns.len() - busy) as i64);
+        self.m.queue_length.set(st.queue.len() as i64);
+    }
+
+    /// The task that owns one connection: writes queries, matches answers by
+    /// ID, and decides when the connection ends.
+    async fn run_connection(self: Arc<Self>, id: u64, stream: TcpStream, mut messages: mpsc::UnboundedReceiver<Message>) {
+        let (mut reader, mut writer) = stream.into_split();
+        let mut pending: HashMap<u16, Pending> = HashMap::new();
+        let mut received = Vec::with_capacity(1024);
+        let mut framed = Vec::new();
+        let mut idle_since = Instant::now();
+        let reason = 'conn: loop {
+            let next_deadline = pending.values().map(|p| p.deadline).min();
+            let idle_at = idle_since + self.config.idle_timeout;
+            tokio::select! {
+                message = messages.recv() => {
+                    let mut request = match message {
+                        None => break CloseReason::Unused,
+                        Some(Message::Wake) => {
+                            if pending.is_empty() && let Some(reason) = self.remove_if_retired(id) {
+                                break reason;
+                            }
+                            continue;
+                        }
+                        Some(Message::Query(request)) => request,
+                    };
+                    let mut qid = read_u16(&request.query, 0);
+                    while pending.contains_key(&qid) {
+                        qid = rand::rng().random();
+                    }
+                    write_u16(&mut request.query, 0, qid);
+                    frame(&request.query, &mut framed);
+                    let deadline = request.deadline;
+                    pending.insert(qid, Pending { question: request.question, deadline, answer: request.answer });
+                    match timeout_at(deadline, writer.write_all(&framed)).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(_)) => break CloseReason::Error,
+                        // The server stopped reading: our send buffer is full.
+                        Err(_) => break CloseReason::Stuck,
+                    }
+                }
+                read = reader.read_buf(&mut received) => {
+                    match read {
+                        Ok(0) => break CloseReason::PeerClosed,
+                        Err(_) => break CloseReason::Error,
+                        Ok(_) => {}
+                    }
+                    while let Some(answer) = take_frame(&mut received) {
+                        let qid = if answer.len() >= 2 { read_u16(&answer, 0) } else { 0 };
+                        let Some(p) = pending.remove(&qid) else {
+                            self.m.mismatch.inc();
+                            continue;
+                        };
+                        let result = check_answers(&answer, qid, &p.question).map(|_| answer).map_err(|_| ExchangeError::Malformed);
+                        let _ = p.answer.send(result);
+                        self.release(id);
+                        if pending.is_empty() {
+                            idle_since = Instant::now();
+                        }
+                    }
+                    if pending.is_empty() && let Some(reason) = self.remove_if_retired(id) {
+                        break 'conn reason;
+                    }
+                }
+                // A query got no answer in time: the server is not serving this
+                // connection (stopped reading, or lost the query). Retire it.
+                _ = sleep_until(next_deadline.unwrap_or(idle_at)), if next_deadline.is_some() => break CloseReason::Stuck,
+                _ = sleep_until(idle_at), if pending.is_empty() => {
+                    // Under the pool lock, so no query is handed this connection meanwhile.
+                    if self.remove_if(id, |c| c.inflight == 0) {
+                        break CloseReason::Idle;
+                    }
+                    // A slot was just handed out; its query is on its way.
+                    idle_since = Instant::now();
+                }
+            }
+        };
+        self.remove_if(id, |_| true);
+        self.m.closed(reason.label());
+        messages.close();
+        while let Ok(message) = messages.try_recv() {
+            if let Message::Query(request) = message {
+                let _ = request.answer.send(Err(ExchangeError::Closed));
+            }
+        }
+        for (_, p) in pending.drain() {
+            let _ = p.answer.send(Err(reason.error()));
+        }
+        let _ = writer.shutdown().await;
+    }
+}
+
+struct Pending {
+    question: Vec<u8>,
+    deadline: Instant,
+    answer: oneshot::Sender<Result<Vec<u8>, ExchangeError>>,
+}
