@@ -38,10 +38,7 @@ pub async fn forward(zone: &Zone, key: &Key, deadline: Instant, metrics: &Metric
             break;
         }
         let try_deadline = (now + zone.upstream_timeout).min(deadline);
-        upstream.inflight.inc();
-        let asked = ask(upstream, zone.transport, key, &question, try_deadline, metrics).await;
-        upstream.inflight.dec();
-        match asked {
+        match ask(upstream, zone.transport, key, &question, try_deadline, metrics).await {
             Ok(answer) => {
                 upstream.record_success();
                 match answer.layout.rcode {
@@ -125,7 +122,10 @@ async fn ask_udp(
     metrics: &Metrics,
 ) -> Result<Vec<u8>, ExchangeError> {
     metrics.proxy_conn_misses.with_label_values(&[PROXY_NAME, &upstream.label, "udp"]).inc();
-    let reply = udp::exchange(upstream.addr, query, id, question, deadline).await?;
+    upstream.inflight.inc();
+    let reply = udp::exchange(upstream.addr, query, id, question, deadline).await;
+    upstream.inflight.dec();
+    let reply = reply?;
     if reply.mismatched > 0 {
         metrics.upstream_errors.with_label_values(&[&upstream.label, "mismatch"]).inc_by(reply.mismatched.into());
     }

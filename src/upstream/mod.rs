@@ -32,7 +32,7 @@ pub struct Upstream {
     pub log_limit: LogLimiter,
     pub pool: Pool,
     pub health: Health,
-    /// Queries in flight to this upstream, UDP and TCP.
+    /// Queries sent to this upstream and not yet answered, UDP and TCP.
     pub inflight: IntGauge,
     healthy: IntGauge,
     metrics: Arc<Metrics>,
@@ -189,6 +189,8 @@ pub enum ExchangeError {
     Malformed,
     #[error("connection closed before the answer")]
     Closed,
+    #[error("answer to another question")]
+    Mismatch,
     #[error("TCP wait queue full")]
     QueueFull,
     #[error("waited too long in the TCP queue")]
@@ -204,6 +206,7 @@ impl ExchangeError {
             ExchangeError::Io(_) => "network",
             ExchangeError::Malformed => "malformed",
             ExchangeError::Closed => "closed",
+            ExchangeError::Mismatch => "mismatch",
             ExchangeError::QueueFull => "queue_full",
             ExchangeError::QueueTimeout => "queue_timeout",
         }

@@ -112,6 +112,8 @@ struct PoolMetrics {
     reused: IntCounter,
     fresh: IntCounter,
     mismatch: IntCounter,
+    /// Shared with the UDP path: queries sent and not yet answered.
+    inflight: IntGauge,
     metrics: Arc<Metrics>,
     label: String,
 }
@@ -131,6 +133,7 @@ impl PoolMetrics {
             reused: metrics.proxy_conn_hits.with_label_values(&[PROXY_NAME, label, "tcp"]),
             fresh: metrics.proxy_conn_misses.with_label_values(&[PROXY_NAME, label, "tcp"]),
             mismatch: metrics.upstream_errors.with_label_values(&[label, "mismatch"]),
+            inflight: metrics.upstream_inflight.with_label_values(&[label]),
             metrics: metrics.clone(),
             label: label.to_string(),
         }
@@ -192,11 +195,16 @@ impl Pool {
             let request = Request { query: query.to_vec(), question: question.to_vec(), deadline, answer };
             let result = match slot.send(request) {
                 Err(()) => Err(ExchangeError::Closed),
-                Ok(()) => match timeout_at(deadline, answered).await {
-                    Err(_) => Err(ExchangeError::Timeout),
-                    Ok(Err(_)) => Err(ExchangeError::Closed),
-                    Ok(Ok(result)) => result,
-                },
+                Ok(()) => {
+                    self.inner.m.inflight.inc();
+                    let answer = timeout_at(deadline, answered).await;
+                    self.inner.m.inflight.dec();
+                    match answer {
+                        Err(_) => Err(ExchangeError::Timeout),
+                        Ok(Err(_)) => Err(ExchangeError::Closed),
+                        Ok(Ok(result)) => result,
+                    }
+                }
             };
             match result {
                 Err(ExchangeError::Closed) if reused && !tried_reused && Instant::now() < deadline => tried_reused = true,
@@ -280,7 +288,10 @@ impl Inner {
                 self.publish(&st);
                 return Ok(slot);
             }
-            if st.queue.len() >= self.config.max_queue {
+            // Queries that connections yet to be dialled will take are not
+            // queued behind busy ones: they do not use up `max_queue`.
+            let dial_slots = (self.config.max_connections - st.conns.len()) * self.config.max_inflight;
+            if st.queue.len() >= self.config.max_queue + dial_slots {
                 self.m.rejected_full.inc();
                 return Err(ExchangeError::QueueFull);
             }
@@ -467,7 +478,9 @@ impl Inner {
                             self.m.mismatch.inc();
                             continue;
                         };
-                        let result = check_answers(&answer, qid, &p.question).map(|_| answer).map_err(|_| ExchangeError::Malformed);
+                        // Our ID on an answer to another question: the server is
+                        // confused or someone is injecting; this query fails.
+                        let result = check_answers(&answer, qid, &p.question).map(|_| answer).map_err(|_| ExchangeError::Mismatch);
                         let _ = p.answer.send(result);
                         self.release(id);
                         if pending.is_empty() {

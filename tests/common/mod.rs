@@ -20,6 +20,8 @@
 //! | 80..=89        | lifecycle.rs      | 80..=83                   |
 //! | 90..=99        | metrics.rs        | 90..=91                   |
 //! | 100..=109      | node.rs           | 100..=102 (the netns test uses 127.0.0.1 inside its own namespace) |
+//! | 110..=119      | upstream_pool.rs  | 110..=119                 |
+//! | 120..=129      | upstream_faults.rs | 120..=127 (test-written servers on `.200` (silent) and `.10`) |
 //!
 //! A new test takes the next free N of its file's block.
 //!
@@ -1387,4 +1389,213 @@ pub mod rcode {
 
 pub fn ipv4(s: &str) -> Ipv4Addr {
     s.parse().unwrap()
+}
+
+// ---------------------------------------------------------------------------
+// Upstream TCP pool helpers (upstream_pool.rs, upstream_faults.rs)
+// ---------------------------------------------------------------------------
+
+/// The address CoreDNS's `erratic` plugin answers every A query with (TTL 0).
+pub const ERRATIC_A: &str = "192.0.2.53";
+
+impl CoreDns {
+    /// [`CoreDns::launch`] plus more server blocks on the same address, each
+    /// `(origin, directives)`; every block also gets `bind`, `log` and
+    /// `errors`. For plugins that are not zone files: `erratic`, `whoami`.
+    /// The first of `zones` is used for the readiness probe and sync_log.
+    pub fn launch_with_blocks(
+        wrapper: &[&str],
+        addr: SocketAddr,
+        zones: &[(&str, String)],
+        blocks: &[(&str, &str)],
+    ) -> CoreDns {
+        let dir = tempfile::tempdir().unwrap();
+        let mut corefile = String::new();
+        for (i, (origin, text)) in zones.iter().enumerate() {
+            let path = dir.path().join(format!("db.{i}"));
+            std::fs::write(&path, text).unwrap();
+            writeln!(
+                corefile,
+                "{origin}:{port} {{\n  bind {ip}\n  file {path}\n  log\n  errors\n}}",
+                port = addr.port(),
+                ip = addr.ip(),
+                path = path.display(),
+            )
+            .unwrap();
+        }
+        for (origin, directives) in blocks {
+            writeln!(
+                corefile,
+                "{origin}:{port} {{\n  bind {ip}\n  {directives}\n  log\n  errors\n}}",
+                port = addr.port(),
+                ip = addr.ip(),
+            )
+            .unwrap();
+        }
+        let conf = dir.path().join("Corefile");
+        std::fs::write(&conf, &corefile).unwrap();
+        let bin = coredns_bin();
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(&bin);
+                c
+            }
+            None => Command::new(&bin),
+        };
+        cmd.arg("-conf").arg(&conf).current_dir(dir.path());
+        let proc = Proc::spawn(&format!("coredns {addr}"), cmd);
+        CoreDns {
+            proc,
+            addr,
+            origins: zones.iter().map(|(o, _)| fqdn_lower(o)).collect(),
+            sync_seq: AtomicU32::new(0),
+            _dir: dir,
+        }
+    }
+
+    /// [`CoreDns::launch_with_blocks`], waiting until it answers.
+    pub fn start_with_blocks(addr: SocketAddr, zones: &[(&str, String)], blocks: &[(&str, &str)]) -> CoreDns {
+        let c = CoreDns::launch_with_blocks(&[], addr, zones, blocks);
+        c.wait_ready();
+        c
+    }
+
+    /// The standard `test.` zone plus `delay.test.`, served by the `erratic`
+    /// plugin: every A query under it is answered with [`ERRATIC_A`] (TTL 0,
+    /// so nothing is cached) after sleeping `delay` ("100ms") in the handler.
+    /// CoreDNS serves one query at a time per TCP connection (miekg/dns
+    /// reads the next query only after answering the previous one), so a
+    /// TCP connection to it carries at most one query per `delay`.
+    pub fn test_zone_delayed(addr: SocketAddr, delay: &str) -> CoreDns {
+        let erratic = format!("erratic {{\n    delay 1 {delay}\n  }}");
+        CoreDns::start_with_blocks(addr, &[("test.", test_zone(""))], &[("delay.test.", &erratic)])
+    }
+}
+
+/// One TCP connection as `ss -tn` shows it.
+#[derive(Clone, Debug)]
+pub struct SsConn {
+    /// Bytes received and not yet read by the owning process.
+    pub recv_q: u64,
+    pub send_q: u64,
+    pub local: String,
+    pub peer: String,
+}
+
+/// The ESTABLISHED TCP connections whose local end is `local` (for a server,
+/// the connections it has accepted), from `ss -Htn state established src
+/// LOCAL`. `wrapper` runs ss elsewhere (`ip netns exec NAME`).
+pub fn ss_established_via(wrapper: &[&str], local: SocketAddr) -> Vec<SsConn> {
+    let ss = tool("ss");
+    let mut cmd = match wrapper.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(&ss);
+            c
+        }
+        None => Command::new(&ss),
+    };
+    cmd.args(["-Htn", "state", "established", "src", &local.to_string()]);
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(out.status.success(), "{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 4).then(|| SsConn {
+                recv_q: f[0].parse().unwrap_or(0),
+                send_q: f[1].parse().unwrap_or(0),
+                local: f[2].to_string(),
+                peer: f[3].to_string(),
+            })
+        })
+        .collect()
+}
+
+/// [`ss_established_via`] in this network namespace.
+pub fn ss_established(local: SocketAddr) -> Vec<SsConn> {
+    ss_established_via(&[], local)
+}
+
+/// Runs `work` while another thread calls `sample` every `every` (and once
+/// more after `work` returns); returns work's result and the samples with
+/// their time since the start. Sampling stops after 120 s whatever happens.
+pub fn sample_during<T: Send, R>(
+    every: Duration,
+    mut sample: impl FnMut() -> T + Send,
+    work: impl FnOnce() -> R,
+) -> (R, Vec<(Duration, T)>) {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let start = Instant::now();
+    thread::scope(|s| {
+        let sampler = s.spawn(|| {
+            let mut v = Vec::new();
+            loop {
+                let done = stop.load(Ordering::SeqCst);
+                v.push((start.elapsed(), sample()));
+                if done || start.elapsed() > Duration::from_secs(120) {
+                    return v;
+                }
+                thread::sleep(every);
+            }
+        });
+        let r = work();
+        stop.store(true, Ordering::SeqCst);
+        (r, sampler.join().expect("sampler thread"))
+    })
+}
+
+/// Calls `f(0..n)` on `n` threads at once; the results in index order.
+pub fn in_parallel<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let f = &f;
+    thread::scope(|s| {
+        let handles: Vec<_> = (0..n).map(|i| s.spawn(move || f(i))).collect();
+        handles.into_iter().map(|h| h.join().expect("query thread")).collect()
+    })
+}
+
+/// True if `/metrics` has a series `name` with all of `labels`.
+pub fn has_series(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> bool {
+    samples.iter().any(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(*v)))
+}
+
+impl Nodens {
+    /// Waits (up to 5 s) until the pool of every upstream in `tos` ("IP:port")
+    /// is idle: `nodens_upstream_tcp_connections{state="busy"}`,
+    /// `nodens_upstream_queue_length` and `nodens_upstream_inflight` all 0.
+    /// Each of the three must be exported for that upstream: a missing
+    /// series fails, it does not count as 0.
+    pub fn wait_pool_idle(&self, tos: &[&str]) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let m = parse_metrics(&self.metrics_text());
+            let mut bad = Vec::new();
+            for to in tos {
+                for (name, extra) in [
+                    ("nodens_upstream_tcp_connections", Some(("state", "busy"))),
+                    ("nodens_upstream_queue_length", None),
+                    ("nodens_upstream_inflight", None),
+                ] {
+                    if !has_series(&m, name, &[("to", to)]) {
+                        bad.push(format!("{name}{{to=\"{to}\"}} is not exported"));
+                        continue;
+                    }
+                    let mut labels = vec![("to", *to)];
+                    labels.extend(extra);
+                    let v = sum_metric(&m, name, &labels);
+                    if v != 0.0 {
+                        bad.push(format!("{name}{labels:?} = {v}"));
+                    }
+                }
+            }
+            if bad.is_empty() {
+                return;
+            }
+            if Instant::now() >= deadline {
+                panic!("upstream pool not idle 5 s after the traffic: {}", bad.join("; "));
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
