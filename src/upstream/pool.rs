@@ -37,6 +37,9 @@ use crate::wire::framing::{frame, take_frame};
 use crate::wire::response::check_answers;
 use crate::wire::{read_u16, write_u16};
 
+/// How often a query is sent again after a reused connection closed under it.
+const CLOSED_RETRIES: u32 = 3;
+
 pub struct Pool {
     inner: Arc<Inner>,
 }
@@ -184,10 +187,13 @@ impl Pool {
     }
 
     /// Sends `query` (whose question is `question`) and returns the answer.
-    /// A query that fails on a reused connection because the peer had just
-    /// closed it is tried once more on another.
+    /// A query that fails on a reused connection because the peer closed it
+    /// (dnsmasq closes every connection after 100 queries, whatever is in
+    /// flight) is tried again on another, a few times, within the deadline.
+    /// A fresh connection that closes is not retried: that is the upstream
+    /// refusing service, and the next upstream should be asked instead.
     pub async fn exchange(&self, query: &[u8], question: &[u8], deadline: Instant) -> Result<Vec<u8>, ExchangeError> {
-        let mut tried_reused = false;
+        let mut retries_left = CLOSED_RETRIES;
         loop {
             let slot = self.inner.acquire(deadline).await?;
             let reused = slot.reused;
@@ -207,7 +213,7 @@ impl Pool {
                 }
             };
             match result {
-                Err(ExchangeError::Closed) if reused && !tried_reused && Instant::now() < deadline => tried_reused = true,
+                Err(ExchangeError::Closed) if reused && retries_left > 0 && Instant::now() < deadline => retries_left -= 1,
                 other => return other,
             }
         }
