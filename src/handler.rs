@@ -6,7 +6,7 @@
 //! coalesce with identical misses, forward to the zone's upstreams, store,
 //! reply; serve stale if every upstream failed.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,7 +17,8 @@ use crate::cache::key::NameBuf;
 use crate::cache::{Cache, Entry, Freshness, Key, KeyRef, Kind, Lookup};
 use crate::config::Config;
 use crate::inflight::{InFlight, Role};
-use crate::metrics::{qtype_label, Metrics, PLUGIN_CACHE, PLUGIN_NONE, VIEW, ZONE_DROPPED};
+use crate::metrics::{qtype_label, Metrics, PLUGIN_NONE, VIEW, ZONE_DROPPED};
+use crate::stats::{ListenerStats, StatsGuard, StatsSlot, ZoneStats};
 use crate::upstream::forward::forward;
 use crate::upstream::{Router, RouterError, Zone};
 use crate::wire::query;
@@ -26,6 +27,8 @@ use crate::wire::{build, ede, rcode, rcode_name};
 /// The parts of the configuration the request path reads; replaced whole
 /// on reload, so a query sees one consistent version from start to end.
 pub struct Settings {
+    /// Changes on every reload; per-listener metric handles follow it.
+    pub generation: u64,
     pub router: Router,
     pub max_udp_payload: u16,
     pub query_timeout: Duration,
@@ -49,7 +52,9 @@ impl Settings {
     /// keep their connections and health across a reload.
     pub fn from_config(config: &Config, metrics: &Arc<Metrics>, previous: Option<&Settings>) -> Result<Settings, RouterError> {
         let secs = |d: Duration| d.as_secs().min(u32::MAX.into()) as u32;
+        static GENERATION: AtomicU64 = AtomicU64::new(0);
         Ok(Settings {
+            generation: GENERATION.fetch_add(1, Ordering::Relaxed),
             router: Router::from_config(config, metrics, previous.map(|p| &p.router))?,
             max_udp_payload: config.server.max_udp_payload,
             query_timeout: config.server.query_timeout,
@@ -82,12 +87,12 @@ pub struct Shared {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Proto {
-    Udp,
-    Tcp,
+    Udp = 0,
+    Tcp = 1,
 }
 
 impl Proto {
-    fn label(self) -> &'static str {
+    pub fn label(self) -> &'static str {
         match self {
             Proto::Udp => "udp",
             Proto::Tcp => "tcp",
@@ -95,18 +100,29 @@ impl Proto {
     }
 }
 
-/// Who a listener is, for metrics labels.
-#[derive(Debug, Clone)]
+/// Who a listener is, for metrics labels, and its resolved metric handles.
 pub struct ListenerInfo {
     /// CoreDNS's `server` label: "dns://127.0.0.1:1053".
     pub server: String,
     /// CoreDNS's `family` label: "1" for IPv4, "2" for IPv6.
     pub family: &'static str,
+    stats: StatsSlot,
 }
 
 impl ListenerInfo {
     pub fn new(addr: std::net::SocketAddr) -> ListenerInfo {
-        ListenerInfo { server: format!("dns://{addr}"), family: if addr.is_ipv4() { "1" } else { "2" } }
+        ListenerInfo {
+            server: format!("dns://{addr}"),
+            family: if addr.is_ipv4() { "1" } else { "2" },
+            stats: StatsSlot::default(),
+        }
+    }
+
+    fn stats(&self, settings: &Settings, metrics: &Arc<Metrics>) -> StatsGuard {
+        self.stats.current(settings.generation, || {
+            let zones = settings.router.zones();
+            zones.iter().map(|z| ZoneStats::new(metrics, &self.server, &z.name, self.family)).collect()
+        })
     }
 }
 
@@ -135,6 +151,7 @@ pub struct MissJob {
     key: Key,
     zone: Arc<Zone>,
     settings: Arc<Settings>,
+    stats: Arc<ListenerStats>,
     stale: Option<Arc<Entry>>,
     started: Instant,
     proto: Proto,
@@ -163,7 +180,7 @@ impl Shared {
                 return if build::error_reply(packet, &reject, out) { Handled::Reply } else { Handled::Drop };
             }
         };
-        let settings = self.settings.load_full();
+        let settings = self.settings.load();
         let mut name_buf: NameBuf = [0; 255];
         let key = KeyRef::from_query(&query, &mut name_buf);
         let Some(zone) = settings.router.route(key.name) else {
@@ -171,37 +188,36 @@ impl Shared {
             let labels = [listener.server.as_str(), ZONE_DROPPED, VIEW, proto.label(), listener.family, qtype_label(query.qtype)];
             self.metrics.requests.with_label_values(&labels).inc();
             build::reply_with_rcode(packet, rcode::REFUSED, Some(query.name_end + 4), query.edns, None, out);
-            self.count_reply(listener, proto, ZONE_DROPPED, rcode::REFUSED, PLUGIN_NONE, started, out.len());
+            let labels = [listener.server.as_str(), ZONE_DROPPED, VIEW, rcode_name(rcode::REFUSED), PLUGIN_NONE];
+            self.metrics.responses.with_label_values(&labels).inc();
             return Handled::Reply;
         };
-        let m = &self.metrics;
-        let server = listener.server.as_str();
-        m.requests.with_label_values(&[server, &zone.name, VIEW, proto.label(), listener.family, qtype_label(query.qtype)]).inc();
-        m.request_size.with_label_values(&[server, &zone.name, VIEW, proto.label()]).observe(packet.len() as f64);
-        if query.dnssec_ok() {
-            m.do_requests.with_label_values(&[server, VIEW, &zone.name]).inc();
-        }
-        m.cache_requests.with_label_values(&[server, &zone.name, VIEW]).inc();
+        let stats_guard = listener.stats(&settings, &self.metrics);
+        let all_stats = stats_guard.as_ref().expect("stats for the current settings");
+        let stats = all_stats.zone(zone.index);
+        stats.request(proto, query.qtype, packet.len(), query.dnssec_ok());
 
         let stale = match self.cache.lookup(&key, started, settings.stale_max_age) {
             Lookup::Fresh(entry) => {
                 let limit = reply_limit(proto, &query, &settings);
                 let rendered = entry.render(&query, started, Freshness::Fresh, None, limit, out);
-                let kind = if entry.kind == Kind::Success { "success" } else { "denial" };
-                m.cache_hits.with_label_values(&[server, kind, &zone.name, VIEW]).inc();
-                self.maybe_prefetch(&entry, &key, zone, &settings, listener, started);
-                self.count_reply(listener, proto, &zone.name, rendered.rcode, PLUGIN_CACHE, started, out.len());
+                stats.cache_hit(entry.kind == Kind::Success);
+                if settings.prefetch_min_hits > 0 {
+                    self.maybe_prefetch(&entry, &key, zone, &settings, listener, started);
+                }
+                stats.reply(proto, rendered.rcode, true, out.len(), started.elapsed().as_secs_f64());
                 return Handled::Reply;
             }
             Lookup::Stale(entry) => Some(entry),
             Lookup::Miss => None,
         };
-        m.cache_misses.with_label_values(&[server, &zone.name, VIEW]).inc();
+        stats.cache_miss();
         Handled::Miss(MissJob {
             packet: packet.to_vec(),
             key: key.to_owned(),
             zone: zone.clone(),
-            settings,
+            settings: Arc::clone(&settings),
+            stats: Arc::clone(all_stats),
             stale,
             started,
             proto,
@@ -222,18 +238,19 @@ impl Shared {
         let limit = reply_limit(job.proto, &query, &job.settings);
         let failed = fetched.as_ref().is_none_or(|e| e.kind == Kind::Failure);
         let stale = job.stale.as_ref().filter(|_| failed);
-        let (code, plugin) = if let Some(stale) = stale {
+        let (code, from_cache) = if let Some(stale) = stale {
             let ttl = Freshness::Stale { ttl: job.settings.stale_ttl };
             let rendered = stale.render(&query, now, ttl, Some(ede::STALE_ANSWER), limit, out);
             self.metrics.cache_served_stale.with_label_values(&[&listener.server, &job.zone.name, VIEW]).inc();
-            (rendered.rcode, PLUGIN_CACHE)
+            (rendered.rcode, true)
         } else if let Some(entry) = &fetched {
-            (entry.render(&query, now, Freshness::Fresh, None, limit, out).rcode, PLUGIN_CACHE)
+            (entry.render(&query, now, Freshness::Fresh, None, limit, out).rcode, true)
         } else {
             build::servfail(&job.packet, query.name_end + 4, query.edns, Some(ede::NO_REACHABLE_AUTHORITY), out);
-            (rcode::SERVFAIL, PLUGIN_NONE)
+            (rcode::SERVFAIL, false)
         };
-        self.count_reply(listener, job.proto, &job.zone.name, code, plugin, job.started, out.len());
+        let seconds = job.started.elapsed().as_secs_f64();
+        job.stats.zone(job.zone.index).reply(job.proto, code, from_cache, out.len(), seconds);
     }
 
     /// Asks upstream for `key` (or joins the identical query in flight) and
@@ -288,7 +305,7 @@ impl Shared {
         listener: &ListenerInfo,
         now: Instant,
     ) {
-        if settings.prefetch_min_hits == 0 || entry.kind == Kind::Failure {
+        if entry.kind == Kind::Failure {
             return;
         }
         let hits = entry.hits.fetch_add(1, Ordering::Relaxed) + 1;
@@ -308,23 +325,5 @@ impl Shared {
             },
             &self.runtime,
         );
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn count_reply(
-        &self,
-        listener: &ListenerInfo,
-        proto: Proto,
-        zone: &str,
-        code: u16,
-        plugin: &str,
-        started: Instant,
-        size: usize,
-    ) {
-        let m = &self.metrics;
-        let server = listener.server.as_str();
-        m.responses.with_label_values(&[server, zone, VIEW, rcode_name(code), plugin]).inc();
-        m.response_size.with_label_values(&[server, zone, VIEW, proto.label()]).observe(size as f64);
-        m.request_duration.with_label_values(&[server, zone, VIEW]).observe(started.elapsed().as_secs_f64());
     }
 }

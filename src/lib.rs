@@ -15,5 +15,6 @@ pub mod log_limit;
 pub mod logging;
 pub mod metrics;
 pub mod server;
+pub mod stats;
 pub mod upstream;
 pub mod wire;

@@ -1,6 +1,7 @@
 //! Listeners: for each configured address, UDP worker threads and a TCP
 //! acceptor, started and stopped together.
 
+mod batch;
 pub mod tcp;
 pub mod udp;
 

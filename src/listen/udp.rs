@@ -1,7 +1,8 @@
 //! UDP: one socket per worker thread, all bound to the same address with
-//! SO_REUSEPORT so the kernel spreads queries across them. A worker answers
-//! hits itself, synchronously; misses become tasks on the runtime, which
-//! send their reply through the same socket when it is ready.
+//! SO_REUSEPORT so the kernel spreads queries across them. A worker takes a
+//! batch of queries per system call, answers the hits itself and sends those
+//! replies in one call; misses become tasks on the runtime, which send their
+//! reply through the same socket when it is ready.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
+use super::batch::{RecvBatch, SendBatch};
 use crate::handler::{Handled, ListenerInfo, Proto, Shared};
 
 /// How often a worker blocked in recv checks whether it should stop.
@@ -64,32 +66,38 @@ impl UdpWorkers {
 }
 
 fn serve(socket: Arc<UdpSocket>, shared: &Arc<Shared>, info: &Arc<ListenerInfo>, stop: &AtomicBool) {
-    let mut buf = vec![0u8; 65535];
-    let mut out = Vec::with_capacity(4096);
+    let mut received = RecvBatch::default();
+    let mut replies = SendBatch::default();
     while !stop.load(Ordering::Relaxed) {
-        let (n, peer) = match socket.recv_from(&mut buf) {
-            Ok(received) => received,
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => continue,
+        let count = match received.recv(&socket) {
+            Ok(n) => n,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted) => {
+                continue;
+            }
             Err(e) => {
                 tracing::debug!(error = %e, "UDP receive failed");
                 continue;
             }
         };
-        match shared.handle(&buf[..n], info, Proto::Udp, &mut out) {
-            Handled::Reply => send(&socket, &out, peer),
-            Handled::Drop => {}
-            Handled::Miss(job) => {
-                let (socket, shared2, info) = (socket.clone(), shared.clone(), info.clone());
-                shared.tasks.spawn_on(
-                    async move {
-                        let mut out = Vec::new();
-                        shared2.resolve(job, &info, &mut out).await;
-                        send(&socket, &out, peer);
-                    },
-                    &shared.runtime,
-                );
+        for i in 0..count {
+            let Some((packet, peer)) = received.get(i) else { continue };
+            match shared.handle(packet, info, Proto::Udp, replies.next_buffer()) {
+                Handled::Reply => replies.commit(peer),
+                Handled::Drop => {}
+                Handled::Miss(job) => {
+                    let (socket, shared2, info) = (socket.clone(), shared.clone(), info.clone());
+                    shared.tasks.spawn_on(
+                        async move {
+                            let mut out = Vec::new();
+                            shared2.resolve(job, &info, &mut out).await;
+                            send(&socket, &out, peer);
+                        },
+                        &shared.runtime,
+                    );
+                }
             }
         }
+        replies.flush(&socket);
     }
 }
 

@@ -72,6 +72,8 @@ impl Upstream {
 
 /// A forwarding zone, ready to use.
 pub struct Zone {
+    /// Position in the router's zone list (indexes per-zone metric handles).
+    pub index: usize,
     /// Presentation form, the `zone` label in metrics ("cluster.local.").
     pub name: String,
     pub upstreams: Vec<Arc<Upstream>>,
@@ -158,6 +160,7 @@ impl Router {
         }
         let secs = |d: Duration| d.as_secs().min(u32::MAX.into()) as u32;
         Ok(Zone {
+            index: self.zones.len(),
             name: zone_name.clone(),
             upstreams,
             policy: zc.policy,

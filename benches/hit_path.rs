@@ -1,0 +1,110 @@
+//! Microbenchmarks of the cache-hit path, step by step and whole, so that a
+//! regression shows up before the end-to-end benchmark (bench/). Run with
+//! `cargo bench --bench hit_path`.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Instant;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use nodens::cache::key::NameBuf;
+use nodens::cache::{Cache, Entry, Freshness, KeyRef, TtlPolicy};
+use nodens::config::Config;
+use nodens::handler::{Handled, ListenerInfo, Proto, Shared};
+use nodens::metrics::Metrics;
+use nodens::wire::{query, response};
+
+const POLICY: TtlPolicy = TtlPolicy { min_ttl: 0, max_ttl: 3600, negative_max_ttl: 1800, failure_ttl: 5 };
+
+/// A client query for `name` (wire form) type A, with EDNS.
+fn client_query(name: &[u8]) -> Vec<u8> {
+    let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 1];
+    q.extend(name);
+    q.extend([0, 1, 0, 1]);
+    q.extend([0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0]);
+    q
+}
+
+/// An upstream answer to `name` A: one address, TTL 3600.
+fn upstream_answer(name: &[u8]) -> Vec<u8> {
+    let mut m = vec![0xab, 0xcd, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0];
+    m.extend(name);
+    m.extend([0, 1, 0, 1]);
+    m.extend([0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0x0e, 0x10, 0, 4, 192, 0, 2, 1]);
+    m
+}
+
+fn name(i: u32) -> Vec<u8> {
+    let label = format!("host-{i}");
+    let mut n = vec![label.len() as u8];
+    n.extend(label.as_bytes());
+    n.extend(b"\x07example\x03com\x00");
+    n
+}
+
+fn entry_for(wire_name: &[u8]) -> Arc<Entry> {
+    let msg = upstream_answer(wire_name);
+    let layout = response::layout(&msg).unwrap();
+    Arc::new(Entry::from_response(&msg, &layout, &POLICY, Instant::now()))
+}
+
+fn steps(c: &mut Criterion) {
+    let n = name(42);
+    let packet = client_query(&n);
+    c.bench_function("parse", |b| b.iter(|| query::parse(black_box(&packet)).unwrap().qtype));
+
+    let q = query::parse(&packet).unwrap();
+    c.bench_function("key", |b| {
+        b.iter(|| {
+            let mut buf: NameBuf = [0; 255];
+            let n = KeyRef::from_query(black_box(&q), &mut buf).name.len();
+            black_box(&buf);
+            n
+        })
+    });
+
+    let cache = Cache::new(64 << 20);
+    for i in 0..100_000 {
+        let n = name(i);
+        let mut buf: NameBuf = [0; 255];
+        let packet = client_query(&n);
+        let q = query::parse(&packet).unwrap();
+        cache.insert(KeyRef::from_query(&q, &mut buf).to_owned(), entry_for(&n));
+    }
+    c.bench_function("lookup (100k entries)", |b| {
+        b.iter(|| {
+            let mut buf: NameBuf = [0; 255];
+            let key = KeyRef::from_query(&q, &mut buf);
+            matches!(cache.lookup(black_box(&key), Instant::now(), std::time::Duration::ZERO), nodens::cache::Lookup::Fresh(_))
+        })
+    });
+
+    let entry = entry_for(&n);
+    let mut out = Vec::with_capacity(1232);
+    c.bench_function("render (copy + patch ID, case, TTLs, OPT)", |b| {
+        b.iter(|| entry.render(black_box(&q), Instant::now(), Freshness::Fresh, None, Some(1232), &mut out).rcode)
+    });
+}
+
+fn whole_hit(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let config = Config::parse(
+        "[cache]\nprefetch_min_hits = 0\n[[zone]]\nname = \".\"\nupstreams = [\"127.0.0.1:9\"]\n",
+    )
+    .unwrap();
+    let metrics = Arc::new(Metrics::new("dns://bench".into()));
+    let shared = Arc::new(Shared::new(&config, metrics, runtime.handle().clone()).unwrap());
+    let n = name(7);
+    let packet = client_query(&n);
+    let q = query::parse(&packet).unwrap();
+    let mut buf: NameBuf = [0; 255];
+    shared.cache.insert(KeyRef::from_query(&q, &mut buf).to_owned(), entry_for(&n));
+    let info = ListenerInfo::new("127.0.0.1:1053".parse().unwrap());
+    let mut out = Vec::with_capacity(1232);
+    c.bench_function("handle: cache hit, metrics included", |b| {
+        b.iter(|| matches!(shared.handle(black_box(&packet), &info, Proto::Udp, &mut out), Handled::Reply))
+    });
+}
+
+criterion_group!(benches, steps, whole_hit);
+criterion_main!(benches);

@@ -1,0 +1,148 @@
+//! Metric handles for the hit path, resolved once per listener and zone.
+//!
+//! `with_label_values` hashes every label value and takes a lock on each
+//! call; seven of those per query cost more than the rest of a cache hit.
+//! A [`ListenerStats`] holds, for one listener and the current set of zones,
+//! the counters and histograms a query touches, each resolved the first time
+//! it is needed. It is rebuilt when a reload changes the zones (the
+//! settings' generation changes).
+
+use std::sync::{Arc, OnceLock};
+
+use arc_swap::ArcSwapOption;
+use prometheus::{Histogram, IntCounter};
+
+use crate::handler::Proto;
+use crate::metrics::{qtype_label, Metrics, PLUGIN_CACHE, PLUGIN_NONE, VIEW};
+
+/// Query types with a label of their own, in `qtype_label`'s order; the
+/// last slot is "other".
+const TYPES: [u16; 19] = [1, 2, 5, 6, 12, 15, 16, 28, 33, 43, 46, 47, 48, 50, 65, 251, 252, 255, 0];
+/// Response codes with a slot; others share the last one ("other").
+const RCODES: usize = 24;
+const PROTOS: usize = 2;
+
+fn type_slot(qtype: u16) -> usize {
+    TYPES[..TYPES.len() - 1].iter().position(|&t| t == qtype).unwrap_or(TYPES.len() - 1)
+}
+
+/// Handles for one zone as seen by one listener.
+pub struct ZoneStats {
+    metrics: Arc<Metrics>,
+    server: String,
+    zone: String,
+    family: &'static str,
+    requests: [OnceLock<IntCounter>; TYPES.len() * PROTOS],
+    responses: [OnceLock<IntCounter>; RCODES * 2],
+    request_size: [OnceLock<Histogram>; PROTOS],
+    response_size: [OnceLock<Histogram>; PROTOS],
+    duration: OnceLock<Histogram>,
+    do_requests: OnceLock<IntCounter>,
+    cache_requests: OnceLock<IntCounter>,
+    cache_hits: [OnceLock<IntCounter>; 2],
+    cache_misses: OnceLock<IntCounter>,
+}
+
+impl ZoneStats {
+    pub fn new(metrics: &Arc<Metrics>, server: &str, zone: &str, family: &'static str) -> ZoneStats {
+        ZoneStats {
+            metrics: metrics.clone(),
+            server: server.to_string(),
+            zone: zone.to_string(),
+            family,
+            requests: std::array::from_fn(|_| OnceLock::new()),
+            responses: std::array::from_fn(|_| OnceLock::new()),
+            request_size: std::array::from_fn(|_| OnceLock::new()),
+            response_size: std::array::from_fn(|_| OnceLock::new()),
+            duration: OnceLock::new(),
+            do_requests: OnceLock::new(),
+            cache_requests: OnceLock::new(),
+            cache_hits: std::array::from_fn(|_| OnceLock::new()),
+            cache_misses: OnceLock::new(),
+        }
+    }
+
+    /// A query arrived: `coredns_dns_requests_total` and its size.
+    #[inline]
+    pub fn request(&self, proto: Proto, qtype: u16, size: usize, dnssec_ok: bool) {
+        let slot = type_slot(qtype) * PROTOS + proto as usize;
+        let m = &self.metrics;
+        self.requests[slot]
+            .get_or_init(|| {
+                m.requests.with_label_values(&[&self.server, &self.zone, VIEW, proto.label(), self.family, qtype_label(qtype)])
+            })
+            .inc();
+        self.request_size[proto as usize]
+            .get_or_init(|| m.request_size.with_label_values(&[&self.server, &self.zone, VIEW, proto.label()]))
+            .observe(size as f64);
+        if dnssec_ok {
+            self.do_requests.get_or_init(|| m.do_requests.with_label_values(&[&self.server, VIEW, &self.zone])).inc();
+        }
+        self.cache_requests.get_or_init(|| m.cache_requests.with_label_values(&[&self.server, &self.zone, VIEW])).inc();
+    }
+
+    #[inline]
+    pub fn cache_hit(&self, success: bool) {
+        let kind = if success { "success" } else { "denial" };
+        self.cache_hits[usize::from(!success)]
+            .get_or_init(|| self.metrics.cache_hits.with_label_values(&[&self.server, kind, &self.zone, VIEW]))
+            .inc();
+    }
+
+    #[inline]
+    pub fn cache_miss(&self) {
+        self.cache_misses.get_or_init(|| self.metrics.cache_misses.with_label_values(&[&self.server, &self.zone, VIEW])).inc();
+    }
+
+    /// A reply went out: `coredns_dns_responses_total`, its size and the duration.
+    #[inline]
+    pub fn reply(&self, proto: Proto, rcode: u16, from_cache_plugin: bool, size: usize, seconds: f64) {
+        let code = (rcode as usize).min(RCODES - 1);
+        let plugin = if from_cache_plugin { PLUGIN_CACHE } else { PLUGIN_NONE };
+        let m = &self.metrics;
+        self.responses[code * 2 + usize::from(from_cache_plugin)]
+            .get_or_init(|| {
+                m.responses.with_label_values(&[&self.server, &self.zone, VIEW, crate::wire::rcode_name(rcode), plugin])
+            })
+            .inc();
+        self.response_size[proto as usize]
+            .get_or_init(|| m.response_size.with_label_values(&[&self.server, &self.zone, VIEW, proto.label()]))
+            .observe(size as f64);
+        self.duration.get_or_init(|| m.request_duration.with_label_values(&[&self.server, &self.zone, VIEW])).observe(seconds);
+    }
+}
+
+/// The handles of every zone for one listener, for one generation of settings.
+pub struct ListenerStats {
+    generation: u64,
+    zones: Vec<ZoneStats>,
+}
+
+impl ListenerStats {
+    #[inline]
+    pub fn zone(&self, index: usize) -> &ZoneStats {
+        &self.zones[index]
+    }
+}
+
+/// Per-listener holder of [`ListenerStats`], replaced when the settings change.
+#[derive(Default)]
+pub struct StatsSlot(ArcSwapOption<ListenerStats>);
+
+/// A borrowed [`ListenerStats`]; cheap to take on every query.
+pub type StatsGuard = arc_swap::Guard<Option<Arc<ListenerStats>>>;
+
+impl StatsSlot {
+    /// The stats for settings `generation`, built from `zone_names` (the
+    /// settings' zones, in index order) on the first query after a reload.
+    #[inline]
+    pub fn current(&self, generation: u64, build: impl FnOnce() -> Vec<ZoneStats>) -> StatsGuard {
+        let guard = self.0.load();
+        if guard.as_ref().is_some_and(|s| s.generation == generation) {
+            return guard;
+        }
+        drop(guard);
+        self.0.store(Some(Arc::new(ListenerStats { generation, zones: build() })));
+        self.0.load()
+    }
+}
