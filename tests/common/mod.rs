@@ -22,6 +22,7 @@
 //! | 100..=109      | node.rs           | 100..=102 (the netns test uses 127.0.0.1 inside its own namespace) |
 //! | 110..=119      | upstream_pool.rs  | 110..=119                 |
 //! | 120..=129      | upstream_faults.rs | 120..=127 (test-written servers on `.200` (silent) and `.10`) |
+//! | 130..=139      | transport_fallback.rs | 130 (inside its own network namespace, with CoreDNS on 127.0.0.1:5300 there) |
 //!
 //! A new test takes the next free N of its file's block.
 //!
@@ -190,6 +191,29 @@ pub fn require_root(what: &str) -> bool {
         return false;
     }
     panic!("{what} needs root (network namespaces / cgroups); run as root, or set NODENS_ALLOW_SKIP_ROOT=1 to skip it")
+}
+
+/// Runs `f` on a new thread that has joined the network namespace `name`
+/// (one made with `ip netns add NAME`, i.e. `/var/run/netns/NAME`) and
+/// returns its result; a panic in `f` is the caller's panic. Only that
+/// thread changes namespace, and the sockets it opens belong to the
+/// namespace, so the harness's clients ([`udp_query`], [`tcp_query`],
+/// [`http_get`], [`Nodens::metric`], [`CoreDns::wait_ready`], ...) reach
+/// servers running inside it. Needs root (CAP_SYS_ADMIN).
+pub fn in_netns<T: Send>(name: &str, f: impl FnOnce() -> T + Send) -> T {
+    use std::os::fd::AsRawFd;
+    let path = Path::new("/var/run/netns").join(name);
+    let ns = std::fs::File::open(&path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    thread::scope(|s| {
+        let worker = s.spawn(move || {
+            // SAFETY: setns(2) on a namespace fd we hold open; CLONE_NEWNET
+            // moves only the calling thread, which runs nothing else.
+            let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(rc, 0, "setns({}): {}", path.display(), std::io::Error::last_os_error());
+            f()
+        });
+        worker.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
 }
 
 /// A random-enough u64 without a dependency: std's per-process hash keys.
