@@ -14,6 +14,11 @@ use crate::wire::query::Query;
 use crate::wire::response::{sane_ttl, Layout, Section};
 use crate::wire::{flag, rcode, read_u16, read_u32, write_u16, write_u32, HEADER_LEN};
 
+/// Memory an entry costs beyond its own bytes: the `Arc` header (16), three
+/// heap allocations' headers and rounding (about 16 each: the wire bytes, the
+/// TTL offsets, the key's name), and the cache's slot and index entry (about 32).
+const BOOKKEEPING: usize = 96;
+
 /// What a response says, which decides its cache lifetime and which of the
 /// two caches holds it (CoreDNS's `success` and `denial`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,9 +164,12 @@ impl Entry {
         }
     }
 
-    /// Bytes this entry occupies, for the cache's weight.
+    /// Bytes this entry occupies, for the cache's weight: its own size, its
+    /// two heap buffers, and [`BOOKKEEPING`] for what the allocator and the
+    /// cache's tables add, so that `cache.capacity` bounds memory, not just
+    /// payload.
     pub fn weight(&self) -> usize {
-        std::mem::size_of::<Entry>() + self.wire.len() + self.ttl_offsets.len() * 2
+        std::mem::size_of::<Entry>() + self.wire.len() + self.ttl_offsets.len() * 2 + BOOKKEEPING
     }
 
     pub fn is_cacheable(&self) -> bool {
