@@ -4,6 +4,9 @@ PNG, and the generated section of docs/performance.md (between the markers
 `<!-- bench:results:begin -->` and `<!-- bench:results:end -->`).
 
   python3 bench/report.py --results bench/out/<time>/results.json --out bench/out/<time> [--docs docs]
+
+--results may be given more than once (e.g. a second run of one disturbed server,
+SERVERS=dnsmasq bench/run): a server's results come from the last file that has it.
 """
 import argparse
 import json
@@ -177,7 +180,7 @@ def section(res, rows, png_rel):
     parts = [
         f"Run of {res.get('started', '?')}"
         + (f", {dur / 60:.1f} minutes" if dur else "") + ". "
-        f"Machine: {m['cpus']} × {m['cpu']}, {m['mem_mib'] // 1024} GiB, {m['os']}, kernel {m['kernel']}. "
+        f"Machine: {m['cpus']} × {m['cpu']}, {m['mem_mib'] / 1024:.1f} GiB, {m['os']}, kernel {m['kernel']}. "
         f"Each value is the median of {c['runs']} runs (memory: one run). "
         f"hit: {c['hit_secs']} s unlimited (`-c {c['clients']} -q {c['inflight']}`); "
         f"@rate: `-Q {c['rate']}` for {c['rate_secs']} s; miss: {c.get('miss_names', 0):,} names never asked "
@@ -273,12 +276,26 @@ def plot(res, rows, path):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--results", required=True)
+    ap.add_argument("--results", required=True, action="append")
     ap.add_argument("--out", required=True)
     ap.add_argument("--docs", default=None)
     a = ap.parse_args()
-    with open(a.results) as f:
-        res = json.load(f)
+    res = None
+    for path in a.results:
+        with open(path) as f:
+            r = json.load(f)
+        if res is None:
+            res = r
+            res["sources"] = {n: path for n in r["servers"]}
+            continue
+        if r["config"] != res["config"]:
+            print(f"report: warning: {path} was run with other settings", file=sys.stderr)
+        for n, v in r["servers"].items():
+            res["servers"][n] = v
+            res["sources"][n] = path
+            res["versions"][n] = r["versions"].get(n, "?")
+        res["started"] = f"{res.get('started', '?')} (+ {r.get('started', '?')})"
+        res["duration_s"] = None
     rows = summarize(res)
     table, ratios = tables(res, rows)
     print("\n" + table + "\n")
