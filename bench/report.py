@@ -212,8 +212,8 @@ def plot(res, rows, path):
     rate = res["config"]["rate"]
     names = [n for n in names_in_order(rows) if "error" not in rows[n]]
     panels = [
-        ("hit_cpu", "CPU µs per cache hit, saturated\n(lower is better)"),
-        ("hit_qps", "cache-hit q/s answered, saturated\n(dnsperf's core is the limit near the top)"),
+        ("hit_cpu", "CPU µs per cache hit, dnsperf unlimited\n(lower is better)"),
+        ("hit_qps", "cache-hit q/s answered, dnsperf unlimited\n(dnsperf's own core is the limit near the top)"),
         ("rate_cpu", f"CPU µs per query at {rate:,} q/s\n(lower is better)"),
         ("rate_p99", f"latency at {rate:,} q/s, ms\n(bar: p99, dot: average)"),
         ("miss_qps", "cache-miss q/s answered\n(each name asked once; higher is better)"),
