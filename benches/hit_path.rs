@@ -6,7 +6,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{Criterion, criterion_group, criterion_main};
 use nodens::cache::key::NameBuf;
 use nodens::cache::{Cache, Entry, Freshness, KeyRef, TtlPolicy};
 use nodens::config::Config;
@@ -14,7 +14,12 @@ use nodens::handler::{Handled, ListenerInfo, Proto, Shared};
 use nodens::metrics::Metrics;
 use nodens::wire::{query, response};
 
-const POLICY: TtlPolicy = TtlPolicy { min_ttl: 0, max_ttl: 3600, negative_max_ttl: 1800, failure_ttl: 5 };
+const POLICY: TtlPolicy = TtlPolicy {
+    min_ttl: 0,
+    max_ttl: 3600,
+    negative_max_ttl: 1800,
+    failure_ttl: 5,
+};
 
 /// A client query for `name` (wire form) type A, with EDNS.
 fn client_query(name: &[u8]) -> Vec<u8> {
@@ -51,7 +56,9 @@ fn entry_for(wire_name: &[u8]) -> Arc<Entry> {
 fn steps(c: &mut Criterion) {
     let n = name(42);
     let packet = client_query(&n);
-    c.bench_function("parse", |b| b.iter(|| query::parse(black_box(&packet)).unwrap().qtype));
+    c.bench_function("parse", |b| {
+        b.iter(|| query::parse(black_box(&packet)).unwrap().qtype)
+    });
 
     let q = query::parse(&packet).unwrap();
     c.bench_function("key", |b| {
@@ -75,19 +82,35 @@ fn steps(c: &mut Criterion) {
         b.iter(|| {
             let mut buf: NameBuf = [0; 255];
             let key = KeyRef::from_query(&q, &mut buf);
-            matches!(cache.lookup(black_box(&key), Instant::now(), std::time::Duration::ZERO), nodens::cache::Lookup::Fresh(_))
+            matches!(
+                cache.lookup(black_box(&key), Instant::now(), std::time::Duration::ZERO),
+                nodens::cache::Lookup::Fresh(_)
+            )
         })
     });
 
     let entry = entry_for(&n);
     let mut out = Vec::with_capacity(1232);
     c.bench_function("render (copy + patch ID, case, TTLs, OPT)", |b| {
-        b.iter(|| entry.render(black_box(&q), Instant::now(), Freshness::Fresh, None, Some(1232), &mut out).rcode)
+        b.iter(|| {
+            entry
+                .render(
+                    black_box(&q),
+                    Instant::now(),
+                    Freshness::Fresh,
+                    None,
+                    Some(1232),
+                    &mut out,
+                )
+                .rcode
+        })
     });
 }
 
 fn whole_hit(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     let config = Config::parse(
         "[cache]\nprefetch_min_hits = 0\n[[zone]]\nname = \".\"\nupstreams = [\"127.0.0.1:9\"]\n",
     )
@@ -98,11 +121,18 @@ fn whole_hit(c: &mut Criterion) {
     let packet = client_query(&n);
     let q = query::parse(&packet).unwrap();
     let mut buf: NameBuf = [0; 255];
-    shared.cache.insert(KeyRef::from_query(&q, &mut buf).to_owned(), entry_for(&n));
+    shared
+        .cache
+        .insert(KeyRef::from_query(&q, &mut buf).to_owned(), entry_for(&n));
     let info = ListenerInfo::new("127.0.0.1:1053".parse().unwrap());
     let mut out = Vec::with_capacity(1232);
     c.bench_function("handle: cache hit, metrics included", |b| {
-        b.iter(|| matches!(shared.handle(black_box(&packet), &info, Proto::Udp, &mut out), Handled::Reply))
+        b.iter(|| {
+            matches!(
+                shared.handle(black_box(&packet), &info, Proto::Udp, &mut out),
+                Handled::Reply
+            )
+        })
     });
 }
 

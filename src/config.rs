@@ -58,7 +58,10 @@ pub struct ServerConfig {
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
-            listen: vec![Spanned::new(0..0, ListenAddr("127.0.0.1:1053".parse().unwrap()))],
+            listen: vec![Spanned::new(
+                0..0,
+                ListenAddr("127.0.0.1:1053".parse().unwrap()),
+            )],
             workers: 0,
             max_udp_payload: 1232,
             tcp_idle_timeout: Duration::from_secs(10),
@@ -112,7 +115,9 @@ pub struct MetricsConfig {
 
 impl Default for MetricsConfig {
     fn default() -> Self {
-        MetricsConfig { listen: "127.0.0.1:9253".into() }
+        MetricsConfig {
+            listen: "127.0.0.1:9253".into(),
+        }
     }
 }
 
@@ -328,7 +333,9 @@ pub struct ListenAddr(pub SocketAddr);
 impl<'de> Deserialize<'de> for ListenAddr {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        parse_addr(&s, 53).map(ListenAddr).map_err(serde::de::Error::custom)
+        parse_addr(&s, 53)
+            .map(ListenAddr)
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -339,7 +346,9 @@ fn parse_addr(s: &str, default_port: u16) -> Result<SocketAddr, String> {
     if let Ok(ip) = s.parse::<IpAddr>() {
         return Ok(SocketAddr::new(ip, default_port));
     }
-    Err(format!("`{s}` is not an address: expected IP, IP:port or [IPv6]:port"))
+    Err(format!(
+        "`{s}` is not an address: expected IP, IP:port or [IPv6]:port"
+    ))
 }
 
 /// A configuration error, with the position of the value it is about when known.
@@ -417,15 +426,24 @@ impl Config {
             return Err((None, "server.listen: at least one address is needed".into()));
         }
         for (i, a) in self.server.listen.iter().enumerate() {
-            if self.server.listen[..i].iter().any(|b| b.get_ref() == a.get_ref()) {
-                return Err((at(a.span()), format!("listen address {} is listed twice", a.get_ref().0)));
+            if self.server.listen[..i]
+                .iter()
+                .any(|b| b.get_ref() == a.get_ref())
+            {
+                return Err((
+                    at(a.span()),
+                    format!("listen address {} is listed twice", a.get_ref().0),
+                ));
             }
         }
         if self.server.max_udp_payload < 512 {
             return Err((None, "server.max_udp_payload: must be at least 512".into()));
         }
         if self.server.tcp_max_connections == 0 || self.server.tcp_max_inflight == 0 {
-            return Err((None, "server.tcp_max_connections and tcp_max_inflight must be at least 1".into()));
+            return Err((
+                None,
+                "server.tcp_max_connections and tcp_max_inflight must be at least 1".into(),
+            ));
         }
         if self.server.query_timeout.is_zero() {
             return Err((None, "server.query_timeout: must be more than 0".into()));
@@ -434,37 +452,68 @@ impl Config {
             return Err((None, "cache.prefetch_percent: must be 0 to 100".into()));
         }
         if !self.metrics.listen.is_empty() && self.metrics.listen.parse::<SocketAddr>().is_err() {
-            return Err((None, format!("metrics.listen: `{}` is not IP:port", self.metrics.listen)));
+            return Err((
+                None,
+                format!("metrics.listen: `{}` is not IP:port", self.metrics.listen),
+            ));
         }
         if tracing_subscriber::EnvFilter::try_new(&self.log.level).is_err() {
-            return Err((None, format!("log.level: `{}` is not a valid filter", self.log.level)));
+            return Err((
+                None,
+                format!("log.level: `{}` is not a valid filter", self.log.level),
+            ));
         }
         for (i, zone) in self.zones.iter().enumerate() {
             let name = zone.name.get_ref();
             if self.zones[..i].iter().any(|z| z.name.get_ref() == name) {
-                return Err((at(zone.name.span()), format!("zone {} is listed twice", name.0)));
+                return Err((
+                    at(zone.name.span()),
+                    format!("zone {} is listed twice", name.0),
+                ));
             }
             if zone.upstream_timeout.is_zero() {
-                return Err((at(zone.name.span()), format!("zone {}: upstream_timeout must be more than 0", name.0)));
+                return Err((
+                    at(zone.name.span()),
+                    format!("zone {}: upstream_timeout must be more than 0", name.0),
+                ));
             }
             let pool = &zone.pool;
             if pool.max_connections == 0 || pool.max_inflight == 0 {
-                return Err((at(zone.name.span()), format!("zone {}: pool.max_connections and pool.max_inflight must be at least 1", name.0)));
+                return Err((
+                    at(zone.name.span()),
+                    format!(
+                        "zone {}: pool.max_connections and pool.max_inflight must be at least 1",
+                        name.0
+                    ),
+                ));
             }
             if pool.connect_timeout.is_zero() || pool.idle_timeout.is_zero() {
-                return Err((at(zone.name.span()), format!("zone {}: pool timeouts must be more than 0", name.0)));
+                return Err((
+                    at(zone.name.span()),
+                    format!("zone {}: pool timeouts must be more than 0", name.0),
+                ));
             }
             if zone.health_check.is_zero() {
-                return Err((at(zone.name.span()), format!("zone {}: health_check must be more than 0", name.0)));
+                return Err((
+                    at(zone.name.span()),
+                    format!("zone {}: health_check must be more than 0", name.0),
+                ));
             }
             if zone.min_ttl > zone.max_ttl {
-                return Err((at(zone.name.span()), format!("zone {}: min_ttl is above max_ttl", name.0)));
+                return Err((
+                    at(zone.name.span()),
+                    format!("zone {}: min_ttl is above max_ttl", name.0),
+                ));
             }
             for up in &zone.upstreams {
                 let addr = up.get_ref().0;
-                let earlier = self.zones[..i].iter().find(|z| z.upstreams.iter().any(|u| u.get_ref().0 == addr));
+                let earlier = self.zones[..i]
+                    .iter()
+                    .find(|z| z.upstreams.iter().any(|u| u.get_ref().0 == addr));
                 if let Some(other) = earlier
-                    && (other.pool != zone.pool || other.max_fails != zone.max_fails || other.health_check != zone.health_check)
+                    && (other.pool != zone.pool
+                        || other.max_fails != zone.max_fails
+                        || other.health_check != zone.health_check)
                 {
                     return Err((
                         at(up.span()),
@@ -478,7 +527,9 @@ impl Config {
                 if self.is_own_address(addr) {
                     return Err((
                         at(up.span()),
-                        format!("upstream {addr} is one of our own listen addresses: a forwarding loop"),
+                        format!(
+                            "upstream {addr} is one of our own listen addresses: a forwarding loop"
+                        ),
                     ));
                 }
             }
@@ -506,7 +557,9 @@ pub fn resolv_conf_nameservers(path: &Path) -> Result<Vec<SocketAddr>, String> {
         .lines()
         .filter_map(|line| {
             let mut words = line.split_whitespace();
-            (words.next() == Some("nameserver")).then(|| words.next()).flatten()
+            (words.next() == Some("nameserver"))
+                .then(|| words.next())
+                .flatten()
         })
         // Strip an IPv6 zone index ("fe80::1%eth0"): std cannot parse it.
         .filter_map(|ip| ip.split('%').next()?.parse::<IpAddr>().ok())
@@ -567,8 +620,15 @@ mod tests {
 
     #[test]
     fn addresses_default_to_port_53() {
-        let c = Config::parse("[[zone]]\nname = \"x\"\nupstreams = [\"::1\", \"[::1]:5353\", \"10.0.0.1\"]\n").unwrap();
-        let ups: Vec<String> = c.zones[0].upstreams.iter().map(|u| u.get_ref().0.to_string()).collect();
+        let c = Config::parse(
+            "[[zone]]\nname = \"x\"\nupstreams = [\"::1\", \"[::1]:5353\", \"10.0.0.1\"]\n",
+        )
+        .unwrap();
+        let ups: Vec<String> = c.zones[0]
+            .upstreams
+            .iter()
+            .map(|u| u.get_ref().0.to_string())
+            .collect();
         assert_eq!(ups, ["[::1]:53", "[::1]:5353", "10.0.0.1:53"]);
         assert_eq!(c.zones[0].name.get_ref().0, "x.");
     }
@@ -603,6 +663,12 @@ mod tests {
         std::fs::write(&p, "search a b\n# nameserver 9.9.9.9\nnameserver 127.0.0.53\nnameserver fe80::1%eth0\noptions ndots:5\n")
             .unwrap();
         let s = resolv_conf_nameservers(&p).unwrap();
-        assert_eq!(s, vec!["127.0.0.53:53".parse().unwrap(), "[fe80::1]:53".parse().unwrap()]);
+        assert_eq!(
+            s,
+            vec![
+                "127.0.0.53:53".parse().unwrap(),
+                "[fe80::1]:53".parse().unwrap()
+            ]
+        );
     }
 }

@@ -6,8 +6,8 @@
 //! coalesce with identical misses, forward to the zone's upstreams, store,
 //! reply; serve stale if every upstream failed.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -17,7 +17,7 @@ use crate::cache::key::NameBuf;
 use crate::cache::{Cache, Entry, Freshness, Key, KeyRef, Kind, Lookup};
 use crate::config::Config;
 use crate::inflight::{InFlight, Role};
-use crate::metrics::{qtype_label, Metrics, PLUGIN_NONE, VIEW, ZONE_DROPPED};
+use crate::metrics::{Metrics, PLUGIN_NONE, VIEW, ZONE_DROPPED, qtype_label};
 use crate::stats::{ListenerStats, StatsGuard, StatsSlot, ZoneStats};
 use crate::upstream::forward::forward;
 use crate::upstream::{Router, RouterError, Zone};
@@ -50,7 +50,11 @@ pub struct TcpLimits {
 impl Settings {
     /// Builds the settings for `config`; `previous` lets unchanged upstreams
     /// keep their connections and health across a reload.
-    pub fn from_config(config: &Config, metrics: &Arc<Metrics>, previous: Option<&Settings>) -> Result<Settings, RouterError> {
+    pub fn from_config(
+        config: &Config,
+        metrics: &Arc<Metrics>,
+        previous: Option<&Settings>,
+    ) -> Result<Settings, RouterError> {
         let secs = |d: Duration| d.as_secs().min(u32::MAX.into()) as u32;
         static GENERATION: AtomicU64 = AtomicU64::new(0);
         Ok(Settings {
@@ -121,7 +125,10 @@ impl ListenerInfo {
     fn stats(&self, settings: &Settings, metrics: &Arc<Metrics>) -> StatsGuard {
         self.stats.current(settings.generation, || {
             let zones = settings.router.zones();
-            zones.iter().map(|z| ZoneStats::new(metrics, &self.server, &z.name, self.family)).collect()
+            zones
+                .iter()
+                .map(|z| ZoneStats::new(metrics, &self.server, &z.name, self.family))
+                .collect()
         })
     }
 }
@@ -158,7 +165,11 @@ pub struct MissJob {
 }
 
 impl Shared {
-    pub fn new(config: &Config, metrics: Arc<Metrics>, runtime: tokio::runtime::Handle) -> Result<Shared, RouterError> {
+    pub fn new(
+        config: &Config,
+        metrics: Arc<Metrics>,
+        runtime: tokio::runtime::Handle,
+    ) -> Result<Shared, RouterError> {
         Ok(Shared {
             settings: ArcSwap::from_pointee(Settings::from_config(config, &metrics, None)?),
             cache: Cache::new(config.cache.capacity.as_u64()),
@@ -171,29 +182,67 @@ impl Shared {
     }
 
     /// Answers `packet` from what is at hand, or says it needs upstream.
-    pub fn handle(self: &Arc<Self>, packet: &[u8], listener: &ListenerInfo, proto: Proto, out: &mut Vec<u8>) -> Handled {
+    pub fn handle(
+        self: &Arc<Self>,
+        packet: &[u8],
+        listener: &ListenerInfo,
+        proto: Proto,
+        out: &mut Vec<u8>,
+    ) -> Handled {
         let started = Instant::now();
         let query = match query::parse(packet) {
             Ok(q) => q,
             Err(reject) => {
-                self.metrics.rejected.with_label_values(&[reject.reason()]).inc();
-                return if build::error_reply(packet, &reject, out) { Handled::Reply } else { Handled::Drop };
+                self.metrics
+                    .rejected
+                    .with_label_values(&[reject.reason()])
+                    .inc();
+                return if build::error_reply(packet, &reject, out) {
+                    Handled::Reply
+                } else {
+                    Handled::Drop
+                };
             }
         };
         let settings = self.settings.load();
         let mut name_buf: NameBuf = [0; 255];
         let key = KeyRef::from_query(&query, &mut name_buf);
         let Some(zone) = settings.router.route(key.name) else {
-            self.metrics.rejected.with_label_values(&["no zone for the name"]).inc();
-            let labels = [listener.server.as_str(), ZONE_DROPPED, VIEW, proto.label(), listener.family, qtype_label(query.qtype)];
+            self.metrics
+                .rejected
+                .with_label_values(&["no zone for the name"])
+                .inc();
+            let labels = [
+                listener.server.as_str(),
+                ZONE_DROPPED,
+                VIEW,
+                proto.label(),
+                listener.family,
+                qtype_label(query.qtype),
+            ];
             self.metrics.requests.with_label_values(&labels).inc();
-            build::reply_with_rcode(packet, rcode::REFUSED, Some(query.name_end + 4), query.edns, None, out);
-            let labels = [listener.server.as_str(), ZONE_DROPPED, VIEW, rcode_name(rcode::REFUSED), PLUGIN_NONE];
+            build::reply_with_rcode(
+                packet,
+                rcode::REFUSED,
+                Some(query.name_end + 4),
+                query.edns,
+                None,
+                out,
+            );
+            let labels = [
+                listener.server.as_str(),
+                ZONE_DROPPED,
+                VIEW,
+                rcode_name(rcode::REFUSED),
+                PLUGIN_NONE,
+            ];
             self.metrics.responses.with_label_values(&labels).inc();
             return Handled::Reply;
         };
         let stats_guard = listener.stats(&settings, &self.metrics);
-        let all_stats = stats_guard.as_ref().expect("stats for the current settings");
+        let all_stats = stats_guard
+            .as_ref()
+            .expect("stats for the current settings");
         let stats = all_stats.zone(zone.index);
         stats.request(proto, query.qtype, packet.len(), query.dnssec_ok());
 
@@ -205,7 +254,13 @@ impl Shared {
                 if settings.prefetch_min_hits > 0 {
                     self.maybe_prefetch(&entry, &key, zone, &settings, listener, started);
                 }
-                stats.reply(proto, rendered.rcode, true, out.len(), started.elapsed().as_secs_f64());
+                stats.reply(
+                    proto,
+                    rendered.rcode,
+                    true,
+                    out.len(),
+                    started.elapsed().as_secs_f64(),
+                );
                 return Handled::Reply;
             }
             Lookup::Stale(entry) => Some(entry),
@@ -225,39 +280,71 @@ impl Shared {
     }
 
     /// Resolves a miss and writes the reply into `out`.
-    pub async fn resolve(self: &Arc<Self>, job: MissJob, listener: &ListenerInfo, out: &mut Vec<u8>) {
+    pub async fn resolve(
+        self: &Arc<Self>,
+        job: MissJob,
+        listener: &ListenerInfo,
+        out: &mut Vec<u8>,
+    ) {
         let query = query::parse(&job.packet).expect("a miss job holds a validated query");
         self.metrics.inflight.inc();
         let deadline = job.started + job.settings.query_timeout;
-        let fetched = tokio::time::timeout_at(deadline.into(), self.fetch(&job.key, &job.zone, &job.settings, deadline))
-            .await
-            .ok()
-            .flatten();
+        let fetched = tokio::time::timeout_at(
+            deadline.into(),
+            self.fetch(&job.key, &job.zone, &job.settings, deadline),
+        )
+        .await
+        .ok()
+        .flatten();
         self.metrics.inflight.dec();
         let now = Instant::now();
         let limit = reply_limit(job.proto, &query, &job.settings);
         let failed = fetched.as_ref().is_none_or(|e| e.kind == Kind::Failure);
         let stale = job.stale.as_ref().filter(|_| failed);
         let (code, from_cache) = if let Some(stale) = stale {
-            let ttl = Freshness::Stale { ttl: job.settings.stale_ttl };
+            let ttl = Freshness::Stale {
+                ttl: job.settings.stale_ttl,
+            };
             let rendered = stale.render(&query, now, ttl, Some(ede::STALE_ANSWER), limit, out);
-            self.metrics.cache_served_stale.with_label_values(&[&listener.server, &job.zone.name, VIEW]).inc();
+            self.metrics
+                .cache_served_stale
+                .with_label_values(&[&listener.server, &job.zone.name, VIEW])
+                .inc();
             (rendered.rcode, true)
         } else if let Some(entry) = &fetched {
-            (entry.render(&query, now, Freshness::Fresh, None, limit, out).rcode, true)
+            (
+                entry
+                    .render(&query, now, Freshness::Fresh, None, limit, out)
+                    .rcode,
+                true,
+            )
         } else {
-            build::servfail(&job.packet, query.name_end + 4, query.edns, Some(ede::NO_REACHABLE_AUTHORITY), out);
+            build::servfail(
+                &job.packet,
+                query.name_end + 4,
+                query.edns,
+                Some(ede::NO_REACHABLE_AUTHORITY),
+                out,
+            );
             (rcode::SERVFAIL, false)
         };
         let seconds = job.started.elapsed().as_secs_f64();
-        job.stats.zone(job.zone.index).reply(job.proto, code, from_cache, out.len(), seconds);
+        job.stats
+            .zone(job.zone.index)
+            .reply(job.proto, code, from_cache, out.len(), seconds);
     }
 
     /// Asks upstream for `key` (or joins the identical query in flight) and
     /// stores the result. `None` when no upstream gave a usable answer; a
     /// failure entry is then cached so the next queries fail fast (RFC 9520),
     /// unless a stale entry is there to be served instead.
-    async fn fetch(self: &Arc<Self>, key: &Key, zone: &Arc<Zone>, settings: &Settings, deadline: Instant) -> Option<Arc<Entry>> {
+    async fn fetch(
+        self: &Arc<Self>,
+        key: &Key,
+        zone: &Arc<Zone>,
+        settings: &Settings,
+        deadline: Instant,
+    ) -> Option<Arc<Entry>> {
         let (outcome, role) = self
             .inflight
             .run(key, async {
@@ -265,14 +352,19 @@ impl Shared {
                 let now = Instant::now();
                 // A failure never replaces an answer that can still be served,
                 // fresh (a prefetch that failed) or stale.
-                let has_usable = || match self.cache.lookup(&key.as_ref(), now, settings.stale_max_age) {
-                    Lookup::Fresh(e) => e.kind != Kind::Failure,
-                    Lookup::Stale(_) => true,
-                    Lookup::Miss => false,
-                };
+                let has_usable =
+                    || match self
+                        .cache
+                        .lookup(&key.as_ref(), now, settings.stale_max_age)
+                    {
+                        Lookup::Fresh(e) => e.kind != Kind::Failure,
+                        Lookup::Stale(_) => true,
+                        Lookup::Miss => false,
+                    };
                 match forwarded {
                     Some(f) => {
-                        let entry = Arc::new(Entry::from_response(&f.msg, &f.layout, &zone.ttl, now));
+                        let entry =
+                            Arc::new(Entry::from_response(&f.msg, &f.layout, &zone.ttl, now));
                         if entry.kind != Kind::Failure || !has_usable() {
                             self.cache.insert(key.clone(), entry.clone());
                         }
@@ -280,7 +372,8 @@ impl Shared {
                     }
                     None => {
                         if settings.failure_ttl > 0 && !has_usable() {
-                            let failure = Entry::failure(&key.question(), settings.failure_ttl, now);
+                            let failure =
+                                Entry::failure(&key.question(), settings.failure_ttl, now);
                             self.cache.insert(key.clone(), Arc::new(failure));
                         }
                         None
@@ -312,12 +405,19 @@ impl Shared {
         if hits < settings.prefetch_min_hits {
             return;
         }
-        let threshold = Duration::from_millis(u64::from(entry.original_ttl) * 10 * u64::from(settings.prefetch_percent));
-        if entry.remaining(now) > threshold || entry.prefetch_started.swap(true, Ordering::Relaxed) {
+        let threshold = Duration::from_millis(
+            u64::from(entry.original_ttl) * 10 * u64::from(settings.prefetch_percent),
+        );
+        if entry.remaining(now) > threshold || entry.prefetch_started.swap(true, Ordering::Relaxed)
+        {
             return;
         }
-        let (this, key, zone, settings) = (self.clone(), key.to_owned(), zone.clone(), settings.clone());
-        self.metrics.cache_prefetch.with_label_values(&[&listener.server, &zone.name, VIEW]).inc();
+        let (this, key, zone, settings) =
+            (self.clone(), key.to_owned(), zone.clone(), settings.clone());
+        self.metrics
+            .cache_prefetch
+            .with_label_values(&[&listener.server, &zone.name, VIEW])
+            .inc();
         self.tasks.spawn_on(
             async move {
                 let deadline = Instant::now() + settings.query_timeout;

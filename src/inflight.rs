@@ -51,7 +51,11 @@ impl InFlight {
         if let Some(rx) = follower {
             return (rx.await.unwrap_or(None), Role::Follower);
         }
-        let mut guard = LeaderGuard { table: self, key, outcome: None };
+        let mut guard = LeaderGuard {
+            table: self,
+            key,
+            outcome: None,
+        };
         let outcome = fetch.await;
         guard.outcome = Some(outcome.clone());
         drop(guard);
@@ -77,7 +81,13 @@ struct LeaderGuard<'a> {
 
 impl Drop for LeaderGuard<'_> {
     fn drop(&mut self) {
-        let waiters = self.table.waiting.lock().expect("in-flight table lock").remove(self.key).unwrap_or_default();
+        let waiters = self
+            .table
+            .waiting
+            .lock()
+            .expect("in-flight table lock")
+            .remove(self.key)
+            .unwrap_or_default();
         let outcome = self.outcome.take().flatten();
         for w in waiters {
             let _ = w.send(outcome.clone());
@@ -94,7 +104,13 @@ mod tests {
     #[tokio::test]
     async fn followers_share_the_leaders_outcome() {
         let table = Arc::new(InFlight::default());
-        let key = KeyRef { name: b"\x01a\x00", qtype: 1, qclass: 1, flags: 0 }.to_owned();
+        let key = KeyRef {
+            name: b"\x01a\x00",
+            qtype: 1,
+            qclass: 1,
+            flags: 0,
+        }
+        .to_owned();
         let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
         let mut handles = Vec::new();
         for _ in 0..10 {
@@ -104,7 +120,11 @@ mod tests {
                     .run(&key, async {
                         calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         tokio::time::sleep(Duration::from_millis(50)).await;
-                        Some(Arc::new(Entry::failure(b"\x01a\x00\x00\x01\x00\x01", 5, Instant::now())))
+                        Some(Arc::new(Entry::failure(
+                            b"\x01a\x00\x00\x01\x00\x01",
+                            5,
+                            Instant::now(),
+                        )))
                     })
                     .await
             }));

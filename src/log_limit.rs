@@ -15,7 +15,12 @@ pub struct LogLimiter {
 
 impl LogLimiter {
     pub fn new(interval: Duration) -> LogLimiter {
-        LogLimiter { interval, epoch: Instant::now(), next_allowed_ms: AtomicU64::new(0), suppressed: AtomicU64::new(0) }
+        LogLimiter {
+            interval,
+            epoch: Instant::now(),
+            next_allowed_ms: AtomicU64::new(0),
+            suppressed: AtomicU64::new(0),
+        }
     }
 
     /// Returns `Some(suppressed_since_last)` if this event may be logged now.
@@ -25,7 +30,12 @@ impl LogLimiter {
         if now >= next
             && self
                 .next_allowed_ms
-                .compare_exchange(next, now + self.interval.as_millis() as u64, Ordering::Relaxed, Ordering::Relaxed)
+                .compare_exchange(
+                    next,
+                    now + self.interval.as_millis() as u64,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
                 .is_ok()
         {
             return Some(self.suppressed.swap(0, Ordering::Relaxed));

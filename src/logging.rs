@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::{reload, EnvFilter, Registry};
+use tracing_subscriber::{EnvFilter, Registry, reload};
 
 use crate::config::{LogConfig, LogFormat};
 
@@ -26,8 +26,20 @@ pub fn init(config: &LogConfig) -> LogHandle {
     let (filter, handle) = reload::Layer::new(filter);
     let registry = tracing_subscriber::registry().with(filter);
     match config.format {
-        LogFormat::Text => registry.with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(false)).init(),
-        LogFormat::Json => registry.with(tracing_subscriber::fmt::layer().json().with_writer(std::io::stderr)).init(),
+        LogFormat::Text => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .with_ansi(false),
+            )
+            .init(),
+        LogFormat::Json => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .with_writer(std::io::stderr),
+            )
+            .init(),
     }
     LogHandle(handle)
 }

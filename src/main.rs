@@ -58,8 +58,17 @@ fn serve(path: Option<PathBuf>) -> ExitCode {
     };
     let log = logging::init(&config.log);
     let (workers, source) = cpus::workers(config.server.workers);
-    tracing::info!(version = env!("CARGO_PKG_VERSION"), workers, "starting nodens: workers={workers} ({source})");
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(workers).thread_name("nodens").enable_all().build() {
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        workers,
+        "starting nodens: workers={workers} ({source})"
+    );
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .thread_name("nodens")
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             tracing::error!("cannot start the runtime: {e}");

@@ -6,16 +6,16 @@
 //! The full list is in docs/metrics.md.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
-use axum::Router;
 use prometheus::{
-    exponential_buckets, Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder, exponential_buckets,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -80,19 +80,32 @@ pub struct Metrics {
 
 fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
-    registry.register(Box::new(c.clone())).expect("unique metric");
+    registry
+        .register(Box::new(c.clone()))
+        .expect("unique metric");
     c
 }
 
-fn histogram(registry: &Registry, name: &str, help: &str, labels: &[&str], buckets: Vec<f64>) -> HistogramVec {
-    let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels).expect("valid metric");
-    registry.register(Box::new(h.clone())).expect("unique metric");
+fn histogram(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+    buckets: Vec<f64>,
+) -> HistogramVec {
+    let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)
+        .expect("valid metric");
+    registry
+        .register(Box::new(h.clone()))
+        .expect("unique metric");
     h
 }
 
 fn gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
     let g = IntGauge::new(name, help).expect("valid metric");
-    registry.register(Box::new(g.clone())).expect("unique metric");
+    registry
+        .register(Box::new(g.clone()))
+        .expect("unique metric");
     g
 }
 
@@ -103,60 +116,253 @@ fn duration_buckets() -> Vec<f64> {
 
 /// CoreDNS's size buckets, in bytes.
 fn size_buckets() -> Vec<f64> {
-    vec![0.0, 100.0, 200.0, 300.0, 400.0, 511.0, 1023.0, 2047.0, 4095.0, 8291.0, 16e3, 32e3, 48e3, 64e3]
+    vec![
+        0.0, 100.0, 200.0, 300.0, 400.0, 511.0, 1023.0, 2047.0, 4095.0, 8291.0, 16e3, 32e3, 48e3,
+        64e3,
+    ]
 }
 
 impl Metrics {
     pub fn new(cache_server: String) -> Metrics {
         let r = Registry::new();
         let m = Metrics {
-            requests: counter(&r, "coredns_dns_requests_total", "Counter of DNS requests made per zone, protocol and family.", &["server", "zone", "view", "proto", "family", "type"]),
-            responses: counter(&r, "coredns_dns_responses_total", "Counter of response status codes.", &["server", "zone", "view", "rcode", "plugin"]),
-            request_duration: histogram(&r, "coredns_dns_request_duration_seconds", "Histogram of the time (in seconds) each request took per zone.", &["server", "zone", "view"], duration_buckets()),
-            request_size: histogram(&r, "coredns_dns_request_size_bytes", "Size of the EDNS0 UDP buffer in bytes (64K for TCP) per zone and protocol.", &["server", "zone", "view", "proto"], size_buckets()),
-            response_size: histogram(&r, "coredns_dns_response_size_bytes", "Size of the returned response in bytes.", &["server", "zone", "view", "proto"], size_buckets()),
-            do_requests: counter(&r, "coredns_dns_do_requests_total", "Counter of DNS requests with DO bit set per zone.", &["server", "view", "zone"]),
-            cache_hits: counter(&r, "coredns_cache_hits_total", "The count of cache hits.", &["server", "type", "zones", "view"]),
-            cache_misses: counter(&r, "coredns_cache_misses_total", "The count of cache misses. Deprecated, derive misses from cache hits/requests counters.", &["server", "zones", "view"]),
-            cache_requests: counter(&r, "coredns_cache_requests_total", "The count of cache requests.", &["server", "zones", "view"]),
-            cache_prefetch: counter(&r, "coredns_cache_prefetch_total", "The number of times the cache has prefetched a cached item.", &["server", "zones", "view"]),
-            cache_served_stale: counter(&r, "coredns_cache_served_stale_total", "The number of requests served from stale cache entries.", &["server", "zones", "view"]),
+            requests: counter(
+                &r,
+                "coredns_dns_requests_total",
+                "Counter of DNS requests made per zone, protocol and family.",
+                &["server", "zone", "view", "proto", "family", "type"],
+            ),
+            responses: counter(
+                &r,
+                "coredns_dns_responses_total",
+                "Counter of response status codes.",
+                &["server", "zone", "view", "rcode", "plugin"],
+            ),
+            request_duration: histogram(
+                &r,
+                "coredns_dns_request_duration_seconds",
+                "Histogram of the time (in seconds) each request took per zone.",
+                &["server", "zone", "view"],
+                duration_buckets(),
+            ),
+            request_size: histogram(
+                &r,
+                "coredns_dns_request_size_bytes",
+                "Size of the EDNS0 UDP buffer in bytes (64K for TCP) per zone and protocol.",
+                &["server", "zone", "view", "proto"],
+                size_buckets(),
+            ),
+            response_size: histogram(
+                &r,
+                "coredns_dns_response_size_bytes",
+                "Size of the returned response in bytes.",
+                &["server", "zone", "view", "proto"],
+                size_buckets(),
+            ),
+            do_requests: counter(
+                &r,
+                "coredns_dns_do_requests_total",
+                "Counter of DNS requests with DO bit set per zone.",
+                &["server", "view", "zone"],
+            ),
+            cache_hits: counter(
+                &r,
+                "coredns_cache_hits_total",
+                "The count of cache hits.",
+                &["server", "type", "zones", "view"],
+            ),
+            cache_misses: counter(
+                &r,
+                "coredns_cache_misses_total",
+                "The count of cache misses. Deprecated, derive misses from cache hits/requests counters.",
+                &["server", "zones", "view"],
+            ),
+            cache_requests: counter(
+                &r,
+                "coredns_cache_requests_total",
+                "The count of cache requests.",
+                &["server", "zones", "view"],
+            ),
+            cache_prefetch: counter(
+                &r,
+                "coredns_cache_prefetch_total",
+                "The number of times the cache has prefetched a cached item.",
+                &["server", "zones", "view"],
+            ),
+            cache_served_stale: counter(
+                &r,
+                "coredns_cache_served_stale_total",
+                "The number of requests served from stale cache entries.",
+                &["server", "zones", "view"],
+            ),
             cache_entries: {
-                let g = IntGaugeVec::new(Opts::new("coredns_cache_entries", "The number of elements in the cache."), &["server", "type", "zones", "view"]).expect("valid metric");
+                let g = IntGaugeVec::new(
+                    Opts::new(
+                        "coredns_cache_entries",
+                        "The number of elements in the cache.",
+                    ),
+                    &["server", "type", "zones", "view"],
+                )
+                .expect("valid metric");
                 r.register(Box::new(g.clone())).expect("unique metric");
                 g
             },
-            cache_evictions: counter(&r, "coredns_cache_evictions_total", "The count of cache evictions.", &["server", "type", "zones", "view"]),
-            cache_bytes: gauge(&r, "nodens_cache_bytes", "Bytes held by the cache (entries and keys)."),
-            cache_capacity: gauge(&r, "nodens_cache_capacity_bytes", "The configured cache capacity in bytes."),
+            cache_evictions: counter(
+                &r,
+                "coredns_cache_evictions_total",
+                "The count of cache evictions.",
+                &["server", "type", "zones", "view"],
+            ),
+            cache_bytes: gauge(
+                &r,
+                "nodens_cache_bytes",
+                "Bytes held by the cache (entries and keys).",
+            ),
+            cache_capacity: gauge(
+                &r,
+                "nodens_cache_capacity_bytes",
+                "The configured cache capacity in bytes.",
+            ),
             evictions_seen: [AtomicU64::new(0), AtomicU64::new(0)],
-            proxy_duration: histogram(&r, "coredns_proxy_request_duration_seconds", "Histogram of the time each request took.", &["proxy_name", "to", "rcode"], duration_buckets()),
-            proxy_conn_hits: counter(&r, "coredns_proxy_conn_cache_hits_total", "Counter of connection cache hits per upstream and protocol.", &["proxy_name", "to", "proto"]),
-            proxy_conn_misses: counter(&r, "coredns_proxy_conn_cache_misses_total", "Counter of connection cache misses per upstream and protocol.", &["proxy_name", "to", "proto"]),
-            upstream_errors: counter(&r, "nodens_upstream_errors_total", "Upstream exchanges that failed, by upstream and kind of failure.", &["to", "error"]),
-            coalesced: gauge_less_counter(&r, "nodens_coalesced_queries_total", "Cache misses that joined an identical query already in flight instead of asking upstream."),
-            rejected: counter(&r, "nodens_rejected_queries_total", "Queries answered with an error or dropped before the cache, by reason.", &["reason"]),
-            inflight: gauge(&r, "nodens_inflight_queries", "Cache misses being resolved now."),
-            tcp_connections: gauge(&r, "nodens_tcp_client_connections", "Open client TCP connections."),
-            tcp_rejected: gauge_less_counter(&r, "nodens_tcp_client_rejected_total", "Client TCP connections closed at once because tcp_max_connections were open."),
-            reloads: counter(&r, "nodens_config_reloads_total", "Configuration reloads (SIGHUP), by result.", &["result"]),
+            proxy_duration: histogram(
+                &r,
+                "coredns_proxy_request_duration_seconds",
+                "Histogram of the time each request took.",
+                &["proxy_name", "to", "rcode"],
+                duration_buckets(),
+            ),
+            proxy_conn_hits: counter(
+                &r,
+                "coredns_proxy_conn_cache_hits_total",
+                "Counter of connection cache hits per upstream and protocol.",
+                &["proxy_name", "to", "proto"],
+            ),
+            proxy_conn_misses: counter(
+                &r,
+                "coredns_proxy_conn_cache_misses_total",
+                "Counter of connection cache misses per upstream and protocol.",
+                &["proxy_name", "to", "proto"],
+            ),
+            upstream_errors: counter(
+                &r,
+                "nodens_upstream_errors_total",
+                "Upstream exchanges that failed, by upstream and kind of failure.",
+                &["to", "error"],
+            ),
+            coalesced: gauge_less_counter(
+                &r,
+                "nodens_coalesced_queries_total",
+                "Cache misses that joined an identical query already in flight instead of asking upstream.",
+            ),
+            rejected: counter(
+                &r,
+                "nodens_rejected_queries_total",
+                "Queries answered with an error or dropped before the cache, by reason.",
+                &["reason"],
+            ),
+            inflight: gauge(
+                &r,
+                "nodens_inflight_queries",
+                "Cache misses being resolved now.",
+            ),
+            tcp_connections: gauge(
+                &r,
+                "nodens_tcp_client_connections",
+                "Open client TCP connections.",
+            ),
+            tcp_rejected: gauge_less_counter(
+                &r,
+                "nodens_tcp_client_rejected_total",
+                "Client TCP connections closed at once because tcp_max_connections were open.",
+            ),
+            reloads: counter(
+                &r,
+                "nodens_config_reloads_total",
+                "Configuration reloads (SIGHUP), by result.",
+                &["result"],
+            ),
             workers: gauge(&r, "nodens_workers", "Worker threads serving queries."),
-            upstream_inflight: gauge_vec(&r, "nodens_upstream_inflight", "Queries in flight to an upstream, UDP and TCP.", &["to"]),
-            upstream_healthy: gauge_vec(&r, "nodens_upstream_healthy", "1 while an upstream is up, 0 while it is marked down and probed.", &["to"]),
-            health_checks: counter(&r, "nodens_upstream_health_checks_total", "Health probes of upstreams marked down, by result.", &["to", "result"]),
-            proxy_healthcheck_failures: counter(&r, "coredns_proxy_healthcheck_failures_total", "Count of failed health checks per upstream.", &["proxy_name", "to"]),
-            pool_connections: gauge_vec(&r, "nodens_upstream_tcp_connections", "Open TCP connections to an upstream, idle (nothing in flight) or busy.", &["to", "state"]),
-            pool_dials: counter(&r, "nodens_upstream_tcp_dials_total", "TCP connections dialled to an upstream.", &["to"]),
-            pool_dial_failures: counter(&r, "nodens_upstream_tcp_dial_failures_total", "TCP dials to an upstream that failed or timed out.", &["to"]),
-            pool_closed: counter(&r, "nodens_upstream_tcp_closed_total", "TCP connections to an upstream closed, by reason.", &["to", "reason"]),
-            queue_length: gauge_vec(&r, "nodens_upstream_queue_length", "Queries waiting for a TCP connection slot to an upstream.", &["to"]),
-            queue_capacity: gauge_vec(&r, "nodens_upstream_queue_capacity", "The configured wait queue size (pool.max_queue) of an upstream.", &["to"]),
-            queue_wait: histogram(&r, "nodens_upstream_queue_wait_seconds", "Time queries waited in the queue for a TCP connection slot.", &["to"], duration_buckets()),
-            queue_rejected: counter(&r, "nodens_upstream_queue_rejected_total", "Queries failed by the wait queue: it was full, or the wait expired.", &["to", "reason"]),
+            upstream_inflight: gauge_vec(
+                &r,
+                "nodens_upstream_inflight",
+                "Queries in flight to an upstream, UDP and TCP.",
+                &["to"],
+            ),
+            upstream_healthy: gauge_vec(
+                &r,
+                "nodens_upstream_healthy",
+                "1 while an upstream is up, 0 while it is marked down and probed.",
+                &["to"],
+            ),
+            health_checks: counter(
+                &r,
+                "nodens_upstream_health_checks_total",
+                "Health probes of upstreams marked down, by result.",
+                &["to", "result"],
+            ),
+            proxy_healthcheck_failures: counter(
+                &r,
+                "coredns_proxy_healthcheck_failures_total",
+                "Count of failed health checks per upstream.",
+                &["proxy_name", "to"],
+            ),
+            pool_connections: gauge_vec(
+                &r,
+                "nodens_upstream_tcp_connections",
+                "Open TCP connections to an upstream, idle (nothing in flight) or busy.",
+                &["to", "state"],
+            ),
+            pool_dials: counter(
+                &r,
+                "nodens_upstream_tcp_dials_total",
+                "TCP connections dialled to an upstream.",
+                &["to"],
+            ),
+            pool_dial_failures: counter(
+                &r,
+                "nodens_upstream_tcp_dial_failures_total",
+                "TCP dials to an upstream that failed or timed out.",
+                &["to"],
+            ),
+            pool_closed: counter(
+                &r,
+                "nodens_upstream_tcp_closed_total",
+                "TCP connections to an upstream closed, by reason.",
+                &["to", "reason"],
+            ),
+            queue_length: gauge_vec(
+                &r,
+                "nodens_upstream_queue_length",
+                "Queries waiting for a TCP connection slot to an upstream.",
+                &["to"],
+            ),
+            queue_capacity: gauge_vec(
+                &r,
+                "nodens_upstream_queue_capacity",
+                "The configured wait queue size (pool.max_queue) of an upstream.",
+                &["to"],
+            ),
+            queue_wait: histogram(
+                &r,
+                "nodens_upstream_queue_wait_seconds",
+                "Time queries waited in the queue for a TCP connection slot.",
+                &["to"],
+                duration_buckets(),
+            ),
+            queue_rejected: counter(
+                &r,
+                "nodens_upstream_queue_rejected_total",
+                "Queries failed by the wait queue: it was full, or the wait expired.",
+                &["to", "reason"],
+            ),
             registry: r,
             cache_server,
         };
-        let info = IntGaugeVec::new(Opts::new("nodens_build_info", "nodens version."), &["version"]).expect("valid metric");
+        let info = IntGaugeVec::new(
+            Opts::new("nodens_build_info", "nodens version."),
+            &["version"],
+        )
+        .expect("valid metric");
         info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
         m.registry.register(Box::new(info)).expect("unique metric");
         m
@@ -165,11 +371,23 @@ impl Metrics {
     /// Copies the cache's counts into the gauges; called on each scrape.
     pub fn observe_cache(&self, stats: &CacheStats) {
         let s = self.cache_server.as_str();
-        self.cache_entries.with_label_values(&[s, "success", ".", VIEW]).set(stats.success_entries as i64);
-        self.cache_entries.with_label_values(&[s, "denial", ".", VIEW]).set(stats.denial_entries as i64);
-        for (i, (kind, total)) in [("success", stats.success_evictions), ("denial", stats.denial_evictions)].into_iter().enumerate() {
+        self.cache_entries
+            .with_label_values(&[s, "success", ".", VIEW])
+            .set(stats.success_entries as i64);
+        self.cache_entries
+            .with_label_values(&[s, "denial", ".", VIEW])
+            .set(stats.denial_entries as i64);
+        for (i, (kind, total)) in [
+            ("success", stats.success_evictions),
+            ("denial", stats.denial_evictions),
+        ]
+        .into_iter()
+        .enumerate()
+        {
             let before = self.evictions_seen[i].swap(total, Ordering::Relaxed);
-            self.cache_evictions.with_label_values(&[s, kind, ".", VIEW]).inc_by(total.saturating_sub(before));
+            self.cache_evictions
+                .with_label_values(&[s, kind, ".", VIEW])
+                .inc_by(total.saturating_sub(before));
         }
         self.cache_bytes.set(stats.bytes as i64);
         self.cache_capacity.set(stats.capacity as i64);
@@ -177,20 +395,26 @@ impl Metrics {
 
     pub fn encode(&self) -> String {
         let mut out = Vec::new();
-        TextEncoder::new().encode(&self.registry.gather(), &mut out).expect("text encoding");
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .expect("text encoding");
         String::from_utf8(out).expect("prometheus text is UTF-8")
     }
 }
 
 fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
     let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
-    registry.register(Box::new(g.clone())).expect("unique metric");
+    registry
+        .register(Box::new(g.clone()))
+        .expect("unique metric");
     g
 }
 
 fn gauge_less_counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
     let c = IntCounter::new(name, help).expect("valid metric");
-    registry.register(Box::new(c.clone())).expect("unique metric");
+    registry
+        .register(Box::new(c.clone()))
+        .expect("unique metric");
     c
 }
 
@@ -228,13 +452,19 @@ pub struct HttpState {
 }
 
 /// Serves /metrics, /health and /ready on `listener` until `stop` fires.
-pub async fn serve_http(listener: tokio::net::TcpListener, state: Arc<HttpState>, stop: CancellationToken) {
+pub async fn serve_http(
+    listener: tokio::net::TcpListener,
+    state: Arc<HttpState>,
+    stop: CancellationToken,
+) {
     let app = Router::new()
         .route("/metrics", get(metrics_page))
         .route("/health", get(|| async { "OK\n" }))
         .route("/ready", get(ready_page))
         .with_state(state);
-    let served = axum::serve(listener, app).with_graceful_shutdown(async move { stop.cancelled().await }).await;
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await;
     if let Err(e) = served {
         tracing::error!(error = %e, "metrics server failed");
     }
@@ -245,9 +475,14 @@ pub async fn bind_http(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListe
     tokio::net::TcpListener::bind(addr).await
 }
 
-async fn metrics_page(State(state): State<Arc<HttpState>>) -> ([(&'static str, &'static str); 1], String) {
+async fn metrics_page(
+    State(state): State<Arc<HttpState>>,
+) -> ([(&'static str, &'static str); 1], String) {
     state.metrics.observe_cache(&(state.cache_stats)());
-    ([("content-type", "text/plain; version=0.0.4")], state.metrics.encode())
+    (
+        [("content-type", "text/plain; version=0.0.4")],
+        state.metrics.encode(),
+    )
 }
 
 async fn ready_page(State(state): State<Arc<HttpState>>) -> (StatusCode, &'static str) {

@@ -4,11 +4,11 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use anyhow::{Context, Result};
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
@@ -30,16 +30,33 @@ pub struct Server {
 impl Server {
     /// Binds everything the configuration asks for; an address that cannot
     /// be bound is an error here, not a warning later.
-    pub async fn start(config: Config, config_path: Option<PathBuf>, workers: usize, log: LogHandle) -> Result<Server> {
+    pub async fn start(
+        config: Config,
+        config_path: Option<PathBuf>,
+        workers: usize,
+        log: LogHandle,
+    ) -> Result<Server> {
         let cache_server = format!("dns://{}", config.listen_addrs()[0]);
         let metrics = Arc::new(Metrics::new(cache_server));
         metrics.workers.set(workers as i64);
-        let shared = Arc::new(Shared::new(&config, metrics, tokio::runtime::Handle::current())?);
+        let shared = Arc::new(Shared::new(
+            &config,
+            metrics,
+            tokio::runtime::Handle::current(),
+        )?);
         for zone in shared.settings.load().router.zones() {
             let ups: Vec<&str> = zone.upstreams.iter().map(|u| u.label.as_str()).collect();
             tracing::info!(zone = %zone.name, upstreams = ?ups, "forwarding zone");
         }
-        let mut server = Server { shared, config: config.clone(), config_path, workers, listeners: HashMap::new(), http: None, log };
+        let mut server = Server {
+            shared,
+            config: config.clone(),
+            config_path,
+            workers,
+            listeners: HashMap::new(),
+            http: None,
+            log,
+        };
         server.apply_listeners(&config.listen_addrs())?;
         server.apply_http(&config.metrics.listen).await?;
         server.shared.ready.store(true, Ordering::Relaxed);
@@ -70,11 +87,19 @@ impl Server {
         };
         match self.try_reload(&path).await {
             Ok(()) => {
-                self.shared.metrics.reloads.with_label_values(&["success"]).inc();
+                self.shared
+                    .metrics
+                    .reloads
+                    .with_label_values(&["success"])
+                    .inc();
                 tracing::info!(path = %path.display(), "configuration reloaded");
             }
             Err(e) => {
-                self.shared.metrics.reloads.with_label_values(&["failure"]).inc();
+                self.shared
+                    .metrics
+                    .reloads
+                    .with_label_values(&["failure"])
+                    .inc();
                 tracing::error!(path = %path.display(), "reload failed, keeping the running configuration: {e:#}");
             }
         }
@@ -82,7 +107,11 @@ impl Server {
 
     async fn try_reload(&mut self, path: &std::path::Path) -> Result<()> {
         let config = Config::load(path)?;
-        let settings = Settings::from_config(&config, &self.shared.metrics, Some(&self.shared.settings.load()))?;
+        let settings = Settings::from_config(
+            &config,
+            &self.shared.metrics,
+            Some(&self.shared.settings.load()),
+        )?;
         self.log.set_level(&config.log.level)?;
         if config.log.format != self.config.log.format {
             tracing::warn!("log.format changes take effect at the next restart");
@@ -93,7 +122,9 @@ impl Server {
         // Listeners first: if a new address cannot be bound, nothing else changes.
         self.apply_listeners(&config.listen_addrs())?;
         self.apply_http(&config.metrics.listen).await?;
-        self.shared.cache.set_capacity(config.cache.capacity.as_u64());
+        self.shared
+            .cache
+            .set_capacity(config.cache.capacity.as_u64());
         self.shared.settings.store(Arc::new(settings));
         for zone in self.shared.settings.load().router.zones() {
             let ups: Vec<&str> = zone.upstreams.iter().map(|u| u.label.as_str()).collect();
@@ -120,7 +151,12 @@ impl Server {
         for l in started {
             self.listeners.insert(l.addr, l);
         }
-        let gone: Vec<SocketAddr> = self.listeners.keys().filter(|a| !wanted.contains(a)).copied().collect();
+        let gone: Vec<SocketAddr> = self
+            .listeners
+            .keys()
+            .filter(|a| !wanted.contains(a))
+            .copied()
+            .collect();
         for addr in gone {
             if let Some(l) = self.listeners.remove(&addr) {
                 l.stop();
@@ -136,8 +172,12 @@ impl Server {
         let new = if listen.is_empty() {
             None
         } else {
-            let addr: SocketAddr = listen.parse().with_context(|| format!("metrics.listen `{listen}`"))?;
-            let listener = metrics::bind_http(addr).await.with_context(|| format!("cannot serve metrics on {addr}"))?;
+            let addr: SocketAddr = listen
+                .parse()
+                .with_context(|| format!("metrics.listen `{listen}`"))?;
+            let listener = metrics::bind_http(addr)
+                .await
+                .with_context(|| format!("cannot serve metrics on {addr}"))?;
             let stop = CancellationToken::new();
             let shared = self.shared.clone();
             let state = Arc::new(HttpState {
@@ -164,8 +204,14 @@ impl Server {
         }
         self.shared.tasks.close();
         let grace = self.config.server.shutdown_grace;
-        if tokio::time::timeout(grace, self.shared.tasks.wait()).await.is_err() {
-            tracing::warn!(left = self.shared.tasks.len(), "shutdown grace period over with queries still in flight");
+        if tokio::time::timeout(grace, self.shared.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                left = self.shared.tasks.len(),
+                "shutdown grace period over with queries still in flight"
+            );
         }
         if let Some((_, stop)) = self.http.take() {
             stop.cancel();

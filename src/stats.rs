@@ -13,17 +13,22 @@ use arc_swap::ArcSwapOption;
 use prometheus::{Histogram, IntCounter};
 
 use crate::handler::Proto;
-use crate::metrics::{qtype_label, Metrics, PLUGIN_CACHE, PLUGIN_NONE, VIEW};
+use crate::metrics::{Metrics, PLUGIN_CACHE, PLUGIN_NONE, VIEW, qtype_label};
 
 /// Query types with a label of their own, in `qtype_label`'s order; the
 /// last slot is "other".
-const TYPES: [u16; 19] = [1, 2, 5, 6, 12, 15, 16, 28, 33, 43, 46, 47, 48, 50, 65, 251, 252, 255, 0];
+const TYPES: [u16; 19] = [
+    1, 2, 5, 6, 12, 15, 16, 28, 33, 43, 46, 47, 48, 50, 65, 251, 252, 255, 0,
+];
 /// Response codes with a slot; others share the last one ("other").
 const RCODES: usize = 24;
 const PROTOS: usize = 2;
 
 fn type_slot(qtype: u16) -> usize {
-    TYPES[..TYPES.len() - 1].iter().position(|&t| t == qtype).unwrap_or(TYPES.len() - 1)
+    TYPES[..TYPES.len() - 1]
+        .iter()
+        .position(|&t| t == qtype)
+        .unwrap_or(TYPES.len() - 1)
 }
 
 /// Handles for one zone as seen by one listener.
@@ -44,7 +49,12 @@ pub struct ZoneStats {
 }
 
 impl ZoneStats {
-    pub fn new(metrics: &Arc<Metrics>, server: &str, zone: &str, family: &'static str) -> ZoneStats {
+    pub fn new(
+        metrics: &Arc<Metrics>,
+        server: &str,
+        zone: &str,
+        family: &'static str,
+    ) -> ZoneStats {
         ZoneStats {
             metrics: metrics.clone(),
             server: server.to_string(),
@@ -69,46 +79,101 @@ impl ZoneStats {
         let m = &self.metrics;
         self.requests[slot]
             .get_or_init(|| {
-                m.requests.with_label_values(&[&self.server, &self.zone, VIEW, proto.label(), self.family, qtype_label(qtype)])
+                m.requests.with_label_values(&[
+                    &self.server,
+                    &self.zone,
+                    VIEW,
+                    proto.label(),
+                    self.family,
+                    qtype_label(qtype),
+                ])
             })
             .inc();
         self.request_size[proto as usize]
-            .get_or_init(|| m.request_size.with_label_values(&[&self.server, &self.zone, VIEW, proto.label()]))
+            .get_or_init(|| {
+                m.request_size
+                    .with_label_values(&[&self.server, &self.zone, VIEW, proto.label()])
+            })
             .observe(size as f64);
         if dnssec_ok {
-            self.do_requests.get_or_init(|| m.do_requests.with_label_values(&[&self.server, VIEW, &self.zone])).inc();
+            self.do_requests
+                .get_or_init(|| {
+                    m.do_requests
+                        .with_label_values(&[&self.server, VIEW, &self.zone])
+                })
+                .inc();
         }
-        self.cache_requests.get_or_init(|| m.cache_requests.with_label_values(&[&self.server, &self.zone, VIEW])).inc();
+        self.cache_requests
+            .get_or_init(|| {
+                m.cache_requests
+                    .with_label_values(&[&self.server, &self.zone, VIEW])
+            })
+            .inc();
     }
 
     #[inline]
     pub fn cache_hit(&self, success: bool) {
         let kind = if success { "success" } else { "denial" };
         self.cache_hits[usize::from(!success)]
-            .get_or_init(|| self.metrics.cache_hits.with_label_values(&[&self.server, kind, &self.zone, VIEW]))
+            .get_or_init(|| {
+                self.metrics
+                    .cache_hits
+                    .with_label_values(&[&self.server, kind, &self.zone, VIEW])
+            })
             .inc();
     }
 
     #[inline]
     pub fn cache_miss(&self) {
-        self.cache_misses.get_or_init(|| self.metrics.cache_misses.with_label_values(&[&self.server, &self.zone, VIEW])).inc();
+        self.cache_misses
+            .get_or_init(|| {
+                self.metrics
+                    .cache_misses
+                    .with_label_values(&[&self.server, &self.zone, VIEW])
+            })
+            .inc();
     }
 
     /// A reply went out: `coredns_dns_responses_total`, its size and the duration.
     #[inline]
-    pub fn reply(&self, proto: Proto, rcode: u16, from_cache_plugin: bool, size: usize, seconds: f64) {
+    pub fn reply(
+        &self,
+        proto: Proto,
+        rcode: u16,
+        from_cache_plugin: bool,
+        size: usize,
+        seconds: f64,
+    ) {
         let code = (rcode as usize).min(RCODES - 1);
-        let plugin = if from_cache_plugin { PLUGIN_CACHE } else { PLUGIN_NONE };
+        let plugin = if from_cache_plugin {
+            PLUGIN_CACHE
+        } else {
+            PLUGIN_NONE
+        };
         let m = &self.metrics;
         self.responses[code * 2 + usize::from(from_cache_plugin)]
             .get_or_init(|| {
-                m.responses.with_label_values(&[&self.server, &self.zone, VIEW, crate::wire::rcode_name(rcode), plugin])
+                m.responses.with_label_values(&[
+                    &self.server,
+                    &self.zone,
+                    VIEW,
+                    crate::wire::rcode_name(rcode),
+                    plugin,
+                ])
             })
             .inc();
         self.response_size[proto as usize]
-            .get_or_init(|| m.response_size.with_label_values(&[&self.server, &self.zone, VIEW, proto.label()]))
+            .get_or_init(|| {
+                m.response_size
+                    .with_label_values(&[&self.server, &self.zone, VIEW, proto.label()])
+            })
             .observe(size as f64);
-        self.duration.get_or_init(|| m.request_duration.with_label_values(&[&self.server, &self.zone, VIEW])).observe(seconds);
+        self.duration
+            .get_or_init(|| {
+                m.request_duration
+                    .with_label_values(&[&self.server, &self.zone, VIEW])
+            })
+            .observe(seconds);
     }
 }
 
@@ -142,7 +207,10 @@ impl StatsSlot {
             return guard;
         }
         drop(guard);
-        self.0.store(Some(Arc::new(ListenerStats { generation, zones: build() })));
+        self.0.store(Some(Arc::new(ListenerStats {
+            generation,
+            zones: build(),
+        })));
         self.0.load()
     }
 }

@@ -53,9 +53,21 @@ fn concurrent_identical_misses_make_one_upstream_query() {
         );
     }
 
-    let to_silent: Vec<_> =
-        silent.drain().into_iter().filter(|(_, p)| question_of(p) == Some(("www.test.".to_string(), Rt::A))).collect();
-    assert_eq!(to_silent.len(), 1, "the silent upstream got {} queries for www.test. A, expected 1", to_silent.len());
+    let to_silent: Vec<_> = silent
+        .drain()
+        .into_iter()
+        .filter(|(_, p)| question_of(p) == Some(("www.test.".to_string(), Rt::A)))
+        .collect();
+    assert_eq!(
+        to_silent.len(),
+        1,
+        "the silent upstream got {} queries for www.test. A, expected 1",
+        to_silent.len()
+    );
     core.sync_log();
-    assert_eq!(core.count_queries("www.test.", "A"), 1, "CoreDNS got more than one query for www.test. A");
+    assert_eq!(
+        core.count_queries("www.test.", "A"),
+        1,
+        "CoreDNS got more than one query for www.test. A"
+    );
 }

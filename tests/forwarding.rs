@@ -38,15 +38,28 @@ fn answers_match_upstream() {
         for round in ["miss", "hit"] {
             let via = udp_query(nodens.dns, &Q::new(name, t));
             assert_eq!(via.rcode(), direct.rcode(), "{name} {t} ({round}): rcode");
-            assert_eq!(via.answer_set(), direct.answer_set(), "{name} {t} ({round}): answer RRsets");
+            assert_eq!(
+                via.answer_set(),
+                direct.answer_set(),
+                "{name} {t} ({round}): answer RRsets"
+            );
             assert!(!via.tc(), "{name} {t} ({round}): unexpected TC");
             if direct.msg.answers().is_empty() {
-                assert_eq!(via.authority_set(), direct.authority_set(), "{name} {t} ({round}): authority (SOA)");
+                assert_eq!(
+                    via.authority_set(),
+                    direct.authority_set(),
+                    "{name} {t} ({round}): authority (SOA)"
+                );
             }
         }
     }
     let chain = udp_query(nodens.dns, &Q::new("alias.test.", Rt::A));
-    assert_eq!(chain.answers_of(Rt::CNAME).len(), 2, "CNAME chain kept: {:?}", chain.msg.answers());
+    assert_eq!(
+        chain.answers_of(Rt::CNAME).len(),
+        2,
+        "CNAME chain kept: {:?}",
+        chain.msg.answers()
+    );
     assert_eq!(chain.a(), vec![ipv4("192.0.2.1")]);
 }
 
@@ -69,7 +82,11 @@ fn second_query_is_a_cache_hit() {
     assert_eq!(hits_after, hits_before + 1.0, "exactly one more cache hit");
 
     core.sync_log();
-    assert_eq!(core.count_queries("www.test.", "A"), 1, "upstream saw only the miss");
+    assert_eq!(
+        core.count_queries("www.test.", "A"),
+        1,
+        "upstream saw only the miss"
+    );
 }
 
 /// TTLs of a cached answer count down with time.
@@ -88,9 +105,16 @@ fn ttls_count_down() {
     let second = udp_query(nodens.dns, &Q::new("www.test.", Rt::A));
     let t2 = second.ttls()[0];
     assert!(t2 < t1, "TTL did not decrease: {t1} then {t2}");
-    assert!((1..=4).contains(&(t1 - t2)), "TTL went from {t1} to {t2} in ~2.3 s");
+    assert!(
+        (1..=4).contains(&(t1 - t2)),
+        "TTL went from {t1} to {t2} in ~2.3 s"
+    );
     core.sync_log();
-    assert_eq!(core.count_queries("www.test.", "A"), 1, "second answer came from the cache");
+    assert_eq!(
+        core.count_queries("www.test.", "A"),
+        1,
+        "second answer came from the cache"
+    );
 }
 
 /// The client's ID and the exact bytes (case) of its question come back,
@@ -101,18 +125,33 @@ fn client_id_and_question_case_preserved() {
     let core = CoreDns::test_zone(net.upstream(0), "");
     let nodens = Nodens::start(&Cfg::new(net).zone("test.", &[core.addr], &[]));
 
-    let cases = [("WwW.TeSt.", 0xBEEF), ("wWW.tEST.", 0x0001), ("WWW.TEST.", 0xFFFF)];
+    let cases = [
+        ("WwW.TeSt.", 0xBEEF),
+        ("wWW.tEST.", 0x0001),
+        ("WWW.TEST.", 0xFFFF),
+    ];
     for (name, id) in cases {
         let q = Q::new(name, Rt::A).id(id);
         let sent = question_bytes(&q.to_bytes());
-        for (proto, r) in [("udp", udp_query(nodens.dns, &q)), ("tcp", tcp_query(nodens.dns, &q))] {
+        for (proto, r) in [
+            ("udp", udp_query(nodens.dns, &q)),
+            ("tcp", tcp_query(nodens.dns, &q)),
+        ] {
             assert_eq!(r.id(), id, "{proto} {name}: ID");
-            assert_eq!(r.question_bytes(), sent, "{proto} {name}: question bytes (case) changed");
+            assert_eq!(
+                r.question_bytes(),
+                sent,
+                "{proto} {name}: question bytes (case) changed"
+            );
             assert_eq!(r.a(), vec![ipv4("192.0.2.1")], "{proto} {name}");
         }
     }
     core.sync_log();
-    assert_eq!(core.count_queries("www.test.", "A"), 1, "the case-variants share one cache entry");
+    assert_eq!(
+        core.count_queries("www.test.", "A"),
+        1,
+        "the case-variants share one cache entry"
+    );
 }
 
 /// `x.sub.test.` goes to the `sub.test.` zone's upstream (longest suffix),
@@ -121,12 +160,28 @@ fn client_id_and_question_case_preserved() {
 fn routes_by_longest_zone_suffix() {
     let net = Net(14);
     let parent = CoreDns::test_zone(net.upstream(0), "x.sub 300 IN A 192.0.2.10");
-    let child = CoreDns::start(net.upstream(1), &[("sub.test.", zone_file("sub.test.", "x 300 IN A 192.0.2.20"))]);
-    let nodens = Nodens::start(&Cfg::new(net).zone("test.", &[parent.addr], &[]).zone("sub.test.", &[child.addr], &[]));
+    let child = CoreDns::start(
+        net.upstream(1),
+        &[("sub.test.", zone_file("sub.test.", "x 300 IN A 192.0.2.20"))],
+    );
+    let nodens = Nodens::start(&Cfg::new(net).zone("test.", &[parent.addr], &[]).zone(
+        "sub.test.",
+        &[child.addr],
+        &[],
+    ));
 
-    assert_eq!(udp_query(nodens.dns, &Q::new("x.sub.test.", Rt::A)).a(), vec![ipv4("192.0.2.20")]);
-    assert_eq!(udp_query(nodens.dns, &Q::new("X.Sub.Test.", Rt::AAAA)).rcode(), rcode::NOERROR);
-    assert_eq!(udp_query(nodens.dns, &Q::new("www.test.", Rt::A)).a(), vec![ipv4("192.0.2.1")]);
+    assert_eq!(
+        udp_query(nodens.dns, &Q::new("x.sub.test.", Rt::A)).a(),
+        vec![ipv4("192.0.2.20")]
+    );
+    assert_eq!(
+        udp_query(nodens.dns, &Q::new("X.Sub.Test.", Rt::AAAA)).rcode(),
+        rcode::NOERROR
+    );
+    assert_eq!(
+        udp_query(nodens.dns, &Q::new("www.test.", Rt::A)).a(),
+        vec![ipv4("192.0.2.1")]
+    );
 
     parent.sync_log();
     child.sync_log();
@@ -134,7 +189,11 @@ fn routes_by_longest_zone_suffix() {
     assert_eq!(child.count_queries("x.sub.test.", "AAAA"), 1);
     assert_eq!(child.count_queries("www.test.", "A"), 0);
     assert_eq!(parent.count_queries("www.test.", "A"), 1);
-    assert_eq!(parent.count_queries("x.sub.test.", "A"), 0, "parent zone's upstream must not get sub.test. names");
+    assert_eq!(
+        parent.count_queries("x.sub.test.", "A"),
+        0,
+        "parent zone's upstream must not get sub.test. names"
+    );
 }
 
 /// nodens listens on ::1 and forwards to an upstream on ::1.
@@ -143,21 +202,38 @@ fn ipv6_listener_and_upstream() {
     let net = Net(15);
     let core = CoreDns::test_zone(net.v6(1), "");
     let listen6 = net.v6(0);
-    let nodens = Nodens::start(&Cfg::new(net).listen(&[net.nodens(), listen6]).zone("test.", &[core.addr], &[]));
+    let nodens = Nodens::start(&Cfg::new(net).listen(&[net.nodens(), listen6]).zone(
+        "test.",
+        &[core.addr],
+        &[],
+    ));
 
     let r = udp_query(listen6, &Q::new("www.test.", Rt::AAAA));
-    assert_eq!(r.answer_set(), udp_query(core.addr, &Q::new("www.test.", Rt::AAAA)).answer_set());
+    assert_eq!(
+        r.answer_set(),
+        udp_query(core.addr, &Q::new("www.test.", Rt::AAAA)).answer_set()
+    );
     let r = tcp_query(listen6, &Q::new("www.test.", Rt::A));
     assert_eq!(r.a(), vec![ipv4("192.0.2.1")]);
     // The IPv4 listener shares the cache.
-    assert_eq!(udp_query(nodens.dns, &Q::new("www.test.", Rt::A)).a(), vec![ipv4("192.0.2.1")]);
+    assert_eq!(
+        udp_query(nodens.dns, &Q::new("www.test.", Rt::A)).a(),
+        vec![ipv4("192.0.2.1")]
+    );
 
     core.sync_log();
     // AAAA: the test's own direct query plus nodens's miss; A: nodens's miss.
     assert_eq!(core.count_queries("www.test.", "AAAA"), 2);
     assert_eq!(core.count_queries("www.test.", "A"), 1);
-    let www: Vec<_> = core.queries().into_iter().filter(|q| q.name == "www.test.").collect();
-    assert!(www.iter().all(|q| q.remote.contains("::1")), "queries came over IPv6: {www:?}");
+    let www: Vec<_> = core
+        .queries()
+        .into_iter()
+        .filter(|q| q.name == "www.test.")
+        .collect();
+    assert!(
+        www.iter().all(|q| q.remote.contains("::1")),
+        "queries came over IPv6: {www:?}"
+    );
 }
 
 /// With a silent first upstream, the answer comes from the second one after
@@ -183,15 +259,31 @@ fn timeout_then_next_upstream() {
         "answered in {:?}: the silent upstream was not waited for",
         r.elapsed
     );
-    assert!(r.elapsed <= Duration::from_millis(3000), "answered in {:?}: far beyond upstream_timeout", r.elapsed);
+    assert!(
+        r.elapsed <= Duration::from_millis(3000),
+        "answered in {:?}: far beyond upstream_timeout",
+        r.elapsed
+    );
 
     let got = silent.drain();
-    assert_eq!(got.len(), 1, "the silent upstream got exactly one query: {got:?}");
+    assert_eq!(
+        got.len(),
+        1,
+        "the silent upstream got exactly one query: {got:?}"
+    );
     let (from, pkt) = &got[0];
     let m = RawMsg::parse(pkt).expect("upstream query parses");
     assert_ne!(m.id, 0x5151, "upstream query reuses the client's ID");
-    assert_eq!(question_of(pkt), Some(("www.test.".to_string(), Rt::A)), "question forwarded");
-    assert_ne!(from.port(), nodens.dns.port(), "upstream query sent from the listening port");
+    assert_eq!(
+        question_of(pkt),
+        Some(("www.test.".to_string(), Rt::A)),
+        "question forwarded"
+    );
+    assert_ne!(
+        from.port(),
+        nodens.dns.port(),
+        "upstream query sent from the listening port"
+    );
     core.sync_log();
     assert_eq!(core.count_queries("www.test.", "A"), 1);
 }
@@ -208,15 +300,23 @@ fn servfail_when_all_upstreams_fail() {
         &[("upstream_timeout", "\"1s\"")],
     ));
 
-    let r = udp_query_timeout(nodens.dns, &Q::new("www.test.", Rt::A), Duration::from_secs(8))
-        .expect("an answer, not silence");
+    let r = udp_query_timeout(
+        nodens.dns,
+        &Q::new("www.test.", Rt::A),
+        Duration::from_secs(8),
+    )
+    .expect("an answer, not silence");
     assert_eq!(r.rcode(), rcode::SERVFAIL);
     assert!(
         r.elapsed >= Duration::from_millis(1500),
         "SERVFAIL after {:?}: both upstreams should have been tried",
         r.elapsed
     );
-    assert!(r.elapsed <= Duration::from_millis(4500), "SERVFAIL after {:?}: beyond query_timeout", r.elapsed);
+    assert!(
+        r.elapsed <= Duration::from_millis(4500),
+        "SERVFAIL after {:?}: beyond query_timeout",
+        r.elapsed
+    );
     assert_eq!(s0.drain().len(), 1, "first upstream tried once");
     assert_eq!(s1.drain().len(), 1, "second upstream tried once");
 }
@@ -234,10 +334,22 @@ fn servfail_within_query_timeout() {
         &[("upstream_timeout", "\"3s\"")],
     ));
 
-    let r = udp_query_timeout(nodens.dns, &Q::new("www.test.", Rt::A), Duration::from_secs(8))
-        .expect("an answer, not silence");
+    let r = udp_query_timeout(
+        nodens.dns,
+        &Q::new("www.test.", Rt::A),
+        Duration::from_secs(8),
+    )
+    .expect("an answer, not silence");
     assert_eq!(r.rcode(), rcode::SERVFAIL);
-    assert!(r.elapsed >= Duration::from_millis(700), "SERVFAIL after only {:?}", r.elapsed);
-    assert!(r.elapsed <= Duration::from_millis(1800), "SERVFAIL after {:?}, query_timeout is 1 s", r.elapsed);
+    assert!(
+        r.elapsed >= Duration::from_millis(700),
+        "SERVFAIL after only {:?}",
+        r.elapsed
+    );
+    assert!(
+        r.elapsed <= Duration::from_millis(1800),
+        "SERVFAIL after {:?}, query_timeout is 1 s",
+        r.elapsed
+    );
     assert_eq!(s0.drain().len(), 1);
 }

@@ -53,7 +53,12 @@ fn allocations_during(f: impl FnOnce()) -> u64 {
     ALLOCATIONS.with(Cell::get)
 }
 
-const POLICY: TtlPolicy = TtlPolicy { min_ttl: 0, max_ttl: 3600, negative_max_ttl: 1800, failure_ttl: 5 };
+const POLICY: TtlPolicy = TtlPolicy {
+    min_ttl: 0,
+    max_ttl: 3600,
+    negative_max_ttl: 1800,
+    failure_ttl: 5,
+};
 
 fn client_query(name: &[u8], edns: bool) -> Vec<u8> {
     let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, u8::from(edns)];
@@ -68,11 +73,26 @@ fn client_query(name: &[u8], edns: bool) -> Vec<u8> {
 /// An upstream answer for `name` A: one address (rcode NOERROR), or
 /// NXDOMAIN with an SOA (TTL 60) in the authority section.
 fn upstream(name: &[u8], nxdomain: bool) -> Vec<u8> {
-    let mut m = vec![0xab, 0xcd, 0x81, 0x80 | u8::from(nxdomain) * 3, 0, 1, 0, u8::from(!nxdomain), 0, u8::from(nxdomain), 0, 0];
+    let mut m = vec![
+        0xab,
+        0xcd,
+        0x81,
+        0x80 | u8::from(nxdomain) * 3,
+        0,
+        1,
+        0,
+        u8::from(!nxdomain),
+        0,
+        u8::from(nxdomain),
+        0,
+        0,
+    ];
     m.extend(name);
     m.extend([0, 1, 0, 1]);
     if nxdomain {
-        m.extend([0xc0, 0x0c, 0, 6, 0, 1, 0, 0, 0, 60, 0, 24, 0xc0, 0x0c, 0xc0, 0x0c]);
+        m.extend([
+            0xc0, 0x0c, 0, 6, 0, 1, 0, 0, 0, 60, 0, 24, 0xc0, 0x0c, 0xc0, 0x0c,
+        ]);
         m.extend([0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0, 60]);
     } else {
         m.extend([0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0x0e, 0x10, 0, 4, 192, 0, 2, 1]);
@@ -82,12 +102,27 @@ fn upstream(name: &[u8], nxdomain: bool) -> Vec<u8> {
 
 #[test]
 fn cache_hits_allocate_nothing() {
-    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
-    let config = Config::parse("[cache]\nprefetch_min_hits = 0\n[[zone]]\nname = \".\"\nupstreams = [\"127.0.0.1:9\"]\n").unwrap();
-    let shared = Arc::new(Shared::new(&config, Arc::new(Metrics::new("dns://t".into())), runtime.handle().clone()).unwrap());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let config = Config::parse(
+        "[cache]\nprefetch_min_hits = 0\n[[zone]]\nname = \".\"\nupstreams = [\"127.0.0.1:9\"]\n",
+    )
+    .unwrap();
+    let shared = Arc::new(
+        Shared::new(
+            &config,
+            Arc::new(Metrics::new("dns://t".into())),
+            runtime.handle().clone(),
+        )
+        .unwrap(),
+    );
     let info = ListenerInfo::new("127.0.0.1:1053".parse().unwrap());
 
-    let cases: [(&[u8], bool); 2] = [(b"\x04host\x07example\x03com\x00", false), (b"\x07missing\x07example\x03com\x00", true)];
+    let cases: [(&[u8], bool); 2] = [
+        (b"\x04host\x07example\x03com\x00", false),
+        (b"\x07missing\x07example\x03com\x00", true),
+    ];
     let mut packets = Vec::new();
     for (name, nxdomain) in cases {
         let msg = upstream(name, nxdomain);
@@ -97,7 +132,9 @@ fn cache_hits_allocate_nothing() {
             let q = query::parse(&packet).unwrap();
             let mut buf: NameBuf = [0; 255];
             let entry = Entry::from_response(&msg, &layout, &POLICY, Instant::now());
-            shared.cache.insert(KeyRef::from_query(&q, &mut buf).to_owned(), Arc::new(entry));
+            shared
+                .cache
+                .insert(KeyRef::from_query(&q, &mut buf).to_owned(), Arc::new(entry));
             packets.push(packet);
         }
     }
@@ -105,8 +142,14 @@ fn cache_hits_allocate_nothing() {
     let mut out = Vec::with_capacity(4096);
     // Warm-up: every metric handle these queries touch is resolved once.
     for packet in &packets {
-        assert!(matches!(shared.handle(packet, &info, Proto::Udp, &mut out), Handled::Reply));
-        assert!(matches!(shared.handle(packet, &info, Proto::Tcp, &mut out), Handled::Reply));
+        assert!(matches!(
+            shared.handle(packet, &info, Proto::Udp, &mut out),
+            Handled::Reply
+        ));
+        assert!(matches!(
+            shared.handle(packet, &info, Proto::Tcp, &mut out),
+            Handled::Reply
+        ));
     }
     let mut replies = 0;
     let allocated = allocations_during(|| {
@@ -120,8 +163,15 @@ fn cache_hits_allocate_nothing() {
             }
         }
     });
-    assert_eq!(replies, 2500 * packets.len() * 2, "every query must be a hit");
-    assert_eq!(allocated, 0, "{allocated} allocations in {replies} cache hits");
+    assert_eq!(
+        replies,
+        2500 * packets.len() * 2,
+        "every query must be a hit"
+    );
+    assert_eq!(
+        allocated, 0,
+        "{allocated} allocations in {replies} cache hits"
+    );
 }
 
 #[test]

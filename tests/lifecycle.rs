@@ -21,9 +21,18 @@ fn check_config(text: &str) -> (i32, String, std::path::PathBuf, tempfile::TempD
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nodens.toml");
     std::fs::write(&path, text).unwrap();
-    let out = Command::new(nodens_bin()).arg("check-config").arg(&path).output().expect("run nodens check-config");
+    let out = Command::new(nodens_bin())
+        .arg("check-config")
+        .arg(&path)
+        .output()
+        .expect("run nodens check-config");
     let code = out.status.code().expect("exit code");
-    (code, String::from_utf8_lossy(&out.stderr).to_string(), path, dir)
+    (
+        code,
+        String::from_utf8_lossy(&out.stderr).to_string(),
+        path,
+        dir,
+    )
 }
 
 #[test]
@@ -51,12 +60,21 @@ fn check_config_names_the_bad_line() {
     ];
     for (text, line) in bad {
         let (code, stderr, path, _d) = check_config(text);
-        assert_eq!(code, 1, "exit code for a bad config (line {line}); stderr: {stderr}");
+        assert_eq!(
+            code, 1,
+            "exit code for a bad config (line {line}); stderr: {stderr}"
+        );
         let want = format!("{}:{line}:", path.display());
-        assert!(stderr.contains(&want), "stderr does not name {want}:\n{stderr}");
+        assert!(
+            stderr.contains(&want),
+            "stderr does not name {want}:\n{stderr}"
+        );
     }
 
-    let missing = Command::new(nodens_bin()).args(["check-config", "/nonexistent/nodens.toml"]).output().unwrap();
+    let missing = Command::new(nodens_bin())
+        .args(["check-config", "/nonexistent/nodens.toml"])
+        .output()
+        .unwrap();
     assert_eq!(missing.status.code(), Some(1), "missing file");
     assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/nodens.toml"));
 }
@@ -73,8 +91,14 @@ fn health_and_ready() {
     assert_eq!(code, 200);
     assert!(body.contains("coredns_"), "no coredns_* metric in /metrics");
     // Ready means the DNS listeners answer.
-    assert_eq!(udp_query(nodens.dns, &Q::new("www.test.", Rt::A)).a(), vec![ipv4("192.0.2.1")]);
-    assert_eq!(tcp_query(nodens.dns, &Q::new("www.test.", Rt::A)).a(), vec![ipv4("192.0.2.1")]);
+    assert_eq!(
+        udp_query(nodens.dns, &Q::new("www.test.", Rt::A)).a(),
+        vec![ipv4("192.0.2.1")]
+    );
+    assert_eq!(
+        tcp_query(nodens.dns, &Q::new("www.test.", Rt::A)).a(),
+        vec![ipv4("192.0.2.1")]
+    );
 }
 
 /// Parses "Queries completed: N" and "Queries lost: N" from dnsperf's report.
@@ -103,11 +127,21 @@ fn sighup_reload_under_load_loses_no_query() {
     let nodens = Nodens::start(&base.clone().zone("test.", &[old_up.addr], &[]));
 
     let data = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(data.path(), "www.test A\nwww.test AAAA\nmail.test MX\nalias.test A\nnope.test A\n").unwrap();
+    std::fs::write(
+        data.path(),
+        "www.test A\nwww.test AAAA\nmail.test MX\nalias.test A\nnope.test A\n",
+    )
+    .unwrap();
     let mut cmd = Command::new(tool("dnsperf"));
-    cmd.args(["-s", &nodens.dns.ip().to_string(), "-p", &nodens.dns.port().to_string(), "-d"])
-        .arg(data.path())
-        .args(["-l", "6", "-Q", "2000", "-t", "3"]);
+    cmd.args([
+        "-s",
+        &nodens.dns.ip().to_string(),
+        "-p",
+        &nodens.dns.port().to_string(),
+        "-d",
+    ])
+    .arg(data.path())
+    .args(["-l", "6", "-Q", "2000", "-t", "3"]);
     let mut perf = Proc::spawn("dnsperf", cmd);
 
     // Reload once the load is visibly flowing.
@@ -123,20 +157,38 @@ fn sighup_reload_under_load_loses_no_query() {
     );
 
     // The zone moved: a name only the new upstream has resolves, with the new TTL cap.
-    let r = wait_until(Duration::from_secs(10), "onlyb.test. from the new upstream", || {
-        let r = udp_query(nodens.dns, &Q::new("onlyb.test.", Rt::A));
-        (r.a() == vec![ipv4("192.0.2.202")]).then_some(r)
-    });
-    assert!(r.ttls()[0] <= 60, "max_ttl 60s not applied: TTL {}", r.ttls()[0]);
+    let r = wait_until(
+        Duration::from_secs(10),
+        "onlyb.test. from the new upstream",
+        || {
+            let r = udp_query(nodens.dns, &Q::new("onlyb.test.", Rt::A));
+            (r.a() == vec![ipv4("192.0.2.202")]).then_some(r)
+        },
+    );
+    assert!(
+        r.ttls()[0] <= 60,
+        "max_ttl 60s not applied: TTL {}",
+        r.ttls()[0]
+    );
     // The added listen address serves.
-    wait_until(Duration::from_secs(10), "the added listen address to answer", || {
-        udp_query_timeout(extra_listen, &Q::new("www.test.", Rt::A), Duration::from_millis(300))
+    wait_until(
+        Duration::from_secs(10),
+        "the added listen address to answer",
+        || {
+            udp_query_timeout(
+                extra_listen,
+                &Q::new("www.test.", Rt::A),
+                Duration::from_millis(300),
+            )
             .filter(|r| r.a() == vec![ipv4("192.0.2.1")])
-    });
+        },
+    );
     new_up.sync_log();
     assert!(new_up.count_queries("onlyb.test.", "A") >= 1);
 
-    let st = perf.wait_exit(Duration::from_secs(30)).expect("dnsperf finished");
+    let st = perf
+        .wait_exit(Duration::from_secs(30))
+        .expect("dnsperf finished");
     assert!(st.success(), "dnsperf failed: {st}");
     thread::sleep(Duration::from_millis(100)); // let the reader thread take the last lines
     let (completed, lost) = dnsperf_counts(&perf.lines());
@@ -151,14 +203,25 @@ fn invalid_config_on_sighup_is_logged_and_old_config_kept() {
     let new_up = CoreDns::test_zone(net.upstream(1), "onlyb 300 IN A 192.0.2.202");
     let base = Cfg::new(net);
     let mut nodens = Nodens::start(&base.clone().zone("test.", &[old_up.addr], &[]));
-    assert_eq!(udp_query(nodens.dns, &Q::new("www.test.", Rt::A)).a(), vec![ipv4("192.0.2.1")]);
+    assert_eq!(
+        udp_query(nodens.dns, &Q::new("www.test.", Rt::A)).a(),
+        vec![ipv4("192.0.2.1")]
+    );
 
     let before = nodens.proc.line_count();
-    let file_name = nodens.config_path.file_name().unwrap().to_string_lossy().to_string();
+    let file_name = nodens
+        .config_path
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .to_string();
     nodens.reload("[server]\nlisten = [\"127.0.82.1:1053\"\nworkers = \n");
-    nodens.proc.wait_for_line(before, Duration::from_secs(5), "a log line about the invalid config", |l| {
-        l.contains(&file_name)
-    });
+    nodens.proc.wait_for_line(
+        before,
+        Duration::from_secs(5),
+        "a log line about the invalid config",
+        |l| l.contains(&file_name),
+    );
     // Give a broken reload every chance to break things before checking.
     thread::sleep(Duration::from_millis(300));
     nodens.assert_alive();
@@ -166,13 +229,22 @@ fn invalid_config_on_sighup_is_logged_and_old_config_kept() {
     let r = udp_query(nodens.dns, &Q::new("mail.test.", Rt::MX));
     assert_eq!(r.rcode(), rcode::NOERROR);
     old_up.wait_queries("mail.test.", "MX", 1, Duration::from_secs(5));
-    assert_eq!(udp_query(nodens.dns, &Q::new("onlyb.test.", Rt::A)).rcode(), rcode::NXDOMAIN, "still the old upstream");
+    assert_eq!(
+        udp_query(nodens.dns, &Q::new("onlyb.test.", Rt::A)).rcode(),
+        rcode::NXDOMAIN,
+        "still the old upstream"
+    );
 
     // A valid file afterwards is applied as usual.
     nodens.reload(&base.clone().zone("test.", &[new_up.addr], &[]).to_toml());
-    wait_until(Duration::from_secs(10), "onlyb.test. from the new upstream", || {
-        (udp_query(nodens.dns, &Q::new("onlyb.test.", Rt::A)).a() == vec![ipv4("192.0.2.202")]).then_some(())
-    });
+    wait_until(
+        Duration::from_secs(10),
+        "onlyb.test. from the new upstream",
+        || {
+            (udp_query(nodens.dns, &Q::new("onlyb.test.", Rt::A)).a() == vec![ipv4("192.0.2.202")])
+                .then_some(())
+        },
+    );
 }
 
 #[test]
@@ -185,15 +257,25 @@ fn sigterm_answers_in_flight_query_and_exits_0() {
             .server("shutdown_grace", "\"10s\"")
             .server("query_timeout", "\"5s\"")
             .zone("test.", &[core.addr], &[])
-            .zone("slow.test.", &[silent.addr, core.addr], &[("upstream_timeout", "\"1500ms\"")]),
+            .zone(
+                "slow.test.",
+                &[silent.addr, core.addr],
+                &[("upstream_timeout", "\"1500ms\"")],
+            ),
     );
 
     let dns = nodens.dns;
     let client = thread::spawn(move || {
-        udp_query_timeout(dns, &Q::new("x.slow.test.", Rt::A).id(0x5eed), Duration::from_secs(8))
+        udp_query_timeout(
+            dns,
+            &Q::new("x.slow.test.", Rt::A).id(0x5eed),
+            Duration::from_secs(8),
+        )
     });
     // In flight for sure: the silent upstream has it.
-    silent.recv(Duration::from_secs(3)).expect("slow miss reached the silent upstream");
+    silent
+        .recv(Duration::from_secs(3))
+        .expect("slow miss reached the silent upstream");
 
     nodens.proc.signal(libc::SIGTERM);
     let mut saw_503 = false;
@@ -209,11 +291,17 @@ fn sigterm_answers_in_flight_query_and_exits_0() {
         }
     }
 
-    let r = client.join().unwrap().expect("in-flight query answered after SIGTERM");
+    let r = client
+        .join()
+        .unwrap()
+        .expect("in-flight query answered after SIGTERM");
     let answered = Instant::now();
     assert_eq!(r.id(), 0x5eed);
     assert_eq!(r.a(), vec![ipv4("192.0.2.30")]);
-    let st = nodens.proc.wait_exit(Duration::from_secs(12)).expect("nodens exited");
+    let st = nodens
+        .proc
+        .wait_exit(Duration::from_secs(12))
+        .expect("nodens exited");
     assert_eq!(st.code(), Some(0), "exit status after SIGTERM: {st}");
     assert!(
         answered.elapsed() < Duration::from_secs(4),

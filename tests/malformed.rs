@@ -30,7 +30,10 @@ fn opcode(op: u16) -> u16 {
 }
 
 fn header(id: u16, flags: u16, qd: u16, an: u16, ns: u16, ar: u16) -> Vec<u8> {
-    [id, flags, qd, an, ns, ar].iter().flat_map(|v| v.to_be_bytes()).collect()
+    [id, flags, qd, an, ns, ar]
+        .iter()
+        .flat_map(|v| v.to_be_bytes())
+        .collect()
 }
 
 /// A wire-format name from labels (no compression).
@@ -103,50 +106,116 @@ struct Case {
 
 fn corpus() -> Vec<Case> {
     let mut cases = Vec::new();
-    let mut add = |name: &'static str, packet: Vec<u8>, expect: Outcome| cases.push(Case { name, packet, expect });
+    let mut add = |name: &'static str, packet: Vec<u8>, expect: Outcome| {
+        cases.push(Case {
+            name,
+            packet,
+            expect,
+        })
+    };
     let id = 0x4d00;
     let q = question(&www(), 1, 1);
 
     // Too short for a header.
     add("empty packet", vec![], Dropped);
     add("one byte", vec![0x4d], Dropped);
-    add("eleven bytes of header", header(id, RD, 1, 0, 0, 0)[..11].to_vec(), Dropped);
+    add(
+        "eleven bytes of header",
+        header(id, RD, 1, 0, 0, 0)[..11].to_vec(),
+        Dropped,
+    );
 
     // QR=1: responses are never answered.
     add("bare header with QR=1", header(id, QR, 0, 0, 0, 0), Dropped);
     add("response with a question", query_with(id, QR | RD), Dropped);
     add(
         "response with a fake answer",
-        cat(&[&header(id, QR | AA | RD, 1, 1, 0, 0), &q, &rr(&www(), 1, 1, 86400, &[6, 6, 6, 6])]),
+        cat(&[
+            &header(id, QR | AA | RD, 1, 1, 0, 0),
+            &q,
+            &rr(&www(), 1, 1, 86400, &[6, 6, 6, 6]),
+        ]),
         Dropped,
     );
-    add("response with opcode NOTIFY", query_with(id, QR | opcode(4)), Dropped);
-    add("response with RCODE FORMERR", query_with(id, QR | 1), Dropped);
+    add(
+        "response with opcode NOTIFY",
+        query_with(id, QR | opcode(4)),
+        Dropped,
+    );
+    add(
+        "response with RCODE FORMERR",
+        query_with(id, QR | 1),
+        Dropped,
+    );
 
     // Opcodes other than QUERY.
-    add("opcode IQUERY", query_with(id, opcode(1) | RD), Rcode(rcode::NOTIMP));
-    add("opcode STATUS", query_with(id, opcode(2)), Rcode(rcode::NOTIMP));
-    add("opcode NOTIFY", query_with(id, opcode(4)), Rcode(rcode::NOTIMP));
-    add("opcode UPDATE", query_with(id, opcode(5)), Rcode(rcode::NOTIMP));
-    add("opcode 15 (unassigned)", query_with(id, opcode(15)), Rcode(rcode::NOTIMP));
+    add(
+        "opcode IQUERY",
+        query_with(id, opcode(1) | RD),
+        Rcode(rcode::NOTIMP),
+    );
+    add(
+        "opcode STATUS",
+        query_with(id, opcode(2)),
+        Rcode(rcode::NOTIMP),
+    );
+    add(
+        "opcode NOTIFY",
+        query_with(id, opcode(4)),
+        Rcode(rcode::NOTIMP),
+    );
+    add(
+        "opcode UPDATE",
+        query_with(id, opcode(5)),
+        Rcode(rcode::NOTIMP),
+    );
+    add(
+        "opcode 15 (unassigned)",
+        query_with(id, opcode(15)),
+        Rcode(rcode::NOTIMP),
+    );
 
     // Counts.
-    add("QDCOUNT 0, nothing else", header(id, RD, 0, 0, 0, 0), Rcode(rcode::FORMERR));
-    add("QDCOUNT 0 with a question after the header", cat(&[&header(id, RD, 0, 0, 0, 0), &q]), Rcode(rcode::FORMERR));
-    add("QDCOUNT 1 but no question", header(id, RD, 1, 0, 0, 0), Rcode(rcode::FORMERR));
+    add(
+        "QDCOUNT 0, nothing else",
+        header(id, RD, 0, 0, 0, 0),
+        Rcode(rcode::FORMERR),
+    );
+    add(
+        "QDCOUNT 0 with a question after the header",
+        cat(&[&header(id, RD, 0, 0, 0, 0), &q]),
+        Rcode(rcode::FORMERR),
+    );
+    add(
+        "QDCOUNT 1 but no question",
+        header(id, RD, 1, 0, 0, 0),
+        Rcode(rcode::FORMERR),
+    );
     add(
         "QDCOUNT 2",
-        cat(&[&header(id, RD, 2, 0, 0, 0), &q, &question(&name(&["mail", "test"]), 15, 1)]),
+        cat(&[
+            &header(id, RD, 2, 0, 0, 0),
+            &q,
+            &question(&name(&["mail", "test"]), 15, 1),
+        ]),
         Rcode(rcode::FORMERR),
     );
     add(
         "ANCOUNT 1 in a query",
-        cat(&[&header(id, RD, 1, 1, 0, 0), &q, &rr(&www(), 1, 1, 300, &[192, 0, 2, 1])]),
+        cat(&[
+            &header(id, RD, 1, 1, 0, 0),
+            &q,
+            &rr(&www(), 1, 1, 300, &[192, 0, 2, 1]),
+        ]),
         Rcode(rcode::FORMERR),
     );
     add(
         "NSCOUNT 1 in a query",
-        cat(&[&header(id, RD, 1, 0, 1, 0), &q, &rr(&name(&["test"]), 2, 1, 300, &name(&["ns", "test"]))]),
+        cat(&[
+            &header(id, RD, 1, 0, 1, 0),
+            &q,
+            &rr(&name(&["test"]), 2, 1, 300, &name(&["ns", "test"])),
+        ]),
         Rcode(rcode::FORMERR),
     );
 
@@ -157,12 +226,19 @@ fn corpus() -> Vec<Case> {
     let l57 = "c".repeat(57);
     add(
         "label of 64 bytes",
-        cat(&[&header(id, RD, 1, 0, 0, 0), &question(&name(&[&l64, "test"]), 1, 1)]),
+        cat(&[
+            &header(id, RD, 1, 0, 0, 0),
+            &question(&name(&[&l64, "test"]), 1, 1),
+        ]),
         Rcode(rcode::FORMERR),
     );
     let name256 = name(&[&l63, &l63, &l63, &l57, "test"]);
     assert_eq!(name256.len(), 256);
-    add("name of 256 bytes", cat(&[&header(id, RD, 1, 0, 0, 0), &question(&name256, 1, 1)]), Rcode(rcode::FORMERR));
+    add(
+        "name of 256 bytes",
+        cat(&[&header(id, RD, 1, 0, 0, 0), &question(&name256, 1, 1)]),
+        Rcode(rcode::FORMERR),
+    );
     add(
         "question name is a compression pointer",
         cat(&[&header(id, RD, 1, 0, 0, 0), &[0xc0, 0x0c], &[0, 1, 0, 1]]),
@@ -170,12 +246,20 @@ fn corpus() -> Vec<Case> {
     );
     add(
         "compression pointer after a label",
-        cat(&[&header(id, RD, 1, 0, 0, 0), b"\x03www\xc0\x0c", &[0, 1, 0, 1]]),
+        cat(&[
+            &header(id, RD, 1, 0, 0, 0),
+            b"\x03www\xc0\x0c",
+            &[0, 1, 0, 1],
+        ]),
         Rcode(rcode::FORMERR),
     );
     add(
         "extended label type 0x40",
-        cat(&[&header(id, RD, 1, 0, 0, 0), b"\x41\x03www\x00", &[0, 1, 0, 1]]),
+        cat(&[
+            &header(id, RD, 1, 0, 0, 0),
+            b"\x41\x03www\x00",
+            &[0, 1, 0, 1],
+        ]),
         Rcode(rcode::FORMERR),
     );
     add(
@@ -183,9 +267,21 @@ fn corpus() -> Vec<Case> {
         cat(&[&header(id, RD, 1, 0, 0, 0), b"\x83www\x00", &[0, 1, 0, 1]]),
         Rcode(rcode::FORMERR),
     );
-    add("name cut before its root label", cat(&[&header(id, RD, 1, 0, 0, 0), b"\x03www\x04te"]), Rcode(rcode::FORMERR));
-    add("question cut inside QTYPE", cat(&[&header(id, RD, 1, 0, 0, 0), &www(), &[0]]), Rcode(rcode::FORMERR));
-    add("question without QCLASS", cat(&[&header(id, RD, 1, 0, 0, 0), &www(), &[0, 1]]), Rcode(rcode::FORMERR));
+    add(
+        "name cut before its root label",
+        cat(&[&header(id, RD, 1, 0, 0, 0), b"\x03www\x04te"]),
+        Rcode(rcode::FORMERR),
+    );
+    add(
+        "question cut inside QTYPE",
+        cat(&[&header(id, RD, 1, 0, 0, 0), &www(), &[0]]),
+        Rcode(rcode::FORMERR),
+    );
+    add(
+        "question without QCLASS",
+        cat(&[&header(id, RD, 1, 0, 0, 0), &www(), &[0, 1]]),
+        Rcode(rcode::FORMERR),
+    );
 
     // OPT misuse and truncated additional section.
     add(
@@ -193,14 +289,30 @@ fn corpus() -> Vec<Case> {
         cat(&[&header(id, RD, 1, 0, 0, 0), &question(&www(), 41, 1)]),
         Rcode(rcode::FORMERR),
     );
-    add("two OPT records", cat(&[&header(id, RD, 1, 0, 0, 2), &q, &root_opt(), &root_opt()]), Rcode(rcode::FORMERR));
     add(
-        "OPT with a non-root owner",
-        cat(&[&header(id, RD, 1, 0, 0, 1), &q, &opt(&www(), 1232, 0, 0, 0, &[])]),
+        "two OPT records",
+        cat(&[&header(id, RD, 1, 0, 0, 2), &q, &root_opt(), &root_opt()]),
         Rcode(rcode::FORMERR),
     );
-    add("ARCOUNT 1 but nothing follows", cat(&[&header(id, RD, 1, 0, 0, 1), &q]), Rcode(rcode::FORMERR));
-    add("ARCOUNT 2 with one OPT", cat(&[&header(id, RD, 1, 0, 0, 2), &q, &root_opt()]), Rcode(rcode::FORMERR));
+    add(
+        "OPT with a non-root owner",
+        cat(&[
+            &header(id, RD, 1, 0, 0, 1),
+            &q,
+            &opt(&www(), 1232, 0, 0, 0, &[]),
+        ]),
+        Rcode(rcode::FORMERR),
+    );
+    add(
+        "ARCOUNT 1 but nothing follows",
+        cat(&[&header(id, RD, 1, 0, 0, 1), &q]),
+        Rcode(rcode::FORMERR),
+    );
+    add(
+        "ARCOUNT 2 with one OPT",
+        cat(&[&header(id, RD, 1, 0, 0, 2), &q, &root_opt()]),
+        Rcode(rcode::FORMERR),
+    );
     let opt_full = root_opt();
     add(
         "OPT cut inside its fixed part",
@@ -218,21 +330,47 @@ fn corpus() -> Vec<Case> {
     // EDNS versions.
     add(
         "EDNS version 1",
-        cat(&[&header(id, RD, 1, 0, 0, 1), &q, &opt(&[0], 1232, 0, 1, 0, &[])]),
+        cat(&[
+            &header(id, RD, 1, 0, 0, 1),
+            &q,
+            &opt(&[0], 1232, 0, 1, 0, &[]),
+        ]),
         Rcode(rcode::BADVERS),
     );
     add(
         "EDNS version 255 with DO",
-        cat(&[&header(id, RD, 1, 0, 0, 1), &q, &opt(&[0], 4096, 0, 255, 0x8000, &[])]),
+        cat(&[
+            &header(id, RD, 1, 0, 0, 1),
+            &q,
+            &opt(&[0], 4096, 0, 255, 0x8000, &[]),
+        ]),
         Rcode(rcode::BADVERS),
     );
 
     // Zone transfers.
-    add("QTYPE AXFR", cat(&[&header(id, 0, 1, 0, 0, 0), &question(&name(&["test"]), 252, 1)]), Rcode(rcode::REFUSED));
-    add("QTYPE IXFR", cat(&[&header(id, 0, 1, 0, 0, 0), &question(&name(&["test"]), 251, 1)]), Rcode(rcode::REFUSED));
+    add(
+        "QTYPE AXFR",
+        cat(&[
+            &header(id, 0, 1, 0, 0, 0),
+            &question(&name(&["test"]), 252, 1),
+        ]),
+        Rcode(rcode::REFUSED),
+    );
+    add(
+        "QTYPE IXFR",
+        cat(&[
+            &header(id, 0, 1, 0, 0, 0),
+            &question(&name(&["test"]), 251, 1),
+        ]),
+        Rcode(rcode::REFUSED),
+    );
     add(
         "QTYPE AXFR with EDNS",
-        cat(&[&header(id, 0, 1, 0, 0, 1), &question(&name(&["test"]), 252, 1), &root_opt()]),
+        cat(&[
+            &header(id, 0, 1, 0, 0, 1),
+            &question(&name(&["test"]), 252, 1),
+            &root_opt(),
+        ]),
         Rcode(rcode::REFUSED),
     );
 
@@ -249,7 +387,10 @@ fn corpus() -> Vec<Case> {
     );
     add(
         "label of exactly 63 bytes",
-        cat(&[&header(id, RD, 1, 0, 0, 0), &question(&name(&[&l63, "test"]), 1, 1)]),
+        cat(&[
+            &header(id, RD, 1, 0, 0, 0),
+            &question(&name(&[&l63, "test"]), 1, 1),
+        ]),
         Rcode(rcode::NXDOMAIN),
     );
     let name255 = name(&[&l63, &l63, &l63, &l56, "test"]);
@@ -273,16 +414,21 @@ fn check(case: &Case, proto: &str, reply: Option<Vec<u8>>) {
         (Dropped, Some(r)) => panic!("{what}: expected no reply, got {r:02x?}"),
         (Rcode(want), None) => panic!("{what}: expected RCODE {want}, got no reply"),
         (Rcode(want), Some(r)) => {
-            let m = RawMsg::parse(&r).unwrap_or_else(|| panic!("{what}: reply does not parse: {r:02x?}"));
+            let m = RawMsg::parse(&r)
+                .unwrap_or_else(|| panic!("{what}: reply does not parse: {r:02x?}"));
             let sent_id = u16::from_be_bytes([case.packet[0], case.packet[1]]);
             assert_eq!(m.id, sent_id, "{what}: ID not echoed");
             assert!(m.qr(), "{what}: QR not set in the reply");
-            let sent_opcode = ((u16::from_be_bytes([case.packet[2], case.packet[3]]) >> 11) & 0xf) as u8;
+            let sent_opcode =
+                ((u16::from_be_bytes([case.packet[2], case.packet[3]]) >> 11) & 0xf) as u8;
             assert_eq!(m.opcode(), sent_opcode, "{what}: opcode not echoed");
             assert!(m.qdcount <= 1, "{what}: QDCOUNT {} in the reply", m.qdcount);
             assert_eq!(m.rcode(), want, "{what}: RCODE (reply {r:02x?})");
             if want == rcode::BADVERS {
-                assert!(m.opt.is_some(), "{what}: BADVERS needs an OPT record to carry it");
+                assert!(
+                    m.opt.is_some(),
+                    "{what}: BADVERS needs an OPT record to carry it"
+                );
             }
             if want == rcode::NOERROR {
                 let reply = Reply::parse(r, Duration::ZERO);
@@ -296,7 +442,11 @@ fn check(case: &Case, proto: &str, reply: Option<Vec<u8>>) {
 const DROP_WAIT: Duration = Duration::from_millis(400);
 
 fn wait_for(expect: Outcome) -> Duration {
-    if expect == Dropped { DROP_WAIT } else { Duration::from_secs(5) }
+    if expect == Dropped {
+        DROP_WAIT
+    } else {
+        Duration::from_secs(5)
+    }
 }
 
 fn send_tcp(server: std::net::SocketAddr, case: &Case) -> Option<Vec<u8>> {
@@ -338,7 +488,14 @@ fn corpus_gets_the_specified_outcomes() {
 
     // Several bad frames back to back on one connection, then a good one.
     let mut c = Tcp::connect(nodens.dns);
-    let shared = ["opcode IQUERY", "QDCOUNT 2", "EDNS version 1", "QTYPE AXFR", "label of 64 bytes", "two OPT records"];
+    let shared = [
+        "opcode IQUERY",
+        "QDCOUNT 2",
+        "EDNS version 1",
+        "QTYPE AXFR",
+        "label of 64 bytes",
+        "two OPT records",
+    ];
     for case in cases.iter().filter(|c| shared.contains(&c.name)) {
         c.send(&case.packet).unwrap();
         match c.recv(Duration::from_secs(5)) {
@@ -346,7 +503,8 @@ fn corpus_gets_the_specified_outcomes() {
             other => panic!("{}: {other:?} on a shared connection", case.name),
         }
     }
-    c.send(&Q::new("www.test.", Rt::A).id(77).to_bytes()).unwrap();
+    c.send(&Q::new("www.test.", Rt::A).id(77).to_bytes())
+        .unwrap();
     match c.recv(Duration::from_secs(5)) {
         TcpRead::Msg(r) => assert_eq!(Reply::parse(r, Duration::ZERO).a(), vec![ipv4("192.0.2.1")]),
         other => panic!("good query after bad frames on one connection: {other:?}"),
@@ -355,8 +513,15 @@ fn corpus_gets_the_specified_outcomes() {
     nodens.assert_alive();
     let r = udp_query(nodens.dns, &Q::new("mail.test.", Rt::MX));
     assert_eq!(r.rcode(), rcode::NOERROR);
-    assert_eq!(r.answers_of(Rt::MX).len(), 1, "legitimate query after the corpus");
-    assert_eq!(udp_query(nodens.dns, &Q::new("www.test.", Rt::A)).a(), vec![ipv4("192.0.2.1")]);
+    assert_eq!(
+        r.answers_of(Rt::MX).len(),
+        1,
+        "legitimate query after the corpus"
+    );
+    assert_eq!(
+        udp_query(nodens.dns, &Q::new("www.test.", Rt::A)).a(),
+        vec![ipv4("192.0.2.1")]
+    );
 }
 
 /// Fake responses sent to the listener (UDP and TCP) are ignored, and
@@ -368,7 +533,11 @@ fn fake_responses_to_the_listener_never_poison_the_cache() {
     let mut nodens = Nodens::start(&Cfg::new(net).zone("test.", &[core.addr], &[]));
 
     let fake = |id: u16, owner: &[u8]| {
-        cat(&[&header(id, QR | AA | RD, 1, 1, 0, 0), &question(owner, 1, 1), &rr(owner, 1, 1, 86400, &[6, 6, 6, 6])])
+        cat(&[
+            &header(id, QR | AA | RD, 1, 1, 0, 0),
+            &question(owner, 1, 1),
+            &rr(owner, 1, 1, 86400, &[6, 6, 6, 6]),
+        ])
     };
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     for id in 0..64u16 {
@@ -384,11 +553,20 @@ fn fake_responses_to_the_listener_never_poison_the_cache() {
     nodens.assert_alive();
 
     let r = udp_query(nodens.dns, &Q::new("poison.test.", Rt::A));
-    assert_eq!(r.rcode(), rcode::NXDOMAIN, "poison.test. does not exist: {:?}", r.msg.answers());
+    assert_eq!(
+        r.rcode(),
+        rcode::NXDOMAIN,
+        "poison.test. does not exist: {:?}",
+        r.msg.answers()
+    );
     let r = udp_query(nodens.dns, &Q::new("www.test.", Rt::A));
     assert_eq!(r.a(), vec![ipv4("192.0.2.1")]);
     core.sync_log();
-    assert_eq!(core.count_queries("poison.test.", "A"), 1, "the answer came from the upstream");
+    assert_eq!(
+        core.count_queries("poison.test.", "A"),
+        1,
+        "the answer came from the upstream"
+    );
 }
 
 /// While a miss waits on a silent upstream, answers with the wrong ID (from
@@ -407,19 +585,33 @@ fn spoofed_upstream_answers_are_rejected() {
     ));
 
     let dns = nodens.dns;
-    let client =
-        thread::spawn(move || udp_query_timeout(dns, &Q::new("www.test.", Rt::A).id(0x1111), Duration::from_secs(6)));
+    let client = thread::spawn(move || {
+        udp_query_timeout(
+            dns,
+            &Q::new("www.test.", Rt::A).id(0x1111),
+            Duration::from_secs(6),
+        )
+    });
 
-    let (from, pkt) = silent.recv(Duration::from_secs(3)).expect("nodens forwarded to the silent upstream first");
+    let (from, pkt) = silent
+        .recv(Duration::from_secs(3))
+        .expect("nodens forwarded to the silent upstream first");
     let upstream_id = RawMsg::parse(&pkt).expect("upstream query").id;
     let qsection = question_bytes(&pkt);
     let spoof = |id: u16| {
-        cat(&[&header(id, QR | AA | RD, 1, 1, 0, 0), &qsection, &rr(&[0xc0, 12], 1, 1, 86400, &[6, 6, 6, 6])])
+        cat(&[
+            &header(id, QR | AA | RD, 1, 1, 0, 0),
+            &qsection,
+            &rr(&[0xc0, 12], 1, 1, 86400, &[6, 6, 6, 6]),
+        ])
     };
 
     // Wrong IDs, from the right address.
     for k in 1..=32u16 {
-        silent.sock.send_to(&spoof(upstream_id.wrapping_add(k)), from).unwrap();
+        silent
+            .sock
+            .send_to(&spoof(upstream_id.wrapping_add(k)), from)
+            .unwrap();
     }
     // The right ID, from a wrong address.
     let other = UdpSocket::bind(net.other(199, 5300)).unwrap();
@@ -434,13 +626,21 @@ fn spoofed_upstream_answers_are_rejected() {
 
     let r = client.join().unwrap().expect("client got an answer");
     assert_eq!(r.id(), 0x1111);
-    assert_eq!(r.a(), vec![ipv4("192.0.2.1")], "a spoofed answer was accepted");
+    assert_eq!(
+        r.a(),
+        vec![ipv4("192.0.2.1")],
+        "a spoofed answer was accepted"
+    );
     assert!(
         r.elapsed >= Duration::from_millis(1200),
         "answered in {:?}: before the silent upstream timed out, so from a spoof",
         r.elapsed
     );
-    assert_eq!(udp_query(nodens.dns, &Q::new("www.test.", Rt::A)).a(), vec![ipv4("192.0.2.1")], "cache poisoned");
+    assert_eq!(
+        udp_query(nodens.dns, &Q::new("www.test.", Rt::A)).a(),
+        vec![ipv4("192.0.2.1")],
+        "cache poisoned"
+    );
     let mail = udp_query(nodens.dns, &Q::new("mail.test.", Rt::A));
     assert_eq!(mail.rcode(), rcode::NOERROR);
     assert!(

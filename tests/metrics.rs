@@ -17,7 +17,11 @@ fn assert_labels(samples: &[Sample], name: &str, keys: &[&str]) {
     assert!(!series.is_empty(), "no series named {name} in /metrics");
     for s in &series {
         for k in keys {
-            assert!(s.label(k).is_some(), "{name} series without label `{k}`: {:?}", s.labels);
+            assert!(
+                s.label(k).is_some(),
+                "{name} series without label `{k}`: {:?}",
+                s.labels
+            );
         }
     }
 }
@@ -39,34 +43,94 @@ fn metrics_match_the_traffic() {
     // 3 x www A over UDP (1 miss, 2 hits), 1 x www AAAA over TCP (miss),
     // 2 x nope A over UDP (NXDOMAIN: 1 miss, 1 denial hit).
     for _ in 0..3 {
-        assert_eq!(udp_query(nodens.dns, &Q::new("www.test.", Rt::A)).a(), vec![ipv4("192.0.2.1")]);
+        assert_eq!(
+            udp_query(nodens.dns, &Q::new("www.test.", Rt::A)).a(),
+            vec![ipv4("192.0.2.1")]
+        );
     }
-    assert_eq!(tcp_query(nodens.dns, &Q::new("www.test.", Rt::AAAA)).rcode(), rcode::NOERROR);
+    assert_eq!(
+        tcp_query(nodens.dns, &Q::new("www.test.", Rt::AAAA)).rcode(),
+        rcode::NOERROR
+    );
     for _ in 0..2 {
-        assert_eq!(udp_query(nodens.dns, &Q::new("nope.test.", Rt::A)).rcode(), rcode::NXDOMAIN);
+        assert_eq!(
+            udp_query(nodens.dns, &Q::new("nope.test.", Rt::A)).rcode(),
+            rcode::NXDOMAIN
+        );
     }
     let s = server.as_str();
     nodens.wait_metric("coredns_dns_responses_total", &[("server", s)], 6.0);
-    nodens.wait_metric("coredns_dns_request_duration_seconds_count", &[("server", s)], 6.0);
+    nodens.wait_metric(
+        "coredns_dns_request_duration_seconds_count",
+        &[("server", s)],
+        6.0,
+    );
     let text = nodens.metrics_text();
     let m = parse_metrics(&text);
     let v = |name: &str, labels: &[(&str, &str)]| sum_metric(&m, name, labels);
 
     // Labels.
-    assert_labels(&m, "coredns_dns_requests_total", &["server", "zone", "view", "proto", "family", "type"]);
-    assert_labels(&m, "coredns_dns_responses_total", &["server", "zone", "view", "rcode", "plugin"]);
+    assert_labels(
+        &m,
+        "coredns_dns_requests_total",
+        &["server", "zone", "view", "proto", "family", "type"],
+    );
+    assert_labels(
+        &m,
+        "coredns_dns_responses_total",
+        &["server", "zone", "view", "rcode", "plugin"],
+    );
     // As CoreDNS 1.12 exports it: no `type` label on the duration histogram.
-    assert_labels(&m, "coredns_dns_request_duration_seconds_count", &["server", "zone", "view"]);
-    assert_labels(&m, "coredns_dns_request_duration_seconds_bucket", &["server", "zone", "view", "le"]);
-    assert_labels(&m, "coredns_dns_request_duration_seconds_sum", &["server", "zone", "view"]);
-    assert_labels(&m, "coredns_cache_entries", &["server", "type", "zones", "view"]);
-    assert_labels(&m, "coredns_cache_hits_total", &["server", "type", "zones", "view"]);
-    assert_labels(&m, "coredns_cache_misses_total", &["server", "zones", "view"]);
-    assert_labels(&m, "coredns_cache_requests_total", &["server", "zones", "view"]);
-    assert_labels(&m, "coredns_proxy_request_duration_seconds_count", &["proxy_name", "to", "rcode"]);
-    assert_labels(&m, "coredns_proxy_conn_cache_misses_total", &["proxy_name", "to", "proto"]);
+    assert_labels(
+        &m,
+        "coredns_dns_request_duration_seconds_count",
+        &["server", "zone", "view"],
+    );
+    assert_labels(
+        &m,
+        "coredns_dns_request_duration_seconds_bucket",
+        &["server", "zone", "view", "le"],
+    );
+    assert_labels(
+        &m,
+        "coredns_dns_request_duration_seconds_sum",
+        &["server", "zone", "view"],
+    );
+    assert_labels(
+        &m,
+        "coredns_cache_entries",
+        &["server", "type", "zones", "view"],
+    );
+    assert_labels(
+        &m,
+        "coredns_cache_hits_total",
+        &["server", "type", "zones", "view"],
+    );
+    assert_labels(
+        &m,
+        "coredns_cache_misses_total",
+        &["server", "zones", "view"],
+    );
+    assert_labels(
+        &m,
+        "coredns_cache_requests_total",
+        &["server", "zones", "view"],
+    );
+    assert_labels(
+        &m,
+        "coredns_proxy_request_duration_seconds_count",
+        &["proxy_name", "to", "rcode"],
+    );
+    assert_labels(
+        &m,
+        "coredns_proxy_conn_cache_misses_total",
+        &["proxy_name", "to", "proto"],
+    );
     for name in ["coredns_dns_requests_total", "coredns_dns_responses_total"] {
-        assert!(text.contains(&format!("# TYPE {name} counter")), "{name} is not declared a counter");
+        assert!(
+            text.contains(&format!("# TYPE {name} counter")),
+            "{name} is not declared a counter"
+        );
     }
     assert!(text.contains("# TYPE coredns_dns_request_duration_seconds histogram"));
     assert!(text.contains("# TYPE coredns_cache_entries gauge"));
@@ -75,40 +139,131 @@ fn metrics_match_the_traffic() {
     // Requests: by proto, family (1 = IPv4) and type.
     let z = ("zone", "test.");
     assert_eq!(
-        v("coredns_dns_requests_total", &[("server", s), z, ("proto", "udp"), ("family", "1"), ("type", "A")]),
+        v(
+            "coredns_dns_requests_total",
+            &[
+                ("server", s),
+                z,
+                ("proto", "udp"),
+                ("family", "1"),
+                ("type", "A")
+            ]
+        ),
         5.0
     );
     assert_eq!(
-        v("coredns_dns_requests_total", &[("server", s), z, ("proto", "tcp"), ("family", "1"), ("type", "AAAA")]),
+        v(
+            "coredns_dns_requests_total",
+            &[
+                ("server", s),
+                z,
+                ("proto", "tcp"),
+                ("family", "1"),
+                ("type", "AAAA")
+            ]
+        ),
         1.0
     );
     assert_eq!(v("coredns_dns_requests_total", &[("server", s)]), 6.0);
     // Responses by rcode.
-    assert_eq!(v("coredns_dns_responses_total", &[("server", s), z, ("rcode", "NOERROR")]), 4.0);
-    assert_eq!(v("coredns_dns_responses_total", &[("server", s), z, ("rcode", "NXDOMAIN")]), 2.0);
+    assert_eq!(
+        v(
+            "coredns_dns_responses_total",
+            &[("server", s), z, ("rcode", "NOERROR")]
+        ),
+        4.0
+    );
+    assert_eq!(
+        v(
+            "coredns_dns_responses_total",
+            &[("server", s), z, ("rcode", "NXDOMAIN")]
+        ),
+        2.0
+    );
     // Durations: one observation per request.
-    assert_eq!(v("coredns_dns_request_duration_seconds_count", &[("server", s), z]), 6.0);
-    assert_eq!(v("coredns_dns_request_duration_seconds_bucket", &[("server", s), z, ("le", "+Inf")]), 6.0);
-    assert!(v("coredns_dns_request_duration_seconds_sum", &[("server", s), z]) > 0.0);
+    assert_eq!(
+        v(
+            "coredns_dns_request_duration_seconds_count",
+            &[("server", s), z]
+        ),
+        6.0
+    );
+    assert_eq!(
+        v(
+            "coredns_dns_request_duration_seconds_bucket",
+            &[("server", s), z, ("le", "+Inf")]
+        ),
+        6.0
+    );
+    assert!(
+        v(
+            "coredns_dns_request_duration_seconds_sum",
+            &[("server", s), z]
+        ) > 0.0
+    );
     // Cache.
-    assert_eq!(v("coredns_cache_hits_total", &[("server", s), ("type", "success")]), 2.0);
-    assert_eq!(v("coredns_cache_hits_total", &[("server", s), ("type", "denial")]), 1.0);
+    assert_eq!(
+        v(
+            "coredns_cache_hits_total",
+            &[("server", s), ("type", "success")]
+        ),
+        2.0
+    );
+    assert_eq!(
+        v(
+            "coredns_cache_hits_total",
+            &[("server", s), ("type", "denial")]
+        ),
+        1.0
+    );
     assert_eq!(v("coredns_cache_misses_total", &[("server", s)]), 3.0);
     assert_eq!(v("coredns_cache_requests_total", &[("server", s)]), 6.0);
-    assert_eq!(v("coredns_cache_entries", &[("server", s), ("type", "success")]), 2.0);
-    assert_eq!(v("coredns_cache_entries", &[("server", s), ("type", "denial")]), 1.0);
+    assert_eq!(
+        v(
+            "coredns_cache_entries",
+            &[("server", s), ("type", "success")]
+        ),
+        2.0
+    );
+    assert_eq!(
+        v(
+            "coredns_cache_entries",
+            &[("server", s), ("type", "denial")]
+        ),
+        1.0
+    );
     // Upstream: what CoreDNS logged.
     core.sync_log();
     let fwd = [("proxy_name", "forward"), ("to", up.as_str())];
-    assert_eq!(v("coredns_proxy_request_duration_seconds_count", &[fwd[0], fwd[1], ("rcode", "NOERROR")]), 2.0);
-    assert_eq!(v("coredns_proxy_request_duration_seconds_count", &[fwd[0], fwd[1], ("rcode", "NXDOMAIN")]), 1.0);
+    assert_eq!(
+        v(
+            "coredns_proxy_request_duration_seconds_count",
+            &[fwd[0], fwd[1], ("rcode", "NOERROR")]
+        ),
+        2.0
+    );
+    assert_eq!(
+        v(
+            "coredns_proxy_request_duration_seconds_count",
+            &[fwd[0], fwd[1], ("rcode", "NXDOMAIN")]
+        ),
+        1.0
+    );
     let upstream_queries = core.count_queries("www.test.", "A")
         + core.count_queries("www.test.", "AAAA")
         + core.count_queries("nope.test.", "A");
     assert_eq!(upstream_queries, 3);
-    let conn = v("coredns_proxy_conn_cache_hits_total", &[fwd[0], fwd[1], ("proto", "udp")])
-        + v("coredns_proxy_conn_cache_misses_total", &[fwd[0], fwd[1], ("proto", "udp")]);
-    assert_eq!(conn, 3.0, "conn cache hits + misses should count the 3 UDP exchanges");
+    let conn = v(
+        "coredns_proxy_conn_cache_hits_total",
+        &[fwd[0], fwd[1], ("proto", "udp")],
+    ) + v(
+        "coredns_proxy_conn_cache_misses_total",
+        &[fwd[0], fwd[1], ("proto", "udp")],
+    );
+    assert_eq!(
+        conn, 3.0,
+        "conn cache hits + misses should count the 3 UDP exchanges"
+    );
 
     // Prefetch: prefetch_percent = 100 means any hit of an entry with >= 4
     // hits refreshes it (www above had at most 3, counting the miss).
@@ -117,7 +272,11 @@ fn metrics_match_the_traffic() {
     }
     nodens.wait_metric("coredns_cache_prefetch_total", &[], 1.0);
     core.wait_queries("mail.test.", "MX", 2, Duration::from_secs(3));
-    assert_labels(&parse_metrics(&nodens.metrics_text()), "coredns_cache_prefetch_total", &["server"]);
+    assert_labels(
+        &parse_metrics(&nodens.metrics_text()),
+        "coredns_cache_prefetch_total",
+        &["server"],
+    );
 
     // Serve-stale: short has TTL 2; the upstream goes away.
     let t0 = Instant::now();
@@ -128,7 +287,11 @@ fn metrics_match_the_traffic() {
     let r = udp_query(nodens.dns, &Q::new("short.test.", Rt::A));
     assert_eq!(r.a(), vec![ipv4("192.0.2.2")], "not served stale");
     nodens.wait_metric("coredns_cache_served_stale_total", &[("server", s)], 1.0);
-    assert_labels(&parse_metrics(&nodens.metrics_text()), "coredns_cache_served_stale_total", &["server"]);
+    assert_labels(
+        &parse_metrics(&nodens.metrics_text()),
+        "coredns_cache_served_stale_total",
+        &["server"],
+    );
 }
 
 /// A small cache: many distinct names cause evictions, counted, and the
@@ -137,7 +300,11 @@ fn metrics_match_the_traffic() {
 fn evictions_counted_when_the_cache_is_full() {
     let net = Net(91);
     let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(&Cfg::new(net).cache("capacity", "\"16 KiB\"").zone("test.", &[core.addr], &[]));
+    let nodens = Nodens::start(&Cfg::new(net).cache("capacity", "\"16 KiB\"").zone(
+        "test.",
+        &[core.addr],
+        &[],
+    ));
     let names = 400;
     for i in 0..names {
         let r = udp_query(nodens.dns, &Q::new(&format!("n{i}.test."), Rt::A));
@@ -148,7 +315,10 @@ fn evictions_counted_when_the_cache_is_full() {
     let m = parse_metrics(&nodens.metrics_text());
     assert_labels(&m, "coredns_cache_evictions_total", &["server"]);
     let entries = sum_metric(&m, "coredns_cache_entries", &[("server", s.as_str())]);
-    assert!(entries > 0.0 && entries < names as f64, "{entries} entries in a 16 KiB cache after {names} names");
+    assert!(
+        entries > 0.0 && entries < names as f64,
+        "{entries} entries in a 16 KiB cache after {names} names"
+    );
     // The cache still works.
     udp_query(nodens.dns, &Q::new("www.test.", Rt::A));
     udp_query(nodens.dns, &Q::new("www.test.", Rt::A));

@@ -26,16 +26,35 @@ fn cached_then_expired(
     let start = Instant::now();
     let first = udp_query(nodens.dns, &Q::new(name, t));
     assert_eq!(first.rcode(), want_rcode, "{name} {qtype}");
-    assert!(first.msg.answers().is_empty(), "{name} {qtype}: negative answer has no answer records");
-    let soa = first.msg.name_servers().iter().find(|r| r.record_type() == Rt::SOA).expect("SOA in authority");
-    assert!(soa.ttl() <= max_soa_ttl, "SOA TTL {} in a negative answer, expected <= {max_soa_ttl}", soa.ttl());
+    assert!(
+        first.msg.answers().is_empty(),
+        "{name} {qtype}: negative answer has no answer records"
+    );
+    let soa = first
+        .msg
+        .name_servers()
+        .iter()
+        .find(|r| r.record_type() == Rt::SOA)
+        .expect("SOA in authority");
+    assert!(
+        soa.ttl() <= max_soa_ttl,
+        "SOA TTL {} in a negative answer, expected <= {max_soa_ttl}",
+        soa.ttl()
+    );
     core.wait_queries(name, &qtype, 1, Duration::from_secs(5));
 
     let second = udp_query(nodens.dns, &Q::new(name, t));
-    assert!(start.elapsed() < Duration::from_millis(900), "test too slow to check caching");
+    assert!(
+        start.elapsed() < Duration::from_millis(900),
+        "test too slow to check caching"
+    );
     assert_eq!(second.rcode(), want_rcode);
     assert!(
-        second.msg.name_servers().iter().any(|r| r.record_type() == Rt::SOA),
+        second
+            .msg
+            .name_servers()
+            .iter()
+            .any(|r| r.record_type() == Rt::SOA),
         "cached negative answer keeps its SOA"
     );
     core.sync_log();
@@ -56,7 +75,15 @@ fn nxdomain_cached_for_soa_minimum() {
     let net = Net(20);
     let core = CoreDns::test_zone(net.upstream(0), "");
     let nodens = Nodens::start(&Cfg::new(net).zone("test.", &[core.addr], &[]));
-    cached_then_expired(&core, &nodens, "nope.test.", Rt::A, rcode::NXDOMAIN, 3, Duration::from_millis(4200));
+    cached_then_expired(
+        &core,
+        &nodens,
+        "nope.test.",
+        Rt::A,
+        rcode::NXDOMAIN,
+        3,
+        Duration::from_millis(4200),
+    );
 }
 
 #[test]
@@ -65,9 +92,20 @@ fn nodata_cached_for_soa_minimum() {
     let core = CoreDns::test_zone(net.upstream(0), "");
     let nodens = Nodens::start(&Cfg::new(net).zone("test.", &[core.addr], &[]));
     // www has A and AAAA only.
-    cached_then_expired(&core, &nodens, "www.test.", Rt::TXT, rcode::NOERROR, 3, Duration::from_millis(4200));
+    cached_then_expired(
+        &core,
+        &nodens,
+        "www.test.",
+        Rt::TXT,
+        rcode::NOERROR,
+        3,
+        Duration::from_millis(4200),
+    );
     // The NODATA entry did not shadow the name's positive data.
-    assert_eq!(udp_query(nodens.dns, &Q::new("www.test.", Rt::A)).a(), vec![ipv4("192.0.2.1")]);
+    assert_eq!(
+        udp_query(nodens.dns, &Q::new("www.test.", Rt::A)).a(),
+        vec![ipv4("192.0.2.1")]
+    );
 }
 
 /// negative_max_ttl = 1s: the negative entry is gone after ~1 s, well
@@ -76,7 +114,27 @@ fn nodata_cached_for_soa_minimum() {
 fn negative_max_ttl_clamps() {
     let net = Net(22);
     let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(&Cfg::new(net).zone("test.", &[core.addr], &[("negative_max_ttl", "\"1s\"")]));
-    cached_then_expired(&core, &nodens, "nope.test.", Rt::A, rcode::NXDOMAIN, 1, Duration::from_millis(2000));
-    cached_then_expired(&core, &nodens, "www.test.", Rt::TXT, rcode::NOERROR, 1, Duration::from_millis(2000));
+    let nodens = Nodens::start(&Cfg::new(net).zone(
+        "test.",
+        &[core.addr],
+        &[("negative_max_ttl", "\"1s\"")],
+    ));
+    cached_then_expired(
+        &core,
+        &nodens,
+        "nope.test.",
+        Rt::A,
+        rcode::NXDOMAIN,
+        1,
+        Duration::from_millis(2000),
+    );
+    cached_then_expired(
+        &core,
+        &nodens,
+        "www.test.",
+        Rt::TXT,
+        rcode::NOERROR,
+        1,
+        Duration::from_millis(2000),
+    );
 }

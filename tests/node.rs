@@ -30,7 +30,11 @@ struct Netns {
 
 fn run(cmd: &mut Command) {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(out.status.success(), "{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 impl Netns {
@@ -40,7 +44,10 @@ impl Netns {
         // A leftover from a killed run of the same pid: remove it first.
         let _ = Command::new(&ip).args(["netns", "del", &name]).output();
         run(Command::new(&ip).args(["netns", "add", &name]));
-        let ns = Netns { etc: PathBuf::from("/etc/netns").join(&name), name };
+        let ns = Netns {
+            etc: PathBuf::from("/etc/netns").join(&name),
+            name,
+        };
         run(Command::new(&ip).args(["-n", &ns.name, "link", "set", "lo", "up"]));
         std::fs::create_dir_all(&ns.etc).unwrap();
         std::fs::write(ns.etc.join("resolv.conf"), resolv_conf).unwrap();
@@ -57,16 +64,28 @@ impl Netns {
         let out = Command::new(tool("ip"))
             .args(["netns", "exec", &self.name])
             .arg(tool("dig"))
-            .args([&format!("@{server}"), "-p", &port.to_string(), name, qtype, "+time=1", "+tries=1"])
+            .args([
+                &format!("@{server}"),
+                "-p",
+                &port.to_string(),
+                name,
+                qtype,
+                "+time=1",
+                "+tries=1",
+            ])
             .output()
             .ok()?;
-        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).to_string())
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).to_string())
     }
 }
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).output();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
         let _ = std::fs::remove_dir_all(&self.etc);
         let _ = std::fs::remove_dir("/etc/netns"); // only if empty
     }
@@ -79,26 +98,48 @@ fn no_zones_means_forward_to_resolv_conf() {
     }
     // Declared first, dropped last: the processes below die before the namespace goes.
     let ns = Netns::create("# written by nodens tests\nnameserver 127.0.0.1\noptions ndots:5\n");
-    let core = CoreDns::launch(&ns.exec(), "127.0.0.1:53".parse().unwrap(), &[("test.", test_zone(""))]);
-    wait_until(Duration::from_secs(15), "CoreDNS inside the namespace", || {
-        ns.dig("127.0.0.1", 53, "_ready.test.", "TXT").filter(|o| o.contains("status:"))
-    });
+    let core = CoreDns::launch(
+        &ns.exec(),
+        "127.0.0.1:53".parse().unwrap(),
+        &[("test.", test_zone(""))],
+    );
+    wait_until(
+        Duration::from_secs(15),
+        "CoreDNS inside the namespace",
+        || {
+            ns.dig("127.0.0.1", 53, "_ready.test.", "TXT")
+                .filter(|o| o.contains("status:"))
+        },
+    );
 
     // No [[zone]]: the default zone "." and /etc/resolv.conf's nameservers.
     let config = "[server]\nlisten = [\"127.0.0.1:1053\"]\nworkers = 1\n\n[metrics]\nlisten = \"127.0.0.1:9253\"\n\n[log]\nlevel = \"debug\"\n";
     let mut nodens = Nodens::launch(config, &ns.exec());
-    let out = wait_until(Duration::from_secs(20), "nodens inside the namespace to answer www.test.", || {
-        nodens.assert_alive();
-        ns.dig("127.0.0.1", 1053, "www.test.", "A").filter(|o| o.contains("status: NOERROR"))
-    });
+    let out = wait_until(
+        Duration::from_secs(20),
+        "nodens inside the namespace to answer www.test.",
+        || {
+            nodens.assert_alive();
+            ns.dig("127.0.0.1", 1053, "www.test.", "A")
+                .filter(|o| o.contains("status: NOERROR"))
+        },
+    );
     assert!(out.contains("192.0.2.1"), "dig through nodens:\n{out}");
-    let out = ns.dig("127.0.0.1", 1053, "nope.test.", "A").expect("NXDOMAIN answer");
-    assert!(out.contains("status: NXDOMAIN"), "dig through nodens:\n{out}");
+    let out = ns
+        .dig("127.0.0.1", 1053, "nope.test.", "A")
+        .expect("NXDOMAIN answer");
+    assert!(
+        out.contains("status: NXDOMAIN"),
+        "dig through nodens:\n{out}"
+    );
 
     core.sync_log_via(|name| {
         let _ = ns.dig("127.0.0.1", 53, name, "TXT");
     });
-    assert!(core.count_queries("www.test.", "A") >= 1, "the resolv.conf nameserver never saw the query");
+    assert!(
+        core.count_queries("www.test.", "A") >= 1,
+        "the resolv.conf nameserver never saw the query"
+    );
     assert_eq!(core.count_queries("nope.test.", "A"), 1);
 }
 
@@ -107,12 +148,18 @@ fn no_zones_means_forward_to_resolv_conf() {
 /// A config without `workers` (so the default, 0 = automatic). No query is
 /// ever sent; the zone only keeps nodens away from the host's resolv.conf.
 fn auto_workers_config(net: Net) -> String {
-    Cfg::new(net).unset_server("workers").zone("test.", &[net.silent(0)], &[]).to_toml()
+    Cfg::new(net)
+        .unset_server("workers")
+        .zone("test.", &[net.silent(0)], &[])
+        .to_toml()
 }
 
 fn nproc() -> usize {
     let out = Command::new(tool("nproc")).output().expect("nproc");
-    String::from_utf8_lossy(&out.stdout).trim().parse().expect("nproc output")
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("nproc output")
 }
 
 /// The CPU limit of this process's own cgroup (floor(quota / period), at
@@ -149,14 +196,20 @@ fn taskset_one_cpu_gives_one_worker() {
     tool("taskset");
     let net = Net(100);
     let mut nodens = Nodens::launch(&auto_workers_config(net), &["taskset", "-c", "0"]);
-    assert_eq!(nodens.wait_workers(Duration::from_secs(20)), 1, "workers under taskset -c 0");
+    assert_eq!(
+        nodens.wait_workers(Duration::from_secs(20)),
+        1,
+        "workers under taskset -c 0"
+    );
     nodens.wait_ready();
 }
 
 #[test]
 fn workers_default_to_available_cpus() {
     let net = Net(101);
-    let expected = own_cgroup_cpu_limit().map_or(nproc(), |q| q.min(nproc())).max(1);
+    let expected = own_cgroup_cpu_limit()
+        .map_or(nproc(), |q| q.min(nproc()))
+        .max(1);
     let mut nodens = Nodens::launch(&auto_workers_config(net), &[]);
     assert_eq!(
         nodens.wait_workers(Duration::from_secs(20)),
@@ -180,10 +233,12 @@ impl CpuCgroup {
         if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
             // cgroup v2: the cpu controller must be enabled for children.
             let root = Path::new("/sys/fs/cgroup");
-            let ctl = std::fs::read_to_string(root.join("cgroup.subtree_control")).unwrap_or_default();
+            let ctl =
+                std::fs::read_to_string(root.join("cgroup.subtree_control")).unwrap_or_default();
             if !ctl.split_whitespace().any(|c| c == "cpu") {
-                std::fs::write(root.join("cgroup.subtree_control"), "+cpu")
-                    .unwrap_or_else(|e| panic!("cannot enable the cpu controller in /sys/fs/cgroup (cgroup v2): {e}"));
+                std::fs::write(root.join("cgroup.subtree_control"), "+cpu").unwrap_or_else(|e| {
+                    panic!("cannot enable the cpu controller in /sys/fs/cgroup (cgroup v2): {e}")
+                });
             }
             let dir = root.join(&name);
             let _ = std::fs::remove_dir(&dir);
@@ -208,7 +263,12 @@ impl CpuCgroup {
     /// A wrapper that moves the shell into the cgroup, then execs the command.
     fn wrapper(&self) -> Vec<String> {
         let procs = self.dir.join("cgroup.procs");
-        vec!["sh".into(), "-c".into(), format!("echo $$ > '{}' && exec \"$@\"", procs.display()), "sh".into()]
+        vec![
+            "sh".into(),
+            "-c".into(),
+            format!("echo $$ > '{}' && exec \"$@\"", procs.display()),
+            "sh".into(),
+        ]
     }
 }
 
@@ -217,7 +277,10 @@ impl Drop for CpuCgroup {
         // Only our wrapped command was put here; anything still in it is a
         // descendant of it. The cgroup empties once they are gone.
         let procs = std::fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
-        for pid in procs.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+        for pid in procs
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+        {
             // SAFETY: kill(2) on a pid in the cgroup this test created.
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
@@ -238,13 +301,20 @@ fn cgroup_cpu_quota_gives_one_worker() {
     }
     let net = Net(102);
     if nproc() < 2 {
-        eprintln!("warning: only {} CPU; this test cannot tell the quota from the affinity", nproc());
+        eprintln!(
+            "warning: only {} CPU; this test cannot tell the quota from the affinity",
+            nproc()
+        );
     }
     let cg = CpuCgroup::create(2_500, 100_000); // 25m: 2.5% of one CPU
     let wrapper = cg.wrapper();
     let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
     let mut nodens = Nodens::launch(&auto_workers_config(net), &wrapper);
     // Throttled to 2.5% of a CPU, startup is slow: a generous deadline.
-    assert_eq!(nodens.wait_workers(Duration::from_secs(60)), 1, "workers in a cgroup with a 25m CPU quota");
+    assert_eq!(
+        nodens.wait_workers(Duration::from_secs(60)),
+        1,
+        "workers in a cgroup with a 25m CPU quota"
+    );
     drop(nodens);
 }

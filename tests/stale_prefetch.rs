@@ -36,8 +36,14 @@ fn serves_stale_when_upstream_is_down() {
 
     let t0 = Instant::now();
     // short and short2 have TTL 2.
-    assert_eq!(udp_query(nodens.dns, &Q::new("short.test.", Rt::A)).a(), vec![ipv4("192.0.2.2")]);
-    assert_eq!(udp_query(nodens.dns, &Q::new("short2.test.", Rt::A)).a(), vec![ipv4("192.0.2.4")]);
+    assert_eq!(
+        udp_query(nodens.dns, &Q::new("short.test.", Rt::A)).a(),
+        vec![ipv4("192.0.2.2")]
+    );
+    assert_eq!(
+        udp_query(nodens.dns, &Q::new("short2.test.", Rt::A)).a(),
+        vec![ipv4("192.0.2.4")]
+    );
     let stale_before = nodens.metric("coredns_cache_served_stale_total", &[]);
     core.stop();
     sleep_until(t0, Duration::from_millis(3200)); // both expired
@@ -46,25 +52,49 @@ fn serves_stale_when_upstream_is_down() {
     let r = udp_query(nodens.dns, &Q::new("short.test.", Rt::A).no_edns());
     assert_eq!(r.rcode(), rcode::NOERROR, "expired entry not served stale");
     assert_eq!(r.a(), vec![ipv4("192.0.2.2")]);
-    assert!(r.ttls().iter().all(|&t| t == 30), "stale TTLs {:?}, expected 30", r.ttls());
+    assert!(
+        r.ttls().iter().all(|&t| t == 30),
+        "stale TTLs {:?}, expected 30",
+        r.ttls()
+    );
     assert!(r.opt().is_none(), "OPT in a reply to a query without one");
-    assert!(r.elapsed <= Duration::from_millis(3000), "stale answer after {:?}", r.elapsed);
+    assert!(
+        r.elapsed <= Duration::from_millis(3000),
+        "stale answer after {:?}",
+        r.elapsed
+    );
 
     // EDNS: also an EDE "Stale Answer".
     let r = udp_query(nodens.dns, &Q::new("short2.test.", Rt::A));
     assert_eq!(r.rcode(), rcode::NOERROR);
     assert_eq!(r.a(), vec![ipv4("192.0.2.4")]);
-    assert!(r.ttls().iter().all(|&t| t == 30), "stale TTLs {:?}, expected 30", r.ttls());
+    assert!(
+        r.ttls().iter().all(|&t| t == 30),
+        "stale TTLs {:?}, expected 30",
+        r.ttls()
+    );
     let opt = r.opt().expect("OPT in the reply to an EDNS query");
-    assert!(opt.ede_codes().contains(&3), "no EDE INFO-CODE 3 (Stale Answer): options {:?}", opt.options);
+    assert!(
+        opt.ede_codes().contains(&3),
+        "no EDE INFO-CODE 3 (Stale Answer): options {:?}",
+        opt.options
+    );
 
     nodens.wait_metric("coredns_cache_served_stale_total", &[], stale_before + 2.0);
 
     // Never cached: nothing stale to give.
-    let r = udp_query_timeout(nodens.dns, &Q::new("www.test.", Rt::A), Duration::from_secs(6))
-        .expect("SERVFAIL, not silence");
+    let r = udp_query_timeout(
+        nodens.dns,
+        &Q::new("www.test.", Rt::A),
+        Duration::from_secs(6),
+    )
+    .expect("SERVFAIL, not silence");
     assert_eq!(r.rcode(), rcode::SERVFAIL);
-    assert!(r.elapsed <= Duration::from_millis(3000), "SERVFAIL after {:?}, query_timeout is 2 s", r.elapsed);
+    assert!(
+        r.elapsed <= Duration::from_millis(3000),
+        "SERVFAIL after {:?}, query_timeout is 2 s",
+        r.elapsed
+    );
 }
 
 /// stale_max_age = 2s: stale 0.8 s after expiry, SERVFAIL 3.5 s after.
@@ -74,19 +104,38 @@ fn no_stale_answer_past_stale_max_age() {
     let (mut core, nodens) = stale_setup(net, "2s");
 
     let t0 = Instant::now();
-    assert_eq!(udp_query(nodens.dns, &Q::new("short.test.", Rt::A)).a(), vec![ipv4("192.0.2.2")]);
-    assert_eq!(udp_query(nodens.dns, &Q::new("short2.test.", Rt::A)).a(), vec![ipv4("192.0.2.4")]);
+    assert_eq!(
+        udp_query(nodens.dns, &Q::new("short.test.", Rt::A)).a(),
+        vec![ipv4("192.0.2.2")]
+    );
+    assert_eq!(
+        udp_query(nodens.dns, &Q::new("short2.test.", Rt::A)).a(),
+        vec![ipv4("192.0.2.4")]
+    );
     core.stop();
 
     sleep_until(t0, Duration::from_millis(2800));
     let r = udp_query(nodens.dns, &Q::new("short.test.", Rt::A));
-    assert_eq!(r.rcode(), rcode::NOERROR, "within stale_max_age: stale answer expected");
+    assert_eq!(
+        r.rcode(),
+        rcode::NOERROR,
+        "within stale_max_age: stale answer expected"
+    );
     assert_eq!(r.a(), vec![ipv4("192.0.2.2")]);
 
     sleep_until(t0, Duration::from_millis(5500));
-    let r = udp_query_timeout(nodens.dns, &Q::new("short2.test.", Rt::A), Duration::from_secs(6))
-        .expect("SERVFAIL, not silence");
-    assert_eq!(r.rcode(), rcode::SERVFAIL, "past stale_max_age: {:?}", r.msg.answers());
+    let r = udp_query_timeout(
+        nodens.dns,
+        &Q::new("short2.test.", Rt::A),
+        Duration::from_secs(6),
+    )
+    .expect("SERVFAIL, not silence");
+    assert_eq!(
+        r.rcode(),
+        rcode::SERVFAIL,
+        "past stale_max_age: {:?}",
+        r.msg.answers()
+    );
 }
 
 /// pf and pf2 have TTL 8; with prefetch_percent = 40 the window opens when
@@ -97,17 +146,24 @@ fn no_stale_answer_past_stale_max_age() {
 fn prefetch_refreshes_popular_entries_only() {
     let net = Net(42);
     let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(&Cfg::new(net).cache("prefetch_min_hits", "2").cache("prefetch_percent", "40").zone(
-        "test.",
-        &[core.addr],
-        &[],
-    ));
+    let nodens = Nodens::start(
+        &Cfg::new(net)
+            .cache("prefetch_min_hits", "2")
+            .cache("prefetch_percent", "40")
+            .zone("test.", &[core.addr], &[]),
+    );
 
     let t0 = Instant::now();
     for _ in 0..3 {
-        assert_eq!(udp_query(nodens.dns, &Q::new("pf.test.", Rt::A)).a(), vec![ipv4("192.0.2.5")]);
+        assert_eq!(
+            udp_query(nodens.dns, &Q::new("pf.test.", Rt::A)).a(),
+            vec![ipv4("192.0.2.5")]
+        );
     }
-    assert_eq!(udp_query(nodens.dns, &Q::new("pf2.test.", Rt::A)).a(), vec![ipv4("192.0.2.6")]);
+    assert_eq!(
+        udp_query(nodens.dns, &Q::new("pf2.test.", Rt::A)).a(),
+        vec![ipv4("192.0.2.6")]
+    );
     core.sync_log();
     assert_eq!(core.count_queries("pf.test.", "A"), 1);
     let prefetch_before = nodens.metric("coredns_cache_prefetch_total", &[]);
@@ -115,8 +171,15 @@ fn prefetch_refreshes_popular_entries_only() {
     sleep_until(t0, Duration::from_millis(5500));
     let r = udp_query(nodens.dns, &Q::new("pf.test.", Rt::A));
     assert_eq!(r.a(), vec![ipv4("192.0.2.5")]);
-    assert!(r.ttls()[0] <= 3, "TTL {} at 5.5 s of 8: not the cached entry", r.ttls()[0]);
-    assert_eq!(udp_query(nodens.dns, &Q::new("pf2.test.", Rt::A)).a(), vec![ipv4("192.0.2.6")]);
+    assert!(
+        r.ttls()[0] <= 3,
+        "TTL {} at 5.5 s of 8: not the cached entry",
+        r.ttls()[0]
+    );
+    assert_eq!(
+        udp_query(nodens.dns, &Q::new("pf2.test.", Rt::A)).a(),
+        vec![ipv4("192.0.2.6")]
+    );
 
     core.wait_queries("pf.test.", "A", 2, Duration::from_secs(3));
     nodens.wait_metric("coredns_cache_prefetch_total", &[], prefetch_before + 1.0);
@@ -126,6 +189,14 @@ fn prefetch_refreshes_popular_entries_only() {
     assert_eq!(r.a(), vec![ipv4("192.0.2.5")]);
     assert!(r.ttls()[0] >= 3, "TTL {} after the refresh", r.ttls()[0]);
     core.sync_log();
-    assert_eq!(core.count_queries("pf.test.", "A"), 2, "pf: the 9 s query was not served from the prefetched entry");
-    assert_eq!(core.count_queries("pf2.test.", "A"), 1, "pf2 (one hit) was prefetched");
+    assert_eq!(
+        core.count_queries("pf.test.", "A"),
+        2,
+        "pf: the 9 s query was not served from the prefetched entry"
+    );
+    assert_eq!(
+        core.count_queries("pf2.test.", "A"),
+        1,
+        "pf2 (one hit) was prefetched"
+    );
 }

@@ -15,13 +15,21 @@ use common::*;
 
 /// `test.` goes straight to CoreDNS; `slow.test.` tries a silent socket
 /// first, so a miss there takes about upstream_timeout.
-fn slow_and_fast(net: Net, upstream_timeout: &str, cfg: impl FnOnce(Cfg) -> Cfg) -> (Silent, CoreDns, Nodens) {
+fn slow_and_fast(
+    net: Net,
+    upstream_timeout: &str,
+    cfg: impl FnOnce(Cfg) -> Cfg,
+) -> (Silent, CoreDns, Nodens) {
     let silent = Silent::bind(net.silent(0));
     let core = CoreDns::test_zone(net.upstream(0), "");
     let nodens = Nodens::start(&cfg(Cfg::new(net)
         .server("query_timeout", "\"5s\"")
         .zone("test.", &[core.addr], &[])
-        .zone("slow.test.", &[silent.addr, core.addr], &[("upstream_timeout", &format!("\"{upstream_timeout}\""))])));
+        .zone(
+            "slow.test.",
+            &[silent.addr, core.addr],
+            &[("upstream_timeout", &format!("\"{upstream_timeout}\""))],
+        )));
     (silent, core, nodens)
 }
 
@@ -30,9 +38,17 @@ fn pipelined_queries_answered_out_of_order() {
     let net = Net(60);
     let (_silent, _core, nodens) = slow_and_fast(net, "1s", |c| c);
 
-    let fast = [("www.test.", Rt::A), ("www.test.", Rt::AAAA), ("mail.test.", Rt::MX)];
+    let fast = [
+        ("www.test.", Rt::A),
+        ("www.test.", Rt::AAAA),
+        ("mail.test.", Rt::MX),
+    ];
     for (name, t) in fast {
-        assert_eq!(udp_query(nodens.dns, &Q::new(name, t)).rcode(), rcode::NOERROR, "priming {name} {t}");
+        assert_eq!(
+            udp_query(nodens.dns, &Q::new(name, t)).rcode(),
+            rcode::NOERROR,
+            "priming {name} {t}"
+        );
     }
 
     // All four frames in one write: the slow miss (ID 1) first.
@@ -63,13 +79,25 @@ fn pipelined_queries_answered_out_of_order() {
         }
     }
     assert_eq!(order.len(), 4, "answers received: {order:?}");
-    assert_eq!(*order.last().unwrap(), 1, "the slow miss was not answered last: {order:?}");
+    assert_eq!(
+        *order.last().unwrap(),
+        1,
+        "the slow miss was not answered last: {order:?}"
+    );
     let mut sorted = order.clone();
     sorted.sort();
-    assert_eq!(sorted, vec![1, 2, 3, 4], "each query answered once: {order:?}");
+    assert_eq!(
+        sorted,
+        vec![1, 2, 3, 4],
+        "each query answered once: {order:?}"
+    );
 
     assert_eq!(replies[&1].a(), vec![ipv4("192.0.2.30")]);
-    assert!(replies[&1].elapsed >= Duration::from_millis(800), "slow miss answered in {:?}", replies[&1].elapsed);
+    assert!(
+        replies[&1].elapsed >= Duration::from_millis(800),
+        "slow miss answered in {:?}",
+        replies[&1].elapsed
+    );
     for id in 2..=4 {
         assert_eq!(replies[&id].rcode(), rcode::NOERROR);
         assert!(!replies[&id].msg.answers().is_empty(), "hit {id} empty");
@@ -86,7 +114,8 @@ fn pipelined_queries_answered_out_of_order() {
 fn idle_connections_closed_after_tcp_idle_timeout() {
     let net = Net(61);
     // The slow miss (2 s) outlasts the idle timeout (1 s).
-    let (_silent, _core, nodens) = slow_and_fast(net, "2s", |c| c.server("tcp_idle_timeout", "\"1s\""));
+    let (_silent, _core, nodens) =
+        slow_and_fast(net, "2s", |c| c.server("tcp_idle_timeout", "\"1s\""));
 
     // Never sends anything.
     let mut silent_client = Tcp::connect(nodens.dns);
@@ -94,17 +123,26 @@ fn idle_connections_closed_after_tcp_idle_timeout() {
     let mut idle = Tcp::connect(nodens.dns);
     idle.send(&Q::new("www.test.", Rt::A).to_bytes()).unwrap();
     match idle.recv(Duration::from_secs(5)) {
-        TcpRead::Msg(raw) => assert_eq!(Reply::parse(raw, Duration::ZERO).a(), vec![ipv4("192.0.2.1")]),
+        TcpRead::Msg(raw) => assert_eq!(
+            Reply::parse(raw, Duration::ZERO).a(),
+            vec![ipv4("192.0.2.1")]
+        ),
         other => panic!("{other:?}"),
     }
     let answered = Instant::now();
     // A query in flight longer than the idle timeout.
     let mut busy = Tcp::connect(nodens.dns);
-    busy.send(&Q::new("x.slow.test.", Rt::A).id(9).to_bytes()).unwrap();
+    busy.send(&Q::new("x.slow.test.", Rt::A).id(9).to_bytes())
+        .unwrap();
 
-    let closed = idle.wait_closed(Duration::from_secs(4)).expect("idle connection still open 4 s after its answer");
+    let closed = idle
+        .wait_closed(Duration::from_secs(4))
+        .expect("idle connection still open 4 s after its answer");
     let after = answered.elapsed();
-    assert!(after >= Duration::from_millis(700), "closed {after:?} after the answer: sooner than tcp_idle_timeout");
+    assert!(
+        after >= Duration::from_millis(700),
+        "closed {after:?} after the answer: sooner than tcp_idle_timeout"
+    );
     assert!(closed <= Duration::from_secs(3));
     assert!(
         silent_client.wait_closed(Duration::from_secs(3)).is_some(),
@@ -118,41 +156,71 @@ fn idle_connections_closed_after_tcp_idle_timeout() {
         }
         other => panic!("connection with a query in flight: {other:?} instead of the answer"),
     }
-    assert!(busy.wait_closed(Duration::from_secs(4)).is_some(), "busy connection not closed once idle");
+    assert!(
+        busy.wait_closed(Duration::from_secs(4)).is_some(),
+        "busy connection not closed once idle"
+    );
 }
 
 #[test]
 fn connections_above_the_cap_closed_at_once() {
     let net = Net(62);
-    let (_silent, _core, nodens) =
-        slow_and_fast(net, "1s", |c| c.server("tcp_max_connections", "2").server("tcp_idle_timeout", "\"30s\""));
+    let (_silent, _core, nodens) = slow_and_fast(net, "1s", |c| {
+        c.server("tcp_max_connections", "2")
+            .server("tcp_idle_timeout", "\"30s\"")
+    });
 
     let ask = |c: &mut Tcp, id: u16| -> TcpRead {
-        if c.send(&Q::new("www.test.", Rt::A).id(id).to_bytes()).is_err() {
+        if c.send(&Q::new("www.test.", Rt::A).id(id).to_bytes())
+            .is_err()
+        {
             return TcpRead::Closed;
         }
         c.recv(Duration::from_secs(3))
     };
     let mut c1 = Tcp::connect(nodens.dns);
-    assert!(matches!(ask(&mut c1, 1), TcpRead::Msg(_)), "first connection");
+    assert!(
+        matches!(ask(&mut c1, 1), TcpRead::Msg(_)),
+        "first connection"
+    );
     let mut c2 = Tcp::connect(nodens.dns);
-    assert!(matches!(ask(&mut c2, 2), TcpRead::Msg(_)), "second connection");
+    assert!(
+        matches!(ask(&mut c2, 2), TcpRead::Msg(_)),
+        "second connection"
+    );
 
     // The kernel completes the handshake; nodens must close it at once.
     let mut c3 = Tcp::connect(nodens.dns);
     let start = Instant::now();
     let got = ask(&mut c3, 3);
-    assert!(matches!(got, TcpRead::Closed), "third connection (cap 2) gave {got:?}");
-    assert!(start.elapsed() < Duration::from_secs(2), "third connection closed only after {:?}", start.elapsed());
+    assert!(
+        matches!(got, TcpRead::Closed),
+        "third connection (cap 2) gave {got:?}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "third connection closed only after {:?}",
+        start.elapsed()
+    );
 
     // The first two still work.
-    assert!(matches!(ask(&mut c1, 4), TcpRead::Msg(_)), "first connection after the cap was hit");
-    assert!(matches!(ask(&mut c2, 5), TcpRead::Msg(_)), "second connection after the cap was hit");
+    assert!(
+        matches!(ask(&mut c1, 4), TcpRead::Msg(_)),
+        "first connection after the cap was hit"
+    );
+    assert!(
+        matches!(ask(&mut c2, 5), TcpRead::Msg(_)),
+        "second connection after the cap was hit"
+    );
 
     // Freeing a slot lets a new connection in.
     drop(c1);
-    wait_until(Duration::from_secs(5), "a new connection to be served after one closed", || {
-        let mut c = Tcp::connect(nodens.dns);
-        matches!(ask(&mut c, 6), TcpRead::Msg(_)).then_some(())
-    });
+    wait_until(
+        Duration::from_secs(5),
+        "a new connection to be served after one closed",
+        || {
+            let mut c = Tcp::connect(nodens.dns);
+            matches!(ask(&mut c, 6), TcpRead::Msg(_)).then_some(())
+        },
+    );
 }

@@ -56,13 +56,21 @@ struct Netns {
 
 fn run(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(out.status.success(), "{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
 impl Netns {
     fn create() -> Netns {
-        let name = format!("nodens-tf-{}-{:04x}", std::process::id(), random_u64() as u16);
+        let name = format!(
+            "nodens-tf-{}-{:04x}",
+            std::process::id(),
+            random_u64() as u16
+        );
         run(Command::new(tool("ip")).args(["netns", "add", &name]));
         let ns = Netns { name };
         run(Command::new(tool("ip")).args(["-n", &ns.name, "link", "set", "lo", "up"]));
@@ -77,7 +85,10 @@ impl Netns {
     /// `iptables -w 5 ARGS` inside the namespace (the lock wait is bounded).
     fn iptables(&self, args: &[&str]) -> String {
         let mut cmd = Command::new(tool("ip"));
-        cmd.args(["netns", "exec", &self.name]).arg(tool("iptables")).args(["-w", "5"]).args(args);
+        cmd.args(["netns", "exec", &self.name])
+            .arg(tool("iptables"))
+            .args(["-w", "5"])
+            .args(args);
         run(&mut cmd)
     }
 
@@ -100,7 +111,9 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).output();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
     }
 }
 
@@ -112,7 +125,10 @@ fn nodens_in(ns: &Netns, transport: &str) -> Nodens {
     let cfg = Cfg::new(NET).server("query_timeout", "\"3s\"").zone(
         "test.",
         &[UPSTREAM.parse().unwrap()],
-        &[("upstream_timeout", "\"2s\""), ("transport", &format!("\"{transport}\""))],
+        &[
+            ("upstream_timeout", "\"2s\""),
+            ("transport", &format!("\"{transport}\"")),
+        ],
     );
     let mut nodens = Nodens::launch(&cfg.to_toml(), &ns.exec());
     in_netns(&ns.name, || nodens.wait_ready());
@@ -121,7 +137,9 @@ fn nodens_in(ns: &Netns, transport: &str) -> Nodens {
 
 /// One query to nodens from inside the namespace; None if no answer within 5 s.
 fn ask(ns: &Netns, nodens: &Nodens, name: &str, t: Rt) -> Option<Reply> {
-    in_netns(&ns.name, || udp_query_timeout(nodens.dns, &Q::new(name, t), Duration::from_secs(5)))
+    in_netns(&ns.name, || {
+        udp_query_timeout(nodens.dns, &Q::new(name, t), Duration::from_secs(5))
+    })
 }
 
 /// The upstream's metrics in nodens, scraped from inside the namespace.
@@ -167,40 +185,87 @@ fn tcp_fallback_answers_when_udp_to_the_upstream_is_lost() {
     }
     // Declared first, dropped last: the processes die before the namespace goes.
     let ns = Netns::create();
-    let core = CoreDns::launch(&ns.exec(), UPSTREAM.parse().unwrap(), &[("test.", test_zone(""))]);
+    let core = CoreDns::launch(
+        &ns.exec(),
+        UPSTREAM.parse().unwrap(),
+        &[("test.", test_zone(""))],
+    );
     in_netns(&ns.name, || core.wait_ready());
 
     // The loss: UDP to the upstream port vanishes, TCP still goes through.
     ns.rule("-I");
     let (udp, tcp) = in_netns(&ns.name, || {
-        let udp = udp_query_timeout(core.addr, &Q::new("www.test.", Rt::A), Duration::from_millis(500));
+        let udp = udp_query_timeout(
+            core.addr,
+            &Q::new("www.test.", Rt::A),
+            Duration::from_millis(500),
+        );
         (udp, tcp_query(core.addr, &Q::new("www.test.", Rt::A)))
     });
-    assert!(udp.is_none(), "UDP to the upstream still answered with the DROP rule in place: {udp:?}");
-    assert_eq!(tcp.a(), vec![ipv4("192.0.2.1")], "CoreDNS over TCP with UDP dropped");
+    assert!(
+        udp.is_none(),
+        "UDP to the upstream still answered with the DROP rule in place: {udp:?}"
+    );
+    assert_eq!(
+        tcp.a(),
+        vec![ipv4("192.0.2.1")],
+        "CoreDNS over TCP with UDP dropped"
+    );
     assert!(ns.dropped() >= 1, "the DROP rule counted nothing");
 
     // 1. tcp_fallback_on_timeout: UDP gets half the try, then the TCP pool.
     {
         let mut nodens = nodens_in(&ns, "tcp_fallback_on_timeout");
         let dropped_before = ns.dropped();
-        let r = ask(&ns, &nodens, "mx.test.", Rt::A).expect("tcp_fallback_on_timeout: no answer from nodens");
-        eprintln!("case 1. tcp_fallback_on_timeout, UDP dropped: rcode {} after {:?}", r.rcode(), r.elapsed);
-        assert_eq!(r.rcode(), rcode::NOERROR, "tcp_fallback_on_timeout: rcode after {:?}", r.elapsed);
-        assert_eq!(r.a(), vec![ipv4("192.0.2.3")], "tcp_fallback_on_timeout: answer");
+        let r = ask(&ns, &nodens, "mx.test.", Rt::A)
+            .expect("tcp_fallback_on_timeout: no answer from nodens");
+        eprintln!(
+            "case 1. tcp_fallback_on_timeout, UDP dropped: rcode {} after {:?}",
+            r.rcode(),
+            r.elapsed
+        );
+        assert_eq!(
+            r.rcode(),
+            rcode::NOERROR,
+            "tcp_fallback_on_timeout: rcode after {:?}",
+            r.elapsed
+        );
+        assert_eq!(
+            r.a(),
+            vec![ipv4("192.0.2.3")],
+            "tcp_fallback_on_timeout: answer"
+        );
         let half = UPSTREAM_TIMEOUT / 2;
         assert!(
             r.elapsed >= Duration::from_millis(800) && r.elapsed <= Duration::from_millis(1800),
             "tcp_fallback_on_timeout answered after {:?}; expected about half the upstream timeout ({half:?})",
             r.elapsed
         );
-        assert!(ns.dropped() > dropped_before, "nodens's UDP query never hit the DROP rule");
+        assert!(
+            ns.dropped() > dropped_before,
+            "nodens's UDP query never hit the DROP rule"
+        );
         let protos = logged_protos(&ns, &core, "mx.test.", "A");
-        assert_eq!(protos, vec!["tcp"], "CoreDNS's log of mx.test. A (the UDP query was dropped before it)");
+        assert_eq!(
+            protos,
+            vec!["tcp"],
+            "CoreDNS's log of mx.test. A (the UDP query was dropped before it)"
+        );
         let c = counts(&ns, &nodens);
-        assert!(c.udp_tries >= 1.0, "{CONN_MISSES}{{proto=udp}} = {}: UDP was not tried first", c.udp_tries);
-        assert!(c.tcp_fresh >= 1.0, "{CONN_MISSES}{{proto=tcp}} = {}: no TCP connection was opened", c.tcp_fresh);
-        assert_eq!(c.timeouts, 0.0, "{ERRORS}{{error=timeout}}: the UDP half-try counted as an upstream failure");
+        assert!(
+            c.udp_tries >= 1.0,
+            "{CONN_MISSES}{{proto=udp}} = {}: UDP was not tried first",
+            c.udp_tries
+        );
+        assert!(
+            c.tcp_fresh >= 1.0,
+            "{CONN_MISSES}{{proto=tcp}} = {}: no TCP connection was opened",
+            c.tcp_fresh
+        );
+        assert_eq!(
+            c.timeouts, 0.0,
+            "{ERRORS}{{error=timeout}}: the UDP half-try counted as an upstream failure"
+        );
         assert_eq!(c.errors, 0.0, "{ERRORS}: the exchange succeeded over TCP");
         nodens.assert_alive();
     }
@@ -209,22 +274,53 @@ fn tcp_fallback_answers_when_udp_to_the_upstream_is_lost() {
     {
         let mut nodens = nodens_in(&ns, "prefer_udp");
         let dropped_before = ns.dropped();
-        let r = ask(&ns, &nodens, "mail.test.", Rt::MX).expect("prefer_udp: no reply at all from nodens");
-        eprintln!("case 2. prefer_udp, UDP dropped: rcode {} after {:?}", r.rcode(), r.elapsed);
-        assert_eq!(r.rcode(), rcode::SERVFAIL, "prefer_udp with UDP dropped: rcode after {:?}", r.elapsed);
-        assert!(r.msg.answers().is_empty(), "prefer_udp with UDP dropped: answers {:?}", r.answer_set());
+        let r = ask(&ns, &nodens, "mail.test.", Rt::MX)
+            .expect("prefer_udp: no reply at all from nodens");
+        eprintln!(
+            "case 2. prefer_udp, UDP dropped: rcode {} after {:?}",
+            r.rcode(),
+            r.elapsed
+        );
+        assert_eq!(
+            r.rcode(),
+            rcode::SERVFAIL,
+            "prefer_udp with UDP dropped: rcode after {:?}",
+            r.elapsed
+        );
+        assert!(
+            r.msg.answers().is_empty(),
+            "prefer_udp with UDP dropped: answers {:?}",
+            r.answer_set()
+        );
         assert!(
             r.elapsed >= Duration::from_millis(1800) && r.elapsed <= Duration::from_millis(3500),
             "prefer_udp SERVFAIL after {:?}; expected once the whole upstream try ({UPSTREAM_TIMEOUT:?}) went by",
             r.elapsed
         );
-        assert!(ns.dropped() > dropped_before, "nodens's UDP query never hit the DROP rule");
+        assert!(
+            ns.dropped() > dropped_before,
+            "nodens's UDP query never hit the DROP rule"
+        );
         let protos = logged_protos(&ns, &core, "mail.test.", "MX");
-        assert!(protos.is_empty(), "prefer_udp: CoreDNS logged mail.test. MX over {protos:?}");
+        assert!(
+            protos.is_empty(),
+            "prefer_udp: CoreDNS logged mail.test. MX over {protos:?}"
+        );
         let c = counts(&ns, &nodens);
-        assert!(c.udp_tries >= 1.0, "{CONN_MISSES}{{proto=udp}} = {}", c.udp_tries);
-        assert_eq!(c.tcp_fresh + c.tcp_reused, 0.0, "prefer_udp went to TCP without a truncated answer");
-        assert_eq!(c.timeouts, 1.0, "{ERRORS}{{error=timeout}}: the one UDP try timing out");
+        assert!(
+            c.udp_tries >= 1.0,
+            "{CONN_MISSES}{{proto=udp}} = {}",
+            c.udp_tries
+        );
+        assert_eq!(
+            c.tcp_fresh + c.tcp_reused,
+            0.0,
+            "prefer_udp went to TCP without a truncated answer"
+        );
+        assert_eq!(
+            c.timeouts, 1.0,
+            "{ERRORS}{{error=timeout}}: the one UDP try timing out"
+        );
         nodens.assert_alive();
     }
 
@@ -233,15 +329,45 @@ fn tcp_fallback_answers_when_udp_to_the_upstream_is_lost() {
     {
         let mut nodens = nodens_in(&ns, "tcp_fallback_on_timeout");
         let r = ask(&ns, &nodens, "www.test.", Rt::AAAA).expect("no loss: no answer from nodens");
-        eprintln!("case 3. tcp_fallback_on_timeout, nothing dropped: rcode {} after {:?}", r.rcode(), r.elapsed);
-        assert_eq!(r.rcode(), rcode::NOERROR, "no loss: rcode after {:?}", r.elapsed);
-        assert_eq!(r.answers_of(Rt::AAAA).len(), 1, "no loss: answer {:?}", r.answer_set());
-        assert!(r.elapsed < Duration::from_millis(500), "no loss, yet the answer took {:?}", r.elapsed);
+        eprintln!(
+            "case 3. tcp_fallback_on_timeout, nothing dropped: rcode {} after {:?}",
+            r.rcode(),
+            r.elapsed
+        );
+        assert_eq!(
+            r.rcode(),
+            rcode::NOERROR,
+            "no loss: rcode after {:?}",
+            r.elapsed
+        );
+        assert_eq!(
+            r.answers_of(Rt::AAAA).len(),
+            1,
+            "no loss: answer {:?}",
+            r.answer_set()
+        );
+        assert!(
+            r.elapsed < Duration::from_millis(500),
+            "no loss, yet the answer took {:?}",
+            r.elapsed
+        );
         let protos = logged_protos(&ns, &core, "www.test.", "AAAA");
-        assert_eq!(protos, vec!["udp"], "CoreDNS's log of www.test. AAAA with nothing dropped");
+        assert_eq!(
+            protos,
+            vec!["udp"],
+            "CoreDNS's log of www.test. AAAA with nothing dropped"
+        );
         let c = counts(&ns, &nodens);
-        assert!(c.udp_tries >= 1.0, "{CONN_MISSES}{{proto=udp}} = {}", c.udp_tries);
-        assert_eq!(c.tcp_fresh + c.tcp_reused, 0.0, "no loss, yet nodens used TCP");
+        assert!(
+            c.udp_tries >= 1.0,
+            "{CONN_MISSES}{{proto=udp}} = {}",
+            c.udp_tries
+        );
+        assert_eq!(
+            c.tcp_fresh + c.tcp_reused,
+            0.0,
+            "no loss, yet nodens used TCP"
+        );
         assert_eq!(c.errors, 0.0, "{ERRORS} with nothing dropped");
         nodens.assert_alive();
     }

@@ -27,12 +27,19 @@ fn big_answer_fetched_over_tcp_and_served_whole() {
     let r = tcp_query(nodens.dns, &Q::new("big.test.", Rt::TXT));
     assert_eq!(r.rcode(), rcode::NOERROR);
     assert!(!r.tc(), "TC over TCP");
-    assert_eq!(r.answers_of(Rt::TXT).len(), BIG_TXT_COUNT, "all TXT records");
+    assert_eq!(
+        r.answers_of(Rt::TXT).len(),
+        BIG_TXT_COUNT,
+        "all TXT records"
+    );
     let direct = tcp_query(core.addr, &Q::new("big.test.", Rt::TXT));
     assert_eq!(r.answer_set(), direct.answer_set());
 
     core.sync_log();
-    assert!(core.count_tcp_queries("big.test.", "TXT") >= 1, "nodens never asked the upstream over TCP");
+    assert!(
+        core.count_tcp_queries("big.test.", "TXT") >= 1,
+        "nodens never asked the upstream over TCP"
+    );
     // Only the TCP exchange made by the test itself (`direct`) plus nodens's.
     assert_eq!(core.count_tcp_queries("big.test.", "TXT"), 2);
 
@@ -40,7 +47,11 @@ fn big_answer_fetched_over_tcp_and_served_whole() {
     let again = tcp_query(nodens.dns, &Q::new("big.test.", Rt::TXT));
     assert_eq!(again.answers_of(Rt::TXT).len(), BIG_TXT_COUNT);
     core.sync_log();
-    assert_eq!(core.count_tcp_queries("big.test.", "TXT"), 2, "second TCP client went upstream");
+    assert_eq!(
+        core.count_tcp_queries("big.test.", "TXT"),
+        2,
+        "second TCP client went upstream"
+    );
 }
 
 /// No EDNS: answers over 512 bytes come back truncated (TC, <= 512 bytes)
@@ -53,21 +64,41 @@ fn udp_without_edns_truncated_at_512_without_opt() {
 
     let small = udp_query(nodens.dns, &Q::new("www.test.", Rt::A).no_edns());
     assert!(!small.tc());
-    assert!(small.opt().is_none(), "OPT in a reply to a query without one");
+    assert!(
+        small.opt().is_none(),
+        "OPT in a reply to a query without one"
+    );
 
     for (name, count) in [("big.test.", BIG_TXT_COUNT), ("mid.test.", MID_TXT_COUNT)] {
         let r = udp_query(nodens.dns, &Q::new(name, Rt::TXT).no_edns());
         assert!(r.tc(), "{name}: TC not set on an answer over 512 bytes");
-        assert!(r.raw.len() <= 512, "{name}: {} bytes over UDP without EDNS", r.raw.len());
-        assert!(r.opt().is_none(), "{name}: OPT in a reply to a query without one");
-        assert!(r.answers_of(Rt::TXT).len() < count, "{name}: TC but all records present?");
+        assert!(
+            r.raw.len() <= 512,
+            "{name}: {} bytes over UDP without EDNS",
+            r.raw.len()
+        );
+        assert!(
+            r.opt().is_none(),
+            "{name}: OPT in a reply to a query without one"
+        );
+        assert!(
+            r.answers_of(Rt::TXT).len() < count,
+            "{name}: TC but all records present?"
+        );
 
         let full = tcp_query(nodens.dns, &Q::new(name, Rt::TXT));
         assert_eq!(full.answers_of(Rt::TXT).len(), count, "{name} over TCP");
     }
     core.sync_log();
-    assert!(core.count_tcp_queries("big.test.", "TXT") >= 1, "nodens never fetched big.test. over TCP");
-    assert_eq!(core.count_queries("mid.test.", "TXT"), 1, "mid.test.: the client's TCP retry was not a cache hit");
+    assert!(
+        core.count_tcp_queries("big.test.", "TXT") >= 1,
+        "nodens never fetched big.test. over TCP"
+    );
+    assert_eq!(
+        core.count_queries("mid.test.", "TXT"),
+        1,
+        "mid.test.: the client's TCP retry was not a cache hit"
+    );
 }
 
 /// EDNS 4096 is capped at max_udp_payload (1232): big gets TC within 1232
@@ -80,7 +111,11 @@ fn udp_edns_size_capped_at_max_udp_payload() {
 
     let big = udp_query(nodens.dns, &Q::new("big.test.", Rt::TXT).edns(4096));
     assert!(big.tc(), "TC not set on a ~5 KB answer");
-    assert!(big.raw.len() <= 1232, "{} bytes over UDP: above max_udp_payload", big.raw.len());
+    assert!(
+        big.raw.len() <= 1232,
+        "{} bytes over UDP: above max_udp_payload",
+        big.raw.len()
+    );
     assert!(big.opt().is_some(), "no OPT in the reply to an EDNS query");
 
     let mid = udp_query(nodens.dns, &Q::new("mid.test.", Rt::TXT).edns(4096));
@@ -90,7 +125,11 @@ fn udp_edns_size_capped_at_max_udp_payload() {
 
     let small_buf = udp_query(nodens.dns, &Q::new("mid.test.", Rt::TXT).edns(700));
     assert!(small_buf.tc(), "~900 bytes do not fit the client's 700");
-    assert!(small_buf.raw.len() <= 700, "{} bytes sent to a client advertising 700", small_buf.raw.len());
+    assert!(
+        small_buf.raw.len() <= 700,
+        "{} bytes sent to a client advertising 700",
+        small_buf.raw.len()
+    );
     assert!(small_buf.opt().is_some());
 }
 
@@ -101,8 +140,15 @@ fn max_udp_payload_setting_is_honoured() {
     let (_core, nodens) = start(net, |c| c.server("max_udp_payload", "600"));
 
     let r = udp_query(nodens.dns, &Q::new("mid.test.", Rt::TXT).edns(4096));
-    assert!(r.tc(), "~900 bytes over a 600-byte max_udp_payload without TC");
-    assert!(r.raw.len() <= 600, "{} bytes with max_udp_payload = 600", r.raw.len());
+    assert!(
+        r.tc(),
+        "~900 bytes over a 600-byte max_udp_payload without TC"
+    );
+    assert!(
+        r.raw.len() <= 600,
+        "{} bytes with max_udp_payload = 600",
+        r.raw.len()
+    );
     let r = udp_query(nodens.dns, &Q::new("www.test.", Rt::A).edns(4096));
     assert!(!r.tc());
     assert_eq!(r.a(), vec![ipv4("192.0.2.1")]);

@@ -56,11 +56,18 @@ fn errors_of(nodens: &Nodens, to: &str) -> Vec<(String, f64)> {
 
 /// Waits until the sum of `name{to, reason}` over `reasons` is at least `n`.
 fn wait_closed_for(nodens: &Nodens, to: &str, reasons: &[&str], n: f64) -> f64 {
-    wait_until(Duration::from_secs(5), &format!("{CLOSED}{{to={to}, reason in {reasons:?}}} >= {n}"), || {
-        let m = parse_metrics(&nodens.metrics_text());
-        let v: f64 = reasons.iter().map(|r| sum_metric(&m, CLOSED, &[("to", to), ("reason", r)])).sum();
-        (v >= n).then_some(v)
-    })
+    wait_until(
+        Duration::from_secs(5),
+        &format!("{CLOSED}{{to={to}, reason in {reasons:?}}} >= {n}"),
+        || {
+            let m = parse_metrics(&nodens.metrics_text());
+            let v: f64 = reasons
+                .iter()
+                .map(|r| sum_metric(&m, CLOSED, &[("to", to), ("reason", r)]))
+                .sum();
+            (v >= n).then_some(v)
+        },
+    )
 }
 
 // ---- fake upstreams --------------------------------------------------------------
@@ -120,7 +127,9 @@ impl Conn {
                 let len = u16::from_be_bytes([self.buf[0], self.buf[1]]) as usize;
                 if self.buf.len() >= 2 + len {
                     let msg: Vec<u8> = self.buf.drain(..2 + len).skip(2).collect();
-                    self.log.lock().unwrap().conns[self.idx].queries.push(msg.clone());
+                    self.log.lock().unwrap().conns[self.idx]
+                        .queries
+                        .push(msg.clone());
                     return Got::Msg(msg);
                 }
             }
@@ -133,11 +142,19 @@ impl Conn {
             let Some(stream) = self.stream.as_mut() else {
                 return Got::Closed;
             };
-            stream.set_read_timeout(Some(left.clamp(Duration::from_millis(1), Duration::from_millis(50)))).unwrap();
+            stream
+                .set_read_timeout(Some(
+                    left.clamp(Duration::from_millis(1), Duration::from_millis(50)),
+                ))
+                .unwrap();
             match stream.read(&mut chunk) {
                 Ok(0) => return self.peer_closed(),
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                    ) => {}
                 Err(_) => return self.peer_closed(),
             }
         }
@@ -145,7 +162,9 @@ impl Conn {
 
     fn peer_closed(&mut self) -> Got {
         let mut log = self.log.lock().unwrap();
-        log.conns[self.idx].peer_closed.get_or_insert_with(Instant::now);
+        log.conns[self.idx]
+            .peer_closed
+            .get_or_insert_with(Instant::now);
         Got::Closed
     }
 
@@ -172,7 +191,9 @@ impl Conn {
     /// Closes with SO_LINGER 0: the kernel sends RST instead of FIN.
     fn reset(&mut self) {
         if let Some(s) = self.stream.take() {
-            socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO)).unwrap();
+            socket2::SockRef::from(&s)
+                .set_linger(Some(Duration::ZERO))
+                .unwrap();
             drop(s);
         }
     }
@@ -192,10 +213,16 @@ impl Fake {
                         Ok((stream, _peer)) => {
                             stream.set_nonblocking(false).unwrap();
                             stream.set_nodelay(true).unwrap();
-                            stream.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+                            stream
+                                .set_write_timeout(Some(Duration::from_secs(2)))
+                                .unwrap();
                             let idx = {
                                 let mut l = log.lock().unwrap();
-                                l.conns.push(ConnLog { accepted: Instant::now(), queries: Vec::new(), peer_closed: None });
+                                l.conns.push(ConnLog {
+                                    accepted: Instant::now(),
+                                    queries: Vec::new(),
+                                    peer_closed: None,
+                                });
                                 l.conns.len() - 1
                             };
                             let mut conn = Conn {
@@ -209,13 +236,20 @@ impl Fake {
                             // Ends when the behaviour returns: every read is bounded and watches `stop`.
                             thread::spawn(move || behaviour(&mut conn));
                         }
-                        Err(e) if e.kind() == ErrorKind::WouldBlock => thread::sleep(Duration::from_millis(5)),
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                            thread::sleep(Duration::from_millis(5))
+                        }
                         Err(e) => panic!("accept on {addr}: {e}"),
                     }
                 }
             })
         };
-        Fake { addr, stop, log, accept: Some(accept) }
+        Fake {
+            addr,
+            stop,
+            log,
+            accept: Some(accept),
+        }
     }
 
     fn conns(&self) -> Vec<ConnLog> {
@@ -228,10 +262,14 @@ impl Fake {
 
     /// Waits until nodens has closed every connection this fake accepted.
     fn wait_all_closed(&self, timeout: Duration) -> Vec<ConnLog> {
-        wait_until(timeout, &format!("nodens to close every connection to {}", self.addr), || {
-            let c = self.conns();
-            c.iter().all(|c| c.peer_closed.is_some()).then_some(c)
-        })
+        wait_until(
+            timeout,
+            &format!("nodens to close every connection to {}", self.addr),
+            || {
+                let c = self.conns();
+                c.iter().all(|c| c.peer_closed.is_some()).then_some(c)
+            },
+        )
     }
 }
 
@@ -280,7 +318,10 @@ const POISON: &str = "192.0.2.66";
 
 /// CoreDNS's log, the harness's own probes left out.
 fn logged(core: &CoreDns) -> Vec<LoggedQuery> {
-    core.queries().into_iter().filter(|q| !q.name.starts_with("_ready.") && !q.name.starts_with("_sync")).collect()
+    core.queries()
+        .into_iter()
+        .filter(|q| !q.name.starts_with("_ready.") && !q.name.starts_with("_sync"))
+        .collect()
 }
 
 // ---- tests -------------------------------------------------------------------
@@ -293,16 +334,27 @@ fn logged(core: &CoreDns) -> Vec<LoggedQuery> {
 fn never_answering_upstream_is_retired() {
     let net = Net(120);
     let core = CoreDns::test_zone(net.upstream(0), "");
-    let hole = Fake::start(net.silent(0), Arc::new(|c: &mut Conn| c.drain_until_closed(Duration::from_secs(30))));
+    let hole = Fake::start(
+        net.silent(0),
+        Arc::new(|c: &mut Conn| c.drain_until_closed(Duration::from_secs(30))),
+    );
     let (to_hole, to_core) = (hole.addr.to_string(), core.addr.to_string());
     let nodens = Nodens::start(&Cfg::new(net).server("query_timeout", "\"5s\"").zone(
         "test.",
         &[hole.addr, core.addr],
-        &[("transport", "\"force_tcp\""), ("upstream_timeout", "\"1s\""), ("max_fails", "10")],
+        &[
+            ("transport", "\"force_tcp\""),
+            ("upstream_timeout", "\"1s\""),
+            ("max_fails", "10"),
+        ],
     ));
 
-    for (i, (name, t)) in [("www.test.", Rt::A), ("mail.test.", Rt::MX)].into_iter().enumerate() {
-        let r = udp_query_timeout(nodens.dns, &Q::new(name, t), Duration::from_secs(8)).expect("an answer");
+    for (i, (name, t)) in [("www.test.", Rt::A), ("mail.test.", Rt::MX)]
+        .into_iter()
+        .enumerate()
+    {
+        let r = udp_query_timeout(nodens.dns, &Q::new(name, t), Duration::from_secs(8))
+            .expect("an answer");
         assert_eq!(r.rcode(), rcode::NOERROR, "{name} {t}");
         assert!(!r.msg.answers().is_empty(), "{name} {t}: no answer records");
         assert!(
@@ -312,11 +364,23 @@ fn never_answering_upstream_is_retired() {
         );
         // The stuck connection is closed by nodens within upstream_timeout (+ margin) of its query.
         let conns = hole.wait_all_closed(Duration::from_secs(3));
-        assert_eq!(conns.len(), i + 1, "connections the silent upstream accepted after query {}", i + 1);
+        assert_eq!(
+            conns.len(),
+            i + 1,
+            "connections the silent upstream accepted after query {}",
+            i + 1
+        );
         let c = &conns[i];
-        assert_eq!(c.queries.iter().map(|q| qname(q)).collect::<Vec<_>>(), vec![name.to_string()], "queries on it");
+        assert_eq!(
+            c.queries.iter().map(|q| qname(q)).collect::<Vec<_>>(),
+            vec![name.to_string()],
+            "queries on it"
+        );
         let open_for = c.peer_closed.unwrap() - c.accepted;
-        assert!(open_for <= Duration::from_millis(2500), "stuck connection closed only after {open_for:?}");
+        assert!(
+            open_for <= Duration::from_millis(2500),
+            "stuck connection closed only after {open_for:?}"
+        );
     }
     let retired = wait_closed_for(&nodens, &to_hole, &["stuck", "error"], 2.0);
     assert_eq!(retired, 2.0, "{CLOSED}{{to={to_hole}, reason=stuck|error}}");
@@ -325,7 +389,10 @@ fn never_answering_upstream_is_retired() {
         "timeouts not counted: {:?}",
         errors_of(&nodens, &to_hole)
     );
-    assert!(ss_established(hole.addr).is_empty(), "connections still established at the silent upstream");
+    assert!(
+        ss_established(hole.addr).is_empty(),
+        "connections still established at the silent upstream"
+    );
 
     core.sync_log();
     assert_eq!(core.count_tcp_queries("www.test.", "A"), 1);
@@ -411,11 +478,24 @@ fn wrong_id_answer_ignored_then_timeout() {
     let nodens = Nodens::start(&Cfg::new(net).server("query_timeout", "\"5s\"").zone(
         "test.",
         &[bad.addr, core.addr],
-        &[("transport", "\"force_tcp\""), ("upstream_timeout", "\"1s\""), ("max_fails", "10")],
+        &[
+            ("transport", "\"force_tcp\""),
+            ("upstream_timeout", "\"1s\""),
+            ("max_fails", "10"),
+        ],
     ));
 
-    let r = udp_query_timeout(nodens.dns, &Q::new("www.test.", Rt::A), Duration::from_secs(8)).expect("an answer");
-    assert_eq!(r.a(), vec![ipv4("192.0.2.1")], "the wrong-ID answer was used");
+    let r = udp_query_timeout(
+        nodens.dns,
+        &Q::new("www.test.", Rt::A),
+        Duration::from_secs(8),
+    )
+    .expect("an answer");
+    assert_eq!(
+        r.a(),
+        vec![ipv4("192.0.2.1")],
+        "the wrong-ID answer was used"
+    );
     assert!(
         r.elapsed >= Duration::from_millis(800) && r.elapsed <= Duration::from_millis(2500),
         "answered after {:?}: the wrong-ID answer should be ignored until upstream_timeout (1 s)",
@@ -436,8 +516,15 @@ fn wrong_id_answer_ignored_then_timeout() {
     let hit = udp_query(nodens.dns, &Q::new("www.test.", Rt::A));
     assert_eq!(hit.a(), vec![ipv4("192.0.2.1")]);
     core.sync_log();
-    assert_eq!(core.count_queries("www.test.", "A"), 1, "the second query was not a cache hit");
-    assert_eq!(bad.conns().iter().map(|c| c.queries.len()).sum::<usize>(), 1);
+    assert_eq!(
+        core.count_queries("www.test.", "A"),
+        1,
+        "the second query was not a cache hit"
+    );
+    assert_eq!(
+        bad.conns().iter().map(|c| c.queries.len()).sum::<usize>(),
+        1
+    );
     nodens.wait_pool_idle(&[&to_bad, &to_core]);
 }
 
@@ -472,28 +559,59 @@ fn right_id_wrong_question_fails_the_query() {
     let nodens = Nodens::start(&Cfg::new(net).server("query_timeout", "\"5s\"").zone(
         "test.",
         &[bad.addr, core.addr],
-        &[("transport", "\"force_tcp\""), ("upstream_timeout", "\"2s\""), ("max_fails", "10")],
+        &[
+            ("transport", "\"force_tcp\""),
+            ("upstream_timeout", "\"2s\""),
+            ("max_fails", "10"),
+        ],
     ));
 
-    let r = udp_query_timeout(nodens.dns, &Q::new("www.test.", Rt::A), Duration::from_secs(8)).expect("an answer");
+    let r = udp_query_timeout(
+        nodens.dns,
+        &Q::new("www.test.", Rt::A),
+        Duration::from_secs(8),
+    )
+    .expect("an answer");
     assert_eq!(r.rcode(), rcode::NOERROR);
-    assert_eq!(r.a(), vec![ipv4("192.0.2.1")], "answer records: {:?}", r.msg.answers());
+    assert_eq!(
+        r.a(),
+        vec![ipv4("192.0.2.1")],
+        "answer records: {:?}",
+        r.msg.answers()
+    );
     assert!(
         r.elapsed < Duration::from_millis(1500),
         "answered after {:?}: a wrong-question answer must fail the try at once, not wait for upstream_timeout (2 s)",
         r.elapsed
     );
     core.sync_log();
-    assert_eq!(core.count_tcp_queries("www.test.", "A"), 1, "CoreDNS did not answer the failed try");
+    assert_eq!(
+        core.count_tcp_queries("www.test.", "A"),
+        1,
+        "CoreDNS did not answer the failed try"
+    );
     let errors: f64 = errors_of(&nodens, &to_bad).iter().map(|(_, v)| v).sum();
-    assert!(errors >= 1.0, "the failed try was not counted at all: {:?}", errors_of(&nodens, &to_bad));
+    assert!(
+        errors >= 1.0,
+        "the failed try was not counted at all: {:?}",
+        errors_of(&nodens, &to_bad)
+    );
 
     let p = udp_query(nodens.dns, &Q::new("poison.test.", Rt::A));
-    assert_eq!(p.rcode(), rcode::NXDOMAIN, "poison.test. answered {:?}", p.msg.answers());
+    assert_eq!(
+        p.rcode(),
+        rcode::NXDOMAIN,
+        "poison.test. answered {:?}",
+        p.msg.answers()
+    );
     assert!(p.a().is_empty());
     core.sync_log();
     // Either directly or proxied by the fake: it went upstream, it was not in the cache.
-    assert_eq!(core.count_queries("poison.test.", "A"), 1, "poison.test. did not go upstream");
+    assert_eq!(
+        core.count_queries("poison.test.", "A"),
+        1,
+        "poison.test. did not go upstream"
+    );
     nodens.wait_pool_idle(&[&to_bad, &to_core]);
     // docs/metrics.md: `mismatch` is a message that answered no query of ours, "wrong ID or question".
     assert_eq!(
@@ -523,20 +641,41 @@ fn reset_connection_fails_over_at_once() {
     let nodens = Nodens::start(&Cfg::new(net).server("query_timeout", "\"5s\"").zone(
         "test.",
         &[rst.addr, core.addr],
-        &[("transport", "\"force_tcp\""), ("upstream_timeout", "\"2s\""), ("max_fails", "10")],
+        &[
+            ("transport", "\"force_tcp\""),
+            ("upstream_timeout", "\"2s\""),
+            ("max_fails", "10"),
+        ],
     ));
 
-    for (name, addr) in [("www.test.", "192.0.2.1"), ("mx.test.", "192.0.2.3"), ("short.test.", "192.0.2.2")] {
-        let r = udp_query_timeout(nodens.dns, &Q::new(name, Rt::A), Duration::from_secs(8)).expect("an answer");
+    for (name, addr) in [
+        ("www.test.", "192.0.2.1"),
+        ("mx.test.", "192.0.2.3"),
+        ("short.test.", "192.0.2.2"),
+    ] {
+        let r = udp_query_timeout(nodens.dns, &Q::new(name, Rt::A), Duration::from_secs(8))
+            .expect("an answer");
         assert_eq!(r.a(), vec![ipv4(addr)], "{name}");
-        assert!(r.elapsed < Duration::from_millis(1000), "{name}: answered after {:?} (reset is immediate)", r.elapsed);
+        assert!(
+            r.elapsed < Duration::from_millis(1000),
+            "{name}: answered after {:?} (reset is immediate)",
+            r.elapsed
+        );
     }
     let conns = rst.conns();
-    assert_eq!(conns.len(), 3, "connections the resetting upstream accepted");
+    assert_eq!(
+        conns.len(),
+        3,
+        "connections the resetting upstream accepted"
+    );
     assert!(conns.iter().all(|c| c.queries.len() == 1), "{conns:?}");
 
     let errors: f64 = errors_of(&nodens, &to_rst).iter().map(|(_, v)| v).sum();
-    assert!(errors >= 3.0, "errors counted for the resetting upstream: {:?}", errors_of(&nodens, &to_rst));
+    assert!(
+        errors >= 3.0,
+        "errors counted for the resetting upstream: {:?}",
+        errors_of(&nodens, &to_rst)
+    );
     wait_closed_for(&nodens, &to_rst, &["error", "peer_closed"], 3.0);
     core.sync_log();
     for name in ["www.test.", "mx.test.", "short.test."] {
@@ -571,12 +710,21 @@ fn down_upstream_marked_unhealthy_then_recovers() {
             ("health_check", "\"1s\""),
         ],
     ));
-    assert_eq!(nodens.metric(HEALTHY, &[("to", &to_down)]), 1.0, "{HEALTHY}{{to={to_down}}} at start");
+    assert_eq!(
+        nodens.metric(HEALTHY, &[("to", &to_down)]),
+        1.0,
+        "{HEALTHY}{{to={to_down}}} at start"
+    );
 
     for (name, t) in [("www.test.", Rt::A), ("www.test.", Rt::AAAA)] {
-        let r = udp_query_timeout(nodens.dns, &Q::new(name, t), Duration::from_secs(6)).expect("an answer");
+        let r = udp_query_timeout(nodens.dns, &Q::new(name, t), Duration::from_secs(6))
+            .expect("an answer");
         assert_eq!(r.rcode(), rcode::NOERROR, "{name} {t}");
-        assert!(r.elapsed < Duration::from_millis(500), "{name} {t}: {:?}, a refused connect is immediate", r.elapsed);
+        assert!(
+            r.elapsed < Duration::from_millis(500),
+            "{name} {t}: {:?}, a refused connect is immediate",
+            r.elapsed
+        );
     }
     let m = parse_metrics(&nodens.metrics_text());
     assert!(
@@ -584,11 +732,20 @@ fn down_upstream_marked_unhealthy_then_recovers() {
         "refusals not counted: {:?}",
         errors_of(&nodens, &to_down)
     );
-    assert!(sum_metric(&m, DIAL_FAILURES, &[("to", &to_down)]) >= 2.0, "{DIAL_FAILURES}");
-    let marked_down = wait_until(Duration::from_secs(2), "the refusing upstream to be marked down", || {
-        (nodens.metric(HEALTHY, &[("to", &to_down)]) == 0.0).then(Instant::now)
-    });
-    assert_eq!(nodens.metric(HEALTHY, &[("to", &to_core)]), 1.0, "{HEALTHY}{{to={to_core}}}");
+    assert!(
+        sum_metric(&m, DIAL_FAILURES, &[("to", &to_down)]) >= 2.0,
+        "{DIAL_FAILURES}"
+    );
+    let marked_down = wait_until(
+        Duration::from_secs(2),
+        "the refusing upstream to be marked down",
+        || (nodens.metric(HEALTHY, &[("to", &to_down)]) == 0.0).then(Instant::now),
+    );
+    assert_eq!(
+        nodens.metric(HEALTHY, &[("to", &to_core)]),
+        1.0,
+        "{HEALTHY}{{to={to_core}}}"
+    );
 
     // Queries now skip the down upstream. A health probe in the window would
     // blur the counters, so a window with a probe in it is tried again.
@@ -607,10 +764,16 @@ fn down_upstream_marked_unhealthy_then_recovers() {
             let name = format!("h{attempt}x{i}.test.");
             let r = udp_query(nodens.dns, &Q::new(&name, Rt::A));
             assert_eq!(r.rcode(), rcode::NXDOMAIN, "{name}");
-            assert!(r.elapsed < Duration::from_millis(300), "{name}: {:?}", r.elapsed);
+            assert!(
+                r.elapsed < Duration::from_millis(300),
+                "{name}: {:?}",
+                r.elapsed
+            );
         }
         let m1 = parse_metrics(&nodens.metrics_text());
-        if sum_metric(&m1, HEALTH_CHECKS, &[("to", &to_down)]) != sum_metric(&m0, HEALTH_CHECKS, &[("to", &to_down)]) {
+        if sum_metric(&m1, HEALTH_CHECKS, &[("to", &to_down)])
+            != sum_metric(&m0, HEALTH_CHECKS, &[("to", &to_down)])
+        {
             continue;
         }
         assert_eq!(
@@ -623,33 +786,56 @@ fn down_upstream_marked_unhealthy_then_recovers() {
     }
     assert!(verified, "every window had a health probe in it");
 
-    wait_until(Duration::from_secs(4), "a failed health probe of the down upstream", || {
-        (nodens.metric(HEALTH_CHECKS, &[("to", &to_down), ("result", "failure")]) >= 1.0).then_some(())
-    });
-    assert!(nodens.metric(PROXY_HC_FAILURES, &[("to", &to_down)]) >= 1.0, "{PROXY_HC_FAILURES}{{to={to_down}}}");
+    wait_until(
+        Duration::from_secs(4),
+        "a failed health probe of the down upstream",
+        || {
+            (nodens.metric(HEALTH_CHECKS, &[("to", &to_down), ("result", "failure")]) >= 1.0)
+                .then_some(())
+        },
+    );
+    assert!(
+        nodens.metric(PROXY_HC_FAILURES, &[("to", &to_down)]) >= 1.0,
+        "{PROXY_HC_FAILURES}{{to={to_down}}}"
+    );
 
     // The upstream comes back; `.` is answered (by whoami) so probes show in its log.
     let revived = CoreDns::start_with_blocks(down, &[("test.", test_zone(""))], &[(".", "whoami")]);
     let up_at = Instant::now();
-    wait_until(Duration::from_secs(10), "the revived upstream to be marked healthy", || {
-        (nodens.metric(HEALTHY, &[("to", &to_down)]) == 1.0).then_some(())
-    });
+    wait_until(
+        Duration::from_secs(10),
+        "the revived upstream to be marked healthy",
+        || (nodens.metric(HEALTHY, &[("to", &to_down)]) == 1.0).then_some(()),
+    );
     eprintln!(
         "healthy again {:?} after the upstream came back ({:?} after it was marked down)",
         up_at.elapsed(),
         marked_down.elapsed()
     );
-    assert!(nodens.metric(HEALTH_CHECKS, &[("to", &to_down), ("result", "success")]) >= 1.0, "successful probe not counted");
+    assert!(
+        nodens.metric(HEALTH_CHECKS, &[("to", &to_down), ("result", "success")]) >= 1.0,
+        "successful probe not counted"
+    );
     revived.sync_log();
     let before: Vec<LoggedQuery> = logged(&revived);
     assert!(!before.is_empty(), "the revived upstream never saw a probe");
-    let not_probes: Vec<&LoggedQuery> = before.iter().filter(|q| !(q.name == "." && q.qtype == "NS")).collect();
-    assert!(not_probes.is_empty(), "a down upstream got queries other than `. NS` probes: {not_probes:#?}");
+    let not_probes: Vec<&LoggedQuery> = before
+        .iter()
+        .filter(|q| !(q.name == "." && q.qtype == "NS"))
+        .collect();
+    assert!(
+        not_probes.is_empty(),
+        "a down upstream got queries other than `. NS` probes: {not_probes:#?}"
+    );
 
     let r = udp_query(nodens.dns, &Q::new("mail.test.", Rt::MX));
     assert_eq!(r.rcode(), rcode::NOERROR);
     revived.sync_log();
-    assert_eq!(revived.count_tcp_queries("mail.test.", "MX"), 1, "the recovered upstream (first in the list) was not used");
+    assert_eq!(
+        revived.count_tcp_queries("mail.test.", "MX"),
+        1,
+        "the recovered upstream (first in the list) was not used"
+    );
     nodens.wait_pool_idle(&[&to_down, &to_core]);
 }
 
@@ -674,7 +860,9 @@ fn out_of_order_answers_matched_by_id() {
                 let mut batch = vec![first];
                 let window = Instant::now() + Duration::from_millis(1500);
                 while batch.len() < 4 {
-                    let Some(left) = window.checked_duration_since(Instant::now()) else { break };
+                    let Some(left) = window.checked_duration_since(Instant::now()) else {
+                        break;
+                    };
                     match c.read_query(left) {
                         Got::Msg(q) => batch.push(q),
                         Got::Timeout => break,
@@ -695,22 +883,53 @@ fn out_of_order_answers_matched_by_id() {
         &[
             ("transport", "\"force_tcp\""),
             ("upstream_timeout", "\"5s\""),
-            ("pool", &pool(&[("max_connections", "1"), ("max_inflight", "4")])),
+            (
+                "pool",
+                &pool(&[("max_connections", "1"), ("max_inflight", "4")]),
+            ),
         ],
     ));
 
-    let cases = [("www.test.", "192.0.2.1"), ("short.test.", "192.0.2.2"), ("mx.test.", "192.0.2.3"), ("short2.test.", "192.0.2.4")];
+    let cases = [
+        ("www.test.", "192.0.2.1"),
+        ("short.test.", "192.0.2.2"),
+        ("mx.test.", "192.0.2.3"),
+        ("short2.test.", "192.0.2.4"),
+    ];
     let replies = in_parallel(cases.len(), |i| {
-        udp_query_timeout(nodens.dns, &Q::new(cases[i].0, Rt::A), Duration::from_secs(8))
+        udp_query_timeout(
+            nodens.dns,
+            &Q::new(cases[i].0, Rt::A),
+            Duration::from_secs(8),
+        )
     });
     for ((name, addr), r) in cases.iter().zip(&replies) {
         let r = r.as_ref().unwrap_or_else(|| panic!("{name}: no answer"));
-        assert_eq!(r.rcode(), rcode::NOERROR, "{name}: rcode after {:?}", r.elapsed);
-        assert_eq!(r.a(), vec![ipv4(addr)], "{name} got another query's answer: {:?}", r.msg.answers());
+        assert_eq!(
+            r.rcode(),
+            rcode::NOERROR,
+            "{name}: rcode after {:?}",
+            r.elapsed
+        );
+        assert_eq!(
+            r.a(),
+            vec![ipv4(addr)],
+            "{name} got another query's answer: {:?}",
+            r.msg.answers()
+        );
     }
-    assert_eq!(reverser.batches(), vec![4], "the 4 queries were not all in flight on the connection together");
+    assert_eq!(
+        reverser.batches(),
+        vec![4],
+        "the 4 queries were not all in flight on the connection together"
+    );
     assert_eq!(reverser.conns().len(), 1, "connections");
-    assert_eq!(nodens.metric(ERRORS, &[("to", &to), ("error", "mismatch")]), 0.0, "{:?}", errors_of(&nodens, &to));
+    assert_eq!(
+        nodens.metric(ERRORS, &[("to", &to), ("error", "mismatch")]),
+        0.0,
+        "{:?}",
+        errors_of(&nodens, &to)
+    );
     nodens.wait_pool_idle(&[&to]);
 }
 
@@ -730,7 +949,10 @@ fn zero_queue_still_dials() {
         &[
             ("transport", "\"force_tcp\""),
             ("upstream_timeout", "\"3s\""),
-            ("pool", &pool(&[("max_connections", "1"), ("max_queue", "0")])),
+            (
+                "pool",
+                &pool(&[("max_connections", "1"), ("max_queue", "0")]),
+            ),
         ],
     ));
 
@@ -748,17 +970,49 @@ fn zero_queue_still_dials() {
     assert_eq!(nodens.metric(DIALS, &[("to", &to)]), 1.0, "{DIALS}");
 
     let (slow, rejected) = thread::scope(|s| {
-        let slow = s.spawn(|| udp_query_timeout(nodens.dns, &Q::new("z0.delay.test.", Rt::A), Duration::from_secs(6)));
-        wait_until(Duration::from_secs(3), "the slow query to be on the connection", || {
-            (nodens.metric("nodens_upstream_tcp_connections", &[("to", &to), ("state", "busy")]) >= 1.0).then_some(())
+        let slow = s.spawn(|| {
+            udp_query_timeout(
+                nodens.dns,
+                &Q::new("z0.delay.test.", Rt::A),
+                Duration::from_secs(6),
+            )
         });
-        let rejected = udp_query_timeout(nodens.dns, &Q::new("z1.delay.test.", Rt::A), Duration::from_secs(6));
+        wait_until(
+            Duration::from_secs(3),
+            "the slow query to be on the connection",
+            || {
+                (nodens.metric(
+                    "nodens_upstream_tcp_connections",
+                    &[("to", &to), ("state", "busy")],
+                ) >= 1.0)
+                    .then_some(())
+            },
+        );
+        let rejected = udp_query_timeout(
+            nodens.dns,
+            &Q::new("z1.delay.test.", Rt::A),
+            Duration::from_secs(6),
+        );
         (slow.join().unwrap(), rejected)
     });
     let rejected = rejected.expect("z1: no answer");
-    assert_eq!(rejected.rcode(), rcode::SERVFAIL, "z1 with the only slot busy and no queue");
-    assert!(rejected.elapsed < Duration::from_millis(500), "z1 failed after {:?}, not at once", rejected.elapsed);
+    assert_eq!(
+        rejected.rcode(),
+        rcode::SERVFAIL,
+        "z1 with the only slot busy and no queue"
+    );
+    assert!(
+        rejected.elapsed < Duration::from_millis(500),
+        "z1 failed after {:?}, not at once",
+        rejected.elapsed
+    );
     assert_eq!(slow.expect("z0: no answer").a(), vec![ipv4(ERRATIC_A)]);
-    assert_eq!(nodens.metric("nodens_upstream_queue_rejected_total", &[("to", &to), ("reason", "full")]), 1.0);
+    assert_eq!(
+        nodens.metric(
+            "nodens_upstream_queue_rejected_total",
+            &[("to", &to), ("reason", "full")]
+        ),
+        1.0
+    );
     nodens.wait_pool_idle(&[&to]);
 }

@@ -13,7 +13,12 @@ use nodens::wire::{build, name, read_u16, response};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const POLICY: TtlPolicy = TtlPolicy { min_ttl: 0, max_ttl: 3600, negative_max_ttl: 1800, failure_ttl: 5 };
+const POLICY: TtlPolicy = TtlPolicy {
+    min_ttl: 0,
+    max_ttl: 3600,
+    negative_max_ttl: 1800,
+    failure_ttl: 5,
+};
 
 fn valid_query() -> Vec<u8> {
     let mut q = vec![0xab, 0xcd, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 1];
@@ -66,7 +71,11 @@ fn assert_well_formed_reply(reply: &[u8], query: &[u8]) {
     assert_ne!(read_u16(reply, 2) & 0x8000, 0, "reply without QR");
     if read_u16(reply, 4) == 1 {
         let end = name::parse_uncompressed(reply, 12).expect("question name in reply") + 4;
-        assert_eq!(&reply[12..end], &query[12..end], "reply question differs from the query's");
+        assert_eq!(
+            &reply[12..end],
+            &query[12..end],
+            "reply question differs from the query's"
+        );
         if let Err(e) = response::layout(reply) {
             panic!("reply does not walk ({e}):\nquery {query:02x?}\nreply {reply:02x?}");
         }
@@ -95,7 +104,10 @@ fn mutated_queries_never_panic_and_errors_are_well_formed() {
         }
     }
     // The mutator must actually reach every outcome, or this test proves little.
-    assert!(accepted > 1000 && answered > 1000 && dropped > 1000, "{accepted} {answered} {dropped}");
+    assert!(
+        accepted > 1000 && answered > 1000 && dropped > 1000,
+        "{accepted} {answered} {dropped}"
+    );
 }
 
 #[test]
@@ -120,11 +132,26 @@ fn mutated_responses_never_panic_and_render_well_formed() {
         };
         cached += 1;
         let entry = Entry::from_response(&m, &layout, &POLICY, now);
-        for (freshness, limit) in [(Freshness::Fresh, Some(512)), (Freshness::Stale { ttl: 30 }, None), (Freshness::Fresh, Some(60))] {
-            entry.render(&query, now + Duration::from_secs(1), freshness, None, limit, &mut out);
+        for (freshness, limit) in [
+            (Freshness::Fresh, Some(512)),
+            (Freshness::Stale { ttl: 30 }, None),
+            (Freshness::Fresh, Some(60)),
+        ] {
+            entry.render(
+                &query,
+                now + Duration::from_secs(1),
+                freshness,
+                None,
+                limit,
+                &mut out,
+            );
             assert_well_formed_reply(&out, &q);
             if let Some(limit) = limit {
-                assert!(out.len() <= limit.max(12 + question.len() + 11), "reply of {} bytes over {limit}", out.len());
+                assert!(
+                    out.len() <= limit.max(12 + question.len() + 11),
+                    "reply of {} bytes over {limit}",
+                    out.len()
+                );
             }
         }
     }

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use crate::wire::build::push_opt;
 use crate::wire::query::Query;
-use crate::wire::response::{sane_ttl, Layout, Section};
-use crate::wire::{flag, rcode, read_u16, read_u32, write_u16, write_u32, HEADER_LEN};
+use crate::wire::response::{Layout, Section, sane_ttl};
+use crate::wire::{HEADER_LEN, flag, rcode, read_u16, read_u32, write_u16, write_u32};
 
 /// Memory an entry costs beyond its own bytes: the `Arc` header (16), three
 /// heap allocations' headers and rounding (about 16 each: the wire bytes, the
@@ -64,7 +64,9 @@ pub struct Entry {
 pub enum Freshness {
     Fresh,
     /// Served stale (RFC 8767) with this TTL on every record.
-    Stale { ttl: u32 },
+    Stale {
+        ttl: u32,
+    },
 }
 
 /// What rendering produced.
@@ -88,7 +90,9 @@ impl Entry {
         // additional section rather than shift records that may be pointed at.
         let (mut wire, arcount_cut) = match &layout.opt {
             None => (msg[..layout.end].to_vec(), None),
-            Some(opt) if opt.end == layout.end => (msg[..opt.start].to_vec(), Some(read_u16(msg, 10) - 1)),
+            Some(opt) if opt.end == layout.end => {
+                (msg[..opt.start].to_vec(), Some(read_u16(msg, 10) - 1))
+            }
             Some(_) => (msg[..layout.additional_start].to_vec(), Some(0)),
         };
         if let Some(count) = arcount_cut {
@@ -97,7 +101,12 @@ impl Entry {
         let flags = read_u16(&wire, 2) & !(flag::AA | flag::TC);
         write_u16(&mut wire, 2, flags);
 
-        let offsets: Vec<(usize, Section)> = layout.ttls.iter().copied().filter(|(at, _)| *at + 4 <= wire.len()).collect();
+        let offsets: Vec<(usize, Section)> = layout
+            .ttls
+            .iter()
+            .copied()
+            .filter(|(at, _)| *at + 4 <= wire.len())
+            .collect();
         let lifetime = match kind {
             Kind::Success => offsets
                 .iter()
@@ -105,7 +114,9 @@ impl Entry {
                 .map(|(at, _)| sane_ttl(read_u32(&wire, *at)).clamp(policy.min_ttl, policy.max_ttl))
                 .min()
                 .unwrap_or(0),
-            Kind::Denial => layout.soa_negative_ttl.map_or(0, |t| t.min(policy.negative_max_ttl)),
+            Kind::Denial => layout
+                .soa_negative_ttl
+                .map_or(0, |t| t.min(policy.negative_max_ttl)),
             Kind::Failure => policy.failure_ttl,
         };
         for (at, _) in &offsets {
@@ -132,10 +143,32 @@ impl Entry {
     /// A synthesised failure (no upstream answered): header and question
     /// of the query with SERVFAIL, cached for `ttl` seconds.
     pub fn failure(question: &[u8], ttl: u32, now: Instant) -> Entry {
-        let mut wire = vec![0, 0, 0x81, 0x80 | rcode::SERVFAIL as u8, 0, 1, 0, 0, 0, 0, 0, 0];
+        let mut wire = vec![
+            0,
+            0,
+            0x81,
+            0x80 | rcode::SERVFAIL as u8,
+            0,
+            1,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+        ];
         wire.extend_from_slice(question);
         let end = wire.len();
-        Entry::new(Kind::Failure, rcode::SERVFAIL, wire, Vec::new(), end, end, ttl, now)
+        Entry::new(
+            Kind::Failure,
+            rcode::SERVFAIL,
+            wire,
+            Vec::new(),
+            end,
+            end,
+            ttl,
+            now,
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -232,8 +265,13 @@ impl Entry {
             };
             write_u32(out, at, ttl);
         }
-        let mut rendered = Rendered { rcode: self.rcode, truncated: false };
-        let opt_len = query.edns.map_or(0, |_| 11 + if ede.is_some() { 6 } else { 0 });
+        let mut rendered = Rendered {
+            rcode: self.rcode,
+            truncated: false,
+        };
+        let opt_len = query
+            .edns
+            .map_or(0, |_| 11 + if ede.is_some() { 6 } else { 0 });
         if let Some(limit) = limit {
             if out.len() + opt_len > limit {
                 // RFC 2181 9: leaving out additional data needs no TC bit.
@@ -265,7 +303,12 @@ mod tests {
     use super::*;
     use crate::wire::{query, response};
 
-    const POLICY: TtlPolicy = TtlPolicy { min_ttl: 0, max_ttl: 3600, negative_max_ttl: 1800, failure_ttl: 5 };
+    const POLICY: TtlPolicy = TtlPolicy {
+        min_ttl: 0,
+        max_ttl: 3600,
+        negative_max_ttl: 1800,
+        failure_ttl: 5,
+    };
 
     /// Response: www.t. A 1.2.3.4 TTL 300, glue-like additional A TTL 100, OPT.
     fn upstream() -> Vec<u8> {
@@ -298,7 +341,14 @@ mod tests {
             let p = client_query(edns);
             let q = query::parse(&p).unwrap();
             let mut out = Vec::new();
-            e.render(&q, t0 + Duration::from_secs(7), Freshness::Fresh, None, Some(512), &mut out);
+            e.render(
+                &q,
+                t0 + Duration::from_secs(7),
+                Freshness::Fresh,
+                None,
+                Some(512),
+                &mut out,
+            );
             assert_eq!(&out[..2], &[0x55, 0x66]);
             assert_eq!(read_u16(&out, 2) & flag::AA, 0);
             assert_eq!(&out[12..19], b"\x03WwW\x01T\x00");
@@ -318,7 +368,14 @@ mod tests {
         let p = client_query(true);
         let q = query::parse(&p).unwrap();
         let mut out = Vec::new();
-        e.render(&q, t0 + Duration::from_secs(400), Freshness::Stale { ttl: 30 }, Some(3), None, &mut out);
+        e.render(
+            &q,
+            t0 + Duration::from_secs(400),
+            Freshness::Stale { ttl: 30 },
+            Some(3),
+            None,
+            &mut out,
+        );
         let l = response::layout(&out).unwrap();
         assert!(l.ttls.iter().all(|(at, _)| read_u32(&out, *at) == 30));
         assert_eq!(&out[out.len() - 6..], &[0, 15, 0, 2, 0, 3]);
@@ -333,12 +390,26 @@ mod tests {
         let q = query::parse(&p).unwrap();
         let mut out = Vec::new();
         // Room for the answer but not the additional record: drop it, no TC.
-        let r = e.render(&q, Instant::now(), Freshness::Fresh, None, Some(50), &mut out);
+        let r = e.render(
+            &q,
+            Instant::now(),
+            Freshness::Fresh,
+            None,
+            Some(50),
+            &mut out,
+        );
         assert!(!r.truncated);
         assert_eq!(read_u16(&out, 6), 1);
         assert_eq!(read_u16(&out, 10), 0);
         // No room for the answer: question only, TC.
-        let r = e.render(&q, Instant::now(), Freshness::Fresh, None, Some(30), &mut out);
+        let r = e.render(
+            &q,
+            Instant::now(),
+            Freshness::Fresh,
+            None,
+            Some(30),
+            &mut out,
+        );
         assert!(r.truncated);
         assert_eq!(out.len(), 23);
         assert_ne!(read_u16(&out, 2) & flag::TC, 0);
@@ -349,7 +420,11 @@ mod tests {
     fn ttl_clamps() {
         let msg = upstream();
         let layout = response::layout(&msg).unwrap();
-        let policy = TtlPolicy { min_ttl: 200, max_ttl: 250, ..POLICY };
+        let policy = TtlPolicy {
+            min_ttl: 200,
+            max_ttl: 250,
+            ..POLICY
+        };
         let e = Entry::from_response(&msg, &layout, &policy, Instant::now());
         assert_eq!(e.original_ttl, 250);
     }

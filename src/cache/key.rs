@@ -43,17 +43,32 @@ impl<'a> KeyRef<'a> {
         if q.checking_disabled() {
             flags |= FLAG_CD;
         }
-        KeyRef { name: &buf[..n], qtype: q.qtype, qclass: q.qclass, flags }
+        KeyRef {
+            name: &buf[..n],
+            qtype: q.qtype,
+            qclass: q.qclass,
+            flags,
+        }
     }
 
     pub fn to_owned(&self) -> Key {
-        Key { name: self.name.into(), qtype: self.qtype, qclass: self.qclass, flags: self.flags }
+        Key {
+            name: self.name.into(),
+            qtype: self.qtype,
+            qclass: self.qclass,
+            flags: self.flags,
+        }
     }
 }
 
 impl Key {
     pub fn as_ref(&self) -> KeyRef<'_> {
-        KeyRef { name: &self.name, qtype: self.qtype, qclass: self.qclass, flags: self.flags }
+        KeyRef {
+            name: &self.name,
+            qtype: self.qtype,
+            qclass: self.qclass,
+            flags: self.flags,
+        }
     }
 
     /// The folded question name in wire form.
@@ -110,7 +125,10 @@ impl Hash for KeyRef<'_> {
 
 impl Equivalent<Key> for KeyRef<'_> {
     fn equivalent(&self, key: &Key) -> bool {
-        self.qtype == key.qtype && self.qclass == key.qclass && self.flags == key.flags && self.name == &*key.name
+        self.qtype == key.qtype
+            && self.qclass == key.qclass
+            && self.flags == key.flags
+            && self.name == &*key.name
     }
 }
 
@@ -127,7 +145,12 @@ mod tests {
 
     #[test]
     fn borrowed_and_owned_agree() {
-        let r = KeyRef { name: b"\x01a\x00", qtype: 1, qclass: 1, flags: FLAG_DO };
+        let r = KeyRef {
+            name: b"\x01a\x00",
+            qtype: 1,
+            qclass: 1,
+            flags: FLAG_DO,
+        };
         let k = r.to_owned();
         assert_eq!(h(&r), h(&k));
         assert!(r.equivalent(&k));

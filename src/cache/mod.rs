@@ -13,8 +13,8 @@
 pub mod entry;
 pub mod key;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use quick_cache::sync::Cache as Map;
@@ -81,7 +81,13 @@ pub struct CacheStats {
 
 fn part(capacity: u64, evictions: &EvictionCounter) -> Part {
     let items = (capacity / AVERAGE_ENTRY_BYTES).max(16) as usize;
-    Map::with(items, capacity.max(1), EntryWeight, DefaultHashBuilder::default(), evictions.clone())
+    Map::with(
+        items,
+        capacity.max(1),
+        EntryWeight,
+        DefaultHashBuilder::default(),
+        evictions.clone(),
+    )
 }
 
 impl Cache {
@@ -145,7 +151,8 @@ impl Cache {
             return;
         }
         let denial_bytes = capacity_bytes / DENIAL_SHARE;
-        self.success.set_capacity((capacity_bytes - denial_bytes).max(1));
+        self.success
+            .set_capacity((capacity_bytes - denial_bytes).max(1));
         self.denial.set_capacity(denial_bytes.max(1));
         self.capacity.store(capacity_bytes, Ordering::Relaxed);
     }
@@ -165,11 +172,22 @@ mod tests {
     fn fresh_then_stale_then_gone() {
         let cache = Cache::new(1 << 20);
         let t0 = Instant::now();
-        let key = KeyRef { name: b"\x01a\x00", qtype: 1, qclass: 1, flags: 0 };
+        let key = KeyRef {
+            name: b"\x01a\x00",
+            qtype: 1,
+            qclass: 1,
+            flags: 0,
+        };
         cache.insert(key.to_owned(), failure(b"\x01a\x00", 5, t0));
-        assert!(matches!(cache.lookup(&key, t0, Duration::from_secs(60)), Lookup::Fresh(_)));
+        assert!(matches!(
+            cache.lookup(&key, t0, Duration::from_secs(60)),
+            Lookup::Fresh(_)
+        ));
         // Failures are never served stale.
-        assert!(matches!(cache.lookup(&key, t0 + Duration::from_secs(6), Duration::from_secs(60)), Lookup::Miss));
+        assert!(matches!(
+            cache.lookup(&key, t0 + Duration::from_secs(6), Duration::from_secs(60)),
+            Lookup::Miss
+        ));
         assert_eq!(cache.stats().denial_entries, 1);
     }
 
@@ -179,7 +197,12 @@ mod tests {
         let t0 = Instant::now();
         for i in 0..5000u32 {
             let name = [&[4u8][..], &i.to_be_bytes(), &[0]].concat();
-            let key = KeyRef { name: &name, qtype: 1, qclass: 1, flags: 0 };
+            let key = KeyRef {
+                name: &name,
+                qtype: 1,
+                qclass: 1,
+                flags: 0,
+            };
             cache.insert(key.to_owned(), failure(&name, 60, t0));
         }
         let s = cache.stats();

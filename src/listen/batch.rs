@@ -44,7 +44,10 @@ impl RecvBatch {
     /// or the socket's read timeout expires (then `WouldBlock`).
     pub fn recv(&mut self, socket: &UdpSocket) -> io::Result<usize> {
         for i in 0..BATCH {
-            self.iovecs[i] = libc::iovec { iov_base: self.buffers[i].as_mut_ptr().cast(), iov_len: RECV_ROOM };
+            self.iovecs[i] = libc::iovec {
+                iov_base: self.buffers[i].as_mut_ptr().cast(),
+                iov_len: RECV_ROOM,
+            };
             let header = &mut self.headers[i].msg_hdr;
             header.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
             header.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
@@ -58,7 +61,13 @@ impl RecvBatch {
         // SAFETY: every header points into buffers owned by `self`, which
         // outlive the call; the count matches the vectors' length.
         let n = unsafe {
-            libc::recvmmsg(socket.as_raw_fd(), self.headers.as_mut_ptr(), BATCH as u32, libc::MSG_WAITFORONE, std::ptr::null_mut())
+            libc::recvmmsg(
+                socket.as_raw_fd(),
+                self.headers.as_mut_ptr(),
+                BATCH as u32,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            )
         };
         if n < 0 {
             self.received = 0;
@@ -76,7 +85,10 @@ impl RecvBatch {
         if header.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
             return None;
         }
-        Some((&self.buffers[i][..header.msg_len as usize], socket_addr(&self.addrs[i])?))
+        Some((
+            &self.buffers[i][..header.msg_len as usize],
+            socket_addr(&self.addrs[i])?,
+        ))
     }
 }
 
@@ -85,15 +97,23 @@ fn socket_addr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
     match storage.ss_family as libc::c_int {
         libc::AF_INET => {
             // SAFETY: ss_family says the storage holds a sockaddr_in.
-            let sin = unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let sin =
+                unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
             let ip = std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
             Some(SocketAddr::from((ip, u16::from_be(sin.sin_port))))
         }
         libc::AF_INET6 => {
             // SAFETY: ss_family says the storage holds a sockaddr_in6.
-            let sin6 = unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let sin6 = unsafe {
+                &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>()
+            };
             let ip = std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr);
-            let addr = std::net::SocketAddrV6::new(ip, u16::from_be(sin6.sin6_port), sin6.sin6_flowinfo, sin6.sin6_scope_id);
+            let addr = std::net::SocketAddrV6::new(
+                ip,
+                u16::from_be(sin6.sin6_port),
+                sin6.sin6_flowinfo,
+                sin6.sin6_scope_id,
+            );
             Some(SocketAddr::V6(addr))
         }
         _ => None,
@@ -111,7 +131,10 @@ impl SendBatch {
     /// A buffer for the next reply, to be committed with [`SendBatch::commit`].
     pub fn next_buffer(&mut self) -> &mut Vec<u8> {
         if self.used == self.replies.len() {
-            self.replies.push((Vec::with_capacity(1232), SockAddr::from(SocketAddr::from(([0, 0, 0, 0], 0)))));
+            self.replies.push((
+                Vec::with_capacity(1232),
+                SockAddr::from(SocketAddr::from(([0, 0, 0, 0], 0))),
+            ));
         }
         &mut self.replies[self.used].0
     }
@@ -133,7 +156,10 @@ impl SendBatch {
             let count = count.min(BATCH);
             for i in 0..count {
                 let (reply, to) = &self.replies[sent + i];
-                iovecs[i] = libc::iovec { iov_base: reply.as_ptr() as *mut _, iov_len: reply.len() };
+                iovecs[i] = libc::iovec {
+                    iov_base: reply.as_ptr() as *mut _,
+                    iov_len: reply.len(),
+                };
                 let header = &mut headers[i].msg_hdr;
                 header.msg_name = to.as_ptr() as *mut _;
                 header.msg_namelen = to.len();
@@ -142,7 +168,9 @@ impl SendBatch {
             }
             // SAFETY: the headers point at replies and addresses owned by
             // `self` and at `iovecs`, all alive for the call.
-            let n = unsafe { libc::sendmmsg(socket.as_raw_fd(), headers.as_mut_ptr(), count as u32, 0) };
+            let n = unsafe {
+                libc::sendmmsg(socket.as_raw_fd(), headers.as_mut_ptr(), count as u32, 0)
+            };
             if n <= 0 {
                 // Skip the datagram the kernel refused and carry on with the rest.
                 tracing::debug!(error = %io::Error::last_os_error(), "UDP send failed");

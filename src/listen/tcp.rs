@@ -11,7 +11,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::handler::{Handled, ListenerInfo, Proto, Shared};
@@ -33,7 +33,12 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     Ok(socket.into())
 }
 
-pub async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, info: Arc<ListenerInfo>, stop: CancellationToken) {
+pub async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    info: Arc<ListenerInfo>,
+    stop: CancellationToken,
+) {
     let open = Arc::new(Semaphore::new(Semaphore::MAX_PERMITS));
     loop {
         let accepted = tokio::select! {
@@ -56,7 +61,11 @@ pub async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, info: Arc<L
             drop(stream);
             continue;
         }
-        let permit = open.clone().acquire_owned().await.expect("semaphore never closed");
+        let permit = open
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("semaphore never closed");
         let (shared2, info, stop) = (shared.clone(), info.clone(), stop.clone());
         shared.tasks.spawn(async move {
             shared2.metrics.tcp_connections.inc();
@@ -67,7 +76,13 @@ pub async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, info: Arc<L
     }
 }
 
-async fn serve_connection(stream: TcpStream, peer: SocketAddr, shared: &Arc<Shared>, info: &Arc<ListenerInfo>, stop: CancellationToken) {
+async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: &Arc<Shared>,
+    info: &Arc<ListenerInfo>,
+    stop: CancellationToken,
+) {
     let limits = shared.settings.load().tcp;
     let _ = stream.set_nodelay(true);
     let (mut reader, writer) = stream.into_split();

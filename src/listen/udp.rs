@@ -5,8 +5,8 @@
 //! reply through the same socket when it is ready.
 
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -40,9 +40,16 @@ fn bind(addr: SocketAddr) -> std::io::Result<UdpSocket> {
 }
 
 impl UdpWorkers {
-    pub fn start(addr: SocketAddr, workers: usize, shared: &Arc<Shared>, info: &Arc<ListenerInfo>) -> std::io::Result<UdpWorkers> {
+    pub fn start(
+        addr: SocketAddr,
+        workers: usize,
+        shared: &Arc<Shared>,
+        info: &Arc<ListenerInfo>,
+    ) -> std::io::Result<UdpWorkers> {
         let stop = Arc::new(AtomicBool::new(false));
-        let sockets = (0..workers.max(1)).map(|_| bind(addr)).collect::<std::io::Result<Vec<_>>>()?;
+        let sockets = (0..workers.max(1))
+            .map(|_| bind(addr))
+            .collect::<std::io::Result<Vec<_>>>()?;
         let threads = sockets
             .into_iter()
             .enumerate()
@@ -65,13 +72,25 @@ impl UdpWorkers {
     }
 }
 
-fn serve(socket: Arc<UdpSocket>, shared: &Arc<Shared>, info: &Arc<ListenerInfo>, stop: &AtomicBool) {
+fn serve(
+    socket: Arc<UdpSocket>,
+    shared: &Arc<Shared>,
+    info: &Arc<ListenerInfo>,
+    stop: &AtomicBool,
+) {
     let mut received = RecvBatch::default();
     let mut replies = SendBatch::default();
     while !stop.load(Ordering::Relaxed) {
         let count = match received.recv(&socket) {
             Ok(n) => n,
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) =>
+            {
                 continue;
             }
             Err(e) => {
@@ -80,7 +99,9 @@ fn serve(socket: Arc<UdpSocket>, shared: &Arc<Shared>, info: &Arc<ListenerInfo>,
             }
         };
         for i in 0..count {
-            let Some((packet, peer)) = received.get(i) else { continue };
+            let Some((packet, peer)) = received.get(i) else {
+                continue;
+            };
             match shared.handle(packet, info, Proto::Udp, replies.next_buffer()) {
                 Handled::Reply => replies.commit(peer),
                 Handled::Drop => {}

@@ -16,7 +16,7 @@ use std::time::Instant as StdInstant;
 use rand::Rng;
 use tokio::time::Instant;
 
-use super::{udp, ExchangeError, Upstream, Zone};
+use super::{ExchangeError, Upstream, Zone, udp};
 use crate::cache::Key;
 use crate::config::{Policy, Transport};
 use crate::metrics::{Metrics, PROXY_NAME};
@@ -29,7 +29,12 @@ pub struct Forwarded {
     pub layout: Layout,
 }
 
-pub async fn forward(zone: &Zone, key: &Key, deadline: Instant, metrics: &Metrics) -> Option<Forwarded> {
+pub async fn forward(
+    zone: &Zone,
+    key: &Key,
+    deadline: Instant,
+    metrics: &Metrics,
+) -> Option<Forwarded> {
     let question = key.question();
     let mut fallback = None;
     for upstream in try_order(zone) {
@@ -38,13 +43,27 @@ pub async fn forward(zone: &Zone, key: &Key, deadline: Instant, metrics: &Metric
             break;
         }
         let try_deadline = (now + zone.upstream_timeout).min(deadline);
-        match ask(upstream, zone.transport, key, &question, try_deadline, metrics).await {
+        match ask(
+            upstream,
+            zone.transport,
+            key,
+            &question,
+            try_deadline,
+            metrics,
+        )
+        .await
+        {
             Ok(answer) => {
                 upstream.record_success();
                 match answer.layout.rcode {
                     rcode::NOERROR | rcode::NXDOMAIN => return Some(answer),
                     other => {
-                        log_failure(upstream, &zone.name, key, &format!("answered {}", rcode_name(other)));
+                        log_failure(
+                            upstream,
+                            &zone.name,
+                            key,
+                            &format!("answered {}", rcode_name(other)),
+                        );
                         fallback = Some(answer);
                     }
                 }
@@ -53,7 +72,10 @@ pub async fn forward(zone: &Zone, key: &Key, deadline: Instant, metrics: &Metric
                 if e.counts_against_health() {
                     upstream.record_failure();
                 }
-                metrics.upstream_errors.with_label_values(&[&upstream.label, e.label()]).inc();
+                metrics
+                    .upstream_errors
+                    .with_label_values(&[&upstream.label, e.label()])
+                    .inc();
                 log_failure(upstream, &zone.name, key, &e.to_string());
             }
         }
@@ -100,7 +122,9 @@ async fn ask(
             let udp_deadline = now + (deadline - now) / 2;
             match ask_udp(upstream, &query, id, question, udp_deadline, metrics).await {
                 Ok(msg) if read_u16(&msg, 2) & flag::TC == 0 => msg,
-                Ok(_) | Err(ExchangeError::Timeout) => upstream.pool.exchange(&query, question, deadline).await?,
+                Ok(_) | Err(ExchangeError::Timeout) => {
+                    upstream.pool.exchange(&query, question, deadline).await?
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -121,13 +145,19 @@ async fn ask_udp(
     deadline: Instant,
     metrics: &Metrics,
 ) -> Result<Vec<u8>, ExchangeError> {
-    metrics.proxy_conn_misses.with_label_values(&[PROXY_NAME, &upstream.label, "udp"]).inc();
+    metrics
+        .proxy_conn_misses
+        .with_label_values(&[PROXY_NAME, &upstream.label, "udp"])
+        .inc();
     upstream.inflight.inc();
     let reply = udp::exchange(upstream.addr, query, id, question, deadline).await;
     upstream.inflight.dec();
     let reply = reply?;
     if reply.mismatched > 0 {
-        metrics.upstream_errors.with_label_values(&[&upstream.label, "mismatch"]).inc_by(reply.mismatched.into());
+        metrics
+            .upstream_errors
+            .with_label_values(&[&upstream.label, "mismatch"])
+            .inc_by(reply.mismatched.into());
     }
     Ok(reply.msg)
 }

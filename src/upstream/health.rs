@@ -9,7 +9,7 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::time::Instant;
 
-use super::{udp, Upstream};
+use super::{Upstream, udp};
 use crate::metrics::PROXY_NAME;
 use crate::wire::build;
 
@@ -65,12 +65,18 @@ async fn probe_until_up(upstream: Weak<Upstream>) {
         }
         let answered = probe(&up).await;
         let result = if answered { "success" } else { "failure" };
-        up.metrics.health_checks.with_label_values(&[&up.label, result]).inc();
+        up.metrics
+            .health_checks
+            .with_label_values(&[&up.label, result])
+            .inc();
         if answered {
             up.record_success();
             return;
         }
-        up.metrics.proxy_healthcheck_failures.with_label_values(&[PROXY_NAME, &up.label]).inc();
+        up.metrics
+            .proxy_healthcheck_failures
+            .with_label_values(&[PROXY_NAME, &up.label])
+            .inc();
         wait = (wait * 2).min(MAX_BACKOFF);
     }
 }
@@ -81,8 +87,13 @@ async fn probe(up: &Upstream) -> bool {
     let query = build::upstream_query(id, PROBE_QUESTION, false, false);
     let deadline = Instant::now() + up.settings.probe_timeout;
     if up.settings.probe_over_tcp {
-        up.pool.exchange(&query, PROBE_QUESTION, deadline).await.is_ok()
+        up.pool
+            .exchange(&query, PROBE_QUESTION, deadline)
+            .await
+            .is_ok()
     } else {
-        udp::exchange(up.addr, &query, id, PROBE_QUESTION, deadline).await.is_ok()
+        udp::exchange(up.addr, &query, id, PROBE_QUESTION, deadline)
+            .await
+            .is_ok()
     }
 }

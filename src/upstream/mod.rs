@@ -15,7 +15,7 @@ use prometheus::IntGauge;
 use thiserror::Error;
 
 use crate::cache::TtlPolicy;
-use crate::config::{resolv_conf_nameservers, Config, Policy, PoolConfig, Transport, ZoneConfig};
+use crate::config::{Config, Policy, PoolConfig, Transport, ZoneConfig, resolv_conf_nameservers};
 use crate::log_limit::LogLimiter;
 use crate::metrics::Metrics;
 use crate::wire::name;
@@ -100,8 +100,16 @@ pub struct RouterError {
 impl Router {
     /// Builds the zones of `config`, reusing the upstreams of `previous`
     /// (the running configuration) whose settings are unchanged.
-    pub fn from_config(config: &Config, metrics: &Arc<Metrics>, previous: Option<&Router>) -> Result<Router, RouterError> {
-        let mut router = Router { zones: Vec::new(), by_name: HashMap::new(), upstreams: HashMap::new() };
+    pub fn from_config(
+        config: &Config,
+        metrics: &Arc<Metrics>,
+        previous: Option<&Router>,
+    ) -> Result<Router, RouterError> {
+        let mut router = Router {
+            zones: Vec::new(),
+            by_name: HashMap::new(),
+            upstreams: HashMap::new(),
+        };
         for zc in &config.zones {
             let zone = router.build_zone(zc, config, metrics, previous)?;
             let wire = name::from_text(&zone.name).expect("validated zone name");
@@ -123,9 +131,18 @@ impl Router {
         &self.zones
     }
 
-    fn build_zone(&mut self, zc: &ZoneConfig, config: &Config, metrics: &Arc<Metrics>, previous: Option<&Router>) -> Result<Zone, RouterError> {
+    fn build_zone(
+        &mut self,
+        zc: &ZoneConfig,
+        config: &Config,
+        metrics: &Arc<Metrics>,
+        previous: Option<&Router>,
+    ) -> Result<Zone, RouterError> {
         let zone_name = zc.name.get_ref().0.clone();
-        let error = |message: String| RouterError { zone: zone_name.clone(), message };
+        let error = |message: String| RouterError {
+            zone: zone_name.clone(),
+            message,
+        };
         let addrs: Vec<SocketAddr> = if zc.upstreams.is_empty() {
             resolv_conf_nameservers(&zc.resolv_conf).map_err(error)?
         } else {
@@ -150,8 +167,12 @@ impl Router {
                 }
                 Some(shared) => shared.clone(),
                 None => {
-                    let reused = previous.and_then(|p| p.upstreams.get(&addr)).filter(|u| u.settings == settings);
-                    let upstream = reused.cloned().unwrap_or_else(|| Arc::new(Upstream::new(addr, settings.clone(), metrics)));
+                    let reused = previous
+                        .and_then(|p| p.upstreams.get(&addr))
+                        .filter(|u| u.settings == settings);
+                    let upstream = reused.cloned().unwrap_or_else(|| {
+                        Arc::new(Upstream::new(addr, settings.clone(), metrics))
+                    });
                     self.upstreams.insert(addr, upstream.clone());
                     upstream
                 }
@@ -234,7 +255,13 @@ mod tests {
         let config = Config::parse(text).unwrap();
         let metrics = Arc::new(Metrics::new("dns://test".into()));
         let router = Router::from_config(&config, &metrics, None).unwrap();
-        let zone = |n: &str| router.route(&name::from_text(n).unwrap()).unwrap().name.clone();
+        let zone = |n: &str| {
+            router
+                .route(&name::from_text(n).unwrap())
+                .unwrap()
+                .name
+                .clone()
+        };
         assert_eq!(zone("a.b.svc.cluster.local"), "svc.cluster.local.");
         assert_eq!(zone("pod.cluster.local"), "cluster.local.");
         assert_eq!(zone("cluster.local"), "cluster.local.");

@@ -28,7 +28,7 @@ use rand::Rng;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
-use tokio::time::{sleep_until, timeout, timeout_at, Instant};
+use tokio::time::{Instant, sleep_until, timeout, timeout_at};
 
 use super::ExchangeError;
 use crate::config::PoolConfig;
@@ -123,7 +123,10 @@ struct PoolMetrics {
 
 impl PoolMetrics {
     fn new(metrics: &Arc<Metrics>, label: &str, config: &PoolConfig) -> PoolMetrics {
-        metrics.queue_capacity.with_label_values(&[label]).set(config.max_queue as i64);
+        metrics
+            .queue_capacity
+            .with_label_values(&[label])
+            .set(config.max_queue as i64);
         PoolMetrics {
             idle: metrics.pool_connections.with_label_values(&[label, "idle"]),
             busy: metrics.pool_connections.with_label_values(&[label, "busy"]),
@@ -132,10 +135,18 @@ impl PoolMetrics {
             queue_length: metrics.queue_length.with_label_values(&[label]),
             queue_wait: metrics.queue_wait.with_label_values(&[label]),
             rejected_full: metrics.queue_rejected.with_label_values(&[label, "full"]),
-            rejected_timeout: metrics.queue_rejected.with_label_values(&[label, "timeout"]),
-            reused: metrics.proxy_conn_hits.with_label_values(&[PROXY_NAME, label, "tcp"]),
-            fresh: metrics.proxy_conn_misses.with_label_values(&[PROXY_NAME, label, "tcp"]),
-            mismatch: metrics.upstream_errors.with_label_values(&[label, "mismatch"]),
+            rejected_timeout: metrics
+                .queue_rejected
+                .with_label_values(&[label, "timeout"]),
+            reused: metrics
+                .proxy_conn_hits
+                .with_label_values(&[PROXY_NAME, label, "tcp"]),
+            fresh: metrics
+                .proxy_conn_misses
+                .with_label_values(&[PROXY_NAME, label, "tcp"]),
+            mismatch: metrics
+                .upstream_errors
+                .with_label_values(&[label, "mismatch"]),
             inflight: metrics.upstream_inflight.with_label_values(&[label]),
             metrics: metrics.clone(),
             label: label.to_string(),
@@ -143,7 +154,10 @@ impl PoolMetrics {
     }
 
     fn closed(&self, reason: &str) {
-        self.metrics.pool_closed.with_label_values(&[&self.label, reason]).inc();
+        self.metrics
+            .pool_closed
+            .with_label_values(&[&self.label, reason])
+            .inc();
     }
 }
 
@@ -183,7 +197,14 @@ impl CloseReason {
 impl Pool {
     pub fn new(addr: SocketAddr, config: PoolConfig, metrics: &Arc<Metrics>, label: &str) -> Pool {
         let m = PoolMetrics::new(metrics, label, &config);
-        Pool { inner: Arc::new(Inner { addr, config, state: Mutex::new(State::default()), m }) }
+        Pool {
+            inner: Arc::new(Inner {
+                addr,
+                config,
+                state: Mutex::new(State::default()),
+                m,
+            }),
+        }
     }
 
     /// Sends `query` (whose question is `question`) and returns the answer.
@@ -192,13 +213,23 @@ impl Pool {
     /// flight) is tried again on another, a few times, within the deadline.
     /// A fresh connection that closes is not retried: that is the upstream
     /// refusing service, and the next upstream should be asked instead.
-    pub async fn exchange(&self, query: &[u8], question: &[u8], deadline: Instant) -> Result<Vec<u8>, ExchangeError> {
+    pub async fn exchange(
+        &self,
+        query: &[u8],
+        question: &[u8],
+        deadline: Instant,
+    ) -> Result<Vec<u8>, ExchangeError> {
         let mut retries_left = CLOSED_RETRIES;
         loop {
             let slot = self.inner.acquire(deadline).await?;
             let reused = slot.reused;
             let (answer, answered) = oneshot::channel();
-            let request = Request { query: query.to_vec(), question: question.to_vec(), deadline, answer };
+            let request = Request {
+                query: query.to_vec(),
+                question: question.to_vec(),
+                deadline,
+                answer,
+            };
             let result = match slot.send(request) {
                 Err(()) => Err(ExchangeError::Closed),
                 Ok(()) => {
@@ -213,7 +244,11 @@ impl Pool {
                 }
             };
             match result {
-                Err(ExchangeError::Closed) if reused && retries_left > 0 && Instant::now() < deadline => retries_left -= 1,
+                Err(ExchangeError::Closed)
+                    if reused && retries_left > 0 && Instant::now() < deadline =>
+                {
+                    retries_left -= 1
+                }
                 other => return other,
             }
         }
@@ -257,13 +292,24 @@ impl State {
     /// connections first lets the others go idle and close.
     fn take_slot(&mut self, inner: &Arc<Inner>) -> Option<Slot> {
         let config = &inner.config;
-        let conn = self.conns.iter_mut().find(|c| c.retiring.is_none() && c.inflight < config.max_inflight)?;
+        let conn = self
+            .conns
+            .iter_mut()
+            .find(|c| c.retiring.is_none() && c.inflight < config.max_inflight)?;
         conn.inflight += 1;
         conn.assigned += 1;
-        if config.max_queries_per_connection > 0 && conn.assigned >= config.max_queries_per_connection {
+        if config.max_queries_per_connection > 0
+            && conn.assigned >= config.max_queries_per_connection
+        {
             conn.retiring = Some(CloseReason::MaxQueries);
         }
-        Some(Slot { inner: inner.clone(), conn: conn.id, messages: conn.messages.clone(), reused: conn.assigned > 1, armed: true })
+        Some(Slot {
+            inner: inner.clone(),
+            conn: conn.id,
+            messages: conn.messages.clone(),
+            reused: conn.assigned > 1,
+            armed: true,
+        })
     }
 
     /// Takes back a slot that was never used, under the lock already held.
@@ -296,14 +342,19 @@ impl Inner {
             }
             // Queries that connections yet to be dialled will take are not
             // queued behind busy ones: they do not use up `max_queue`.
-            let dial_slots = (self.config.max_connections - st.conns.len()) * self.config.max_inflight;
+            let dial_slots =
+                (self.config.max_connections - st.conns.len()) * self.config.max_inflight;
             if st.queue.len() >= self.config.max_queue + dial_slots {
                 self.m.rejected_full.inc();
                 return Err(ExchangeError::QueueFull);
             }
             let (tx, rx) = oneshot::channel();
             let id = st.next_id();
-            st.queue.push_back(Waiter { id, since: StdInstant::now(), slot: tx });
+            st.queue.push_back(Waiter {
+                id,
+                since: StdInstant::now(),
+                slot: tx,
+            });
             self.pump(&mut st);
             self.publish(&st);
             (id, rx)
@@ -322,7 +373,9 @@ impl Inner {
                 }
                 drop(st);
                 // Handed a slot (or an error) just as the wait ran out: take it.
-                handed.try_recv().unwrap_or(Err(ExchangeError::QueueTimeout))
+                handed
+                    .try_recv()
+                    .unwrap_or(Err(ExchangeError::QueueTimeout))
             }
         }
     }
@@ -345,16 +398,22 @@ impl Inner {
             if st.queue.is_empty() {
                 return;
             }
-            let Some(slot) = st.take_slot(self) else { break };
+            let Some(slot) = st.take_slot(self) else {
+                break;
+            };
             let waiter = st.queue.pop_front().expect("queue is not empty");
-            self.m.queue_wait.observe(waiter.since.elapsed().as_secs_f64());
+            self.m
+                .queue_wait
+                .observe(waiter.since.elapsed().as_secs_f64());
             self.count_slot(&slot);
             if let Err(Ok(slot)) = waiter.slot.send(Ok(slot)) {
                 st.undo(slot);
             }
         }
         let per_conn = self.config.max_inflight;
-        while st.dialing * per_conn < st.queue.len() && st.conns.len() + st.dialing < self.config.max_connections {
+        while st.dialing * per_conn < st.queue.len()
+            && st.conns.len() + st.dialing < self.config.max_connections
+        {
             st.dialing += 1;
             tokio::spawn(self.clone().dial());
         }
@@ -375,18 +434,28 @@ impl Inner {
 
     async fn dial(self: Arc<Self>) {
         self.m.dials.inc();
-        let connected = match timeout(self.config.connect_timeout, TcpStream::connect(self.addr)).await {
-            Ok(Ok(stream)) => stream.set_nodelay(true).map(|_| stream),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")),
-        };
+        let connected =
+            match timeout(self.config.connect_timeout, TcpStream::connect(self.addr)).await {
+                Ok(Ok(stream)) => stream.set_nodelay(true).map(|_| stream),
+                Ok(Err(e)) => Err(e),
+                Err(_) => Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "connect timed out",
+                )),
+            };
         let mut st = self.lock();
         st.dialing -= 1;
         match connected {
             Ok(stream) => {
                 let (tx, rx) = mpsc::unbounded_channel();
                 let id = st.next_id();
-                st.conns.push(Conn { id, inflight: 0, assigned: 0, retiring: None, messages: tx });
+                st.conns.push(Conn {
+                    id,
+                    inflight: 0,
+                    assigned: 0,
+                    retiring: None,
+                    messages: tx,
+                });
                 tokio::spawn(self.clone().run_connection(id, stream, rx));
                 self.pump(&mut st);
             }
@@ -396,7 +465,10 @@ impl Inner {
                 // taking connections. Fail the waiters now, not at their timeout.
                 if st.conns.is_empty() && st.dialing == 0 {
                     for waiter in st.queue.drain(..) {
-                        let _ = waiter.slot.send(Err(ExchangeError::Io(std::io::Error::new(e.kind(), e.to_string()))));
+                        let _ = waiter.slot.send(Err(ExchangeError::Io(std::io::Error::new(
+                            e.kind(),
+                            e.to_string(),
+                        ))));
                     }
                 }
             }
@@ -407,7 +479,9 @@ impl Inner {
     /// Removes a connection from the pool, if `allowed` says so under the lock.
     fn remove_if(self: &Arc<Self>, conn_id: u64, allowed: impl FnOnce(&Conn) -> bool) -> bool {
         let mut st = self.lock();
-        let Some(at) = st.conns.iter().position(|c| c.id == conn_id) else { return true };
+        let Some(at) = st.conns.iter().position(|c| c.id == conn_id) else {
+            return true;
+        };
         if !allowed(&st.conns[at]) {
             return false;
         }
@@ -436,7 +510,12 @@ impl Inner {
 
     /// The task that owns one connection: writes queries, matches answers by
     /// ID, and decides when the connection ends.
-    async fn run_connection(self: Arc<Self>, id: u64, stream: TcpStream, mut messages: mpsc::UnboundedReceiver<Message>) {
+    async fn run_connection(
+        self: Arc<Self>,
+        id: u64,
+        stream: TcpStream,
+        mut messages: mpsc::UnboundedReceiver<Message>,
+    ) {
         let (mut reader, mut writer) = stream.into_split();
         let mut pending: HashMap<u16, Pending> = HashMap::new();
         let mut received = Vec::with_capacity(1024);

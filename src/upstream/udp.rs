@@ -9,7 +9,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use tokio::net::UdpSocket;
-use tokio::time::{timeout_at, Instant};
+use tokio::time::{Instant, timeout_at};
 
 use super::ExchangeError;
 use crate::wire::response::check_answers;
@@ -21,7 +21,13 @@ pub struct UdpReply {
     pub mismatched: u32,
 }
 
-pub async fn exchange(server: SocketAddr, query: &[u8], id: u16, question: &[u8], deadline: Instant) -> Result<UdpReply, ExchangeError> {
+pub async fn exchange(
+    server: SocketAddr,
+    query: &[u8],
+    id: u16,
+    question: &[u8],
+    deadline: Instant,
+) -> Result<UdpReply, ExchangeError> {
     let local: SocketAddr = match server {
         SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
         SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
@@ -39,7 +45,10 @@ pub async fn exchange(server: SocketAddr, query: &[u8], id: u16, question: &[u8]
         match check_answers(&buf[..n], id, question) {
             Ok(()) => {
                 buf.truncate(n);
-                return Ok(UdpReply { msg: buf, mismatched });
+                return Ok(UdpReply {
+                    msg: buf,
+                    mismatched,
+                });
             }
             // Not ours (late answer to a previous query, spoofing attempt):
             // keep waiting for the real one until the deadline.

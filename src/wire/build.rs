@@ -2,7 +2,7 @@
 //! replies to clients, and the OPT record it appends to its answers.
 
 use super::query::{Edns, Reject};
-use super::{flag, rcode, rtype, write_u16, HEADER_LEN};
+use super::{HEADER_LEN, flag, rcode, rtype, write_u16};
 
 /// The UDP payload size nodens advertises upstream and to clients
 /// (DNS flag day 2020: avoids IP fragmentation on any common path).
@@ -10,7 +10,12 @@ pub const ADVERTISED_UDP_SIZE: u16 = 1232;
 
 /// A query for `question` (name, type, class in wire form) with ID `id`,
 /// recursion desired, and an OPT record asking for `ADVERTISED_UDP_SIZE`.
-pub fn upstream_query(id: u16, question: &[u8], dnssec_ok: bool, checking_disabled: bool) -> Vec<u8> {
+pub fn upstream_query(
+    id: u16,
+    question: &[u8],
+    dnssec_ok: bool,
+    checking_disabled: bool,
+) -> Vec<u8> {
     let mut q = Vec::with_capacity(HEADER_LEN + question.len() + 11);
     let mut flags = flag::RD;
     if checking_disabled {
@@ -50,7 +55,13 @@ pub fn push_opt(out: &mut Vec<u8>, dnssec_ok: bool, ext_rcode: u16, ede: Option<
 /// client's header with QR set, the question if it could be read, and an
 /// OPT record if the client sent one.
 pub fn error_reply(packet: &[u8], reject: &Reject, out: &mut Vec<u8>) -> bool {
-    let Reject::Answer { rcode: code, question_end, edns, .. } = *reject else {
+    let Reject::Answer {
+        rcode: code,
+        question_end,
+        edns,
+        ..
+    } = *reject
+    else {
         return false;
     };
     reply_with_rcode(packet, code, question_end, edns, None, out);
@@ -71,7 +82,10 @@ pub fn reply_with_rcode(
     out.clear();
     out.extend_from_slice(&packet[..HEADER_LEN]);
     let request_flags = u16::from_be_bytes([packet[2], packet[3]]);
-    let flags = flag::QR | (request_flags & (flag::OPCODE_MASK | flag::RD | flag::CD)) | flag::RA | (code & flag::RCODE_MASK);
+    let flags = flag::QR
+        | (request_flags & (flag::OPCODE_MASK | flag::RD | flag::CD))
+        | flag::RA
+        | (code & flag::RCODE_MASK);
     write_u16(out, 2, flags);
     let qdcount = u16::from(question_end.is_some());
     write_u16(out, 4, qdcount);
@@ -88,7 +102,13 @@ pub fn reply_with_rcode(
 }
 
 /// SERVFAIL for a query that could not be resolved.
-pub fn servfail(packet: &[u8], question_end: usize, edns: Option<Edns>, ede: Option<u16>, out: &mut Vec<u8>) {
+pub fn servfail(
+    packet: &[u8],
+    question_end: usize,
+    edns: Option<Edns>,
+    ede: Option<u16>,
+    out: &mut Vec<u8>,
+) {
     reply_with_rcode(packet, rcode::SERVFAIL, Some(question_end), edns, ede, out);
 }
 

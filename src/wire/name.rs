@@ -61,7 +61,11 @@ pub fn skip(msg: &[u8], start: usize) -> Result<usize, NameError> {
 /// Like [`skip`], and calls `jumped(at, len)` for each label read through a
 /// compression pointer: those bytes belong to some other part of the message,
 /// which the caller may need to know is never rewritten (a TTL field).
-pub fn skip_visiting(msg: &[u8], start: usize, mut jumped: impl FnMut(usize, usize)) -> Result<usize, NameError> {
+pub fn skip_visiting(
+    msg: &[u8],
+    start: usize,
+    mut jumped: impl FnMut(usize, usize),
+) -> Result<usize, NameError> {
     let mut at = start;
     let mut end = None;
     let mut total = 0usize;
@@ -207,11 +211,17 @@ mod tests {
 
     #[test]
     fn uncompressed_rejects_pointers_and_long_labels() {
-        assert_eq!(parse_uncompressed(b"\xc0\x0c", 0), Err(NameError::UnexpectedPointer));
+        assert_eq!(
+            parse_uncompressed(b"\xc0\x0c", 0),
+            Err(NameError::UnexpectedPointer)
+        );
         let mut long = vec![64u8];
         long.extend([b'a'; 64]);
         long.push(0);
-        assert_eq!(parse_uncompressed(&long, 0), Err(NameError::ReservedLabelType));
+        assert_eq!(
+            parse_uncompressed(&long, 0),
+            Err(NameError::ReservedLabelType)
+        );
         assert_eq!(parse_uncompressed(b"\x03ab", 0), Err(NameError::Truncated));
         assert_eq!(parse_uncompressed(b"\x01a\x00rest", 0), Ok(3));
     }
@@ -233,12 +243,23 @@ mod tests {
         msg.extend(b"\x01a\x00\xc0\x0c");
         assert_eq!(skip(&msg, 15), Ok(17));
         let mut seen = Vec::new();
-        assert_eq!(skip_visiting(&msg, 15, |at, len| seen.push((at, len))), Ok(17));
+        assert_eq!(
+            skip_visiting(&msg, 15, |at, len| seen.push((at, len))),
+            Ok(17)
+        );
         assert_eq!(seen, vec![(12, 2), (14, 1)]);
         msg[16] = 15;
-        assert_eq!(skip(&msg, 15), Err(NameError::BadPointer), "pointer to itself");
+        assert_eq!(
+            skip(&msg, 15),
+            Err(NameError::BadPointer),
+            "pointer to itself"
+        );
         msg[16] = 2;
-        assert_eq!(skip(&msg, 15), Err(NameError::BadPointer), "pointer into the header");
+        assert_eq!(
+            skip(&msg, 15),
+            Err(NameError::BadPointer),
+            "pointer into the header"
+        );
         assert_eq!(skip(&msg[..16], 15), Err(NameError::Truncated));
     }
 

@@ -4,7 +4,7 @@
 //! and allocates nothing. Anything nodens cannot answer safely is turned into
 //! a [`Reject`] that says how to answer (or whether to stay silent).
 
-use super::{flag, name, read_u16, read_u32, rcode, rtype, HEADER_LEN};
+use super::{HEADER_LEN, flag, name, rcode, read_u16, read_u32, rtype};
 
 /// A query that passed validation; it borrows the packet it came in.
 #[derive(Debug, Clone, Copy)]
@@ -68,7 +68,12 @@ pub enum Reject {
     /// Answer with this response code. `question_end` is set when the
     /// question could be read, so the error reply can echo it; `edns` when
     /// the client's OPT could be read, so the reply carries one.
-    Answer { rcode: u16, reason: &'static str, question_end: Option<usize>, edns: Option<Edns> },
+    Answer {
+        rcode: u16,
+        reason: &'static str,
+        question_end: Option<usize>,
+        edns: Option<Edns>,
+    },
 }
 
 impl Reject {
@@ -81,7 +86,12 @@ impl Reject {
 }
 
 fn formerr(reason: &'static str, question_end: Option<usize>) -> Reject {
-    Reject::Answer { rcode: rcode::FORMERR, reason, question_end, edns: None }
+    Reject::Answer {
+        rcode: rcode::FORMERR,
+        reason,
+        question_end,
+        edns: None,
+    }
 }
 
 /// Validates a client query.
@@ -96,15 +106,24 @@ pub fn parse(packet: &[u8]) -> Result<Query<'_>, Reject> {
     }
     let opcode = (flags & flag::OPCODE_MASK) >> 11;
     if opcode != 0 {
-        return Err(Reject::Answer { rcode: rcode::NOTIMP, reason: "opcode not supported", question_end: None, edns: None });
+        return Err(Reject::Answer {
+            rcode: rcode::NOTIMP,
+            reason: "opcode not supported",
+            question_end: None,
+            edns: None,
+        });
     }
     if read_u16(packet, 4) != 1 {
         return Err(formerr("question count is not 1", None));
     }
     if read_u16(packet, 6) != 0 || read_u16(packet, 8) != 0 {
-        return Err(formerr("records in the answer or authority section of a query", None));
+        return Err(formerr(
+            "records in the answer or authority section of a query",
+            None,
+        ));
     }
-    let name_end = name::parse_uncompressed(packet, HEADER_LEN).map_err(|_| formerr("bad question name", None))?;
+    let name_end = name::parse_uncompressed(packet, HEADER_LEN)
+        .map_err(|_| formerr("bad question name", None))?;
     if name_end + 4 > packet.len() {
         return Err(formerr("question truncated", None));
     }
@@ -115,26 +134,57 @@ pub fn parse(packet: &[u8]) -> Result<Query<'_>, Reject> {
     let edns = parse_additional(packet, name_end + 4, read_u16(packet, 10), question_end)?;
 
     match qtype {
-        rtype::OPT => return Err(Reject::Answer { rcode: rcode::FORMERR, reason: "OPT as question type", question_end, edns }),
+        rtype::OPT => {
+            return Err(Reject::Answer {
+                rcode: rcode::FORMERR,
+                reason: "OPT as question type",
+                question_end,
+                edns,
+            });
+        }
         rtype::AXFR | rtype::IXFR => {
-            return Err(Reject::Answer { rcode: rcode::REFUSED, reason: "zone transfer", question_end, edns });
+            return Err(Reject::Answer {
+                rcode: rcode::REFUSED,
+                reason: "zone transfer",
+                question_end,
+                edns,
+            });
         }
         rtype::MAILA | rtype::MAILB => {
-            return Err(Reject::Answer { rcode: rcode::NOTIMP, reason: "obsolete query type", question_end, edns });
+            return Err(Reject::Answer {
+                rcode: rcode::NOTIMP,
+                reason: "obsolete query type",
+                question_end,
+                edns,
+            });
         }
         _ => {}
     }
-    Ok(Query { packet, id, flags, name_end, qtype, qclass, edns })
+    Ok(Query {
+        packet,
+        id,
+        flags,
+        name_end,
+        qtype,
+        qclass,
+        edns,
+    })
 }
 
 /// Walks the additional section and reads the OPT record, if any. Other
 /// records (TSIG, SIG(0)) are skipped: nodens never forwards them.
-fn parse_additional(packet: &[u8], start: usize, count: u16, question_end: Option<usize>) -> Result<Option<Edns>, Reject> {
+fn parse_additional(
+    packet: &[u8],
+    start: usize,
+    count: u16,
+    question_end: Option<usize>,
+) -> Result<Option<Edns>, Reject> {
     let mut at = start;
     let mut edns = None;
     for _ in 0..count {
         let owner_root = packet.get(at) == Some(&0);
-        at = name::skip(packet, at).map_err(|_| formerr("bad name in additional section", question_end))?;
+        at = name::skip(packet, at)
+            .map_err(|_| formerr("bad name in additional section", question_end))?;
         if at + 10 > packet.len() {
             return Err(formerr("additional record truncated", question_end));
         }
@@ -151,10 +201,17 @@ fn parse_additional(packet: &[u8], start: usize, count: u16, question_end: Optio
                 return Err(formerr("more than one OPT record", question_end));
             }
             if !owner_root {
-                return Err(formerr("OPT record with a name other than the root", question_end));
+                return Err(formerr(
+                    "OPT record with a name other than the root",
+                    question_end,
+                ));
             }
-            check_options(&packet[at..at + rdlen]).map_err(|_| formerr("malformed EDNS option", question_end))?;
-            let found = Edns { udp_size: class.max(512), dnssec_ok: ttl & 0x8000 != 0 };
+            check_options(&packet[at..at + rdlen])
+                .map_err(|_| formerr("malformed EDNS option", question_end))?;
+            let found = Edns {
+                udp_size: class.max(512),
+                dnssec_ok: ttl & 0x8000 != 0,
+            };
             let version = (ttl >> 16) as u8;
             if version != 0 {
                 return Err(Reject::Answer {
@@ -217,7 +274,13 @@ mod tests {
     fn edns_query() {
         let p = query(b"\x01a\x00", 28, OPT_DO_4096, 1);
         let q = parse(&p).unwrap();
-        assert_eq!(q.edns, Some(Edns { udp_size: 4096, dnssec_ok: true }));
+        assert_eq!(
+            q.edns,
+            Some(Edns {
+                udp_size: 4096,
+                dnssec_ok: true
+            })
+        );
         assert_eq!(q.udp_limit(1232), 1232);
     }
 
@@ -229,16 +292,48 @@ mod tests {
         assert!(matches!(parse(&resp), Err(Reject::Drop(_))));
         let mut notify = query(b"\x01a\x00", 1, &[], 0);
         notify[2] |= 4 << 3;
-        assert!(matches!(parse(&notify), Err(Reject::Answer { rcode: rcode::NOTIMP, .. })));
+        assert!(matches!(
+            parse(&notify),
+            Err(Reject::Answer {
+                rcode: rcode::NOTIMP,
+                ..
+            })
+        ));
         let two_opt = query(b"\x01a\x00", 1, &[OPT_DO_4096, OPT_DO_4096].concat(), 2);
-        assert!(matches!(parse(&two_opt), Err(Reject::Answer { rcode: rcode::FORMERR, .. })));
+        assert!(matches!(
+            parse(&two_opt),
+            Err(Reject::Answer {
+                rcode: rcode::FORMERR,
+                ..
+            })
+        ));
         let mut v1 = OPT_DO_4096.to_vec();
         v1[6] = 1;
         let badvers = query(b"\x01a\x00", 1, &v1, 1);
-        assert!(matches!(parse(&badvers), Err(Reject::Answer { rcode: rcode::BADVERS, edns: Some(_), .. })));
+        assert!(matches!(
+            parse(&badvers),
+            Err(Reject::Answer {
+                rcode: rcode::BADVERS,
+                edns: Some(_),
+                ..
+            })
+        ));
         let axfr = query(b"\x01a\x00", rtype::AXFR, &[], 0);
-        assert!(matches!(parse(&axfr), Err(Reject::Answer { rcode: rcode::REFUSED, .. })));
+        assert!(matches!(
+            parse(&axfr),
+            Err(Reject::Answer {
+                rcode: rcode::REFUSED,
+                ..
+            })
+        ));
         let missing_opt = query(b"\x01a\x00", 1, &[], 1);
-        assert!(matches!(parse(&missing_opt), Err(Reject::Answer { rcode: rcode::FORMERR, question_end: Some(_), .. })));
+        assert!(matches!(
+            parse(&missing_opt),
+            Err(Reject::Answer {
+                rcode: rcode::FORMERR,
+                question_end: Some(_),
+                ..
+            })
+        ));
     }
 }

@@ -6,7 +6,7 @@ use std::ops::Range;
 
 use thiserror::Error;
 
-use super::{flag, name, read_u16, read_u32, rtype, HEADER_LEN};
+use super::{HEADER_LEN, flag, name, read_u16, read_u32, rtype};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 pub enum ResponseError {
@@ -66,7 +66,9 @@ pub fn check_answers(msg: &[u8], id: u16, question: &[u8]) -> Result<(), Respons
     if read_u16(msg, 4) != 1 {
         return Err(ResponseError::QuestionMismatch);
     }
-    let theirs = msg.get(HEADER_LEN..HEADER_LEN + question.len()).ok_or(ResponseError::QuestionMismatch)?;
+    let theirs = msg
+        .get(HEADER_LEN..HEADER_LEN + question.len())
+        .ok_or(ResponseError::QuestionMismatch)?;
     if !theirs.eq_ignore_ascii_case(question) {
         return Err(ResponseError::QuestionMismatch);
     }
@@ -75,7 +77,8 @@ pub fn check_answers(msg: &[u8], id: u16, question: &[u8]) -> Result<(), Respons
 
 /// Walks every record of a response that [`check_answers`] accepted.
 pub fn layout(msg: &[u8]) -> Result<Layout, ResponseError> {
-    let question_end = name::parse_uncompressed(msg, HEADER_LEN).map_err(|_| ResponseError::Malformed)? + 4;
+    let question_end =
+        name::parse_uncompressed(msg, HEADER_LEN).map_err(|_| ResponseError::Malformed)? + 4;
     if question_end > msg.len() {
         return Err(ResponseError::Malformed);
     }
@@ -102,7 +105,8 @@ pub fn layout(msg: &[u8]) -> Result<Layout, ResponseError> {
         }
         for _ in 0..count {
             let start = at;
-            at = name::skip_visiting(msg, at, |label, len| jumped_labels.push((label, len))).map_err(|_| ResponseError::Malformed)?;
+            at = name::skip_visiting(msg, at, |label, len| jumped_labels.push((label, len)))
+                .map_err(|_| ResponseError::Malformed)?;
             if at + 10 > msg.len() {
                 return Err(ResponseError::Malformed);
             }
@@ -132,12 +136,15 @@ pub fn layout(msg: &[u8]) -> Result<Layout, ResponseError> {
                 }
                 let minimum = read_u32(msg, at - 4);
                 let negative = sane_ttl(read_u32(msg, ttl_at)).min(sane_ttl(minimum));
-                out.soa_negative_ttl = Some(out.soa_negative_ttl.map_or(negative, |t| t.min(negative)));
+                out.soa_negative_ttl =
+                    Some(out.soa_negative_ttl.map_or(negative, |t| t.min(negative)));
             }
         }
     }
     let overlaps_ttl = |&(label, len): &(usize, usize)| {
-        out.ttls.iter().any(|&(ttl, _)| label < ttl + 4 && ttl < label + len)
+        out.ttls
+            .iter()
+            .any(|&(ttl, _)| label < ttl + 4 && ttl < label + len)
     };
     if jumped_labels.iter().any(overlaps_ttl) {
         return Err(ResponseError::Malformed);
@@ -149,7 +156,13 @@ pub fn layout(msg: &[u8]) -> Result<Layout, ResponseError> {
 /// Walks the compressible names in RDATA (RFC 3597 section 4: the types of
 /// RFC 1035, plus MX and SRV whose names follow a fixed-size prefix),
 /// recording labels reached through pointers.
-fn check_rdata_names(msg: &[u8], rrtype: u16, rdata: usize, end: usize, jumped: &mut Vec<(usize, usize)>) -> Result<(), ResponseError> {
+fn check_rdata_names(
+    msg: &[u8],
+    rrtype: u16,
+    rdata: usize,
+    end: usize,
+    jumped: &mut Vec<(usize, usize)>,
+) -> Result<(), ResponseError> {
     let (prefix, names) = match rrtype {
         rtype::NS | rtype::CNAME | rtype::PTR | DNAME => (0, 1),
         rtype::SOA => (0, 2),
@@ -162,7 +175,8 @@ fn check_rdata_names(msg: &[u8], rrtype: u16, rdata: usize, end: usize, jumped: 
     }
     let mut at = rdata + prefix;
     for _ in 0..names {
-        at = name::skip_visiting(msg, at, |label, len| jumped.push((label, len))).map_err(|_| ResponseError::Malformed)?;
+        at = name::skip_visiting(msg, at, |label, len| jumped.push((label, len)))
+            .map_err(|_| ResponseError::Malformed)?;
         if at > end {
             return Err(ResponseError::Malformed);
         }
@@ -198,7 +212,10 @@ mod tests {
     fn walks_sections() {
         let m = sample();
         check_answers(&m, 0xabcd, b"\x03WWW\x01t\x00\x00\x01\x00\x01").unwrap();
-        assert_eq!(check_answers(&m, 1, b"\x03www\x01t\x00\x00\x01\x00\x01"), Err(ResponseError::IdMismatch));
+        assert_eq!(
+            check_answers(&m, 1, b"\x03www\x01t\x00\x00\x01\x00\x01"),
+            Err(ResponseError::IdMismatch)
+        );
         assert_eq!(
             check_answers(&m, 0xabcd, b"\x03www\x01t\x00\x00\x1c\x00\x01"),
             Err(ResponseError::QuestionMismatch)

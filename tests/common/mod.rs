@@ -119,7 +119,10 @@ impl Net {
     /// The k-th port of this block on ::1 (k < 10).
     pub fn v6(self, k: u16) -> SocketAddr {
         assert!(k < 10);
-        SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), 20000 + 10 * u16::from(self.0) + k)
+        SocketAddr::new(
+            IpAddr::V6(Ipv6Addr::LOCALHOST),
+            20000 + 10 * u16::from(self.0) + k,
+        )
     }
 }
 
@@ -135,20 +138,29 @@ pub fn tool(name: &str) -> PathBuf {
 }
 
 fn find_on_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/usr/sbin:/usr/bin:/sbin:/bin"));
-    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| is_executable(p))
+    let path =
+        std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/usr/sbin:/usr/bin:/sbin:/bin"));
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| is_executable(p))
 }
 
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    p.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+    p.metadata()
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
 }
 
 /// The CoreDNS binary: $COREDNS, then PATH, then `$(go env GOPATH)/bin/coredns`.
 pub fn coredns_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("COREDNS") {
         let p = PathBuf::from(p);
-        assert!(is_executable(&p), "COREDNS={} is not an executable: {INSTALL_HINT}", p.display());
+        assert!(
+            is_executable(&p),
+            "COREDNS={} is not an executable: {INSTALL_HINT}",
+            p.display()
+        );
         return p;
     }
     if let Some(p) = find_on_path("coredns") {
@@ -190,7 +202,9 @@ pub fn require_root(what: &str) -> bool {
         eprintln!("SKIPPED {what}: needs root, and NODENS_ALLOW_SKIP_ROOT=1");
         return false;
     }
-    panic!("{what} needs root (network namespaces / cgroups); run as root, or set NODENS_ALLOW_SKIP_ROOT=1 to skip it")
+    panic!(
+        "{what} needs root (network namespaces / cgroups); run as root, or set NODENS_ALLOW_SKIP_ROOT=1 to skip it"
+    )
 }
 
 /// Runs `f` on a new thread that has joined the network namespace `name`
@@ -209,10 +223,18 @@ pub fn in_netns<T: Send>(name: &str, f: impl FnOnce() -> T + Send) -> T {
             // SAFETY: setns(2) on a namespace fd we hold open; CLONE_NEWNET
             // moves only the calling thread, which runs nothing else.
             let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(rc, 0, "setns({}): {}", path.display(), std::io::Error::last_os_error());
+            assert_eq!(
+                rc,
+                0,
+                "setns({}): {}",
+                path.display(),
+                std::io::Error::last_os_error()
+            );
             f()
         });
-        worker.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        worker
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })
 }
 
@@ -239,8 +261,12 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(name: &str, mut cmd: Command) -> Proc {
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {name} ({cmd:?}): {e}"));
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name} ({cmd:?}): {e}"));
         let lines = Arc::new(Mutex::new(Vec::new()));
         let out: Box<dyn Read + Send> = Box::new(child.stdout.take().unwrap());
         let err: Box<dyn Read + Send> = Box::new(child.stderr.take().unwrap());
@@ -264,7 +290,12 @@ impl Proc {
                 }
             });
         }
-        Proc { name: name.to_string(), child, lines, status: None }
+        Proc {
+            name: name.to_string(),
+            child,
+            lines,
+            status: None,
+        }
     }
 
     pub fn pid(&self) -> u32 {
@@ -281,22 +312,50 @@ impl Proc {
     }
 
     /// The first line from index `from` on that matches, waiting up to `timeout`.
-    pub fn wait_for_line(&mut self, from: usize, timeout: Duration, what: &str, pred: impl Fn(&str) -> bool) -> String {
+    pub fn wait_for_line(
+        &mut self,
+        from: usize,
+        timeout: Duration,
+        what: &str,
+        pred: impl Fn(&str) -> bool,
+    ) -> String {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(l) = self.lines.lock().unwrap().iter().skip(from).find(|l| pred(l)) {
+            if let Some(l) = self
+                .lines
+                .lock()
+                .unwrap()
+                .iter()
+                .skip(from)
+                .find(|l| pred(l))
+            {
                 return l.clone();
             }
             if let Some(st) = self.try_status() {
                 // Give the reader threads a moment to drain the pipes, then look once more.
                 thread::sleep(Duration::from_millis(100));
-                if let Some(l) = self.lines.lock().unwrap().iter().skip(from).find(|l| pred(l)) {
+                if let Some(l) = self
+                    .lines
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .skip(from)
+                    .find(|l| pred(l))
+                {
                     return l.clone();
                 }
-                panic!("{} exited ({st}) before printing {what}; output:\n{}", self.name, self.lines().join("\n"));
+                panic!(
+                    "{} exited ({st}) before printing {what}; output:\n{}",
+                    self.name,
+                    self.lines().join("\n")
+                );
             }
             if Instant::now() >= deadline {
-                panic!("{} did not print {what} within {timeout:?}; output:\n{}", self.name, self.lines().join("\n"));
+                panic!(
+                    "{} did not print {what} within {timeout:?}; output:\n{}",
+                    self.name,
+                    self.lines().join("\n")
+                );
             }
             thread::sleep(Duration::from_millis(20));
         }
@@ -308,7 +367,13 @@ impl Proc {
         }
         // SAFETY: plain kill(2) on our own child, which we have not reaped.
         let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
-        assert_eq!(rc, 0, "kill({}, {sig}) failed: {}", self.child.id(), std::io::Error::last_os_error());
+        assert_eq!(
+            rc,
+            0,
+            "kill({}, {sig}) failed: {}",
+            self.child.id(),
+            std::io::Error::last_os_error()
+        );
     }
 
     /// The exit status if the process has exited.
@@ -524,14 +589,20 @@ impl CoreDns {
     /// Waits until CoreDNS answers a probe query (a name no test asks for).
     pub fn wait_ready(&self) {
         let probe = Q::new(&format!("_ready.{}", self.origins[0]), RecordType::TXT).to_bytes();
-        wait_until(Duration::from_secs(15), &format!("CoreDNS on {} to answer", self.addr), || {
-            udp_exchange(self.addr, &probe, Duration::from_millis(200)).map(|_| ())
-        });
+        wait_until(
+            Duration::from_secs(15),
+            &format!("CoreDNS on {} to answer", self.addr),
+            || udp_exchange(self.addr, &probe, Duration::from_millis(200)).map(|_| ()),
+        );
     }
 
     /// Every query CoreDNS logged so far.
     pub fn queries(&self) -> Vec<LoggedQuery> {
-        self.proc.lines().iter().filter_map(|l| LoggedQuery::parse(l)).collect()
+        self.proc
+            .lines()
+            .iter()
+            .filter_map(|l| LoggedQuery::parse(l))
+            .collect()
     }
 
     fn count(&self, name: &str, qtype: &str, proto: Option<&str>) -> usize {
@@ -539,7 +610,9 @@ impl CoreDns {
         self.queries()
             .iter()
             .filter(|q| {
-                fqdn_lower(&q.name) == name && q.qtype.eq_ignore_ascii_case(qtype) && proto.is_none_or(|p| q.proto == p)
+                fqdn_lower(&q.name) == name
+                    && q.qtype.eq_ignore_ascii_case(qtype)
+                    && proto.is_none_or(|p| q.proto == p)
             })
             .count()
     }
@@ -556,10 +629,14 @@ impl CoreDns {
 
     /// Waits until at least `n` queries for `name`/`qtype` were logged; returns the count.
     pub fn wait_queries(&self, name: &str, qtype: &str, n: usize, timeout: Duration) -> usize {
-        wait_until(timeout, &format!("{n} queries for {name} {qtype} at {}", self.addr), || {
-            let c = self.count_queries(name, qtype);
-            (c >= n).then_some(c)
-        })
+        wait_until(
+            timeout,
+            &format!("{n} queries for {name} {qtype} at {}", self.addr),
+            || {
+                let c = self.count_queries(name, qtype);
+                (c >= n).then_some(c)
+            },
+        )
     }
 
     /// A barrier on the query log: asks CoreDNS directly for a unique name and
@@ -607,7 +684,9 @@ impl Silent {
     /// The next datagram that arrived, waiting up to `timeout`.
     pub fn recv(&self, timeout: Duration) -> Option<(SocketAddr, Vec<u8>)> {
         self.sock.set_nonblocking(false).unwrap();
-        self.sock.set_read_timeout(Some(timeout.max(Duration::from_millis(1)))).unwrap();
+        self.sock
+            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
+            .unwrap();
         let mut buf = vec![0u8; 65535];
         match self.sock.recv_from(&mut buf) {
             Ok((n, from)) => Some((from, buf[..n].to_vec())),
@@ -661,7 +740,10 @@ impl Cfg {
     pub fn new(net: Net) -> Cfg {
         Cfg {
             server: vec![
-                ("listen".into(), format!("[{}]", toml_str(&net.nodens().to_string()))),
+                (
+                    "listen".into(),
+                    format!("[{}]", toml_str(&net.nodens().to_string())),
+                ),
                 ("workers".into(), "1".into()),
             ],
             cache: vec![("prefetch_min_hits".into(), "0".into())],
@@ -700,7 +782,11 @@ impl Cfg {
     /// A `[[zone]]`; `extra` are more `key = value` lines (TOML syntax).
     pub fn zone(mut self, name: &str, upstreams: &[SocketAddr], extra: &[(&str, &str)]) -> Cfg {
         let ups: Vec<String> = upstreams.iter().map(|a| toml_str(&a.to_string())).collect();
-        let mut z = format!("[[zone]]\nname = {}\nupstreams = [{}]\n", toml_str(name), ups.join(", "));
+        let mut z = format!(
+            "[[zone]]\nname = {}\nupstreams = [{}]\n",
+            toml_str(name),
+            ups.join(", ")
+        );
         for (k, v) in extra {
             writeln!(z, "{k} = {v}").unwrap();
         }
@@ -710,9 +796,12 @@ impl Cfg {
 
     pub fn to_toml(&self) -> String {
         let mut s = String::new();
-        for (section, kvs) in
-            [("server", &self.server), ("cache", &self.cache), ("metrics", &self.metrics), ("log", &self.log)]
-        {
+        for (section, kvs) in [
+            ("server", &self.server),
+            ("cache", &self.cache),
+            ("metrics", &self.metrics),
+            ("log", &self.log),
+        ] {
             writeln!(s, "[{section}]").unwrap();
             for (k, v) in kvs {
                 writeln!(s, "{k} = {v}").unwrap();
@@ -749,7 +838,11 @@ fn addresses_of(toml_text: &str) -> (SocketAddr, Option<SocketAddr>) {
         .and_then(|v| v.as_str())
         .map(|s| s.parse().expect("listen address with a port"))
         .unwrap_or_else(|| "127.0.0.1:1053".parse().unwrap());
-    let http = match table.get("metrics").and_then(|m| m.get("listen")).and_then(|v| v.as_str()) {
+    let http = match table
+        .get("metrics")
+        .and_then(|m| m.get("listen"))
+        .and_then(|v| v.as_str())
+    {
         Some("") => None,
         Some(s) => Some(s.parse().expect("metrics.listen")),
         None => Some("127.0.0.1:9253".parse().unwrap()),
@@ -786,7 +879,13 @@ impl Nodens {
         };
         cmd.arg("serve").arg("--config").arg(&config_path);
         let proc = Proc::spawn(&format!("nodens {dns}"), cmd);
-        Nodens { proc, config_path, dns, http, _dir: dir }
+        Nodens {
+            proc,
+            config_path,
+            dns,
+            http,
+            _dir: dir,
+        }
     }
 
     fn http_addr(&self) -> SocketAddr {
@@ -803,10 +902,16 @@ impl Nodens {
             }
             if let Some(st) = self.proc.try_status() {
                 thread::sleep(Duration::from_millis(100));
-                panic!("nodens exited ({st}) before /ready; output:\n{}", self.proc.lines().join("\n"));
+                panic!(
+                    "nodens exited ({st}) before /ready; output:\n{}",
+                    self.proc.lines().join("\n")
+                );
             }
             if Instant::now() >= deadline {
-                panic!("nodens not ready on {addr} after 20 s; output:\n{}", self.proc.lines().join("\n"));
+                panic!(
+                    "nodens not ready on {addr} after 20 s; output:\n{}",
+                    self.proc.lines().join("\n")
+                );
             }
             thread::sleep(Duration::from_millis(20));
         }
@@ -830,7 +935,10 @@ impl Nodens {
 
     pub fn assert_alive(&mut self) {
         if let Some(st) = self.proc.try_status() {
-            panic!("nodens died ({st}); output:\n{}", self.proc.lines().join("\n"));
+            panic!(
+                "nodens died ({st}); output:\n{}",
+                self.proc.lines().join("\n")
+            );
         }
     }
 
@@ -852,18 +960,31 @@ impl Nodens {
 
     /// Waits until `metric(name, labels) >= at_least`; returns the value.
     pub fn wait_metric(&self, name: &str, labels: &[(&str, &str)], at_least: f64) -> f64 {
-        wait_until(Duration::from_secs(5), &format!("{name}{labels:?} >= {at_least}"), || {
-            let v = self.metric(name, labels);
-            (v >= at_least).then_some(v)
-        })
+        wait_until(
+            Duration::from_secs(5),
+            &format!("{name}{labels:?} >= {at_least}"),
+            || {
+                let v = self.metric(name, labels);
+                (v >= at_least).then_some(v)
+            },
+        )
     }
 
     /// The worker count from the `workers=N` startup line.
     pub fn wait_workers(&mut self, timeout: Duration) -> usize {
-        let line = self.proc.wait_for_line(0, timeout, "a workers=N line", |l| l.contains("workers="));
-        let digits: String =
-            line.split("workers=").nth(1).unwrap().chars().take_while(|c| c.is_ascii_digit()).collect();
-        digits.parse().unwrap_or_else(|_| panic!("no number after workers= in {line:?}"))
+        let line = self
+            .proc
+            .wait_for_line(0, timeout, "a workers=N line", |l| l.contains("workers="));
+        let digits: String = line
+            .split("workers=")
+            .nth(1)
+            .unwrap()
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect();
+        digits
+            .parse()
+            .unwrap_or_else(|_| panic!("no number after workers= in {line:?}"))
     }
 }
 
@@ -886,9 +1007,20 @@ pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> 
         .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse().ok())
-        .ok_or_else(|| std::io::Error::new(ErrorKind::InvalidData, format!("bad HTTP response: {head:?}")))?;
-    let body =
-        if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_string() };
+        .ok_or_else(|| {
+            std::io::Error::new(
+                ErrorKind::InvalidData,
+                format!("bad HTTP response: {head:?}"),
+            )
+        })?;
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
     Ok((code, body))
 }
 
@@ -920,12 +1052,18 @@ pub struct Sample {
 
 impl Sample {
     pub fn label(&self, k: &str) -> Option<&str> {
-        self.labels.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str())
+        self.labels
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
     }
 }
 
 pub fn parse_metrics(text: &str) -> Vec<Sample> {
-    text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).filter_map(parse_sample).collect()
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(parse_sample)
+        .collect()
 }
 
 fn parse_sample(line: &str) -> Option<Sample> {
@@ -945,7 +1083,11 @@ fn parse_sample(line: &str) -> Option<Sample> {
         "-Inf" => f64::NEG_INFINITY,
         v => v.parse().ok()?,
     };
-    Some(Sample { name, labels, value })
+    Some(Sample {
+        name,
+        labels,
+        value,
+    })
 }
 
 /// Parses `k="v",k2="v2"}` and returns the labels and what follows the `}`.
@@ -1052,7 +1194,10 @@ impl Q {
             .set_op_code(OpCode::Query)
             .set_recursion_desired(true)
             .set_checking_disabled(self.checking_disabled);
-        m.add_query(Query::query(Name::from_ascii(&self.name).expect("query name"), self.qtype));
+        m.add_query(Query::query(
+            Name::from_ascii(&self.name).expect("query name"),
+            self.qtype,
+        ));
         if let Some(size) = self.edns {
             let mut e = Edns::new();
             e.set_max_payload(size);
@@ -1074,7 +1219,8 @@ pub struct Reply {
 
 impl Reply {
     pub fn parse(raw: Vec<u8>, elapsed: Duration) -> Reply {
-        let msg = Message::from_vec(&raw).unwrap_or_else(|e| panic!("unparsable reply ({e}): {raw:02x?}"));
+        let msg = Message::from_vec(&raw)
+            .unwrap_or_else(|e| panic!("unparsable reply ({e}): {raw:02x?}"));
         Reply { raw, msg, elapsed }
     }
     pub fn id(&self) -> u16 {
@@ -1102,7 +1248,11 @@ impl Reply {
             .collect()
     }
     pub fn answers_of(&self, t: RecordType) -> Vec<&Record> {
-        self.msg.answers().iter().filter(|r| r.record_type() == t).collect()
+        self.msg
+            .answers()
+            .iter()
+            .filter(|r| r.record_type() == t)
+            .collect()
     }
     pub fn ttls(&self) -> Vec<u32> {
         self.msg.answers().iter().map(|r| r.ttl()).collect()
@@ -1124,7 +1274,13 @@ fn rrset_text(records: &[Record]) -> BTreeSet<String> {
     records
         .iter()
         .map(|r| {
-            format!("{} {} {} {}", r.name().to_ascii().to_ascii_lowercase(), r.dns_class(), r.record_type(), r.data())
+            format!(
+                "{} {} {} {}",
+                r.name().to_ascii().to_ascii_lowercase(),
+                r.dns_class(),
+                r.record_type(),
+                r.data()
+            )
         })
         .collect()
 }
@@ -1149,7 +1305,13 @@ pub fn question_of(raw: &[u8]) -> Option<(String, RecordType)> {
 }
 
 fn client_socket(server: SocketAddr) -> UdpSocket {
-    let local: SocketAddr = if server.is_ipv4() { "127.0.0.1:0" } else { "[::1]:0" }.parse().unwrap();
+    let local: SocketAddr = if server.is_ipv4() {
+        "127.0.0.1:0"
+    } else {
+        "[::1]:0"
+    }
+    .parse()
+    .unwrap();
     UdpSocket::bind(local).unwrap()
 }
 
@@ -1162,11 +1324,14 @@ pub fn udp_exchange(server: SocketAddr, packet: &[u8], timeout: Duration) -> Opt
     let mut buf = vec![0u8; 65535];
     loop {
         let left = deadline.checked_duration_since(Instant::now())?;
-        sock.set_read_timeout(Some(left.max(Duration::from_millis(1)))).unwrap();
+        sock.set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .unwrap();
         match sock.recv_from(&mut buf) {
             Ok((n, from)) if from == server => return Some(buf[..n].to_vec()),
             Ok(_) => continue,
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => return None,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return None;
+            }
             Err(_) => return None, // e.g. ECONNREFUSED from an ICMP error
         }
     }
@@ -1215,8 +1380,13 @@ impl Tcp {
         let stream = TcpStream::connect_timeout(&server, Duration::from_secs(2))
             .unwrap_or_else(|e| panic!("connect {server}: {e}"));
         stream.set_nodelay(true).unwrap();
-        stream.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
-        Tcp { stream, buf: Vec::new() }
+        stream
+            .set_write_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        Tcp {
+            stream,
+            buf: Vec::new(),
+        }
     }
 
     /// Sends one framed message.
@@ -1247,11 +1417,15 @@ impl Tcp {
             let Some(left) = deadline.checked_duration_since(Instant::now()) else {
                 return TcpRead::Timeout;
             };
-            self.stream.set_read_timeout(Some(left.max(Duration::from_millis(1)))).unwrap();
+            self.stream
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                .unwrap();
             match self.stream.read(&mut chunk) {
                 Ok(0) => return TcpRead::Closed,
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => return TcpRead::Timeout,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    return TcpRead::Timeout;
+                }
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(_) => return TcpRead::Closed,
             }
@@ -1479,7 +1653,11 @@ impl CoreDns {
     }
 
     /// [`CoreDns::launch_with_blocks`], waiting until it answers.
-    pub fn start_with_blocks(addr: SocketAddr, zones: &[(&str, String)], blocks: &[(&str, &str)]) -> CoreDns {
+    pub fn start_with_blocks(
+        addr: SocketAddr,
+        zones: &[(&str, String)],
+        blocks: &[(&str, &str)],
+    ) -> CoreDns {
         let c = CoreDns::launch_with_blocks(&[], addr, zones, blocks);
         c.wait_ready();
         c
@@ -1493,7 +1671,11 @@ impl CoreDns {
     /// TCP connection to it carries at most one query per `delay`.
     pub fn test_zone_delayed(addr: SocketAddr, delay: &str) -> CoreDns {
         let erratic = format!("erratic {{\n    delay 1 {delay}\n  }}");
-        CoreDns::start_with_blocks(addr, &[("test.", test_zone(""))], &[("delay.test.", &erratic)])
+        CoreDns::start_with_blocks(
+            addr,
+            &[("test.", test_zone(""))],
+            &[("delay.test.", &erratic)],
+        )
     }
 }
 
@@ -1522,7 +1704,11 @@ pub fn ss_established_via(wrapper: &[&str], local: SocketAddr) -> Vec<SsConn> {
     };
     cmd.args(["-Htn", "state", "established", "src", &local.to_string()]);
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(out.status.success(), "{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| {
@@ -1575,13 +1761,18 @@ pub fn in_parallel<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
     let f = &f;
     thread::scope(|s| {
         let handles: Vec<_> = (0..n).map(|i| s.spawn(move || f(i))).collect();
-        handles.into_iter().map(|h| h.join().expect("query thread")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("query thread"))
+            .collect()
     })
 }
 
 /// True if `/metrics` has a series `name` with all of `labels`.
 pub fn has_series(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> bool {
-    samples.iter().any(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(*v)))
+    samples
+        .iter()
+        .any(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(*v)))
 }
 
 impl Nodens {
@@ -1617,7 +1808,10 @@ impl Nodens {
                 return;
             }
             if Instant::now() >= deadline {
-                panic!("upstream pool not idle 5 s after the traffic: {}", bad.join("; "));
+                panic!(
+                    "upstream pool not idle 5 s after the traffic: {}",
+                    bad.join("; ")
+                );
             }
             thread::sleep(Duration::from_millis(50));
         }
