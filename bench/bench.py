@@ -762,7 +762,44 @@ zone:
                 f"{res['rss']['prealloc_bytes_per_slot']:.0f} bytes per preallocated slot")
         return res
 
-    def run(self, servers):
+    def profile(self, name, spec, kind):
+        """One server, one load (hit, rate or miss), recorded with perf: where
+        its CPU time goes. Writes perf.data and a flat report to the output."""
+        hot = os.path.join(self.tmp, "hot.txt")
+        C, Q = str(CFG["clients"]), str(CFG["inflight"])
+        secs = CFG[{"hit": "hit_secs", "rate": "rate_secs", "miss": "miss_secs"}[kind]]
+        args = {
+            "hit": ["-d", hot, "-c", C, "-q", Q, "-l", str(secs)],
+            "rate": ["-d", hot, "-c", C, "-q", Q, "-Q", str(CFG["rate"]), "-l", str(secs)],
+            "miss": ["-d", self.miss.get(0), "-n", "1", "-c", C, "-q", str(CFG["miss_inflight"]),
+                     "-l", str(secs)],
+        }[kind]
+        srv = self.start_server(name, spec, 1)
+        try:
+            w = self.dnsperf(srv, ["-d", hot, "-n", "1", "-c", "1", "-q", "20", "-l", "30"], f"{name}-warm", 30)
+            os.unlink(w.pop("_path"))
+            data = os.path.join(self.out, f"{name}-{kind}.perf.data")
+            # perf on the load core: it must not take the server's core.
+            rec = self.procs.spawn("perf", ["perf", "record", "-F", "4999", "-o", data,
+                                            "-p", str(srv.pid), "--", "sleep", str(secs + 1)],
+                                   os.path.join(self.out, "perf-record.log"), core=LOAD_CORE)
+            time.sleep(0.5)
+            r = self.dnsperf(srv, args, f"{name}-{kind}", secs)
+            os.unlink(r.pop("_path"))
+            rec.wait(secs + 30)
+            del self.procs.live[rec.pid]
+            log(f"  {kind}: {r['qps']:.0f} q/s, {r['cpu_us_per_q'] or 0:.2f} CPU us/q "
+                f"({r['server_cores'] or 0:.2f} cores), lost {r['lost']}")
+            report = os.path.join(self.out, f"{name}-{kind}.perf.txt")
+            with open(report, "w") as f:
+                subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "symbol",
+                                "--stdio", "--percent-limit", "0.3"],
+                               stdout=f, stderr=subprocess.DEVNULL, check=False)
+            log(f"  perf data {data}; flat profile {report}")
+        finally:
+            self.procs.stop(srv)
+
+    def run(self, servers, profile=None):
         specs = server_specs(self.a)
         unknown = [s for s in servers if s not in specs]
         if unknown:
@@ -776,6 +813,11 @@ zone:
         self.results["machine"] = machine()
         self.results["started"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         self.start_auth()
+        if profile:
+            for name in servers:
+                log(f"== {name}: profile of {profile}")
+                self.profile(name, specs[name], profile)
+            return
         for name in servers:
             try:
                 self.results["servers"][name] = self.run_server(name, specs[name])
@@ -815,6 +857,7 @@ def main():
     ap.add_argument("--coredns", required=True)
     ap.add_argument("--reflector", required=True)
     ap.add_argument("--servers", default="reflector nodens unbound dnsdist coredns dnsmasq")
+    ap.add_argument("--profile", choices=["hit", "rate", "miss"])
     a = ap.parse_args()
 
     def on_term(sig, _frm):
@@ -824,7 +867,7 @@ def main():
 
     b = Bench(a)
     try:
-        b.run(a.servers.split())
+        b.run(a.servers.split(), a.profile)
     finally:
         b.procs.stop_all()
     return 0

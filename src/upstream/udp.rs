@@ -1,24 +1,62 @@
 //! One query to one upstream over UDP.
 //!
-//! Each query gets its own socket, so its own random source port (chosen by
-//! the kernel) on top of a random ID: an off-path attacker has to guess both,
-//! and a conntrack entry is never shared by two queries. The socket is
-//! connected, so the kernel drops datagrams from any other address and
-//! reports an ICMP port-unreachable as an error at once.
+//! Every query in flight has a socket of its own, so its own random source
+//! port (chosen by the kernel) on top of a random ID: an off-path attacker
+//! has to guess both. The socket is connected, so the kernel drops datagrams
+//! from any other address and reports an ICMP port-unreachable at once.
+//!
+//! Opening a socket is most of what a miss costs (socket, bind, connect,
+//! register with the event loop, deregister, close), so a socket whose query
+//! got its answer goes back to a small free list of its thread and carries
+//! another query: at most [`MAX_USES`] in all, for at most [`MAX_AGE`], so
+//! source ports keep changing. Before a reused socket sends, anything queued
+//! on it is read and thrown away: only datagrams that arrive after the query
+//! left are considered, so answers cannot be planted ahead of a query. A
+//! socket whose query failed or timed out is closed, never reused: a late
+//! answer must not meet the next query.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
 
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use tokio::net::UdpSocket;
 use tokio::time::{Instant, timeout_at};
 
 use super::ExchangeError;
 use crate::wire::response::check_answers;
 
+/// Queries one socket carries before it is closed.
+const MAX_USES: u32 = 32;
+/// How long a socket is used before it is closed.
+const MAX_AGE: Duration = Duration::from_secs(5);
+/// Free sockets kept per upstream and thread; more are closed.
+const MAX_FREE: usize = 256;
+/// Room for any UDP datagram.
+const RECV_ROOM: usize = 65535;
+
 /// What came back.
 pub struct UdpReply {
     pub msg: Vec<u8>,
     /// Datagrams that arrived on the socket but did not answer our query.
     pub mismatched: u32,
+}
+
+struct PooledSocket {
+    socket: UdpSocket,
+    uses: u32,
+    opened: Instant,
+}
+
+thread_local! {
+    /// Free sockets per upstream. Per thread because a socket is registered
+    /// with the event loop of the runtime that opened it, and every thread
+    /// of nodens runs tasks of one runtime only.
+    static FREE: RefCell<HashMap<SocketAddr, Vec<PooledSocket>>> = RefCell::default();
+    /// Where datagrams land before the answer is copied out at its size.
+    static RECV_BUFFER: RefCell<Box<[u8]>> = RefCell::new(vec![0; RECV_ROOM].into_boxed_slice());
 }
 
 pub async fn exchange(
@@ -28,31 +66,238 @@ pub async fn exchange(
     question: &[u8],
     deadline: Instant,
 ) -> Result<UdpReply, ExchangeError> {
+    let (mut pooled, mut mismatched) = match take_free(server) {
+        Some(free) => free,
+        None => (open(server)?, 0),
+    };
+    let result = ask(
+        &pooled.socket,
+        query,
+        id,
+        question,
+        deadline,
+        &mut mismatched,
+    )
+    .await;
+    if result.is_ok() {
+        pooled.uses += 1;
+        give_back(server, pooled);
+    }
+    result.map(|msg| UdpReply { msg, mismatched })
+}
+
+async fn ask(
+    socket: &UdpSocket,
+    query: &[u8],
+    id: u16,
+    question: &[u8],
+    deadline: Instant,
+    mismatched: &mut u32,
+) -> Result<Vec<u8>, ExchangeError> {
+    // Straight to the kernel: a UDP send does not block but on a full
+    // buffer, and a new socket's writability is not known to the event loop
+    // until its next turn.
+    match SockRef::from(socket).send(query) {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            socket.send(query).await?;
+        }
+        Err(e) => return Err(e.into()),
+    }
+    loop {
+        match timeout_at(deadline, socket.readable()).await {
+            Err(_) => return Err(ExchangeError::Timeout),
+            Ok(ready) => ready?,
+        }
+        let received = RECV_BUFFER.with_borrow_mut(|buf| match socket.try_recv(buf) {
+            Ok(n) => Ok(match check_answers(&buf[..n], id, question) {
+                Ok(()) => Some(buf[..n].to_vec()),
+                // Not ours (late answer to a previous query, spoofing
+                // attempt): keep waiting for the real one until the deadline.
+                Err(_) => {
+                    *mismatched += 1;
+                    None
+                }
+            }),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
+        })?;
+        if let Some(msg) = received {
+            return Ok(msg);
+        }
+    }
+}
+
+/// A free socket to `server`, emptied; with the count of datagrams that
+/// were waiting on it (none but a late duplicate or a forgery can be).
+fn take_free(server: SocketAddr) -> Option<(PooledSocket, u32)> {
+    loop {
+        let pooled = FREE.with_borrow_mut(|free| free.get_mut(&server)?.pop())?;
+        if pooled.opened.elapsed() >= MAX_AGE {
+            continue;
+        }
+        if let Ok(discarded) = discard_queued(&pooled.socket) {
+            return Some((pooled, discarded));
+        }
+    }
+}
+
+fn give_back(server: SocketAddr, pooled: PooledSocket) {
+    if pooled.uses >= MAX_USES || pooled.opened.elapsed() >= MAX_AGE {
+        return;
+    }
+    FREE.with_borrow_mut(|free| {
+        let list = free.entry(server).or_default();
+        if list.len() < MAX_FREE {
+            list.push(pooled);
+        }
+    });
+}
+
+/// Reads everything queued on `socket` with direct system calls (the event
+/// loop may not have seen those datagrams arrive yet).
+fn discard_queued(socket: &UdpSocket) -> io::Result<u32> {
+    let raw = SockRef::from(socket);
+    let mut scratch = [std::mem::MaybeUninit::<u8>::uninit(); 512];
+    let mut discarded = 0;
+    loop {
+        match raw.recv_with_flags(&mut scratch, libc::MSG_DONTWAIT) {
+            Ok(_) => discarded += 1,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(discarded),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A new socket on a random port, connected to `server`.
+fn open(server: SocketAddr) -> io::Result<PooledSocket> {
     let local: SocketAddr = match server {
         SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
         SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
     };
-    let socket = UdpSocket::bind(local).await?;
-    socket.connect(server).await?;
-    socket.send(query).await?;
-    let mut buf = vec![0u8; 65535];
-    let mut mismatched = 0;
-    loop {
-        let n = match timeout_at(deadline, socket.recv(&mut buf)).await {
-            Err(_) => return Err(ExchangeError::Timeout),
-            Ok(result) => result?,
-        };
-        match check_answers(&buf[..n], id, question) {
-            Ok(()) => {
-                buf.truncate(n);
-                return Ok(UdpReply {
-                    msg: buf,
-                    mismatched,
-                });
-            }
-            // Not ours (late answer to a previous query, spoofing attempt):
-            // keep waiting for the real one until the deadline.
-            Err(_) => mismatched += 1,
+    let socket = Socket::new(
+        Domain::for_address(server),
+        Type::DGRAM,
+        Some(Protocol::UDP),
+    )?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&local.into())?;
+    socket.connect(&server.into())?;
+    Ok(PooledSocket {
+        socket: UdpSocket::from_std(socket.into())?,
+        uses: 0,
+        opened: Instant::now(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    //! Against a real UDP socket on loopback playing the upstream. One
+    //! runtime worker: every exchange runs on the same thread, so sees the
+    //! same free list, while the test body plays the upstream.
+    use super::*;
+    use crate::wire::build;
+
+    const QUESTION_A: &[u8] = b"\x01a\x04test\x00\x00\x01\x00\x01";
+    const QUESTION_B: &[u8] = b"\x01b\x04test\x00\x00\x01\x00\x01";
+
+    /// The upstream's answer to `query`: the query with QR set and one
+    /// marker byte at the end, so a test can tell answers apart.
+    fn answer(query: &[u8], marker: u8) -> Vec<u8> {
+        let mut a = query.to_vec();
+        a[2] |= 0x80;
+        a.push(marker);
+        a
+    }
+
+    async fn upstream() -> (std::net::UdpSocket, SocketAddr) {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let addr = s.local_addr().unwrap();
+        (s, addr)
+    }
+
+    /// Asks `question` with `id` while the upstream answers with `marker`
+    /// (or not at all); returns the reply and the port the query came from.
+    async fn ask_once(
+        server: &std::net::UdpSocket,
+        question: &'static [u8],
+        id: u16,
+        marker: Option<u8>,
+        wait: Duration,
+    ) -> (Result<UdpReply, ExchangeError>, u16) {
+        let addr = server.local_addr().unwrap();
+        let query = build::upstream_query(id, question, false, false);
+        let asking = tokio::spawn(async move {
+            exchange(addr, &query, id, question, Instant::now() + wait).await
+        });
+        let mut buf = [0u8; 512];
+        let (n, from) = server.recv_from(&mut buf).unwrap();
+        if let Some(m) = marker {
+            server.send_to(&answer(&buf[..n], m), from).unwrap();
         }
+        (asking.await.unwrap(), from.port())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_socket_is_reused_then_replaced() {
+        let (server, _) = upstream().await;
+        let mut ports = Vec::new();
+        for i in 0..(MAX_USES + 2) {
+            let (reply, port) = ask_once(
+                &server,
+                QUESTION_A,
+                i as u16,
+                Some(1),
+                Duration::from_secs(2),
+            )
+            .await;
+            assert_eq!(reply.unwrap().msg.last(), Some(&1));
+            ports.push(port);
+        }
+        let first = ports[0];
+        assert!(
+            ports[..MAX_USES as usize].iter().all(|&p| p == first),
+            "the first {MAX_USES} queries share a socket: {ports:?}"
+        );
+        assert_ne!(ports[MAX_USES as usize], first, "then a new one: {ports:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn an_answer_planted_on_a_free_socket_is_discarded() {
+        let (server, _) = upstream().await;
+        let (reply, port) = ask_once(&server, QUESTION_A, 1, Some(1), Duration::from_secs(2)).await;
+        reply.unwrap();
+        // A forger who knows the free socket's port, and guesses the next
+        // query's ID and question right, answers before it is asked.
+        let forged = answer(&build::upstream_query(7, QUESTION_B, false, false), 66);
+        server.send_to(&forged, ("127.0.0.1", port)).unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let (reply, port2) =
+            ask_once(&server, QUESTION_B, 7, Some(2), Duration::from_secs(2)).await;
+        assert_eq!(port2, port, "the free socket was reused");
+        let reply = reply.unwrap();
+        assert_eq!(
+            reply.msg.last(),
+            Some(&2),
+            "the real answer, not the planted one"
+        );
+        assert_eq!(
+            reply.mismatched, 1,
+            "the planted answer was read and thrown away"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_socket_whose_query_timed_out_is_not_reused() {
+        let (server, _) = upstream().await;
+        let (reply, port) =
+            ask_once(&server, QUESTION_A, 1, None, Duration::from_millis(100)).await;
+        assert!(matches!(reply, Err(ExchangeError::Timeout)));
+        let (reply, port2) =
+            ask_once(&server, QUESTION_A, 2, Some(1), Duration::from_secs(2)).await;
+        reply.unwrap();
+        assert_ne!(port, port2);
     }
 }
