@@ -779,17 +779,29 @@ zone:
             w = self.dnsperf(srv, ["-d", hot, "-n", "1", "-c", "1", "-q", "20", "-l", "30"], f"{name}-warm", 30)
             os.unlink(w.pop("_path"))
             data = os.path.join(self.out, f"{name}-{kind}.perf.data")
-            # perf on the load core: it must not take the server's core.
-            rec = self.procs.spawn("perf", ["perf", "record", "-F", "4999", "-o", data,
-                                            "-p", str(srv.pid), "--", "sleep", str(secs + 1)],
-                                   os.path.join(self.out, "perf-record.log"), core=LOAD_CORE)
-            time.sleep(0.5)
-            r = self.dnsperf(srv, args, f"{name}-{kind}", secs)
-            os.unlink(r.pop("_path"))
-            rec.wait(secs + 30)
-            del self.procs.live[rec.pid]
-            log(f"  {kind}: {r['qps']:.0f} q/s, {r['cpu_us_per_q'] or 0:.2f} CPU us/q "
-                f"({r['server_cores'] or 0:.2f} cores), lost {r['lost']}")
+            # PERF_CALLGRAPH=1: with call stacks (DWARF unwinding, fewer samples).
+            how = (["-F", "999", "--call-graph", "dwarf,16384"] if os.environ.get("PERF_CALLGRAPH")
+                   else ["-F", "4999"])
+            # The first run under perf, the others (RUNS - 1) without: their
+            # CPU per query is the number to compare, perf's sampling costs some.
+            for k in range(max(1, CFG["runs"])):
+                rec = None
+                if k == 0:
+                    # perf on the load core: it must not take the server's core.
+                    rec = self.procs.spawn("perf", ["perf", "record", *how, "-o", data, "-p", str(srv.pid),
+                                                    "--", "sleep", str(secs + 1)],
+                                           os.path.join(self.out, "perf-record.log"), core=LOAD_CORE)
+                    time.sleep(0.5)
+                if kind == "miss":
+                    args[1] = self.miss.get(k)
+                r = self.dnsperf(srv, args, f"{name}-{kind}{k}", secs)
+                os.unlink(r.pop("_path"))
+                if rec:
+                    rec.wait(secs + 30)
+                    del self.procs.live[rec.pid]
+                log(f"  {kind} {k + 1}{' (perf)' if rec else ''}: {r['qps']:.0f} q/s, "
+                    f"{r['cpu_us_per_q'] or 0:.2f} CPU us/q ({r['server_cores'] or 0:.2f} cores), "
+                    f"lost {r['lost']}, others {r['foreign_share']:.2f} cores, steal {r['steal_share']:.2f}")
             report = os.path.join(self.out, f"{name}-{kind}.perf.txt")
             with open(report, "w") as f:
                 subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "symbol",

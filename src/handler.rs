@@ -418,12 +418,12 @@ impl Shared {
             .cache_prefetch
             .with_label_values(&[&listener.server, &zone.name, VIEW])
             .inc();
-        self.tasks.spawn_on(
-            async move {
-                let deadline = Instant::now() + settings.query_timeout;
-                this.fetch(&key, &zone, &settings, deadline).await;
-            },
-            &self.runtime,
-        );
+        let refresh = async move {
+            let deadline = Instant::now() + settings.query_timeout;
+            this.fetch(&key, &zone, &settings, deadline).await;
+        };
+        // On the main runtime: a UDP worker runs its event loop only while
+        // it has misses of its own in flight.
+        self.tasks.spawn_on(refresh, &self.runtime);
     }
 }

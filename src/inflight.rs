@@ -15,9 +15,11 @@ use crate::cache::{Entry, Key};
 /// came back (every upstream failed, or the leader was cancelled).
 pub type Outcome = Option<Arc<Entry>>;
 
+/// Keyed by query names clients choose, so hashed with a per-process
+/// random key (as the cache is), and faster than the standard SipHash.
 #[derive(Default)]
 pub struct InFlight {
-    waiting: Mutex<HashMap<Key, Vec<oneshot::Sender<Outcome>>>>,
+    waiting: Mutex<HashMap<Key, Vec<oneshot::Sender<Outcome>>, ahash::RandomState>>,
 }
 
 /// Whether this call asked upstream or waited for another one that did.

@@ -77,7 +77,7 @@ fn upstream(name: &[u8], nxdomain: bool) -> Vec<u8> {
         0xab,
         0xcd,
         0x81,
-        0x80 | u8::from(nxdomain) * 3,
+        0x80 | (u8::from(nxdomain) * 3),
         0,
         1,
         0,

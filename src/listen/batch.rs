@@ -1,8 +1,12 @@
 //! Batched UDP I/O: `recvmmsg` takes up to [`BATCH`] queries in one system
 //! call and `sendmmsg` sends the replies to all of them in one. Under load,
 //! the system calls are most of the cost of a cache hit; batching divides
-//! them by the batch size. Under light load a call returns with whatever has
-//! arrived (`MSG_WAITFORONE`), so nothing waits for a batch to fill.
+//! them by the batch size. A call takes whatever has arrived, so nothing
+//! waits for a batch to fill.
+//!
+//! The socket itself stays in blocking mode: the UDP worker blocks in
+//! `recvmmsg` while it has nothing else to wait for, and passes
+//! `MSG_DONTWAIT` while its event loop runs.
 
 use std::io;
 use std::mem::{size_of, zeroed};
@@ -40,9 +44,10 @@ impl Default for RecvBatch {
 }
 
 impl RecvBatch {
-    /// Receives one or more datagrams, blocking until at least one arrives
-    /// or the socket's read timeout expires (then `WouldBlock`).
-    pub fn recv(&mut self, socket: &UdpSocket) -> io::Result<usize> {
+    /// Receives up to [`BATCH`] datagrams. With `wait`, blocks until one
+    /// arrives (or the socket's read timeout expires: `WouldBlock`), then
+    /// takes what else has arrived; without, `WouldBlock` when none has.
+    pub fn recv(&mut self, socket: &UdpSocket, wait: bool) -> io::Result<usize> {
         for i in 0..BATCH {
             self.iovecs[i] = libc::iovec {
                 iov_base: self.buffers[i].as_mut_ptr().cast(),
@@ -65,7 +70,11 @@ impl RecvBatch {
                 socket.as_raw_fd(),
                 self.headers.as_mut_ptr(),
                 BATCH as u32,
-                libc::MSG_WAITFORONE,
+                if wait {
+                    libc::MSG_WAITFORONE
+                } else {
+                    libc::MSG_DONTWAIT
+                },
                 std::ptr::null_mut(),
             )
         };
@@ -125,6 +134,7 @@ fn socket_addr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
 pub struct SendBatch {
     replies: Vec<(Vec<u8>, SockAddr)>,
     used: usize,
+    sent: usize,
 }
 
 impl SendBatch {
@@ -145,17 +155,19 @@ impl SendBatch {
         self.used += 1;
     }
 
-    /// Sends every queued reply. A reply the kernel refuses (a full socket
-    /// buffer, an unreachable client) is dropped, as a lost datagram would be.
-    pub fn flush(&mut self, socket: &UdpSocket) {
-        let mut sent = 0;
-        while sent < self.used {
-            let count = self.used - sent;
+    /// Sends the queued replies not sent yet. With `wait`, blocks while the
+    /// socket's buffer is full; without, returns `WouldBlock`: call again
+    /// when it is writable. A reply the kernel refuses for another reason
+    /// (an unreachable client) is dropped, as a lost datagram would be.
+    pub fn send(&mut self, socket: &UdpSocket, wait: bool) -> io::Result<()> {
+        let flags = if wait { 0 } else { libc::MSG_DONTWAIT };
+        while self.sent < self.used {
+            let count = (self.used - self.sent).min(BATCH);
+            // SAFETY: all-zero iovec and mmsghdr are valid values.
             let mut iovecs: [libc::iovec; BATCH] = unsafe { zeroed() };
             let mut headers: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
-            let count = count.min(BATCH);
             for i in 0..count {
-                let (reply, to) = &self.replies[sent + i];
+                let (reply, to) = &self.replies[self.sent + i];
                 iovecs[i] = libc::iovec {
                     iov_base: reply.as_ptr() as *mut _,
                     iov_len: reply.len(),
@@ -169,16 +181,35 @@ impl SendBatch {
             // SAFETY: the headers point at replies and addresses owned by
             // `self` and at `iovecs`, all alive for the call.
             let n = unsafe {
-                libc::sendmmsg(socket.as_raw_fd(), headers.as_mut_ptr(), count as u32, 0)
+                libc::sendmmsg(
+                    socket.as_raw_fd(),
+                    headers.as_mut_ptr(),
+                    count as u32,
+                    flags,
+                )
             };
-            if n <= 0 {
-                // Skip the datagram the kernel refused and carry on with the rest.
-                tracing::debug!(error = %io::Error::last_os_error(), "UDP send failed");
-                sent += 1;
-            } else {
-                sent += n as usize;
+            if n > 0 {
+                self.sent += n as usize;
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => return Err(e),
+                io::ErrorKind::Interrupted => {}
+                _ => {
+                    // Skip the datagram the kernel refused and carry on with the rest.
+                    tracing::debug!(error = %e, "UDP send failed");
+                    self.sent += 1;
+                }
             }
         }
+        self.clear();
+        Ok(())
+    }
+
+    /// Forgets the queued replies, sent or not.
+    pub fn clear(&mut self) {
         self.used = 0;
+        self.sent = 0;
     }
 }

@@ -1,28 +1,41 @@
 //! UDP: one socket per worker thread, all bound to the same address with
-//! SO_REUSEPORT so the kernel spreads queries across them. A worker takes a
-//! batch of queries per system call, answers the hits itself and sends those
-//! replies in one call; misses become tasks on the runtime, which send their
-//! reply through the same socket when it is ready.
+//! SO_REUSEPORT so the kernel spreads queries across them.
+//!
+//! A worker takes a batch of queries per system call, answers the hits
+//! itself and sends those replies in one call. Each miss becomes a task on
+//! the worker's own event loop (a single-threaded runtime), which also waits
+//! on the miss's upstream socket and sends the reply through the worker's
+//! socket: a miss never crosses to another thread, so on a node where the
+//! cache has one core it costs no context switch.
+//!
+//! The worker has two modes. While it has no miss in flight (the steady
+//! state of a node cache) it blocks in `recvmmsg`: one system call per
+//! wake-up, as cheap as UDP gets. While misses are in flight it runs its
+//! event loop, which waits on the listening socket and the upstream sockets
+//! together, until the last miss is answered.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use socket2::{Domain, Protocol, Socket, Type};
+use socket2::{Domain, Protocol, SockAddr, SockRef, Socket, Type};
+use tokio::io::unix::AsyncFd;
+use tokio::sync::Notify;
 
-use super::batch::{RecvBatch, SendBatch};
+use super::batch::{BATCH, RecvBatch, SendBatch};
 use crate::handler::{Handled, ListenerInfo, Proto, Shared};
 
-/// How often a worker blocked in recv checks whether it should stop.
+/// How often a worker blocked in `recvmmsg` checks whether it should stop.
 const STOP_POLL: Duration = Duration::from_millis(100);
 /// Receive buffer asked of the kernel per socket, to ride out bursts.
 const RECV_BUFFER: usize = 4 << 20;
+/// How long replies wait for room in a full socket buffer, while misses are
+/// in flight, before they are dropped (as the network would drop them).
+const SEND_WAIT: Duration = Duration::from_secs(1);
 
 pub struct UdpWorkers {
     stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
 }
 
 fn bind(addr: SocketAddr) -> std::io::Result<UdpSocket> {
@@ -34,9 +47,8 @@ fn bind(addr: SocketAddr) -> std::io::Result<UdpSocket> {
     // Best effort: the kernel caps it at net.core.rmem_max.
     let _ = socket.set_recv_buffer_size(RECV_BUFFER);
     socket.bind(&addr.into())?;
-    let socket: UdpSocket = socket.into();
     socket.set_read_timeout(Some(STOP_POLL))?;
-    Ok(socket)
+    Ok(socket.into())
 }
 
 impl UdpWorkers {
@@ -47,83 +59,254 @@ impl UdpWorkers {
         info: &Arc<ListenerInfo>,
     ) -> std::io::Result<UdpWorkers> {
         let stop = Arc::new(AtomicBool::new(false));
-        let sockets = (0..workers.max(1))
-            .map(|_| bind(addr))
-            .collect::<std::io::Result<Vec<_>>>()?;
-        let threads = sockets
-            .into_iter()
-            .enumerate()
-            .map(|(i, socket)| {
-                let (shared, info, stop) = (shared.clone(), info.clone(), stop.clone());
-                std::thread::Builder::new()
-                    .name(format!("udp-{i}"))
-                    .spawn(move || serve(Arc::new(socket), &shared, &info, &stop))
-                    .expect("spawn UDP worker thread")
-            })
-            .collect();
-        Ok(UdpWorkers { stop, threads })
+        for i in 0..workers.max(1) {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let socket = {
+                let _entered = runtime.enter();
+                let socket = bind(addr)?;
+                // SAFETY: the UdpSocket owns its descriptor, which stays open
+                // and the same until the AsyncFd that owns the socket is dropped.
+                Arc::new(unsafe { AsyncFd::register(socket) }?)
+            };
+            let worker = Worker {
+                runtime,
+                socket,
+                shared: shared.clone(),
+                info: info.clone(),
+                stop: stop.clone(),
+                misses: Arc::default(),
+            };
+            std::thread::Builder::new()
+                .name(format!("udp-{i}"))
+                .spawn(move || worker.run())?;
+        }
+        Ok(UdpWorkers { stop })
     }
 
-    /// Tells the workers to stop; each exits within [`STOP_POLL`], closing
-    /// its socket. Does not wait, so it is safe to call from async code.
+    /// Tells the workers to stop reading; each answers the misses it has in
+    /// flight, then exits (within [`STOP_POLL`]), closing its socket. Does
+    /// not wait.
     pub fn stop(self) {
         self.stop.store(true, Ordering::Relaxed);
-        drop(self.threads);
     }
 }
 
-fn serve(
-    socket: Arc<UdpSocket>,
-    shared: &Arc<Shared>,
-    info: &Arc<ListenerInfo>,
-    stop: &AtomicBool,
-) {
-    let mut received = RecvBatch::default();
-    let mut replies = SendBatch::default();
-    while !stop.load(Ordering::Relaxed) {
-        let count = match received.recv(&socket) {
-            Ok(n) => n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::Interrupted
-                ) =>
-            {
-                continue;
+/// One worker thread: its socket and its event loop.
+struct Worker {
+    runtime: tokio::runtime::Runtime,
+    /// Registered with `runtime`'s event loop, but in blocking mode: calls
+    /// made while the loop runs pass `MSG_DONTWAIT`.
+    socket: Arc<AsyncFd<UdpSocket>>,
+    shared: Arc<Shared>,
+    info: Arc<ListenerInfo>,
+    stop: Arc<AtomicBool>,
+    misses: Arc<Misses>,
+}
+
+/// The worker's misses in flight, and a signal when the last one is done.
+#[derive(Default)]
+struct Misses {
+    count: AtomicUsize,
+    none_left: Notify,
+}
+
+impl Misses {
+    fn none(&self) -> bool {
+        self.count.load(Ordering::Acquire) == 0
+    }
+
+    async fn all_done(&self) {
+        loop {
+            let notified = self.none_left.notified();
+            if self.none() {
+                return;
             }
+            notified.await;
+        }
+    }
+}
+
+/// Counts a miss task from its start to its end (or its cancellation).
+struct MissGuard(Arc<Misses>);
+
+impl MissGuard {
+    fn new(misses: &Arc<Misses>) -> MissGuard {
+        misses.count.fetch_add(1, Ordering::AcqRel);
+        MissGuard(misses.clone())
+    }
+}
+
+impl Drop for MissGuard {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.none_left.notify_waiters();
+        }
+    }
+}
+
+impl Worker {
+    fn run(self) {
+        let _entered = self.runtime.enter();
+        let mut received = RecvBatch::default();
+        let mut replies = SendBatch::default();
+        while !self.stop.load(Ordering::Relaxed) {
+            if self.misses.none() {
+                self.serve_blocking(&mut received, &mut replies);
+            } else {
+                self.runtime
+                    .block_on(self.serve_with_misses(&mut received, &mut replies));
+            }
+        }
+        // Stopped reading: answer what is in flight, then close.
+        self.runtime.block_on(self.misses.all_done());
+    }
+
+    /// One batch, waiting for it in `recvmmsg`.
+    fn serve_blocking(&self, received: &mut RecvBatch, replies: &mut SendBatch) {
+        let count = match received.recv(self.socket.get_ref(), true) {
+            Ok(n) => n,
             Err(e) => {
-                tracing::debug!(error = %e, "UDP receive failed");
-                continue;
+                if !is_quiet(&e) {
+                    tracing::debug!(error = %e, "UDP receive failed");
+                }
+                return;
             }
         };
+        self.answer(received, count, replies);
+        if let Err(e) = replies.send(self.socket.get_ref(), true) {
+            tracing::debug!(error = %e, "UDP send failed");
+            replies.clear();
+        }
+    }
+
+    /// Runs the event loop, reading queries as they come, until the last
+    /// miss in flight is answered (or the worker is told to stop).
+    async fn serve_with_misses(&self, received: &mut RecvBatch, replies: &mut SendBatch) {
+        loop {
+            let mut ready = tokio::select! {
+                biased;
+                _ = self.misses.all_done() => return,
+                ready = self.socket.readable() => match ready {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::error!(error = %e, "UDP worker lost its socket");
+                        return;
+                    }
+                },
+            };
+            if self.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let count = match received.recv(self.socket.get_ref(), false) {
+                Ok(n) => n,
+                Err(e) => {
+                    if e.kind() == std::io::ErrorKind::WouldBlock {
+                        ready.clear_ready();
+                    } else if !is_quiet(&e) {
+                        tracing::debug!(error = %e, "UDP receive failed");
+                    }
+                    continue;
+                }
+            };
+            if count < BATCH {
+                // The socket is empty now. Forgetting its readiness here saves
+                // the call that would say so: a datagram arriving from now on
+                // is a new edge, which the event loop reports.
+                ready.clear_ready();
+            }
+            drop(ready);
+            self.answer(received, count, replies);
+            flush(&self.socket, replies).await;
+            if count == BATCH {
+                // More may be waiting: let the miss tasks run first.
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+
+    /// Answers the hits of a batch into `replies` and starts a task per miss.
+    fn answer(&self, received: &RecvBatch, count: usize, replies: &mut SendBatch) {
         for i in 0..count {
             let Some((packet, peer)) = received.get(i) else {
                 continue;
             };
-            match shared.handle(packet, info, Proto::Udp, replies.next_buffer()) {
+            match self
+                .shared
+                .handle(packet, &self.info, Proto::Udp, replies.next_buffer())
+            {
                 Handled::Reply => replies.commit(peer),
                 Handled::Drop => {}
                 Handled::Miss(job) => {
-                    let (socket, shared2, info) = (socket.clone(), shared.clone(), info.clone());
-                    shared.tasks.spawn_on(
-                        async move {
-                            let mut out = Vec::new();
-                            shared2.resolve(job, &info, &mut out).await;
-                            send(&socket, &out, peer);
-                        },
-                        &shared.runtime,
-                    );
+                    let guard = MissGuard::new(&self.misses);
+                    let (socket, shared, info) =
+                        (self.socket.clone(), self.shared.clone(), self.info.clone());
+                    // On this thread's runtime (entered in `run`).
+                    tokio::spawn(self.shared.tasks.track_future(async move {
+                        let _guard = guard;
+                        let mut out = Vec::new();
+                        // Boxed: the resolving future is a few KiB, and a
+                        // task's future is moved several times on its way.
+                        Box::pin(shared.resolve(job, &info, &mut out)).await;
+                        send(&socket, &out, peer).await;
+                    }));
                 }
             }
         }
-        replies.flush(&socket);
     }
 }
 
-fn send(socket: &UdpSocket, reply: &[u8], peer: SocketAddr) {
-    if let Err(e) = socket.send_to(reply, peer) {
-        tracing::debug!(error = %e, %peer, "UDP send failed");
+/// A receive error that only means "nothing yet".
+fn is_quiet(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock
+            | std::io::ErrorKind::TimedOut
+            | std::io::ErrorKind::Interrupted
+    )
+}
+
+/// Sends a batch's replies from the event loop, waiting (a bounded time)
+/// for room if the socket's buffer is full.
+async fn flush(socket: &AsyncFd<UdpSocket>, replies: &mut SendBatch) {
+    while replies.send(socket.get_ref(), false).is_err() {
+        if !wait_writable(socket).await {
+            tracing::debug!("UDP socket buffer stayed full: replies dropped");
+            replies.clear();
+            return;
+        }
+    }
+}
+
+/// Sends a miss's reply.
+async fn send(socket: &AsyncFd<UdpSocket>, reply: &[u8], peer: SocketAddr) {
+    let to = SockAddr::from(peer);
+    loop {
+        match SockRef::from(socket.get_ref()).send_to_with_flags(reply, &to, libc::MSG_DONTWAIT) {
+            Ok(_) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if !wait_writable(socket).await {
+                    tracing::debug!(%peer, "UDP socket buffer stayed full: reply dropped");
+                    return;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                tracing::debug!(error = %e, %peer, "UDP send failed");
+                return;
+            }
+        }
+    }
+}
+
+/// Waits until the socket can take a datagram again; false after [`SEND_WAIT`].
+async fn wait_writable(socket: &AsyncFd<UdpSocket>) -> bool {
+    match tokio::time::timeout(SEND_WAIT, socket.writable()).await {
+        Ok(Ok(mut ready)) => {
+            ready.clear_ready();
+            true
+        }
+        _ => false,
     }
 }

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use super::{ExchangeError, Upstream, Zone, udp};
 use crate::cache::Key;
 use crate::config::{Policy, Transport};
-use crate::metrics::{Metrics, PROXY_NAME};
+use crate::metrics::Metrics;
 use crate::wire::response::{self, Layout};
 use crate::wire::{build, flag, rcode, rcode_name, read_u16};
 
@@ -130,10 +130,7 @@ async fn ask(
         }
     };
     let layout = response::layout(&msg).map_err(|_| ExchangeError::Malformed)?;
-    metrics
-        .proxy_duration
-        .with_label_values(&[PROXY_NAME, &upstream.label, rcode_name(layout.rcode)])
-        .observe(started.elapsed().as_secs_f64());
+    upstream.observe_duration(layout.rcode, started.elapsed().as_secs_f64());
     Ok(Forwarded { msg, layout })
 }
 
@@ -145,10 +142,7 @@ async fn ask_udp(
     deadline: Instant,
     metrics: &Metrics,
 ) -> Result<Vec<u8>, ExchangeError> {
-    metrics
-        .proxy_conn_misses
-        .with_label_values(&[PROXY_NAME, &upstream.label, "udp"])
-        .inc();
+    upstream.udp_conn_misses.inc();
     upstream.inflight.inc();
     let reply = udp::exchange(upstream.addr, query, id, question, deadline).await;
     upstream.inflight.dec();

@@ -46,7 +46,7 @@ impl Upstream {
         if failures >= self.settings.max_fails && !self.health.down.swap(true, Ordering::Relaxed) {
             self.healthy.set(0);
             tracing::warn!(upstream = %self.label, failures, "upstream marked down; probing it with backoff");
-            tokio::spawn(probe_until_up(Arc::downgrade(self)));
+            self.pool.spawn(probe_until_up(Arc::downgrade(self)));
         }
     }
 }

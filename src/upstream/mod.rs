@@ -11,14 +11,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus::IntGauge;
+use prometheus::{Histogram, IntCounter, IntGauge};
 use thiserror::Error;
 
 use crate::cache::TtlPolicy;
 use crate::config::{Config, Policy, PoolConfig, Transport, ZoneConfig, resolv_conf_nameservers};
 use crate::log_limit::LogLimiter;
-use crate::metrics::Metrics;
-use crate::wire::name;
+use crate::metrics::{Metrics, PROXY_NAME};
+use crate::wire::{name, rcode_name};
 use health::Health;
 use pool::Pool;
 
@@ -34,6 +34,9 @@ pub struct Upstream {
     pub health: Health,
     /// Queries sent to this upstream and not yet answered, UDP and TCP.
     pub inflight: IntGauge,
+    /// Metric handles the miss path uses on every query, resolved once.
+    pub udp_conn_misses: IntCounter,
+    duration_by_rcode: [Histogram; 6],
     healthy: IntGauge,
     metrics: Arc<Metrics>,
 }
@@ -62,10 +65,34 @@ impl Upstream {
             log_limit: LogLimiter::new(settings.log_interval),
             health: Health::default(),
             inflight: metrics.upstream_inflight.with_label_values(&[&label]),
+            udp_conn_misses: metrics
+                .proxy_conn_misses
+                .with_label_values(&[PROXY_NAME, &label, "udp"]),
+            duration_by_rcode: std::array::from_fn(|rcode| {
+                metrics.proxy_duration.with_label_values(&[
+                    PROXY_NAME,
+                    &label,
+                    rcode_name(rcode as u16),
+                ])
+            }),
             healthy,
             metrics: metrics.clone(),
             label,
             settings,
+        }
+    }
+}
+
+impl Upstream {
+    /// Records how long an exchange that ended with `rcode` took.
+    pub fn observe_duration(&self, rcode: u16, seconds: f64) {
+        match self.duration_by_rcode.get(usize::from(rcode)) {
+            Some(h) => h.observe(seconds),
+            None => self
+                .metrics
+                .proxy_duration
+                .with_label_values(&[PROXY_NAME, &self.label, rcode_name(rcode)])
+                .observe(seconds),
         }
     }
 }

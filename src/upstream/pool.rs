@@ -27,6 +27,7 @@ use prometheus::{Histogram, IntCounter, IntGauge};
 use rand::Rng;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, sleep_until, timeout, timeout_at};
 
@@ -47,6 +48,10 @@ pub struct Pool {
 struct Inner {
     addr: SocketAddr,
     config: PoolConfig,
+    /// Where connection tasks run: the runtime the pool was made on (the
+    /// main one), not the UDP worker's whose miss happened to dial, so a
+    /// connection outlives any one listener.
+    runtime: Option<Handle>,
     state: Mutex<State>,
     m: PoolMetrics,
 }
@@ -195,12 +200,18 @@ impl CloseReason {
 }
 
 impl Pool {
+    /// Runs `task` on the pool's runtime (see [`Inner::runtime`]).
+    pub fn spawn<F: Future<Output = ()> + Send + 'static>(&self, task: F) {
+        self.inner.spawn(task);
+    }
+
     pub fn new(addr: SocketAddr, config: PoolConfig, metrics: &Arc<Metrics>, label: &str) -> Pool {
         let m = PoolMetrics::new(metrics, label, &config);
         Pool {
             inner: Arc::new(Inner {
                 addr,
                 config,
+                runtime: Handle::try_current().ok(),
                 state: Mutex::new(State::default()),
                 m,
             }),
@@ -415,7 +426,14 @@ impl Inner {
             && st.conns.len() + st.dialing < self.config.max_connections
         {
             st.dialing += 1;
-            tokio::spawn(self.clone().dial());
+            self.spawn(self.clone().dial());
+        }
+    }
+
+    fn spawn<F: Future<Output = ()> + Send + 'static>(&self, task: F) {
+        match &self.runtime {
+            Some(runtime) => drop(runtime.spawn(task)),
+            None => drop(tokio::spawn(task)),
         }
     }
 
@@ -456,7 +474,7 @@ impl Inner {
                     retiring: None,
                     messages: tx,
                 });
-                tokio::spawn(self.clone().run_connection(id, stream, rx));
+                self.spawn(self.clone().run_connection(id, stream, rx));
                 self.pump(&mut st);
             }
             Err(e) => {

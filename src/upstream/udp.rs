@@ -16,12 +16,12 @@
 //! answer must not meet the next query.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
+use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::time::{Instant, timeout_at};
 
@@ -54,7 +54,8 @@ thread_local! {
     /// Free sockets per upstream. Per thread because a socket is registered
     /// with the event loop of the runtime that opened it, and every thread
     /// of nodens runs tasks of one runtime only.
-    static FREE: RefCell<HashMap<SocketAddr, Vec<PooledSocket>>> = RefCell::default();
+    /// A list rather than a map: a thread talks to a handful of upstreams.
+    static FREE: RefCell<Vec<(SocketAddr, Vec<PooledSocket>)>> = RefCell::default();
     /// Where datagrams land before the answer is copied out at its size.
     static RECV_BUFFER: RefCell<Box<[u8]>> = RefCell::new(vec![0; RECV_ROOM].into_boxed_slice());
 }
@@ -132,7 +133,10 @@ async fn ask(
 /// were waiting on it (none but a late duplicate or a forgery can be).
 fn take_free(server: SocketAddr) -> Option<(PooledSocket, u32)> {
     loop {
-        let pooled = FREE.with_borrow_mut(|free| free.get_mut(&server)?.pop())?;
+        let pooled = FREE.with_borrow_mut(|free| {
+            let (_, list) = free.iter_mut().find(|(addr, _)| *addr == server)?;
+            list.pop()
+        })?;
         if pooled.opened.elapsed() >= MAX_AGE {
             continue;
         }
@@ -147,21 +151,50 @@ fn give_back(server: SocketAddr, pooled: PooledSocket) {
         return;
     }
     FREE.with_borrow_mut(|free| {
-        let list = free.entry(server).or_default();
+        let at = match free.iter().position(|(addr, _)| *addr == server) {
+            Some(at) => at,
+            None => {
+                free.push((server, Vec::new()));
+                free.len() - 1
+            }
+        };
+        let list = &mut free[at].1;
         if list.len() < MAX_FREE {
             list.push(pooled);
         }
     });
 }
 
-/// Reads everything queued on `socket` with direct system calls (the event
-/// loop may not have seen those datagrams arrive yet).
+/// Reads everything queued on `socket` and returns how many datagrams that
+/// was, with one system call when nothing is (the usual case).
 fn discard_queued(socket: &UdpSocket) -> io::Result<u32> {
     let raw = SockRef::from(socket);
     let mut scratch = [std::mem::MaybeUninit::<u8>::uninit(); 512];
+    let mut recv_once = || raw.recv_with_flags(&mut scratch, libc::MSG_DONTWAIT);
     let mut discarded = 0;
+    let mut asked_kernel = false;
+    // Through the event loop while it believes something is waiting, so
+    // that the kernel's "nothing" also clears that belief (and the wait for
+    // the answer does not begin with a read that finds nothing)...
     loop {
-        match raw.recv_with_flags(&mut scratch, libc::MSG_DONTWAIT) {
+        let read = socket.try_io(Interest::READABLE, || {
+            asked_kernel = true;
+            recv_once()
+        });
+        match read {
+            Ok(_) => discarded += 1,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if asked_kernel {
+        return Ok(discarded);
+    }
+    // ... and straight from the kernel otherwise: the event loop may not
+    // have seen datagrams that arrived since its last turn.
+    loop {
+        match recv_once() {
             Ok(_) => discarded += 1,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(discarded),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

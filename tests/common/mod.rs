@@ -23,6 +23,7 @@
 //! | 110..=119      | upstream_pool.rs  | 110..=119                 |
 //! | 120..=129      | upstream_faults.rs | 120..=127 (test-written servers on `.200` (silent) and `.10`) |
 //! | 130..=139      | transport_fallback.rs | 130 (inside its own network namespace, with CoreDNS on 127.0.0.1:5300 there) |
+//! | 140..=149      | udp_worker.rs     | 140..=141                 |
 //!
 //! A new test takes the next free N of its file's block.
 //!
