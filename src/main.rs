@@ -9,6 +9,14 @@ use nodens::config::Config;
 use nodens::server::Server;
 use nodens::{cpus, logging};
 
+/// mimalloc rather than glibc's malloc: with misses allocated and freed on
+/// each UDP worker's thread among long-lived cache entries, glibc's
+/// per-thread arenas fragmented (from 310 up to 2,500 bytes of RSS per cached
+/// entry, depending on the allocation pattern); mimalloc holds ~330 bytes
+/// whatever the pattern, so the cache's byte capacity bounds memory.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(version, about = "A node-local DNS cache for Kubernetes")]
 struct Cli {

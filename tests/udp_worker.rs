@@ -94,7 +94,7 @@ fn concurrent_misses_on_one_worker() {
         sock.send_to(&q.to_bytes(), dns).unwrap();
     }
     sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut seen = vec![false; 200];
+    let mut seen = [false; 200];
     let mut buf = [0u8; 1500];
     for _ in 0..200 {
         let (n, _) = sock.recv_from(&mut buf).expect("an answer within 5 s");
