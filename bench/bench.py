@@ -302,6 +302,9 @@ def server_specs(a):
     return {
         "nodens": dict(
             argv=[a.nodens, "serve", "--config", "{dir}/nodens.toml"],
+            # Memory is also measured with a capacity far below what the
+            # 100,000 names need (~33 MiB): RSS must stop growing near it.
+            bounded=('capacity = "256 MiB"', 8),
             files={"nodens.toml": f"""[server]
 listen = ["{SERVER_IP}:{PORT}"]
 workers = 1
@@ -747,6 +750,8 @@ zone:
                 f"{c['rcodes'].get('NOERROR', 0)}/{c['sent']} of a sample still cached")
         finally:
             self.procs.stop(srv)
+        if spec.get("bounded"):
+            res["bounded"] = self.bounded(name, spec)
         if spec.get("prealloc"):
             full, empty, slots = spec["prealloc"]
             spec0 = dict(spec, argv=[empty if x == full else x for x in spec["argv"]])
@@ -761,6 +766,36 @@ zone:
             log(f"  rss with {empty}: {rss_empty} KiB at start: "
                 f"{res['rss']['prealloc_bytes_per_slot']:.0f} bytes per preallocated slot")
         return res
+
+    def bounded(self, name, spec):
+        """Is the configured capacity a bound on memory? A fresh process with a
+        capacity far below what 100,000 names need: its RSS growth over them,
+        against the capacity."""
+        old, cap_mib = spec["bounded"]
+        small = dict(spec, files={fn: t.replace(old, f'capacity = "{cap_mib} MiB"')
+                                  for fn, t in spec["files"].items()})
+        srv = self.start_server(name, small, 4)
+        try:
+            time.sleep(1.0)
+            rss0 = vm_rss_kib(srv.pid)
+            # 100,000 names, then 100,000 others: a bound shows as no growth
+            # between the two.
+            rss, answered = [], 0
+            for part in ("rss.txt", "rss2.txt", "rss3.txt"):
+                r = self.dnsperf(srv, ["-d", os.path.join(self.tmp, part), "-n", "1", "-c",
+                                       str(CFG["clients"]), "-q", str(CFG["rss_inflight"]), "-l", "60"],
+                                 f"{name}-bounded", 60)
+                os.unlink(r.pop("_path"))
+                answered += r["completed"]
+                time.sleep(1.0)
+                rss.append(vm_rss_kib(srv.pid))
+        finally:
+            self.procs.stop(srv)
+        out = {"capacity_mib": cap_mib, "rss_start_kib": rss0, "rss_steps_kib": rss,
+               "rss_end_kib": rss[-1], "answered": answered}
+        log(f"  capacity {cap_mib} MiB: RSS {rss0} KiB at start, after each 100k names: {rss} KiB "
+            f"(growth {(rss[-1] - rss0) / 1024:.1f} MiB)")
+        return out
 
     def profile(self, name, spec, kind):
         """One server, one load (hit, rate or miss), recorded with perf: where
@@ -819,6 +854,8 @@ zone:
         write_names(os.path.join(self.tmp, "hot.txt"), (f"h{n}.{ZONE}." for n in range(HOT)))
         write_names(os.path.join(self.tmp, "rss.txt"),
                     (f"h{n}.{ZONE}." for n in range(RSS_FIRST, RSS_FIRST + RSS_COUNT)))
+        write_names(os.path.join(self.tmp, "rss2.txt"), (f"h{n}.{ZONE}." for n in range(RSS_FIRST)))
+        write_names(os.path.join(self.tmp, "rss3.txt"), (f"b{n}.miss.{ZONE}." for n in range(RSS_COUNT)))
         write_names(os.path.join(self.tmp, "rss-sample.txt"),
                     (f"h{n}.{ZONE}." for n in range(RSS_FIRST, RSS_FIRST + RSS_COUNT, 50)))
         self.results["versions"] = versions(self.a)

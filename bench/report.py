@@ -197,6 +197,16 @@ def section(res, rows, png_rel):
                   "above 1 where higher is better):", "", ratios, ""]
     if png_rel:
         parts += [f"![CPU per query, throughput, latency and memory per server]({png_rel})", ""]
+    for n in names_in_order(rows):
+        b = res["servers"][n].get("bounded")
+        if b:
+            growth = (b["rss_end_kib"] - b["rss_start_kib"]) / 1024
+            steps = ", ".join(f"{k / 1024:.1f}" for k in b["rss_steps_kib"])
+            parts += [f"**Capacity bounds memory.** {LABEL.get(n, n)} again, a fresh process with "
+                      f"`capacity = \"{b['capacity_mib']} MiB\"`, far below what the names need, asked "
+                      f"{len(b['rss_steps_kib'])} × 100,000 distinct names: RSS {b['rss_start_kib'] / 1024:.1f} MiB "
+                      f"at start, then {steps} MiB after each 100,000 ({b['answered']:,} answered): a growth of "
+                      f"{growth:.1f} MiB for {b['capacity_mib']} MiB of capacity, flat once the cache is full.", ""]
     parts += ["Versions:", "", vers, "", "Every run:", "", details(res, rows)]
     return "\n".join(parts)
 
