@@ -264,6 +264,16 @@ fn metrics_match_the_traffic() {
         conn, 3.0,
         "conn cache hits + misses should count the 3 UDP exchanges"
     );
+    // Sockets are kept per thread: the UDP worker opened one for www A and
+    // reused it for nope A; the TCP client's miss (www AAAA) was resolved on
+    // the main runtime, which opened its own.
+    assert_eq!(
+        v(
+            "coredns_proxy_conn_cache_misses_total",
+            &[fwd[0], fwd[1], ("proto", "udp")]
+        ),
+        2.0
+    );
 
     // Prefetch: prefetch_percent = 100 means any hit of an entry with >= 4
     // hits refreshes it (www above had at most 3, counting the miss).

@@ -142,11 +142,15 @@ async fn ask_udp(
     deadline: Instant,
     metrics: &Metrics,
 ) -> Result<Vec<u8>, ExchangeError> {
-    upstream.udp_conn_misses.inc();
     upstream.inflight.inc();
-    let reply = udp::exchange(upstream.addr, query, id, question, deadline).await;
+    let done = udp::exchange(upstream.addr, query, id, question, deadline).await;
     upstream.inflight.dec();
-    let reply = reply?;
+    if done.reused {
+        upstream.udp_conn_hits.inc();
+    } else {
+        upstream.udp_conn_misses.inc();
+    }
+    let reply = done.result?;
     if reply.mismatched > 0 {
         metrics
             .upstream_errors

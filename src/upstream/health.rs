@@ -94,6 +94,7 @@ async fn probe(up: &Upstream) -> bool {
     } else {
         udp::exchange(up.addr, &query, id, PROBE_QUESTION, deadline)
             .await
+            .result
             .is_ok()
     }
 }

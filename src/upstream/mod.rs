@@ -35,6 +35,7 @@ pub struct Upstream {
     /// Queries sent to this upstream and not yet answered, UDP and TCP.
     pub inflight: IntGauge,
     /// Metric handles the miss path uses on every query, resolved once.
+    pub udp_conn_hits: IntCounter,
     pub udp_conn_misses: IntCounter,
     duration_by_rcode: [Histogram; 6],
     healthy: IntGauge,
@@ -65,6 +66,9 @@ impl Upstream {
             log_limit: LogLimiter::new(settings.log_interval),
             health: Health::default(),
             inflight: metrics.upstream_inflight.with_label_values(&[&label]),
+            udp_conn_hits: metrics
+                .proxy_conn_hits
+                .with_label_values(&[PROXY_NAME, &label, "udp"]),
             udp_conn_misses: metrics
                 .proxy_conn_misses
                 .with_label_values(&[PROXY_NAME, &label, "udp"]),

@@ -44,6 +44,13 @@ pub struct UdpReply {
     pub mismatched: u32,
 }
 
+/// How an exchange went, and whether it used a socket that had carried
+/// queries before (a "connection cache hit" in CoreDNS's metrics).
+pub struct Exchanged {
+    pub reused: bool,
+    pub result: Result<UdpReply, ExchangeError>,
+}
+
 struct PooledSocket {
     socket: UdpSocket,
     uses: u32,
@@ -66,11 +73,20 @@ pub async fn exchange(
     id: u16,
     question: &[u8],
     deadline: Instant,
-) -> Result<UdpReply, ExchangeError> {
+) -> Exchanged {
     let (mut pooled, mut mismatched) = match take_free(server) {
         Some(free) => free,
-        None => (open(server)?, 0),
+        None => match open(server) {
+            Ok(fresh) => (fresh, 0),
+            Err(e) => {
+                return Exchanged {
+                    reused: false,
+                    result: Err(e.into()),
+                };
+            }
+        },
     };
+    let reused = pooled.uses > 0;
     let result = ask(
         &pooled.socket,
         query,
@@ -84,7 +100,10 @@ pub async fn exchange(
         pooled.uses += 1;
         give_back(server, pooled);
     }
-    result.map(|msg| UdpReply { msg, mismatched })
+    Exchanged {
+        reused,
+        result: result.map(|msg| UdpReply { msg, mismatched }),
+    }
 }
 
 async fn ask(
@@ -259,7 +278,7 @@ mod tests {
         id: u16,
         marker: Option<u8>,
         wait: Duration,
-    ) -> (Result<UdpReply, ExchangeError>, u16) {
+    ) -> (Exchanged, u16) {
         let addr = server.local_addr().unwrap();
         let query = build::upstream_query(id, question, false, false);
         let asking = tokio::spawn(async move {
@@ -286,7 +305,8 @@ mod tests {
                 Duration::from_secs(2),
             )
             .await;
-            assert_eq!(reply.unwrap().msg.last(), Some(&1));
+            assert_eq!(reply.reused, i > 0 && i != MAX_USES);
+            assert_eq!(reply.result.unwrap().msg.last(), Some(&1));
             ports.push(port);
         }
         let first = ports[0];
@@ -301,7 +321,7 @@ mod tests {
     async fn an_answer_planted_on_a_free_socket_is_discarded() {
         let (server, _) = upstream().await;
         let (reply, port) = ask_once(&server, QUESTION_A, 1, Some(1), Duration::from_secs(2)).await;
-        reply.unwrap();
+        reply.result.unwrap();
         // A forger who knows the free socket's port, and guesses the next
         // query's ID and question right, answers before it is asked.
         let forged = answer(&build::upstream_query(7, QUESTION_B, false, false), 66);
@@ -310,7 +330,7 @@ mod tests {
         let (reply, port2) =
             ask_once(&server, QUESTION_B, 7, Some(2), Duration::from_secs(2)).await;
         assert_eq!(port2, port, "the free socket was reused");
-        let reply = reply.unwrap();
+        let reply = reply.result.unwrap();
         assert_eq!(
             reply.msg.last(),
             Some(&2),
@@ -327,10 +347,11 @@ mod tests {
         let (server, _) = upstream().await;
         let (reply, port) =
             ask_once(&server, QUESTION_A, 1, None, Duration::from_millis(100)).await;
-        assert!(matches!(reply, Err(ExchangeError::Timeout)));
+        assert!(matches!(reply.result, Err(ExchangeError::Timeout)));
         let (reply, port2) =
             ask_once(&server, QUESTION_A, 2, Some(1), Duration::from_secs(2)).await;
-        reply.unwrap();
+        assert!(!reply.reused);
+        reply.result.unwrap();
         assert_ne!(port, port2);
     }
 }
