@@ -155,7 +155,8 @@ fn counts(ns: &Netns, nodens: &Nodens) -> UpstreamCounts {
     let m = parse_metrics(&in_netns(&ns.name, || nodens.metrics_text()));
     let to = ("to", UPSTREAM);
     UpstreamCounts {
-        udp_tries: sum_metric(&m, CONN_MISSES, &[to, ("proto", "udp")]),
+        udp_tries: sum_metric(&m, CONN_MISSES, &[to, ("proto", "udp")])
+            + sum_metric(&m, CONN_HITS, &[to, ("proto", "udp")]),
         tcp_fresh: sum_metric(&m, CONN_MISSES, &[to, ("proto", "tcp")]),
         tcp_reused: sum_metric(&m, CONN_HITS, &[to, ("proto", "tcp")]),
         timeouts: sum_metric(&m, ERRORS, &[to, ("error", "timeout")]),
