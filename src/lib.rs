@@ -10,6 +10,7 @@ pub mod config;
 pub mod cpus;
 pub mod handler;
 pub mod inflight;
+pub mod limits;
 pub mod listen;
 pub mod log_limit;
 pub mod logging;

@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 
 use nodens::config::Config;
 use nodens::server::Server;
-use nodens::{cpus, logging};
+use nodens::{cpus, limits, logging};
 
 /// mimalloc rather than glibc's malloc: with misses allocated and freed on
 /// each UDP worker's thread among long-lived cache entries, glibc's
@@ -65,6 +65,10 @@ fn serve(path: Option<PathBuf>) -> ExitCode {
         None => Config::default_with_root_zone(),
     };
     let log = logging::init(&config.log);
+    match limits::raise_open_files() {
+        Ok(n) => tracing::debug!(open_files = n, "open-files limit"),
+        Err(e) => tracing::warn!("cannot raise the open-files limit: {e}"),
+    }
     let (workers, source) = cpus::workers(config.server.workers);
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),

@@ -16,6 +16,7 @@
 //! answer must not meet the next query.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
@@ -62,7 +63,9 @@ thread_local! {
     /// with the event loop of the runtime that opened it, and every thread
     /// of nodens runs tasks of one runtime only.
     /// A list rather than a map: a thread talks to a handful of upstreams.
-    static FREE: RefCell<Vec<(SocketAddr, Vec<PooledSocket>)>> = RefCell::default();
+    /// Each queue has the oldest socket at the front: the newest is used
+    /// next, and expired ones are closed from the front.
+    static FREE: RefCell<Vec<(SocketAddr, VecDeque<PooledSocket>)>> = RefCell::default();
     /// Where datagrams land before the answer is copied out at its size.
     static RECV_BUFFER: RefCell<Box<[u8]>> = RefCell::new(vec![0; RECV_ROOM].into_boxed_slice());
 }
@@ -154,7 +157,7 @@ fn take_free(server: SocketAddr) -> Option<(PooledSocket, u32)> {
     loop {
         let pooled = FREE.with_borrow_mut(|free| {
             let (_, list) = free.iter_mut().find(|(addr, _)| *addr == server)?;
-            list.pop()
+            list.pop_back()
         })?;
         if pooled.opened.elapsed() >= MAX_AGE {
             continue;
@@ -173,13 +176,20 @@ fn give_back(server: SocketAddr, pooled: PooledSocket) {
         let at = match free.iter().position(|(addr, _)| *addr == server) {
             Some(at) => at,
             None => {
-                free.push((server, Vec::new()));
+                free.push((server, VecDeque::new()));
                 free.len() - 1
             }
         };
         let list = &mut free[at].1;
+        // Sockets left over from a burst do not stay open for long.
+        while list
+            .front()
+            .is_some_and(|oldest| oldest.opened.elapsed() >= MAX_AGE)
+        {
+            list.pop_front();
+        }
         if list.len() < MAX_FREE {
-            list.push(pooled);
+            list.push_back(pooled);
         }
     });
 }
