@@ -4,9 +4,10 @@
 //! A worker takes a batch of queries per system call, answers the hits
 //! itself and sends those replies in one call. Each miss becomes a task on
 //! the worker's own event loop (a single-threaded runtime), which also waits
-//! on the miss's upstream socket and sends the reply through the worker's
-//! socket: a miss never crosses to another thread, so on a node where the
-//! cache has one core it costs no context switch.
+//! on the miss's upstream socket; the replies of the misses answered in one
+//! turn of that loop go out through the worker's socket in one call. A miss
+//! never crosses to another thread, so on a node where the cache has one
+//! core it costs no context switch.
 //!
 //! The worker has two modes. While it has no miss in flight (the steady
 //! state of a node cache) it blocks in `recvmmsg`: one system call per
@@ -19,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use socket2::{Domain, Protocol, SockAddr, SockRef, Socket, Type};
+use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::Notify;
 
@@ -77,6 +78,7 @@ impl UdpWorkers {
                 info: info.clone(),
                 stop: stop.clone(),
                 misses: Arc::default(),
+                outbox: Arc::default(),
             };
             std::thread::Builder::new()
                 .name(format!("udp-{i}"))
@@ -103,6 +105,36 @@ struct Worker {
     info: Arc<ListenerInfo>,
     stop: Arc<AtomicBool>,
     misses: Arc<Misses>,
+    outbox: Arc<Outbox>,
+}
+
+/// Replies of misses, waiting to be sent together: the misses answered in
+/// one turn of the event loop go out in one `sendmmsg`.
+#[derive(Default)]
+struct Outbox {
+    replies: std::sync::Mutex<Vec<(Vec<u8>, SocketAddr)>>,
+    filled: Notify,
+}
+
+impl Outbox {
+    fn push(&self, reply: Vec<u8>, to: SocketAddr) {
+        let mut replies = self.replies.lock().expect("outbox lock");
+        replies.push((reply, to));
+        if replies.len() == 1 {
+            self.filled.notify_one();
+        }
+    }
+
+    /// Moves the waiting replies into `batch`.
+    fn drain_into(&self, batch: &mut SendBatch) {
+        let mut replies = self.replies.lock().expect("outbox lock");
+        for (reply, to) in replies.drain(..) {
+            let buffer = batch.next_buffer();
+            buffer.clear();
+            buffer.extend_from_slice(&reply);
+            batch.commit(to);
+        }
+    }
 }
 
 /// The worker's misses in flight, and a signal when the last one is done.
@@ -160,7 +192,11 @@ impl Worker {
             }
         }
         // Stopped reading: answer what is in flight, then close.
-        self.runtime.block_on(self.misses.all_done());
+        self.runtime.block_on(async {
+            self.misses.all_done().await;
+            self.outbox.drain_into(&mut replies);
+            flush(&self.socket, &mut replies).await;
+        });
     }
 
     /// One batch, waiting for it in `recvmmsg`.
@@ -187,7 +223,16 @@ impl Worker {
         loop {
             let mut ready = tokio::select! {
                 biased;
-                _ = self.misses.all_done() => return,
+                _ = self.outbox.filled.notified() => {
+                    self.outbox.drain_into(replies);
+                    flush(&self.socket, replies).await;
+                    continue;
+                }
+                _ = self.misses.all_done() => {
+                    self.outbox.drain_into(replies);
+                    flush(&self.socket, replies).await;
+                    return;
+                }
                 ready = self.socket.readable() => match ready {
                     Ok(r) => r,
                     Err(e) => {
@@ -240,8 +285,8 @@ impl Worker {
                 Handled::Drop => {}
                 Handled::Miss(job) => {
                     let guard = MissGuard::new(&self.misses);
-                    let (socket, shared, info) =
-                        (self.socket.clone(), self.shared.clone(), self.info.clone());
+                    let (outbox, shared, info) =
+                        (self.outbox.clone(), self.shared.clone(), self.info.clone());
                     // On this thread's runtime (entered in `run`).
                     tokio::spawn(self.shared.tasks.track_future(async move {
                         let _guard = guard;
@@ -249,7 +294,7 @@ impl Worker {
                         // Boxed: the resolving future is a few KiB, and a
                         // task's future is moved several times on its way.
                         Box::pin(shared.resolve(job, &info, &mut out)).await;
-                        send(&socket, &out, peer).await;
+                        outbox.push(out, peer);
                     }));
                 }
             }
@@ -275,27 +320,6 @@ async fn flush(socket: &AsyncFd<UdpSocket>, replies: &mut SendBatch) {
             tracing::debug!("UDP socket buffer stayed full: replies dropped");
             replies.clear();
             return;
-        }
-    }
-}
-
-/// Sends a miss's reply.
-async fn send(socket: &AsyncFd<UdpSocket>, reply: &[u8], peer: SocketAddr) {
-    let to = SockAddr::from(peer);
-    loop {
-        match SockRef::from(socket.get_ref()).send_to_with_flags(reply, &to, libc::MSG_DONTWAIT) {
-            Ok(_) => return,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if !wait_writable(socket).await {
-                    tracing::debug!(%peer, "UDP socket buffer stayed full: reply dropped");
-                    return;
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                tracing::debug!(error = %e, %peer, "UDP send failed");
-                return;
-            }
         }
     }
 }
