@@ -573,6 +573,26 @@ class Bench:
         r["_path"] = out_path
         return r
 
+    def warm(self, srv, name):
+        """Fills the cache: each hot name asked once."""
+        hot = os.path.join(self.tmp, "hot.txt")
+        w = self.dnsperf(srv, ["-d", hot, "-n", "1", "-c", "1", "-q", "20", "-l", "30"], f"{name}-warm", 30)
+        os.unlink(w.pop("_path"))
+        log(f"  warm: {w['completed']} answered, {w['lost']} lost, rcodes {w['rcodes']}")
+        return w
+
+    def load_args(self, kind, miss_file=0):
+        """dnsperf's arguments for a load: hit (unlimited, hot set), rate (the
+        fixed rate, hot set) or miss (names never asked, file miss_file)."""
+        hot = os.path.join(self.tmp, "hot.txt")
+        C, Q = str(CFG["clients"]), str(CFG["inflight"])
+        return {
+            "hit": ["-d", hot, "-c", C, "-q", Q, "-l", str(CFG["hit_secs"])],
+            "rate": ["-d", hot, "-c", C, "-q", Q, "-Q", str(CFG["rate"]), "-l", str(CFG["rate_secs"])],
+            "miss": ["-d", self.miss.get(miss_file), "-n", "1", "-c", C, "-q", str(CFG["miss_inflight"]),
+                     "-l", str(CFG["miss_secs"])],
+        }[kind]
+
     def measure(self, server, kind, k, make_args, limit_secs):
         """Run one measurement; repeat it (bounded) if others used the CPU meanwhile."""
         best = None
@@ -683,34 +703,25 @@ zone:
     def run_server(self, name, spec):
         res = {"hit": [], "rate": [], "miss": [], "rss": None}
         log(f"== {name}")
-        hot = os.path.join(self.tmp, "hot.txt")
-        C, Q = str(CFG["clients"]), str(CFG["inflight"])
+        C = str(CFG["clients"])
 
         srv = self.start_server(name, spec, 1)
         try:
             res["threads_at_start"] = thread_count(srv.pid)
             res["thread_names"] = thread_names(srv.pid)
             log(f"  pid {srv.pid}, threads: {res['thread_names']}")
-            # Warm: each hot name asked once.
-            w = self.dnsperf(srv, ["-d", hot, "-n", "1", "-c", "1", "-q", "20", "-l", "30"], f"{name}-warm", 30)
-            os.unlink(w.pop("_path"))
-            log(f"  warm: {w['completed']} answered, {w['lost']} lost, rcodes {w['rcodes']}")
-            res["warm"] = w
+            res["warm"] = self.warm(srv, name)
             for k in range(CFG["runs"]):
                 res["hit"].append(self.measure(
-                    srv, "hit", k, lambda _a: ["-d", hot, "-c", C, "-q", Q, "-l", str(CFG["hit_secs"])],
-                    CFG["hit_secs"]))
+                    srv, "hit", k, lambda _a: self.load_args("hit"), CFG["hit_secs"]))
             for k in range(CFG["runs"]):
                 res["rate"].append(self.measure(
-                    srv, "rate", k, lambda _a: ["-d", hot, "-c", C, "-q", Q, "-Q", str(CFG["rate"]),
-                                                "-l", str(CFG["rate_secs"]), "-v"],
-                    CFG["rate_secs"]))
+                    srv, "rate", k, lambda _a: self.load_args("rate") + ["-v"], CFG["rate_secs"]))
             mk = [0]
 
             def miss_args(_a):
-                f = self.miss.get(mk[0])
                 mk[0] += 1
-                return ["-d", f, "-n", "1", "-c", C, "-q", str(CFG["miss_inflight"]), "-l", str(CFG["miss_secs"])]
+                return self.load_args("miss", mk[0] - 1)
             for k in range(CFG["runs"]):
                 res["miss"].append(self.measure(srv, "miss", k, miss_args, CFG["miss_secs"]))
             res["threads_at_end"] = thread_count(srv.pid)
@@ -800,19 +811,10 @@ zone:
     def profile(self, name, spec, kind):
         """One server, one load (hit, rate or miss), recorded with perf: where
         its CPU time goes. Writes perf.data and a flat report to the output."""
-        hot = os.path.join(self.tmp, "hot.txt")
-        C, Q = str(CFG["clients"]), str(CFG["inflight"])
-        secs = CFG[{"hit": "hit_secs", "rate": "rate_secs", "miss": "miss_secs"}[kind]]
-        args = {
-            "hit": ["-d", hot, "-c", C, "-q", Q, "-l", str(secs)],
-            "rate": ["-d", hot, "-c", C, "-q", Q, "-Q", str(CFG["rate"]), "-l", str(secs)],
-            "miss": ["-d", self.miss.get(0), "-n", "1", "-c", C, "-q", str(CFG["miss_inflight"]),
-                     "-l", str(secs)],
-        }[kind]
+        secs = CFG[f"{kind}_secs"]
         srv = self.start_server(name, spec, 1)
         try:
-            w = self.dnsperf(srv, ["-d", hot, "-n", "1", "-c", "1", "-q", "20", "-l", "30"], f"{name}-warm", 30)
-            os.unlink(w.pop("_path"))
+            self.warm(srv, name)
             data = os.path.join(self.out, f"{name}-{kind}.perf.data")
             # PERF_CALLGRAPH=1: with call stacks (DWARF unwinding, fewer samples).
             how = (["-F", "999", "--call-graph", "dwarf,16384"] if os.environ.get("PERF_CALLGRAPH")
@@ -827,9 +829,7 @@ zone:
                                                     "--", "sleep", str(secs + 1)],
                                            os.path.join(self.out, "perf-record.log"), core=LOAD_CORE)
                     time.sleep(0.5)
-                if kind == "miss":
-                    args[1] = self.miss.get(k)
-                r = self.dnsperf(srv, args, f"{name}-{kind}{k}", secs)
+                r = self.dnsperf(srv, self.load_args(kind, k), f"{name}-{kind}{k}", secs)
                 os.unlink(r.pop("_path"))
                 if rec:
                     rec.wait(secs + 30)

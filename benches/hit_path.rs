@@ -99,7 +99,7 @@ fn steps(c: &mut Criterion) {
                     Instant::now(),
                     Freshness::Fresh,
                     None,
-                    Some(1232),
+                    1232,
                     &mut out,
                 )
                 .rcode

@@ -135,11 +135,11 @@ impl ListenerInfo {
 
 /// The largest reply a client may get: its UDP size, or a TCP message's
 /// 16-bit length limit (an upstream's largest answer plus our OPT is over it).
-fn reply_limit(proto: Proto, query: &query::Query<'_>, settings: &Settings) -> Option<usize> {
-    Some(match proto {
+fn reply_limit(proto: Proto, query: &query::Query<'_>, settings: &Settings) -> usize {
+    match proto {
         Proto::Udp => query.udp_limit(settings.max_udp_payload),
         Proto::Tcp => u16::MAX as usize,
-    })
+    }
 }
 
 /// What [`Shared::handle`] decided.

@@ -142,7 +142,7 @@ fn mutated_responses_never_panic_and_render_well_formed() {
                 now + Duration::from_secs(1),
                 freshness,
                 None,
-                limit,
+                limit.unwrap_or(usize::MAX),
                 &mut out,
             );
             assert_well_formed_reply(&out, &q);

@@ -233,14 +233,14 @@ impl Entry {
     /// Writes the reply to `query` into `out`: the stored message with the
     /// client's ID, flags and question (its letter case included), TTLs
     /// counted down, an OPT record if the client sent one, cut to `limit`
-    /// bytes (UDP) by dropping the additional section or else setting TC.
+    /// bytes by dropping the additional section or else setting TC.
     pub fn render(
         &self,
         query: &Query<'_>,
         now: Instant,
         freshness: Freshness,
         ede: Option<u16>,
-        limit: Option<usize>,
+        limit: usize,
         out: &mut Vec<u8>,
     ) -> Rendered {
         out.clear();
@@ -275,22 +275,20 @@ impl Entry {
         let opt_len = query
             .edns
             .map_or(0, |_| 11 + if ede.is_some() { 6 } else { 0 });
-        if let Some(limit) = limit {
-            if out.len() + opt_len > limit {
-                // RFC 2181 9: leaving out additional data needs no TC bit.
-                let cut = if self.additional_start as usize + opt_len <= limit {
-                    self.additional_start as usize
-                } else {
-                    write_u16(out, 6, 0);
-                    write_u16(out, 8, 0);
-                    let flags = read_u16(out, 2) | flag::TC;
-                    write_u16(out, 2, flags);
-                    rendered.truncated = true;
-                    self.question_end as usize
-                };
-                out.truncate(cut);
-                write_u16(out, 10, 0);
-            }
+        if out.len() + opt_len > limit {
+            // RFC 2181 9: leaving out additional data needs no TC bit.
+            let cut = if self.additional_start as usize + opt_len <= limit {
+                self.additional_start as usize
+            } else {
+                write_u16(out, 6, 0);
+                write_u16(out, 8, 0);
+                let flags = read_u16(out, 2) | flag::TC;
+                write_u16(out, 2, flags);
+                rendered.truncated = true;
+                self.question_end as usize
+            };
+            out.truncate(cut);
+            write_u16(out, 10, 0);
         }
         if let Some(edns) = query.edns {
             push_opt(out, edns.dnssec_ok, self.rcode, ede);
@@ -349,7 +347,7 @@ mod tests {
                 t0 + Duration::from_secs(7),
                 Freshness::Fresh,
                 None,
-                Some(512),
+                512,
                 &mut out,
             );
             assert_eq!(&out[..2], &[0x55, 0x66]);
@@ -376,7 +374,7 @@ mod tests {
             t0 + Duration::from_secs(400),
             Freshness::Stale { ttl: 30 },
             Some(3),
-            None,
+            usize::MAX,
             &mut out,
         );
         let l = response::layout(&out).unwrap();
@@ -393,26 +391,12 @@ mod tests {
         let q = query::parse(&p).unwrap();
         let mut out = Vec::new();
         // Room for the answer but not the additional record: drop it, no TC.
-        let r = e.render(
-            &q,
-            Instant::now(),
-            Freshness::Fresh,
-            None,
-            Some(50),
-            &mut out,
-        );
+        let r = e.render(&q, Instant::now(), Freshness::Fresh, None, 50, &mut out);
         assert!(!r.truncated);
         assert_eq!(read_u16(&out, 6), 1);
         assert_eq!(read_u16(&out, 10), 0);
         // No room for the answer: question only, TC.
-        let r = e.render(
-            &q,
-            Instant::now(),
-            Freshness::Fresh,
-            None,
-            Some(30),
-            &mut out,
-        );
+        let r = e.render(&q, Instant::now(), Freshness::Fresh, None, 30, &mut out);
         assert!(r.truncated);
         assert_eq!(out.len(), 23);
         assert_ne!(read_u16(&out, 2) & flag::TC, 0);

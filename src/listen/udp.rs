@@ -194,8 +194,7 @@ impl Worker {
         // Stopped reading: answer what is in flight, then close.
         self.runtime.block_on(async {
             self.misses.all_done().await;
-            self.outbox.drain_into(&mut replies);
-            flush(&self.socket, &mut replies).await;
+            self.send_outbox(&mut replies).await;
         });
     }
 
@@ -224,13 +223,11 @@ impl Worker {
             let mut ready = tokio::select! {
                 biased;
                 _ = self.outbox.filled.notified() => {
-                    self.outbox.drain_into(replies);
-                    flush(&self.socket, replies).await;
+                    self.send_outbox(replies).await;
                     continue;
                 }
                 _ = self.misses.all_done() => {
-                    self.outbox.drain_into(replies);
-                    flush(&self.socket, replies).await;
+                    self.send_outbox(replies).await;
                     return;
                 }
                 ready = self.socket.readable() => match ready {
@@ -269,6 +266,12 @@ impl Worker {
                 tokio::task::yield_now().await;
             }
         }
+    }
+
+    /// Sends the replies the miss tasks have queued, in one call.
+    async fn send_outbox(&self, replies: &mut SendBatch) {
+        self.outbox.drain_into(replies);
+        flush(&self.socket, replies).await;
     }
 
     /// Answers the hits of a batch into `replies` and starts a task per miss.

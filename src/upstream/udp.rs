@@ -199,33 +199,31 @@ fn give_back(server: SocketAddr, pooled: PooledSocket) {
 fn discard_queued(socket: &UdpSocket) -> io::Result<u32> {
     let raw = SockRef::from(socket);
     let mut scratch = [std::mem::MaybeUninit::<u8>::uninit(); 512];
-    let mut recv_once = || raw.recv_with_flags(&mut scratch, libc::MSG_DONTWAIT);
-    let mut discarded = 0;
     let mut asked_kernel = false;
     // Through the event loop while it believes something is waiting, so
     // that the kernel's "nothing" also clears that belief (and the wait for
     // the answer does not begin with a read that finds nothing)...
-    loop {
-        let read = socket.try_io(Interest::READABLE, || {
+    let mut discarded = read_until_empty(|| {
+        socket.try_io(Interest::READABLE, || {
             asked_kernel = true;
-            recv_once()
-        });
-        match read {
-            Ok(_) => discarded += 1,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    if asked_kernel {
-        return Ok(discarded);
-    }
+            raw.recv_with_flags(&mut scratch, libc::MSG_DONTWAIT)
+        })
+    })?;
     // ... and straight from the kernel otherwise: the event loop may not
     // have seen datagrams that arrived since its last turn.
+    if !asked_kernel {
+        discarded += read_until_empty(|| raw.recv_with_flags(&mut scratch, libc::MSG_DONTWAIT))?;
+    }
+    Ok(discarded)
+}
+
+/// Calls `read` until it says `WouldBlock`; returns how many reads succeeded.
+fn read_until_empty(mut read: impl FnMut() -> io::Result<usize>) -> io::Result<u32> {
+    let mut count = 0;
     loop {
-        match recv_once() {
-            Ok(_) => discarded += 1,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(discarded),
+        match read() {
+            Ok(_) => count += 1,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(count),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }

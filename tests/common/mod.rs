@@ -551,40 +551,7 @@ impl CoreDns {
     /// Starts CoreDNS, prefixed by `wrapper` (e.g. `ip netns exec NAME`),
     /// without waiting for it.
     pub fn launch(wrapper: &[&str], addr: SocketAddr, zones: &[(&str, String)]) -> CoreDns {
-        let dir = tempfile::tempdir().unwrap();
-        let mut corefile = String::new();
-        for (i, (origin, text)) in zones.iter().enumerate() {
-            let path = dir.path().join(format!("db.{i}"));
-            std::fs::write(&path, text).unwrap();
-            writeln!(
-                corefile,
-                "{origin}:{port} {{\n  bind {ip}\n  file {path}\n  log\n  errors\n}}",
-                port = addr.port(),
-                ip = addr.ip(),
-                path = path.display(),
-            )
-            .unwrap();
-        }
-        let conf = dir.path().join("Corefile");
-        std::fs::write(&conf, &corefile).unwrap();
-        let bin = coredns_bin();
-        let mut cmd = match wrapper.split_first() {
-            Some((first, rest)) => {
-                let mut c = Command::new(first);
-                c.args(rest).arg(&bin);
-                c
-            }
-            None => Command::new(&bin),
-        };
-        cmd.arg("-conf").arg(&conf).current_dir(dir.path());
-        let proc = Proc::spawn(&format!("coredns {addr}"), cmd);
-        CoreDns {
-            proc,
-            addr,
-            origins: zones.iter().map(|(o, _)| fqdn_lower(o)).collect(),
-            sync_seq: AtomicU32::new(0),
-            _dir: dir,
-        }
+        CoreDns::launch_with_blocks(wrapper, addr, zones, &[])
     }
 
     /// Waits until CoreDNS answers a probe query (a name no test asks for).
