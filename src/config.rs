@@ -13,6 +13,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use bytesize::ByteSize;
+use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
@@ -43,13 +44,32 @@ pub struct ServerConfig {
     /// A client TCP connection with nothing in flight is closed after this long.
     #[serde(with = "humantime_serde")]
     pub tcp_idle_timeout: Duration,
+    /// A client TCP message must arrive whole within this long of its first
+    /// byte, and a new connection's first message within this long of the
+    /// accept (against slowloris: trickled bytes restart no timer).
+    #[serde(with = "humantime_serde")]
+    pub tcp_read_timeout: Duration,
     /// Concurrent client TCP connections; further ones are closed at once.
     pub tcp_max_connections: usize,
+    /// Concurrent TCP connections from one client address.
+    pub tcp_max_connections_per_client: usize,
     /// Queries in flight on one client TCP connection before we stop reading it.
     pub tcp_max_inflight: usize,
     /// The whole time a cache miss may take before the client gets SERVFAIL.
     #[serde(with = "humantime_serde")]
     pub query_timeout: Duration,
+    /// Source ranges answered; others get REFUSED. Unset: loopback, the
+    /// private, shared (RFC 6598) and link-local ranges, IPv6 ULA and
+    /// link-local. `["0.0.0.0/0", "::/0"]` answers everyone.
+    pub allow: Option<Vec<Spanned<IpNet>>>,
+    /// Queries per second one client address may send; 0: no limit.
+    pub client_rate_limit: u32,
+    /// Queries a client may send at once above its rate; 0: the rate.
+    pub client_rate_burst: u32,
+    /// Cache misses waiting on upstreams at once; a miss beyond it gets a
+    /// stale answer if there is one, else no answer (it is dropped, as
+    /// unbound drops queries beyond `num-queries-per-thread`).
+    pub max_misses_in_flight: usize,
     /// On SIGTERM, how long in-flight queries may take to finish.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
@@ -65,9 +85,15 @@ impl Default for ServerConfig {
             workers: 0,
             max_udp_payload: 1232,
             tcp_idle_timeout: Duration::from_secs(10),
+            tcp_read_timeout: Duration::from_secs(2),
             tcp_max_connections: 1024,
+            tcp_max_connections_per_client: 64,
             tcp_max_inflight: 64,
             query_timeout: Duration::from_secs(4),
+            allow: None,
+            client_rate_limit: 0,
+            client_rate_burst: 0,
+            max_misses_in_flight: 2048,
             shutdown_grace: Duration::from_secs(5),
         }
     }
@@ -176,6 +202,11 @@ pub struct ZoneConfig {
     /// How queries travel to this zone's upstreams.
     #[serde(default)]
     pub transport: Transport,
+    /// Randomise the letter case of questions sent over UDP and accept only
+    /// answers in the same case (0x20); a server that does not keep case
+    /// is detected and asked without it.
+    #[serde(default = "default_true")]
+    pub randomize_case: bool,
     /// The bounded TCP connection pool, one per upstream address.
     #[serde(default)]
     pub pool: PoolConfig,
@@ -239,6 +270,9 @@ impl Default for PoolConfig {
     }
 }
 
+fn default_true() -> bool {
+    true
+}
 fn default_max_fails() -> u32 {
     2
 }
@@ -272,6 +306,7 @@ impl ZoneConfig {
             max_ttl: default_max_ttl(),
             negative_max_ttl: default_negative_max_ttl(),
             transport: Transport::default(),
+            randomize_case: true,
             pool: PoolConfig::default(),
             max_fails: default_max_fails(),
             health_check: default_health_check(),
@@ -439,10 +474,30 @@ impl Config {
         if self.server.max_udp_payload < 512 {
             return Err((None, "server.max_udp_payload: must be at least 512".into()));
         }
-        if self.server.tcp_max_connections == 0 || self.server.tcp_max_inflight == 0 {
+        if self.server.tcp_max_connections == 0
+            || self.server.tcp_max_inflight == 0
+            || self.server.tcp_max_connections_per_client == 0
+        {
             return Err((
                 None,
-                "server.tcp_max_connections and tcp_max_inflight must be at least 1".into(),
+                "server.tcp_max_connections, tcp_max_connections_per_client and tcp_max_inflight must be at least 1".into(),
+            ));
+        }
+        if self.server.tcp_read_timeout.is_zero() || self.server.tcp_idle_timeout.is_zero() {
+            return Err((
+                None,
+                "server.tcp_read_timeout and tcp_idle_timeout must be more than 0".into(),
+            ));
+        }
+        if self.server.max_misses_in_flight == 0 {
+            return Err((None, "server.max_misses_in_flight: must be at least 1".into()));
+        }
+        if let Some(allow) = &self.server.allow
+            && allow.is_empty()
+        {
+            return Err((
+                None,
+                "server.allow: an empty list would refuse every client; leave it out for the default ranges".into(),
             ));
         }
         if self.server.query_timeout.is_zero() {
@@ -542,6 +597,14 @@ impl Config {
             let l = l.get_ref().0;
             l.port() == addr.port() && (l.ip() == addr.ip() || l.ip().is_unspecified())
         })
+    }
+
+    /// The source ranges answered.
+    pub fn allowed_sources(&self) -> Vec<IpNet> {
+        match &self.server.allow {
+            Some(list) => list.iter().map(|n| *n.get_ref()).collect(),
+            None => crate::guard::acl::default_allow(),
+        }
     }
 
     /// The listen addresses, without their positions in the file.
@@ -654,6 +717,15 @@ mod tests {
                     [[zone]]\nname = \"b\"\nupstreams = [\"127.0.0.1\"]\n";
         let e = Config::parse(text).unwrap_err();
         assert_eq!(e.position.unwrap().0, 8, "{e}");
+    }
+
+    #[test]
+    fn allow_list_errors_name_the_line() {
+        let c = Config::parse("[server]\nallow = [\"10.0.0.0/8\", \"::/0\"]\n").unwrap();
+        assert_eq!(c.allowed_sources().len(), 2);
+        assert_eq!(Config::parse("").unwrap().allowed_sources().len(), 9);
+        let e = Config::parse("[server]\nworkers = 1\nallow = [\"10.0.0.0/33\"]\n").unwrap_err();
+        assert_eq!(e.position.unwrap().0, 3, "{e}");
     }
 
     #[test]

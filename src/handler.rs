@@ -7,7 +7,8 @@
 //! reply; serve stale if every upstream failed.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -16,6 +17,7 @@ use tokio_util::task::TaskTracker;
 use crate::cache::key::NameBuf;
 use crate::cache::{Cache, Entry, Freshness, Key, KeyRef, Kind, Lookup};
 use crate::config::Config;
+use crate::guard::{Acl, RateLimiter};
 use crate::inflight::{InFlight, Role};
 use crate::metrics::{Metrics, PLUGIN_NONE, VIEW, ZONE_DROPPED, qtype_label};
 use crate::stats::{ListenerStats, StatsGuard, StatsSlot, ZoneStats};
@@ -38,12 +40,17 @@ pub struct Settings {
     pub prefetch_min_hits: u32,
     pub prefetch_percent: u8,
     pub tcp: TcpLimits,
+    pub acl: Acl,
+    pub rate_limit: Option<RateLimiter>,
+    pub max_misses_in_flight: usize,
 }
 
 #[derive(Debug, Clone, Copy)]
 pub struct TcpLimits {
     pub idle_timeout: Duration,
+    pub read_timeout: Duration,
     pub max_connections: usize,
+    pub max_connections_per_client: usize,
     pub max_inflight: usize,
 }
 
@@ -69,9 +76,20 @@ impl Settings {
             prefetch_percent: config.cache.prefetch_percent,
             tcp: TcpLimits {
                 idle_timeout: config.server.tcp_idle_timeout,
+                read_timeout: config.server.tcp_read_timeout,
                 max_connections: config.server.tcp_max_connections,
+                max_connections_per_client: config.server.tcp_max_connections_per_client,
                 max_inflight: config.server.tcp_max_inflight,
             },
+            acl: Acl::new(config.allowed_sources()),
+            rate_limit: (config.server.client_rate_limit > 0).then(|| {
+                let burst = match config.server.client_rate_burst {
+                    0 => config.server.client_rate_limit,
+                    b => b,
+                };
+                RateLimiter::new(config.server.client_rate_limit, burst)
+            }),
+            max_misses_in_flight: config.server.max_misses_in_flight,
         })
     }
 }
@@ -87,6 +105,28 @@ pub struct Shared {
     pub runtime: tokio::runtime::Handle,
     /// Cleared when shutdown starts.
     pub ready: Arc<AtomicBool>,
+    /// Miss jobs alive now, against `max_misses_in_flight`.
+    misses_in_flight: Arc<AtomicUsize>,
+}
+
+/// One place among the misses in flight, given back when the job ends.
+struct MissTicket(Arc<AtomicUsize>);
+
+impl MissTicket {
+    fn take(count: &Arc<AtomicUsize>, max: usize) -> Option<MissTicket> {
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| MissTicket(count.clone()))
+    }
+}
+
+impl Drop for MissTicket {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,6 +202,7 @@ pub struct MissJob {
     stale: Option<Arc<Entry>>,
     started: Instant,
     proto: Proto,
+    _ticket: MissTicket,
 }
 
 impl Shared {
@@ -178,18 +219,34 @@ impl Shared {
             tasks: TaskTracker::new(),
             runtime,
             ready: Arc::new(AtomicBool::new(false)),
+            misses_in_flight: Arc::default(),
         })
     }
 
-    /// Answers `packet` from what is at hand, or says it needs upstream.
+    /// Answers `packet` from `client` from what is at hand, or says it
+    /// needs upstream.
     pub fn handle(
         self: &Arc<Self>,
         packet: &[u8],
+        client: IpAddr,
         listener: &ListenerInfo,
         proto: Proto,
         out: &mut Vec<u8>,
     ) -> Handled {
         let started = Instant::now();
+        let settings = self.settings.load();
+        if !settings.acl.allows(client) {
+            return self.refuse(packet, "source not allowed", out);
+        }
+        if let Some(limit) = &settings.rate_limit
+            && !limit.allow(client, started)
+        {
+            self.metrics
+                .rejected
+                .with_label_values(&["client rate limit"])
+                .inc();
+            return Handled::Drop;
+        }
         let query = match query::parse(packet) {
             Ok(q) => q,
             Err(reject) => {
@@ -204,7 +261,6 @@ impl Shared {
                 };
             }
         };
-        let settings = self.settings.load();
         let mut name_buf: NameBuf = [0; 255];
         let key = KeyRef::from_query(&query, &mut name_buf);
         let Some(zone) = settings.router.route(key.name) else {
@@ -267,6 +323,31 @@ impl Shared {
             Lookup::Miss => None,
         };
         stats.cache_miss();
+        let Some(ticket) = MissTicket::take(&self.misses_in_flight, settings.max_misses_in_flight)
+        else {
+            // Too many misses wait on upstreams already (a silent upstream
+            // under load): answer stale if possible, else drop the query.
+            self.metrics
+                .rejected
+                .with_label_values(&["too many misses in flight"])
+                .inc();
+            let Some(stale) = stale else {
+                return Handled::Drop;
+            };
+            let limit = reply_limit(proto, &query, &settings);
+            let ttl = Freshness::Stale {
+                ttl: settings.stale_ttl,
+            };
+            let rendered = stale.render(&query, started, ttl, Some(ede::STALE_ANSWER), limit, out);
+            stats.reply(
+                proto,
+                rendered.rcode,
+                true,
+                out.len(),
+                started.elapsed().as_secs_f64(),
+            );
+            return Handled::Reply;
+        };
         Handled::Miss(MissJob {
             packet: packet.to_vec(),
             key: key.to_owned(),
@@ -276,7 +357,23 @@ impl Shared {
             stale,
             started,
             proto,
+            _ticket: ticket,
         })
+    }
+
+    /// REFUSED for a client that may not ask (the question echoed if it
+    /// can be read); nothing for what is not a query at all.
+    fn refuse(&self, packet: &[u8], reason: &'static str, out: &mut Vec<u8>) -> Handled {
+        self.metrics.rejected.with_label_values(&[reason]).inc();
+        let (question_end, edns) = match query::parse(packet) {
+            Ok(q) => (Some(q.name_end + 4), q.edns),
+            Err(query::Reject::Answer {
+                question_end, edns, ..
+            }) => (question_end, edns),
+            Err(query::Reject::Drop(_)) => return Handled::Drop,
+        };
+        build::reply_with_rcode(packet, rcode::REFUSED, question_end, edns, None, out);
+        Handled::Reply
     }
 
     /// Resolves a miss and writes the reply into `out`.

@@ -8,6 +8,7 @@
 pub mod cache;
 pub mod config;
 pub mod cpus;
+pub mod guard;
 pub mod handler;
 pub mod inflight;
 pub mod limits;

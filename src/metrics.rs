@@ -60,6 +60,7 @@ pub struct Metrics {
     pub inflight: IntGauge,
     pub tcp_connections: IntGauge,
     pub tcp_rejected: IntCounter,
+    pub tcp_closed: IntCounterVec,
     pub reloads: IntCounterVec,
     pub workers: IntGauge,
     pub upstream_inflight: IntGaugeVec,
@@ -274,6 +275,12 @@ impl Metrics {
                 &r,
                 "nodens_tcp_client_rejected_total",
                 "Client TCP connections closed at once because tcp_max_connections were open.",
+            ),
+            tcp_closed: counter(
+                &r,
+                "nodens_tcp_client_closed_total",
+                "Client TCP connections nodens closed, by reason.",
+                &["reason"],
             ),
             reloads: counter(
                 &r,

@@ -7,6 +7,9 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::Arc;
+
+/// A client the default allow list serves.
+const LOCALHOST: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 use std::time::Instant;
 
 use nodens::cache::key::NameBuf;
@@ -143,11 +146,11 @@ fn cache_hits_allocate_nothing() {
     // Warm-up: every metric handle these queries touch is resolved once.
     for packet in &packets {
         assert!(matches!(
-            shared.handle(packet, &info, Proto::Udp, &mut out),
+            shared.handle(packet, LOCALHOST, &info, Proto::Udp, &mut out),
             Handled::Reply
         ));
         assert!(matches!(
-            shared.handle(packet, &info, Proto::Tcp, &mut out),
+            shared.handle(packet, LOCALHOST, &info, Proto::Tcp, &mut out),
             Handled::Reply
         ));
     }
@@ -156,7 +159,7 @@ fn cache_hits_allocate_nothing() {
         for _ in 0..2500 {
             for packet in &packets {
                 for proto in [Proto::Udp, Proto::Tcp] {
-                    if let Handled::Reply = shared.handle(packet, &info, proto, &mut out) {
+                    if let Handled::Reply = shared.handle(packet, LOCALHOST, &info, proto, &mut out) {
                         replies += 1;
                     }
                 }

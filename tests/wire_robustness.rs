@@ -122,10 +122,14 @@ fn mutated_responses_never_panic_and_render_well_formed() {
     let now = Instant::now();
     for _ in 0..200_000 {
         let m = mutate(&mut rng, &base);
-        if response::check_answers(&m, 0xabcd, &question).is_err() {
-            rejected += 1;
-            continue;
-        }
+        let m = match response::check_answers(&m, 0xabcd, &question, response::Case::Ignore) {
+            Ok(response::Answers::Question) => m,
+            Ok(response::Answers::ErrorWithoutQuestion) => response::with_question(&m, &question),
+            Err(_) => {
+                rejected += 1;
+                continue;
+            }
+        };
         let Ok(layout) = response::layout(&m) else {
             rejected += 1;
             continue;

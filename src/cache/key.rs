@@ -80,6 +80,10 @@ impl Key {
         self.qtype
     }
 
+    pub fn qclass(&self) -> u16 {
+        self.qclass
+    }
+
     pub fn dnssec_ok(&self) -> bool {
         self.flags & FLAG_DO != 0
     }

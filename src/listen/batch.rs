@@ -10,7 +10,7 @@
 
 use std::io;
 use std::mem::{size_of, zeroed};
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 
 use socket2::SockAddr;
@@ -20,6 +20,37 @@ pub const BATCH: usize = 32;
 /// Room per received datagram. A query that does not fit (MSG_TRUNC) is
 /// dropped: DNS queries are a few hundred bytes at most.
 const RECV_ROOM: usize = 4096;
+/// Room for the control message that carries a datagram's destination
+/// address (`in6_pktinfo`, the larger of the two, with its header).
+const CONTROL_ROOM: usize = 64;
+
+/// A wildcard socket (`0.0.0.0`, `::`) must answer from the address each
+/// query was sent to: the kernel would pick the outgoing interface's
+/// primary address, and a client that connected its socket (glibc does)
+/// drops a reply from another address. `IP_PKTINFO` / `IPV6_RECVPKTINFO`
+/// tell us the destination of each query; the reply names it as source.
+pub fn enable_destination_info(socket: &UdpSocket, ipv6: bool) -> io::Result<()> {
+    let (level, option) = if ipv6 {
+        (libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_PKTINFO)
+    };
+    let on: libc::c_int = 1;
+    // SAFETY: a valid socket and a c_int option value of the right size.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            level,
+            option,
+            (&on as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
 
 /// Buffers for one `recvmmsg` call, reused for every call.
 pub struct RecvBatch {
@@ -27,17 +58,23 @@ pub struct RecvBatch {
     addrs: Vec<libc::sockaddr_storage>,
     iovecs: Vec<libc::iovec>,
     headers: Vec<libc::mmsghdr>,
+    /// Control buffers, for wildcard sockets only (see
+    /// [`enable_destination_info`]); u64 for the cmsghdr alignment.
+    controls: Option<Vec<[u64; CONTROL_ROOM / 8]>>,
     received: usize,
 }
 
-impl Default for RecvBatch {
-    fn default() -> Self {
+impl RecvBatch {
+    /// Buffers for a socket; `destinations` when it reports each
+    /// datagram's destination address.
+    pub fn new(destinations: bool) -> RecvBatch {
         RecvBatch {
             buffers: (0..BATCH).map(|_| Box::new([0u8; RECV_ROOM])).collect(),
             // SAFETY: all-zero sockaddr_storage, iovec and mmsghdr are valid values.
             addrs: vec![unsafe { zeroed() }; BATCH],
             iovecs: vec![unsafe { zeroed() }; BATCH],
             headers: vec![unsafe { zeroed() }; BATCH],
+            controls: destinations.then(|| vec![[0u64; CONTROL_ROOM / 8]; BATCH]),
             received: 0,
         }
     }
@@ -58,8 +95,16 @@ impl RecvBatch {
             header.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             header.msg_iov = &mut self.iovecs[i];
             header.msg_iovlen = 1;
-            header.msg_control = std::ptr::null_mut();
-            header.msg_controllen = 0;
+            match &mut self.controls {
+                Some(controls) => {
+                    header.msg_control = controls[i].as_mut_ptr().cast();
+                    header.msg_controllen = CONTROL_ROOM as _;
+                }
+                None => {
+                    header.msg_control = std::ptr::null_mut();
+                    header.msg_controllen = 0;
+                }
+            }
             header.msg_flags = 0;
             self.headers[i].msg_len = 0;
         }
@@ -86,18 +131,81 @@ impl RecvBatch {
         Ok(self.received)
     }
 
-    /// Datagram `i` of the last call and who sent it; `None` if it was cut
-    /// short or came from an address family we do not serve.
-    pub fn get(&self, i: usize) -> Option<(&[u8], SocketAddr)> {
+    /// Datagram `i` of the last call, who sent it, and (on a wildcard
+    /// socket) the address it was sent to; `None` if it was cut short or
+    /// came from an address family we do not serve.
+    pub fn get(&self, i: usize) -> Option<(&[u8], SocketAddr, Option<IpAddr>)> {
         debug_assert!(i < self.received);
         let header = &self.headers[i];
         if header.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
             return None;
         }
+        let destination = self
+            .controls
+            .as_ref()
+            .and_then(|_| destination(&header.msg_hdr));
         Some((
             &self.buffers[i][..header.msg_len as usize],
             socket_addr(&self.addrs[i])?,
+            destination,
         ))
+    }
+}
+
+/// The destination address in a received message's control data.
+fn destination(header: &libc::msghdr) -> Option<IpAddr> {
+    // SAFETY: the header's control buffer was filled by recvmmsg; the CMSG
+    // macros walk it within msg_controllen, and each payload is read as
+    // the type its level and type say it holds.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(header);
+        while !cmsg.is_null() {
+            let c = &*cmsg;
+            if c.cmsg_level == libc::IPPROTO_IP && c.cmsg_type == libc::IP_PKTINFO {
+                let info = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::in_pktinfo>());
+                return Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(info.ipi_addr.s_addr))));
+            }
+            if c.cmsg_level == libc::IPPROTO_IPV6 && c.cmsg_type == libc::IPV6_PKTINFO {
+                let info = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::in6_pktinfo>());
+                return Some(IpAddr::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr)));
+            }
+            cmsg = libc::CMSG_NXTHDR(header, cmsg);
+        }
+    }
+    None
+}
+
+/// Writes a control message that sets a datagram's source address into
+/// `buffer`; returns its length.
+fn source_control(source: IpAddr, buffer: &mut [u64; CONTROL_ROOM / 8]) -> usize {
+    // SAFETY: `buffer` is aligned for cmsghdr and CONTROL_ROOM holds one
+    // cmsghdr with an in6_pktinfo (the larger payload); a msghdr pointing
+    // at it lets CMSG_FIRSTHDR find its start.
+    unsafe {
+        let mut header: libc::msghdr = zeroed();
+        header.msg_control = buffer.as_mut_ptr().cast();
+        header.msg_controllen = CONTROL_ROOM as _;
+        let cmsg = libc::CMSG_FIRSTHDR(&header);
+        match source {
+            IpAddr::V4(ip) => {
+                (*cmsg).cmsg_level = libc::IPPROTO_IP;
+                (*cmsg).cmsg_type = libc::IP_PKTINFO;
+                (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<libc::in_pktinfo>() as u32) as _;
+                let mut info: libc::in_pktinfo = zeroed();
+                info.ipi_spec_dst.s_addr = u32::from(ip).to_be();
+                std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast(), info);
+                libc::CMSG_SPACE(size_of::<libc::in_pktinfo>() as u32) as usize
+            }
+            IpAddr::V6(ip) => {
+                (*cmsg).cmsg_level = libc::IPPROTO_IPV6;
+                (*cmsg).cmsg_type = libc::IPV6_PKTINFO;
+                (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<libc::in6_pktinfo>() as u32) as _;
+                let mut info: libc::in6_pktinfo = zeroed();
+                info.ipi6_addr.s6_addr = ip.octets();
+                std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast(), info);
+                libc::CMSG_SPACE(size_of::<libc::in6_pktinfo>() as u32) as usize
+            }
+        }
     }
 }
 
@@ -132,7 +240,9 @@ fn socket_addr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
 /// Replies collected while a batch is processed, sent with one `sendmmsg`.
 #[derive(Default)]
 pub struct SendBatch {
-    replies: Vec<(Vec<u8>, SockAddr)>,
+    /// Each reply, its destination, and the source address to send it
+    /// from (on a wildcard socket).
+    replies: Vec<(Vec<u8>, SockAddr, Option<IpAddr>)>,
     used: usize,
     sent: usize,
 }
@@ -144,14 +254,18 @@ impl SendBatch {
             self.replies.push((
                 Vec::with_capacity(1232),
                 SockAddr::from(SocketAddr::from(([0, 0, 0, 0], 0))),
+                None,
             ));
         }
         &mut self.replies[self.used].0
     }
 
-    /// Queues the buffer last returned by `next_buffer` for `to`.
-    pub fn commit(&mut self, to: SocketAddr) {
-        self.replies[self.used].1 = SockAddr::from(to);
+    /// Queues the buffer last returned by `next_buffer` for `to`, sent
+    /// from `from` if given.
+    pub fn commit(&mut self, to: SocketAddr, from: Option<IpAddr>) {
+        let reply = &mut self.replies[self.used];
+        reply.1 = SockAddr::from(to);
+        reply.2 = from;
         self.used += 1;
     }
 
@@ -166,8 +280,9 @@ impl SendBatch {
             // SAFETY: all-zero iovec and mmsghdr are valid values.
             let mut iovecs: [libc::iovec; BATCH] = unsafe { zeroed() };
             let mut headers: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
+            let mut controls = [[0u64; CONTROL_ROOM / 8]; BATCH];
             for i in 0..count {
-                let (reply, to) = &self.replies[self.sent + i];
+                let (reply, to, from) = &self.replies[self.sent + i];
                 iovecs[i] = libc::iovec {
                     iov_base: reply.as_ptr() as *mut _,
                     iov_len: reply.len(),
@@ -177,9 +292,14 @@ impl SendBatch {
                 header.msg_namelen = to.len();
                 header.msg_iov = &mut iovecs[i];
                 header.msg_iovlen = 1;
+                if let Some(from) = from {
+                    let len = source_control(*from, &mut controls[i]);
+                    header.msg_control = controls[i].as_mut_ptr().cast();
+                    header.msg_controllen = len as _;
+                }
             }
             // SAFETY: the headers point at replies and addresses owned by
-            // `self` and at `iovecs`, all alive for the call.
+            // `self` and at `iovecs` and `controls`, all alive for the call.
             let n = unsafe {
                 libc::sendmmsg(
                     socket.as_raw_fd(),

@@ -2,9 +2,20 @@
 //! answered as each is ready (out of order), with a cap on connections,
 //! a cap on queries in flight per connection (beyond it we stop reading,
 //! which pushes back on the client), and idle connections closed.
+//!
+//! A connection holds one of a bounded number of slots, so a client that
+//! holds slots without asking anything denies TCP to everyone (slowloris).
+//! Three bounds stop that: a message must arrive whole within
+//! `tcp_read_timeout` of its first byte, and a new connection's first
+//! message within `tcp_read_timeout` of the accept (a trickle of bytes or
+//! a silent connection does not restart any timer); one client address
+//! holds at most `tcp_max_connections_per_client` connections; and when
+//! three quarters of the slots are taken, idle connections get
+//! `tcp_read_timeout` instead of `tcp_idle_timeout`.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
@@ -12,6 +23,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::handler::{Handled, ListenerInfo, Proto, Shared};
@@ -33,6 +45,33 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     Ok(socket.into())
 }
 
+/// Connections open per client address, for the per-client cap.
+#[derive(Default)]
+struct PerClient(Mutex<HashMap<IpAddr, usize>>);
+
+impl PerClient {
+    /// Counts a connection from `ip`, unless it already has `max`.
+    fn try_add(&self, ip: IpAddr, max: usize) -> bool {
+        let mut open = self.0.lock().expect("per-client lock");
+        let count = open.entry(ip).or_insert(0);
+        if *count >= max {
+            return false;
+        }
+        *count += 1;
+        true
+    }
+
+    fn remove(&self, ip: IpAddr) {
+        let mut open = self.0.lock().expect("per-client lock");
+        if let Some(count) = open.get_mut(&ip) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&ip);
+            }
+        }
+    }
+}
+
 pub async fn accept_loop(
     listener: TcpListener,
     shared: Arc<Shared>,
@@ -40,6 +79,7 @@ pub async fn accept_loop(
     stop: CancellationToken,
 ) {
     let open = Arc::new(Semaphore::new(Semaphore::MAX_PERMITS));
+    let per_client = Arc::new(PerClient::default());
     loop {
         let accepted = tokio::select! {
             _ = stop.cancelled() => return,
@@ -61,28 +101,49 @@ pub async fn accept_loop(
             drop(stream);
             continue;
         }
+        let client = peer.ip().to_canonical();
+        if !per_client.try_add(client, limits.max_connections_per_client) {
+            shared
+                .metrics
+                .tcp_closed
+                .with_label_values(&["per_client_limit"])
+                .inc();
+            drop(stream);
+            continue;
+        }
         let permit = open
             .clone()
             .acquire_owned()
             .await
             .expect("semaphore never closed");
         let (shared2, info, stop) = (shared.clone(), info.clone(), stop.clone());
+        let (open, per_client) = (open.clone(), per_client.clone());
         shared.tasks.spawn(async move {
             shared2.metrics.tcp_connections.inc();
-            serve_connection(stream, peer, &shared2, &info, stop).await;
+            let busy = move || {
+                let in_use = Semaphore::MAX_PERMITS - open.available_permits();
+                in_use * 4 >= limits.max_connections * 3
+            };
+            let reason = serve_connection(stream, peer, &shared2, &info, stop, busy).await;
+            if let Some(reason) = reason {
+                shared2.metrics.tcp_closed.with_label_values(&[reason]).inc();
+            }
             shared2.metrics.tcp_connections.dec();
+            per_client.remove(client);
             drop(permit);
         });
     }
 }
 
+/// Serves one connection until it ends; says why if nodens ended it.
 async fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,
     shared: &Arc<Shared>,
     info: &Arc<ListenerInfo>,
     stop: CancellationToken,
-) {
+    busy: impl Fn() -> bool,
+) -> Option<&'static str> {
     let limits = shared.settings.load().tcp;
     let _ = stream.set_nodelay(true);
     let (mut reader, writer) = stream.into_split();
@@ -91,6 +152,10 @@ async fn serve_connection(
     let slots = Arc::new(Semaphore::new(limits.max_inflight));
     let mut pending: Vec<u8> = Vec::with_capacity(1024);
     let mut out = Vec::new();
+    // When the message being read (the first one, from the accept) must
+    // be complete.
+    let mut message_deadline = Some(Instant::now() + limits.read_timeout);
+    let mut closed_by_us = None;
     'connection: loop {
         while let Some(query) = take_frame(&mut pending) {
             // At the in-flight cap, wait here: we read nothing more until a slot frees up.
@@ -98,7 +163,7 @@ async fn serve_connection(
                 _ = stop.cancelled() => break 'connection,
                 slot = slots.clone().acquire_owned() => slot.expect("semaphore never closed"),
             };
-            match shared.handle(&query, info, Proto::Tcp, &mut out) {
+            match shared.handle(&query, peer.ip(), info, Proto::Tcp, &mut out) {
                 Handled::Reply => {
                     if replies.send(std::mem::take(&mut out)).await.is_err() {
                         break 'connection;
@@ -115,27 +180,59 @@ async fn serve_connection(
                     });
                 }
             }
+            message_deadline = None;
         }
+        if !pending.is_empty() && message_deadline.is_none() {
+            message_deadline = Some(Instant::now() + limits.read_timeout);
+        }
+        let nothing_in_flight = slots.available_permits() == limits.max_inflight;
+        // Idle only counts when nothing is in flight: a client waiting
+        // for a slow answer is not idle.
+        let idle_deadline = nothing_in_flight.then(|| {
+            let idle = if busy() {
+                limits.idle_timeout.min(limits.read_timeout)
+            } else {
+                limits.idle_timeout
+            };
+            Instant::now() + idle
+        });
+        let deadline = match (message_deadline, idle_deadline) {
+            (Some(m), Some(i)) => Some(m.min(i)),
+            (m, i) => m.or(i),
+        };
         let read = tokio::select! {
             _ = stop.cancelled() => break,
-            read = tokio::time::timeout(limits.idle_timeout, reader.read_buf(&mut pending)) => read,
+            read = reader.read_buf(&mut pending) => read,
+            _ = sleep_until_some(deadline) => {
+                closed_by_us = Some(if message_deadline == deadline {
+                    "read_timeout"
+                } else {
+                    "idle"
+                });
+                break;
+            }
         };
         match read {
-            Ok(Ok(0)) => break,
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) => {
                 tracing::debug!(%peer, error = %e, "TCP read failed");
                 break;
             }
-            // Idle only counts when nothing is in flight: a client waiting
-            // for a slow answer is not idle.
-            Err(_) if slots.available_permits() == limits.max_inflight => break,
-            Err(_) => {}
         }
     }
     // Answers still in flight hold a sender; the writer ends after the last.
     drop(replies);
     let _ = writing.await;
+    closed_by_us
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn write_replies(mut writer: OwnedWriteHalf, mut outbox: mpsc::Receiver<Vec<u8>>) {

@@ -15,7 +15,7 @@
 //! event loop, which waits on the listening socket and the upstream sockets
 //! together, until the last miss is answered.
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -24,7 +24,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::Notify;
 
-use super::batch::{BATCH, RecvBatch, SendBatch};
+use super::batch::{BATCH, RecvBatch, SendBatch, enable_destination_info};
 use crate::handler::{Handled, ListenerInfo, Proto, Shared};
 
 /// How often a worker blocked in `recvmmsg` checks whether it should stop.
@@ -48,8 +48,12 @@ fn bind(addr: SocketAddr) -> std::io::Result<UdpSocket> {
     // Best effort: the kernel caps it at net.core.rmem_max.
     let _ = socket.set_recv_buffer_size(RECV_BUFFER);
     socket.bind(&addr.into())?;
+    let socket: UdpSocket = socket.into();
+    if addr.ip().is_unspecified() {
+        enable_destination_info(&socket, addr.is_ipv6())?;
+    }
     socket.set_read_timeout(Some(STOP_POLL))?;
-    Ok(socket.into())
+    Ok(socket)
 }
 
 impl UdpWorkers {
@@ -77,6 +81,7 @@ impl UdpWorkers {
                 shared: shared.clone(),
                 info: info.clone(),
                 stop: stop.clone(),
+                wildcard: addr.ip().is_unspecified(),
                 misses: Arc::default(),
                 outbox: Arc::default(),
             };
@@ -104,6 +109,8 @@ struct Worker {
     shared: Arc<Shared>,
     info: Arc<ListenerInfo>,
     stop: Arc<AtomicBool>,
+    /// Bound to 0.0.0.0 or ::: replies name their source address.
+    wildcard: bool,
     misses: Arc<Misses>,
     outbox: Arc<Outbox>,
 }
@@ -112,14 +119,14 @@ struct Worker {
 /// one turn of the event loop go out in one `sendmmsg`.
 #[derive(Default)]
 struct Outbox {
-    replies: std::sync::Mutex<Vec<(Vec<u8>, SocketAddr)>>,
+    replies: std::sync::Mutex<Vec<(Vec<u8>, SocketAddr, Option<IpAddr>)>>,
     filled: Notify,
 }
 
 impl Outbox {
-    fn push(&self, reply: Vec<u8>, to: SocketAddr) {
+    fn push(&self, reply: Vec<u8>, to: SocketAddr, from: Option<IpAddr>) {
         let mut replies = self.replies.lock().expect("outbox lock");
-        replies.push((reply, to));
+        replies.push((reply, to, from));
         if replies.len() == 1 {
             self.filled.notify_one();
         }
@@ -128,11 +135,11 @@ impl Outbox {
     /// Moves the waiting replies into `batch`.
     fn drain_into(&self, batch: &mut SendBatch) {
         let mut replies = self.replies.lock().expect("outbox lock");
-        for (reply, to) in replies.drain(..) {
+        for (reply, to, from) in replies.drain(..) {
             let buffer = batch.next_buffer();
             buffer.clear();
             buffer.extend_from_slice(&reply);
-            batch.commit(to);
+            batch.commit(to, from);
         }
     }
 }
@@ -181,7 +188,7 @@ impl Drop for MissGuard {
 impl Worker {
     fn run(self) {
         let _entered = self.runtime.enter();
-        let mut received = RecvBatch::default();
+        let mut received = RecvBatch::new(self.wildcard);
         let mut replies = SendBatch::default();
         while !self.stop.load(Ordering::Relaxed) {
             if self.misses.none() {
@@ -277,14 +284,14 @@ impl Worker {
     /// Answers the hits of a batch into `replies` and starts a task per miss.
     fn answer(&self, received: &RecvBatch, count: usize, replies: &mut SendBatch) {
         for i in 0..count {
-            let Some((packet, peer)) = received.get(i) else {
+            let Some((packet, peer, local)) = received.get(i) else {
                 continue;
             };
             match self
                 .shared
-                .handle(packet, &self.info, Proto::Udp, replies.next_buffer())
+                .handle(packet, peer.ip(), &self.info, Proto::Udp, replies.next_buffer())
             {
-                Handled::Reply => replies.commit(peer),
+                Handled::Reply => replies.commit(peer, local),
                 Handled::Drop => {}
                 Handled::Miss(job) => {
                     let guard = MissGuard::new(&self.misses);
@@ -297,7 +304,7 @@ impl Worker {
                         // Boxed: the resolving future is a few KiB, and a
                         // task's future is moved several times on its way.
                         Box::pin(shared.resolve(job, &info, &mut out)).await;
-                        outbox.push(out, peer);
+                        outbox.push(out, peer, local);
                     }));
                 }
             }

@@ -16,12 +16,13 @@ use std::time::Instant as StdInstant;
 use rand::Rng;
 use tokio::time::Instant;
 
-use super::{ExchangeError, Upstream, Zone, udp};
+use super::{ExchangeError, Upstream, Zone, case, udp};
 use crate::cache::Key;
 use crate::config::{Policy, Transport};
+use crate::wire::response::Case;
 use crate::metrics::Metrics;
 use crate::wire::response::{self, Layout};
-use crate::wire::{build, flag, rcode, rcode_name, read_u16};
+use crate::wire::{HEADER_LEN, build, flag, rcode, rcode_name, read_u16};
 
 /// An upstream answer to our question.
 pub struct Forwarded {
@@ -43,15 +44,7 @@ pub async fn forward(
             break;
         }
         let try_deadline = (now + zone.upstream_timeout).min(deadline);
-        match ask(
-            upstream,
-            zone.transport,
-            key,
-            &question,
-            try_deadline,
-            metrics,
-        )
-        .await
+        match ask(upstream, zone, key, &question, try_deadline, metrics).await
         {
             Ok(answer) => {
                 upstream.record_success();
@@ -72,10 +65,7 @@ pub async fn forward(
                 if e.counts_against_health() {
                     upstream.record_failure();
                 }
-                metrics
-                    .upstream_errors
-                    .with_label_values(&[&upstream.label, e.label()])
-                    .inc();
+                count_error(upstream, &e, metrics);
                 log_failure(upstream, &zone.name, key, &e.to_string());
             }
         }
@@ -98,32 +88,34 @@ fn try_order(zone: &Zone) -> Vec<&Arc<Upstream>> {
 /// One upstream, over the zone's transport.
 async fn ask(
     upstream: &Upstream,
-    transport: Transport,
+    zone: &Zone,
     key: &Key,
     question: &[u8],
     deadline: Instant,
     metrics: &Metrics,
 ) -> Result<Forwarded, ExchangeError> {
-    let id: u16 = rand::rng().random();
-    let query = build::upstream_query(id, question, key.dnssec_ok(), key.checking_disabled());
     let started = StdInstant::now();
-    let msg = match transport {
-        Transport::ForceTcp => upstream.pool.exchange(&query, question, deadline).await?,
-        Transport::PreferUdp => {
-            let msg = ask_udp(upstream, &query, id, question, deadline, metrics).await?;
-            if read_u16(&msg, 2) & flag::TC != 0 {
-                upstream.pool.exchange(&query, question, deadline).await?
-            } else {
-                msg
+    let udp = |deadline| ask_udp(upstream, zone, key, question, deadline, metrics);
+    let tcp = || ask_tcp(upstream, key, question, deadline);
+    let msg = match zone.transport {
+        Transport::ForceTcp => tcp().await?,
+        Transport::PreferUdp => match udp(deadline).await {
+            Ok(msg) if read_u16(&msg, 2) & flag::TC == 0 => msg,
+            Ok(_) => tcp().await?,
+            Err(e) if e.needs_tcp_confirmation() => {
+                count_error(upstream, &e, metrics);
+                tcp().await?
             }
-        }
+            Err(e) => return Err(e),
+        },
         Transport::TcpFallbackOnTimeout => {
             let now = Instant::now();
-            let udp_deadline = now + (deadline - now) / 2;
-            match ask_udp(upstream, &query, id, question, udp_deadline, metrics).await {
+            match udp(now + (deadline - now) / 2).await {
                 Ok(msg) if read_u16(&msg, 2) & flag::TC == 0 => msg,
-                Ok(_) | Err(ExchangeError::Timeout) => {
-                    upstream.pool.exchange(&query, question, deadline).await?
+                Ok(_) | Err(ExchangeError::Timeout) => tcp().await?,
+                Err(e) if e.needs_tcp_confirmation() => {
+                    count_error(upstream, &e, metrics);
+                    tcp().await?
                 }
                 Err(e) => return Err(e),
             }
@@ -134,30 +126,82 @@ async fn ask(
     Ok(Forwarded { msg, layout })
 }
 
+/// Over the upstream's TCP pool. TCP cannot be answered by an off-path
+/// forger, so the question goes in the case it was asked.
+async fn ask_tcp(
+    upstream: &Upstream,
+    key: &Key,
+    question: &[u8],
+    deadline: Instant,
+) -> Result<Vec<u8>, ExchangeError> {
+    let id: u16 = rand::rng().random();
+    let query = build::upstream_query(id, question, key.dnssec_ok(), key.checking_disabled());
+    upstream.pool.exchange(&query, question, deadline).await
+}
+
+/// Over UDP, from a socket of its own, with a random ID and (0x20) the
+/// question's letters in random case. The answer goes back with the
+/// question as asked, so the cache holds one spelling.
 async fn ask_udp(
     upstream: &Upstream,
-    query: &[u8],
-    id: u16,
+    zone: &Zone,
+    key: &Key,
     question: &[u8],
     deadline: Instant,
     metrics: &Metrics,
 ) -> Result<Vec<u8>, ExchangeError> {
+    let id: u16 = rand::rng().random();
+    let randomised = zone.randomize_case && upstream.case.randomise();
+    let (sent, case) = if randomised {
+        (case::randomise(question), Case::Exact)
+    } else {
+        (question.to_vec(), Case::Ignore)
+    };
+    let query = build::upstream_query(id, &sent, key.dnssec_ok(), key.checking_disabled());
     upstream.inflight.inc();
-    let done = udp::exchange(upstream.addr, query, id, question, deadline).await;
+    let done = udp::exchange(upstream.addr, &query, id, &sent, case, deadline).await;
     upstream.inflight.dec();
     if done.reused {
         upstream.udp_conn_hits.inc();
     } else {
         upstream.udp_conn_misses.inc();
     }
-    let reply = done.result?;
+    let reply = match done.result {
+        Err(ExchangeError::CaseMismatch) => {
+            if upstream.case.not_preserved() {
+                tracing::warn!(
+                    upstream = %upstream.label,
+                    "upstream does not keep the letter case of questions: \
+                     0x20 randomisation off for it for {}s",
+                    case::FALLBACK_FOR.as_secs()
+                );
+            }
+            return Err(ExchangeError::CaseMismatch);
+        }
+        other => other?,
+    };
     if reply.mismatched > 0 {
         metrics
             .upstream_errors
             .with_label_values(&[&upstream.label, "mismatch"])
             .inc_by(reply.mismatched.into());
     }
-    Ok(reply.msg)
+    if reply.mismatched >= udp::SPOOF_SUSPECT {
+        return Err(ExchangeError::SpoofSuspected);
+    }
+    if randomised {
+        upstream.case.preserved();
+    }
+    let mut msg = reply.msg;
+    msg[HEADER_LEN..HEADER_LEN + question.len()].copy_from_slice(question);
+    Ok(msg)
+}
+
+fn count_error(upstream: &Upstream, e: &ExchangeError, metrics: &Metrics) {
+    metrics
+        .upstream_errors
+        .with_label_values(&[&upstream.label, e.label()])
+        .inc();
 }
 
 fn log_failure(upstream: &Upstream, zone: &str, key: &Key, what: &str) {
@@ -167,6 +211,7 @@ fn log_failure(upstream: &Upstream, zone: &str, key: &Key, what: &str) {
             zone,
             name = %crate::wire::name::to_text(key.name()),
             qtype = crate::metrics::qtype_label(key.qtype()),
+            qclass = key.qclass(),
             suppressed,
             "upstream failed: {what}"
         );

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use super::{Upstream, udp};
 use crate::metrics::PROXY_NAME;
 use crate::wire::build;
+use crate::wire::response::Case;
 
 /// The longest wait between two probes of a down upstream.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -92,7 +93,7 @@ async fn probe(up: &Upstream) -> bool {
             .await
             .is_ok()
     } else {
-        udp::exchange(up.addr, &query, id, PROBE_QUESTION, deadline)
+        udp::exchange(up.addr, &query, id, PROBE_QUESTION, Case::Ignore, deadline)
             .await
             .result
             .is_ok()

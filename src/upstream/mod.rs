@@ -1,6 +1,7 @@
 //! Where misses go: zones (longest suffix wins), each with its upstream
 //! servers, and the transports that carry a query to one of them.
 
+pub mod case;
 pub mod forward;
 pub mod health;
 pub mod pool;
@@ -32,6 +33,8 @@ pub struct Upstream {
     pub log_limit: LogLimiter,
     pub pool: Pool,
     pub health: Health,
+    /// Whether this server keeps the letter case of questions (0x20).
+    pub case: case::CaseMemory,
     /// Queries sent to this upstream and not yet answered, UDP and TCP.
     pub inflight: IntGauge,
     /// Metric handles the miss path uses on every query, resolved once.
@@ -65,6 +68,7 @@ impl Upstream {
             pool: Pool::new(addr, settings.pool.clone(), metrics, &label),
             log_limit: LogLimiter::new(settings.log_interval),
             health: Health::default(),
+            case: case::CaseMemory::default(),
             inflight: metrics.upstream_inflight.with_label_values(&[&label]),
             udp_conn_hits: metrics
                 .proxy_conn_hits
@@ -110,6 +114,8 @@ pub struct Zone {
     pub upstreams: Vec<Arc<Upstream>>,
     pub policy: Policy,
     pub transport: Transport,
+    /// Randomise the letter case of questions sent over UDP (0x20).
+    pub randomize_case: bool,
     pub upstream_timeout: Duration,
     pub ttl: TtlPolicy,
 }
@@ -217,6 +223,7 @@ impl Router {
             upstreams,
             policy: zc.policy,
             transport: zc.transport,
+            randomize_case: zc.randomize_case,
             upstream_timeout: zc.upstream_timeout,
             ttl: TtlPolicy {
                 min_ttl: secs(zc.min_ttl),
@@ -246,6 +253,10 @@ pub enum ExchangeError {
     Closed,
     #[error("answer to another question")]
     Mismatch,
+    #[error("answer with the question in another letter case (0x20)")]
+    CaseMismatch,
+    #[error("a flood of answers that were not ours: spoofing suspected")]
+    SpoofSuspected,
     #[error("TCP wait queue full")]
     QueueFull,
     #[error("waited too long in the TCP queue")]
@@ -262,6 +273,8 @@ impl ExchangeError {
             ExchangeError::Malformed => "malformed",
             ExchangeError::Closed => "closed",
             ExchangeError::Mismatch => "mismatch",
+            ExchangeError::CaseMismatch => "case_mismatch",
+            ExchangeError::SpoofSuspected => "spoof_suspected",
             ExchangeError::QueueFull => "queue_full",
             ExchangeError::QueueTimeout => "queue_timeout",
         }
@@ -270,7 +283,22 @@ impl ExchangeError {
     /// Whether this says something about the upstream's health. A full or
     /// slow queue is our own bound at work, not the upstream failing.
     pub fn counts_against_health(&self) -> bool {
-        !matches!(self, ExchangeError::QueueFull | ExchangeError::QueueTimeout)
+        !matches!(
+            self,
+            ExchangeError::QueueFull
+                | ExchangeError::QueueTimeout
+                | ExchangeError::CaseMismatch
+                | ExchangeError::SpoofSuspected
+        )
+    }
+
+    /// Whether a UDP answer came but cannot be trusted: the query is asked
+    /// again over TCP, which an off-path forger cannot answer.
+    pub fn needs_tcp_confirmation(&self) -> bool {
+        matches!(
+            self,
+            ExchangeError::CaseMismatch | ExchangeError::SpoofSuspected
+        )
     }
 }
 

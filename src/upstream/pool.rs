@@ -35,7 +35,7 @@ use super::ExchangeError;
 use crate::config::PoolConfig;
 use crate::metrics::{Metrics, PROXY_NAME};
 use crate::wire::framing::{frame, take_frame};
-use crate::wire::response::check_answers;
+use crate::wire::response::{Answers, Case, check_answers, with_question};
 use crate::wire::{read_u16, write_u16};
 
 /// How often a query is sent again after a reused connection closed under it.
@@ -583,7 +583,11 @@ impl Inner {
                         };
                         // Our ID on an answer to another question: the server is
                         // confused or someone is injecting; this query fails.
-                        let result = check_answers(&answer, qid, &p.question).map(|_| answer).map_err(|_| ExchangeError::Mismatch);
+                        let result = match check_answers(&answer, qid, &p.question, Case::Ignore) {
+                            Ok(Answers::Question) => Ok(answer),
+                            Ok(Answers::ErrorWithoutQuestion) => Ok(with_question(&answer, &p.question)),
+                            Err(_) => Err(ExchangeError::Mismatch),
+                        };
                         let _ = p.answer.send(result);
                         self.release(id);
                         if pending.is_empty() {

@@ -27,7 +27,7 @@ use tokio::net::UdpSocket;
 use tokio::time::{Instant, timeout_at};
 
 use super::ExchangeError;
-use crate::wire::response::check_answers;
+use crate::wire::response::{Answers, Case, ResponseError, check_answers, with_question};
 
 /// Queries one socket carries before it is closed.
 const MAX_USES: u32 = 32;
@@ -37,6 +37,12 @@ const MAX_AGE: Duration = Duration::from_secs(5);
 const MAX_FREE: usize = 256;
 /// Room for any UDP datagram.
 const RECV_ROOM: usize = 65535;
+/// Datagrams that were not our answer, arriving while one query waits,
+/// from which on spoofing is suspected: the socket is closed instead of
+/// reused, and the caller does not trust the answer (compare PowerDNS's
+/// `spoof-nearmiss-max`). A late duplicate is one; a forger's guesses are
+/// many.
+pub const SPOOF_SUSPECT: u32 = 4;
 
 /// What came back.
 pub struct UdpReply {
@@ -70,11 +76,16 @@ thread_local! {
     static RECV_BUFFER: RefCell<Box<[u8]>> = RefCell::new(vec![0; RECV_ROOM].into_boxed_slice());
 }
 
+/// Sends `query` (ID `id`, question `question` as sent) to `server` and
+/// waits until `deadline` for the datagram that answers it. An answer with
+/// the right ID and the question in another letter case ends the wait
+/// with [`ExchangeError::CaseMismatch`] when `case` is [`Case::Exact`].
 pub async fn exchange(
     server: SocketAddr,
     query: &[u8],
     id: u16,
     question: &[u8],
+    case: Case,
     deadline: Instant,
 ) -> Exchanged {
     let (mut pooled, mut mismatched) = match take_free(server) {
@@ -95,11 +106,12 @@ pub async fn exchange(
         query,
         id,
         question,
+        case,
         deadline,
         &mut mismatched,
     )
     .await;
-    if result.is_ok() {
+    if result.is_ok() && mismatched < SPOOF_SUSPECT {
         pooled.uses += 1;
         give_back(server, pooled);
     }
@@ -114,6 +126,7 @@ async fn ask(
     query: &[u8],
     id: u16,
     question: &[u8],
+    case: Case,
     deadline: Instant,
     mismatched: &mut u32,
 ) -> Result<Vec<u8>, ExchangeError> {
@@ -133,8 +146,10 @@ async fn ask(
             Ok(ready) => ready?,
         }
         let received = RECV_BUFFER.with_borrow_mut(|buf| match socket.try_recv(buf) {
-            Ok(n) => Ok(match check_answers(&buf[..n], id, question) {
-                Ok(()) => Some(buf[..n].to_vec()),
+            Ok(n) => Ok(match check_answers(&buf[..n], id, question, case) {
+                Ok(Answers::Question) => Some(Ok(buf[..n].to_vec())),
+                Ok(Answers::ErrorWithoutQuestion) => Some(Ok(with_question(&buf[..n], question))),
+                Err(ResponseError::CaseMismatch) => Some(Err(ExchangeError::CaseMismatch)),
                 // Not ours (late answer to a previous query, spoofing
                 // attempt): keep waiting for the real one until the deadline.
                 Err(_) => {
@@ -145,8 +160,8 @@ async fn ask(
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
             Err(e) => Err(e),
         })?;
-        if let Some(msg) = received {
-            return Ok(msg);
+        if let Some(answer) = received {
+            return answer;
         }
     }
 }
@@ -290,7 +305,7 @@ mod tests {
         let addr = server.local_addr().unwrap();
         let query = build::upstream_query(id, question, false, false);
         let asking = tokio::spawn(async move {
-            exchange(addr, &query, id, question, Instant::now() + wait).await
+            exchange(addr, &query, id, question, Case::Ignore, Instant::now() + wait).await
         });
         let mut buf = [0u8; 512];
         let (n, from) = server.recv_from(&mut buf).unwrap();

@@ -32,6 +32,12 @@ pub mod rtype {
 }
 
 /// Response codes, including the extended ones carried in OPT.
+/// Classes nodens tells apart.
+pub mod class {
+    pub const IN: u16 = 1;
+    pub const CH: u16 = 3;
+}
+
 pub mod rcode {
     pub const NOERROR: u16 = 0;
     pub const FORMERR: u16 = 1;

@@ -4,7 +4,7 @@
 //! and allocates nothing. Anything nodens cannot answer safely is turned into
 //! a [`Reject`] that says how to answer (or whether to stay silent).
 
-use super::{HEADER_LEN, flag, name, rcode, read_u16, read_u32, rtype};
+use super::{HEADER_LEN, class, flag, name, rcode, read_u16, read_u32, rtype};
 
 /// A query that passed validation; it borrows the packet it came in.
 #[derive(Debug, Clone, Copy)]
@@ -110,16 +110,19 @@ pub fn parse(packet: &[u8]) -> Result<Query<'_>, Reject> {
             rcode: rcode::NOTIMP,
             reason: "opcode not supported",
             question_end: None,
-            edns: None,
+            edns: edns_of_any(packet),
         });
     }
     if read_u16(packet, 4) != 1 {
-        return Err(formerr("question count is not 1", None));
+        return Err(with_edns_of(
+            formerr("question count is not 1", None),
+            packet,
+        ));
     }
     if read_u16(packet, 6) != 0 || read_u16(packet, 8) != 0 {
-        return Err(formerr(
-            "records in the answer or authority section of a query",
-            None,
+        return Err(with_edns_of(
+            formerr("records in the answer or authority section of a query", None),
+            packet,
         ));
     }
     let name_end = name::parse_uncompressed(packet, HEADER_LEN)
@@ -160,6 +163,14 @@ pub fn parse(packet: &[u8]) -> Result<Query<'_>, Reject> {
         }
         _ => {}
     }
+    if !is_served_class(qclass) {
+        return Err(Reject::Answer {
+            rcode: rcode::REFUSED,
+            reason: "class not served",
+            question_end,
+            edns,
+        });
+    }
     Ok(Query {
         packet,
         id,
@@ -169,6 +180,56 @@ pub fn parse(packet: &[u8]) -> Result<Query<'_>, Reject> {
         qclass,
         edns,
     })
+}
+
+/// Classes a node cache forwards: IN, and CH for the server-identity
+/// names (`version.bind`, `id.server`). Class 0 and NONE are never valid in
+/// a query; HS, ANY and the unassigned classes have no server behind a
+/// cluster DNS, and an upstream that gets them may answer without a
+/// question section (NSD does): REFUSED here, never forwarded or cached.
+pub fn is_served_class(qclass: u16) -> bool {
+    matches!(qclass, class::IN | class::CH)
+}
+
+/// The OPT record of a packet rejected before its question was read
+/// (another opcode, odd section counts), so that the error reply carries
+/// one when the client sent one (RFC 6891 section 7). Best effort: `None`
+/// when the packet cannot be walked or its OPT is not well formed.
+fn edns_of_any(packet: &[u8]) -> Option<Edns> {
+    let mut at = HEADER_LEN;
+    for _ in 0..read_u16(packet, 4) {
+        at = name::skip(packet, at).ok()? + 4;
+    }
+    for _ in 0..u32::from(read_u16(packet, 6)) + u32::from(read_u16(packet, 8)) {
+        at = name::skip(packet, at).ok()?;
+        let rdlen = packet.get(at + 8..at + 10)?;
+        at += 10 + usize::from(u16::from_be_bytes([rdlen[0], rdlen[1]]));
+    }
+    if at > packet.len() {
+        return None;
+    }
+    match parse_additional(packet, at, read_u16(packet, 10), None) {
+        Ok(edns) => edns,
+        Err(Reject::Answer { edns, .. }) => edns,
+        Err(Reject::Drop(_)) => None,
+    }
+}
+
+fn with_edns_of(reject: Reject, packet: &[u8]) -> Reject {
+    match reject {
+        Reject::Answer {
+            rcode,
+            reason,
+            question_end,
+            edns: None,
+        } => Reject::Answer {
+            rcode,
+            reason,
+            question_end,
+            edns: edns_of_any(packet),
+        },
+        other => other,
+    }
 }
 
 /// Walks the additional section and reads the OPT record, if any. Other
@@ -326,6 +387,51 @@ mod tests {
                 ..
             })
         ));
+        let mut notify_edns = query(b"\x01a\x00", 1, OPT_DO_4096, 1);
+        notify_edns[2] |= 4 << 3;
+        assert!(
+            matches!(
+                parse(&notify_edns),
+                Err(Reject::Answer {
+                    rcode: rcode::NOTIMP,
+                    edns: Some(Edns { dnssec_ok: true, .. }),
+                    ..
+                })
+            ),
+            "NOTIMP keeps the client's OPT (RFC 6891 section 7)"
+        );
+        let mut no_question = query(b"\x01a\x00", 1, OPT_DO_4096, 1);
+        no_question.truncate(HEADER_LEN);
+        no_question[5] = 0;
+        no_question.extend(OPT_DO_4096);
+        assert!(matches!(
+            parse(&no_question),
+            Err(Reject::Answer {
+                rcode: rcode::FORMERR,
+                edns: Some(_),
+                ..
+            })
+        ));
+        for qclass in [0u16, 2, 4, 254, 255, 65535] {
+            let mut p = query(b"\x01a\x00", 1, &[], 0);
+            let at = p.len() - 2;
+            p[at..].copy_from_slice(&qclass.to_be_bytes());
+            assert!(
+                matches!(
+                    parse(&p),
+                    Err(Reject::Answer {
+                        rcode: rcode::REFUSED,
+                        question_end: Some(_),
+                        ..
+                    })
+                ),
+                "class {qclass}"
+            );
+        }
+        let mut chaos = query(b"\x07version\x04bind\x00", 16, &[], 0);
+        let at = chaos.len() - 2;
+        chaos[at..].copy_from_slice(&3u16.to_be_bytes());
+        assert!(parse(&chaos).is_ok(), "CH is served");
         let missing_opt = query(b"\x01a\x00", 1, &[], 1);
         assert!(matches!(
             parse(&missing_opt),

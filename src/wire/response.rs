@@ -18,6 +18,8 @@ pub enum ResponseError {
     IdMismatch,
     #[error("question does not match")]
     QuestionMismatch,
+    #[error("question matches but for its letter case")]
+    CaseMismatch,
     #[error("malformed record")]
     Malformed,
 }
@@ -51,20 +53,51 @@ pub enum Section {
     Additional,
 }
 
+/// How a response that [`check_answers`] accepted answers the question.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answers {
+    /// It repeats the question.
+    Question,
+    /// An error code with no question section: some servers answer so
+    /// when they refuse a question they cannot parse or serve (NSD, for
+    /// class 0, NONE or ANY). The caller supplies the question.
+    ErrorWithoutQuestion,
+}
+
+/// Whether the question's letter case must come back as sent: yes when
+/// the query went out with randomised case (0x20, the spoofing defence),
+/// no over TCP and for upstreams that do not preserve case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Case {
+    Exact,
+    Ignore,
+}
+
 /// Checks that `msg` answers the question `question` (wire bytes of name,
-/// type, class, compared case-insensitively) with ID `id`.
-pub fn check_answers(msg: &[u8], id: u16, question: &[u8]) -> Result<(), ResponseError> {
+/// type, class) with ID `id`. With [`Case::Exact`], a response whose
+/// question differs from ours only in letter case is a
+/// [`ResponseError::CaseMismatch`]: not ours, or from a server that does
+/// not preserve case.
+pub fn check_answers(
+    msg: &[u8],
+    id: u16,
+    question: &[u8],
+    case: Case,
+) -> Result<Answers, ResponseError> {
     if msg.len() < HEADER_LEN {
         return Err(ResponseError::Short);
     }
-    if read_u16(msg, 2) & flag::QR == 0 {
+    let flags = read_u16(msg, 2);
+    if flags & flag::QR == 0 {
         return Err(ResponseError::NotResponse);
     }
     if read_u16(msg, 0) != id {
         return Err(ResponseError::IdMismatch);
     }
-    if read_u16(msg, 4) != 1 {
-        return Err(ResponseError::QuestionMismatch);
+    match read_u16(msg, 4) {
+        1 => {}
+        0 if flags & flag::RCODE_MASK != 0 => return Ok(Answers::ErrorWithoutQuestion),
+        _ => return Err(ResponseError::QuestionMismatch),
     }
     let theirs = msg
         .get(HEADER_LEN..HEADER_LEN + question.len())
@@ -72,7 +105,21 @@ pub fn check_answers(msg: &[u8], id: u16, question: &[u8]) -> Result<(), Respons
     if !theirs.eq_ignore_ascii_case(question) {
         return Err(ResponseError::QuestionMismatch);
     }
-    Ok(())
+    if case == Case::Exact && theirs != question {
+        return Err(ResponseError::CaseMismatch);
+    }
+    Ok(Answers::Question)
+}
+
+/// A response with `question` and the response code of `msg`, a reply
+/// that [`check_answers`] found to be [`Answers::ErrorWithoutQuestion`]:
+/// from here on it is handled like any error answer.
+pub fn with_question(msg: &[u8], question: &[u8]) -> Vec<u8> {
+    let mut full = Vec::with_capacity(HEADER_LEN + question.len());
+    full.extend_from_slice(&msg[..4]);
+    full.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0]);
+    full.extend_from_slice(question);
+    full
 }
 
 /// Walks every record of a response that [`check_answers`] accepted.
@@ -211,13 +258,26 @@ mod tests {
     #[test]
     fn walks_sections() {
         let m = sample();
-        check_answers(&m, 0xabcd, b"\x03WWW\x01t\x00\x00\x01\x00\x01").unwrap();
+        let www = b"\x03www\x01t\x00\x00\x01\x00\x01";
+        let upper = b"\x03WWW\x01t\x00\x00\x01\x00\x01";
         assert_eq!(
-            check_answers(&m, 1, b"\x03www\x01t\x00\x00\x01\x00\x01"),
+            check_answers(&m, 0xabcd, upper, Case::Ignore),
+            Ok(Answers::Question)
+        );
+        assert_eq!(
+            check_answers(&m, 0xabcd, www, Case::Exact),
+            Ok(Answers::Question)
+        );
+        assert_eq!(
+            check_answers(&m, 0xabcd, upper, Case::Exact),
+            Err(ResponseError::CaseMismatch)
+        );
+        assert_eq!(
+            check_answers(&m, 1, www, Case::Ignore),
             Err(ResponseError::IdMismatch)
         );
         assert_eq!(
-            check_answers(&m, 0xabcd, b"\x03www\x01t\x00\x00\x1c\x00\x01"),
+            check_answers(&m, 0xabcd, b"\x03www\x01t\x00\x00\x1c\x00\x01", Case::Ignore),
             Err(ResponseError::QuestionMismatch)
         );
         let l = layout(&m).unwrap();
@@ -228,6 +288,31 @@ mod tests {
         assert_eq!(l.soa_negative_ttl, Some(30));
         assert_eq!(l.opt, Some(m.len() - 11..m.len()));
         assert_eq!(l.end, m.len());
+    }
+
+    #[test]
+    fn error_without_question_is_accepted_and_completed() {
+        let refused = [0xab, 0xcd, 0x80, 0x05, 0, 0, 0, 0, 0, 0, 0, 0];
+        let question = b"\x01a\x00\x00\x01\x00\x00";
+        assert_eq!(
+            check_answers(&refused, 0xabcd, question, Case::Exact),
+            Ok(Answers::ErrorWithoutQuestion)
+        );
+        assert_eq!(
+            check_answers(&refused, 0xabce, question, Case::Exact),
+            Err(ResponseError::IdMismatch)
+        );
+        let mut noerror = refused;
+        noerror[3] = 0x00;
+        assert_eq!(
+            check_answers(&noerror, 0xabcd, question, Case::Exact),
+            Err(ResponseError::QuestionMismatch),
+            "a NOERROR without a question answers nothing"
+        );
+        let full = with_question(&refused, question);
+        let l = layout(&full).unwrap();
+        assert_eq!(l.rcode, 5);
+        assert_eq!(l.question_end, full.len());
     }
 
     #[test]

@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""Samples nodens every --interval seconds until SIGTERM or --max-secs.
+
+samples.csv, one row per sample:
+  t            unix time
+  alive        1 while the process exists and is not a zombie
+  rss_kb       VmRSS, hwm_kb VmHWM (peak RSS), from /proc/PID/status
+  fds          entries in /proc/PID/fd
+  threads      Threads, from /proc/PID/status
+  cpu_s        user + system CPU seconds so far
+  then, scraped from /metrics every --metrics-every samples (empty otherwise):
+  cache_bytes, cache_success, cache_denial (entries), evictions,
+  tcp_clients, tcp_rejected, inflight, served_stale, prefetch,
+  reloads_ok, reloads_failed, rejected (malformed queries), upstream_errors,
+  upstream_healthy
+  cpu_busy     per CPU, busy share since the previous sample ("0.93/0.41"):
+               the machine's other work shows here
+
+probes.csv, one row per probe: every --probe-every seconds one `dig` over
+UDP and one over TCP (+time=--probe-timeout +tries=1) for a popular name
+(rotating over --probe-names), each in its own thread so a slow answer
+never delays the samples:
+  t            when the probe started
+  proto        udp or tcp
+  name
+  answered     1 if the answer was NOERROR with an A record
+  rcode        dig's status, or "timeout" / "error"
+  latency_ms   dig's "Query time" (wall time of dig when it printed none)
+  ttl          TTL of the A record (above the zone's TTL: a stale answer)
+  stale        1 if the answer carried EDE 3 (Stale Answer)
+
+--snapshots: every --snapshot-every seconds and at the end, the whole
+/metrics text (histogram buckets left out) after a "# t=<unix time>" line.
+
+Reads /proc directly (no fork per sample); the probes fork dig.
+"""
+import argparse
+import csv
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+SAMPLE_FIELDS = ["t", "alive", "rss_kb", "hwm_kb", "fds", "threads", "cpu_s",
+                 "cache_bytes", "cache_success", "cache_denial", "evictions",
+                 "tcp_clients", "tcp_rejected", "inflight", "served_stale", "prefetch",
+                 "reloads_ok", "reloads_failed", "rejected", "upstream_errors", "upstream_healthy",
+                 "cpu_busy"]
+PROBE_FIELDS = ["t", "proto", "name", "answered", "rcode", "latency_ms", "ttl", "stale"]
+
+
+def proc_status(pid):
+    out = {"alive": 0}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k == "State":
+                    out["alive"] = 0 if v.split()[0] in ("Z", "X") else 1
+                elif k == "VmRSS":
+                    out["rss_kb"] = int(v.split()[0])
+                elif k == "VmHWM":
+                    out["hwm_kb"] = int(v.split()[0])
+                elif k == "Threads":
+                    out["threads"] = int(v)
+        if out["alive"]:
+            out["fds"] = len(os.listdir(f"/proc/{pid}/fd"))
+            with open(f"/proc/{pid}/stat") as f:
+                rest = f.read().rsplit(")", 1)[1].split()
+            out["cpu_s"] = round((int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK"), 2)
+    except (OSError, ValueError, IndexError):
+        out["alive"] = 0
+    return out
+
+
+def cpu_times():
+    out = []
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("cpu") and line[3].isdigit():
+                v = [int(x) for x in line.split()[1:]]
+                out.append((sum(v), v[3] + v[4]))
+    return out
+
+
+def metric_sum(text, name, label=None):
+    tot, found = 0.0, False
+    for line in text:
+        if line.startswith(name) and (len(line) > len(name) and line[len(name)] in " {"):
+            if label and label not in line:
+                continue
+            try:
+                tot += float(line.rsplit(" ", 1)[1])
+                found = True
+            except ValueError:
+                pass
+    return tot if found else ""
+
+
+def scrape(url, snapshot=None):
+    try:
+        with urllib.request.urlopen(url, timeout=0.8) as r:
+            raw = r.read().decode()
+    except Exception:  # noqa: BLE001 - a missed scrape is an empty cell
+        return {}
+    if snapshot:
+        snapshot.write(f"# t={time.time():.3f}\n")
+        snapshot.write("".join(l + "\n" for l in raw.splitlines()
+                               if l and l[0] != "#" and "_bucket{" not in l))
+        snapshot.flush()
+    lines = [l for l in raw.splitlines() if l and l[0] != "#"]
+    fmt = lambda v: "" if v == "" else int(v)
+    return {
+        "cache_bytes": fmt(metric_sum(lines, "nodens_cache_bytes")),
+        "cache_success": fmt(metric_sum(lines, "coredns_cache_entries", 'type="success"')),
+        "cache_denial": fmt(metric_sum(lines, "coredns_cache_entries", 'type="denial"')),
+        "evictions": fmt(metric_sum(lines, "coredns_cache_evictions_total")),
+        "tcp_clients": fmt(metric_sum(lines, "nodens_tcp_client_connections")),
+        "tcp_rejected": fmt(metric_sum(lines, "nodens_tcp_client_rejected_total")),
+        "inflight": fmt(metric_sum(lines, "nodens_inflight_queries")),
+        "served_stale": fmt(metric_sum(lines, "coredns_cache_served_stale_total")),
+        "prefetch": fmt(metric_sum(lines, "coredns_cache_prefetch_total")),
+        "reloads_ok": fmt(metric_sum(lines, "nodens_config_reloads_total", 'result="success"')),
+        "reloads_failed": fmt(metric_sum(lines, "nodens_config_reloads_total", 'result="failure"')),
+        "rejected": fmt(metric_sum(lines, "nodens_rejected_queries_total")),
+        "upstream_errors": fmt(metric_sum(lines, "nodens_upstream_errors_total")),
+        "upstream_healthy": fmt(metric_sum(lines, "nodens_upstream_healthy")),
+    }
+
+
+RE_STATUS = re.compile(r"status: ([A-Z]+)")
+RE_TIME = re.compile(r"Query time: (\d+) msec")
+RE_A = re.compile(r"^(\S+)\s+(\d+)\s+IN\s+A\s+(\S+)", re.M)
+
+
+def probe(args, proto, name, out, lock):
+    t0 = time.time()
+    argv = ["dig", f"@{args.server}", "-p", str(args.port), "-b", args.probe_src,
+            f"+time={args.probe_timeout}", "+tries=1", "+nocookie", name, "A"]
+    if proto == "tcp":
+        argv.insert(1, "+tcp")
+    row = {"t": f"{t0:.3f}", "proto": proto, "name": name, "answered": 0, "rcode": "", "latency_ms": "",
+           "ttl": "", "stale": 0}
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=args.probe_timeout + 3)
+        wall = (time.time() - t0) * 1000
+        m = RE_STATUS.search(r.stdout)
+        if m:
+            row["rcode"] = m.group(1)
+            a = RE_A.search(r.stdout)
+            row["answered"] = int(m.group(1) == "NOERROR" and a is not None)
+            if a:
+                row["ttl"] = a.group(2)
+            row["stale"] = int("EDE: 3" in r.stdout)
+            mt = RE_TIME.search(r.stdout)
+            row["latency_ms"] = mt.group(1) if mt else f"{wall:.0f}"
+        else:
+            row["rcode"] = "timeout" if "timed out" in r.stdout or "no servers could be reached" in r.stdout else "error"
+            row["latency_ms"] = f"{wall:.0f}"
+    except subprocess.TimeoutExpired:
+        row["rcode"] = "timeout"
+        row["latency_ms"] = f"{(time.time() - t0) * 1000:.0f}"
+    except OSError as e:
+        row["rcode"] = f"error:{e.errno}"
+    with lock:
+        out.writerow(row)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--pid", type=int, required=True)
+    p.add_argument("--server", required=True)
+    p.add_argument("--port", type=int, default=53)
+    p.add_argument("--metrics-url", default="")
+    p.add_argument("--metrics-every", type=int, default=1)
+    p.add_argument("--snapshot-every", type=float, default=30.0,
+                   help="seconds between full /metrics snapshots written to --snapshots")
+    p.add_argument("--snapshots", default="")
+    p.add_argument("--interval", type=float, default=1.0)
+    p.add_argument("--probe-every", type=float, default=1.0)
+    p.add_argument("--probe-timeout", type=int, default=5)
+    p.add_argument("--probe-src", default="127.0.0.1")
+    p.add_argument("--probe-names", default="pop-0.soak.test")
+    p.add_argument("--max-secs", type=float, default=3600)
+    p.add_argument("--samples", required=True)
+    p.add_argument("--probes", required=True)
+    args = p.parse_args()
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    names = args.probe_names.split(",")
+    lock = threading.Lock()
+    start = time.time()
+    threads = []
+    snap = open(args.snapshots, "w") if args.snapshots else None
+    next_snap = start
+    with open(args.samples, "w", newline="") as sf, open(args.probes, "w", newline="", buffering=1) as pf:
+        sw = csv.DictWriter(sf, SAMPLE_FIELDS, restval="")
+        sw.writeheader()
+        pw = csv.DictWriter(pf, PROBE_FIELDS, restval="")
+        pw.writeheader()
+        n = 0
+        next_probe = start
+        prev_cpu = cpu_times()
+        while not stop.is_set() and time.time() - start < args.max_secs:
+            t = time.time()
+            if t >= next_probe:
+                name = names[int((t - start) / args.probe_every) % len(names)]
+                for proto in ("udp", "tcp"):
+                    th = threading.Thread(target=probe, args=(args, proto, name, pw, lock), daemon=True)
+                    th.start()
+                    threads.append(th)
+                next_probe += args.probe_every
+                threads = [th for th in threads if th.is_alive()]
+            row = {"t": f"{t:.3f}"}
+            row.update(proc_status(args.pid))
+            cur = cpu_times()
+            row["cpu_busy"] = "/".join(f"{1 - (c[1] - p[1]) / (c[0] - p[0]):.2f}" if c[0] > p[0] else ""
+                                       for c, p in zip(cur, prev_cpu))
+            prev_cpu = cur
+            if args.metrics_url and n % args.metrics_every == 0:
+                take = snap is not None and t >= next_snap
+                if take:
+                    next_snap += args.snapshot_every
+                row.update(scrape(args.metrics_url, snap if take else None))
+            sw.writerow(row)
+            sf.flush()
+            n += 1
+            stop.wait(max(0.0, args.interval - (time.time() - t)))
+        # Probes already started finish (bounded by their timeout): none is cut short.
+        for th in threads:
+            th.join(args.probe_timeout + 4)
+        if snap is not None and args.metrics_url:
+            scrape(args.metrics_url, snap)   # the last one, at the end
+            snap.close()
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(130)
