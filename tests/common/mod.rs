@@ -24,6 +24,7 @@
 //! | 120..=129      | upstream_faults.rs | 120..=127 (test-written servers on `.200` (silent) and `.10`) |
 //! | 130..=139      | transport_fallback.rs | 130 (inside its own network namespace, with CoreDNS on 127.0.0.1:5300 there) |
 //! | 140..=149      | udp_worker.rs     | 140..=141                 |
+//! | 150..=159      | abuse.rs          | 150..=159 (test-written servers on `.10`, wildcard listener on port 30154) |
 //!
 //! A new test takes the next free N of its file's block.
 //!
