@@ -200,9 +200,18 @@ async fn serve_connection(
             (Some(m), Some(i)) => Some(m.min(i)),
             (m, i) => m.or(i),
         };
+        // With answers in flight there is no idle deadline yet: wake up
+        // when the last is sent, to start one.
+        let all_answered = async {
+            if nothing_in_flight {
+                std::future::pending::<()>().await;
+            }
+            let _ = slots.acquire_many(limits.max_inflight as u32).await;
+        };
         let read = tokio::select! {
             _ = stop.cancelled() => break,
             read = reader.read_buf(&mut pending) => read,
+            _ = all_answered => continue,
             _ = sleep_until_some(deadline) => {
                 closed_by_us = Some(if message_deadline == deadline {
                     "read_timeout"
