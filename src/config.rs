@@ -490,7 +490,10 @@ impl Config {
             ));
         }
         if self.server.max_misses_in_flight == 0 {
-            return Err((None, "server.max_misses_in_flight: must be at least 1".into()));
+            return Err((
+                None,
+                "server.max_misses_in_flight: must be at least 1".into(),
+            ));
         }
         if let Some(allow) = &self.server.allow
             && allow.is_empty()

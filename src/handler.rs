@@ -6,8 +6,8 @@
 //! coalesce with identical misses, forward to the zone's upstreams, store,
 //! reply; serve stale if every upstream failed.
 
-use std::sync::Arc;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 

@@ -16,6 +16,7 @@ pub mod listen;
 pub mod log_limit;
 pub mod logging;
 pub mod metrics;
+pub mod privileges;
 pub mod server;
 pub mod stats;
 pub mod upstream;

@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 
 use nodens::config::Config;
 use nodens::server::Server;
-use nodens::{cpus, limits, logging};
+use nodens::{cpus, limits, logging, privileges};
 
 /// mimalloc rather than glibc's malloc: with misses allocated and freed on
 /// each UDP worker's thread among long-lived cache entries, glibc's
@@ -69,6 +69,7 @@ fn serve(path: Option<PathBuf>) -> ExitCode {
         Ok(n) => tracing::debug!(open_files = n, "open-files limit"),
         Err(e) => tracing::warn!("cannot raise the open-files limit: {e}"),
     }
+    privileges::forbid_new_privileges();
     let (workers, source) = cpus::workers(config.server.workers);
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -78,6 +79,7 @@ fn serve(path: Option<PathBuf>) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .thread_name("nodens")
+        .on_thread_start(privileges::drop_all_in_this_thread)
         .enable_all()
         .build()
     {
@@ -89,6 +91,7 @@ fn serve(path: Option<PathBuf>) -> ExitCode {
     };
     let result = runtime.block_on(async {
         let server = Server::start(config, path, workers, log).await?;
+        privileges::keep_only_bind_in_this_thread();
         server.run().await
     });
     match result {

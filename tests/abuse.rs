@@ -130,7 +130,8 @@ fn trickling_and_silent_tcp_clients_do_not_deny_tcp() {
                         continue;
                     };
                     opened.fetch_add(1, Ordering::Relaxed);
-                    c.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+                    c.set_read_timeout(Some(Duration::from_millis(300)))
+                        .unwrap();
                     loop {
                         if stop.load(Ordering::Relaxed) || Instant::now() > deadline {
                             return;
@@ -141,8 +142,12 @@ fn trickling_and_silent_tcp_clients_do_not_deny_tcp() {
                         let mut b = [0u8; 1];
                         match c.read(&mut b) {
                             Ok(0) => break,
-                            Err(e) if e.kind() != std::io::ErrorKind::WouldBlock
-                                && e.kind() != std::io::ErrorKind::TimedOut => break,
+                            Err(e)
+                                if e.kind() != std::io::ErrorKind::WouldBlock
+                                    && e.kind() != std::io::ErrorKind::TimedOut =>
+                            {
+                                break;
+                            }
                             _ => {}
                         }
                     }
@@ -175,7 +180,10 @@ fn trickling_and_silent_tcp_clients_do_not_deny_tcp() {
     for a in attackers {
         a.join().unwrap();
     }
-    assert_eq!(answered, 20, "TCP answers to the legitimate client under attack");
+    assert_eq!(
+        answered, 20,
+        "TCP answers to the legitimate client under attack"
+    );
     assert!(
         nodens.metric(
             "nodens_tcp_client_closed_total",
@@ -183,7 +191,10 @@ fn trickling_and_silent_tcp_clients_do_not_deny_tcp() {
         ) > 0.0
     );
     assert!(
-        nodens.metric("nodens_tcp_client_closed_total", &[("reason", "read_timeout")]) > 0.0
+        nodens.metric(
+            "nodens_tcp_client_closed_total",
+            &[("reason", "read_timeout")]
+        ) > 0.0
     );
 }
 
@@ -193,7 +204,8 @@ fn trickling_and_silent_tcp_clients_do_not_deny_tcp() {
 /// QR set, REFUSED, no question (as NSD answers questions it refuses to parse).
 fn questionless_refuser(addr: SocketAddr, stop: Arc<AtomicBool>) -> thread::JoinHandle<usize> {
     let sock = UdpSocket::bind(addr).unwrap();
-    sock.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
     thread::spawn(move || {
         let mut seen = 0;
         let mut buf = [0u8; 4096];
@@ -261,7 +273,10 @@ fn classes_other_than_in_and_ch_are_refused_without_asking_upstream() {
             .unwrap_or_else(|| panic!("class {class}: no reply"));
         let m = RawMsg::parse(&reply).unwrap();
         assert_eq!(m.rcode(), 5, "class {class}");
-        assert!(m.opt.is_some(), "class {class}: the client's OPT is answered");
+        assert!(
+            m.opt.is_some(),
+            "class {class}: the client's OPT is answered"
+        );
         assert!(start.elapsed() < Duration::from_secs(1), "class {class}");
     }
     assert!(
@@ -288,7 +303,10 @@ fn error_replies_carry_opt_when_the_query_had_one() {
             .unwrap_or_else(|| panic!("{what}: no reply"));
         let m = RawMsg::parse(&reply).unwrap();
         assert_eq!(m.rcode(), rcode, "{what}");
-        assert!(m.opt.is_some(), "{what}: reply without OPT (RFC 6891 section 7)");
+        assert!(
+            m.opt.is_some(),
+            "{what}: reply without OPT (RFC 6891 section 7)"
+        );
     }
 }
 
@@ -336,11 +354,7 @@ fn misses_in_flight_are_capped() {
             .server("max_misses_in_flight", "50")
             .server("query_timeout", "\"4s\"")
             .zone("test.", &[core.addr], &[])
-            .zone(
-                "silent.",
-                &[silent.addr],
-                &[("upstream_timeout", "\"4s\"")],
-            ),
+            .zone("silent.", &[silent.addr], &[("upstream_timeout", "\"4s\"")]),
     );
     udp_query(nodens.dns, &Q::new("www.test.", Rt::A));
     let fds_before = nodens_fds(&nodens);
@@ -375,11 +389,11 @@ fn misses_in_flight_are_capped() {
 fn sources_outside_the_allow_list_are_refused() {
     let net = Net(156);
     let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(
-        &Cfg::new(net)
-            .server("allow", "[\"127.0.156.0/28\"]")
-            .zone("test.", &[core.addr], &[]),
-    );
+    let nodens = Nodens::start(&Cfg::new(net).server("allow", "[\"127.0.156.0/28\"]").zone(
+        "test.",
+        &[core.addr],
+        &[],
+    ));
     let q = Q::new("www.test.", Rt::A);
     let inside = ask_from(net.ip(5), nodens.dns, &q, Duration::from_secs(3)).unwrap();
     assert_eq!(inside.a(), vec![ipv4("192.0.2.1")]);
@@ -398,7 +412,11 @@ fn sources_outside_the_allow_list_are_refused() {
     let len = u16::from_be_bytes([reply[0], reply[1]]) as usize;
     let mut msg = vec![0u8; len];
     tcp.read_exact(&mut msg).unwrap();
-    assert_eq!(RawMsg::parse(&msg).unwrap().rcode(), 5, "REFUSED over TCP too");
+    assert_eq!(
+        RawMsg::parse(&msg).unwrap().rcode(),
+        5,
+        "REFUSED over TCP too"
+    );
 }
 
 #[test]
@@ -541,7 +559,11 @@ fn forged_answers_with_the_right_id_and_port_are_not_cached() {
     udp_side.join().unwrap();
     assert_eq!(reply.a(), vec![ipv4("192.0.2.80")], "the real answer");
     let again = udp_query(nodens.dns, &Q::new(name, Rt::A));
-    assert_eq!(again.a(), vec![ipv4("192.0.2.80")], "the cached answer is real");
+    assert_eq!(
+        again.a(),
+        vec![ipv4("192.0.2.80")],
+        "the cached answer is real"
+    );
     assert!(tcp_side.join().unwrap() >= 1, "confirmed over TCP");
     let to = upstream.to_string();
     let caught = nodens.metric(

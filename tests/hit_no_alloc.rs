@@ -159,7 +159,8 @@ fn cache_hits_allocate_nothing() {
         for _ in 0..2500 {
             for packet in &packets {
                 for proto in [Proto::Udp, Proto::Tcp] {
-                    if let Handled::Reply = shared.handle(packet, LOCALHOST, &info, proto, &mut out) {
+                    if let Handled::Reply = shared.handle(packet, LOCALHOST, &info, proto, &mut out)
+                    {
                         replies += 1;
                     }
                 }

@@ -31,8 +31,12 @@ pub struct Acl {
 
 impl Acl {
     pub fn new(allowed: Vec<IpNet>) -> Acl {
-        let everyone = allowed.iter().any(|n| n.prefix_len() == 0 && n.addr().is_ipv4())
-            && allowed.iter().any(|n| n.prefix_len() == 0 && n.addr().is_ipv6());
+        let everyone = allowed
+            .iter()
+            .any(|n| n.prefix_len() == 0 && n.addr().is_ipv4())
+            && allowed
+                .iter()
+                .any(|n| n.prefix_len() == 0 && n.addr().is_ipv6());
         Acl { allowed, everyone }
     }
 
@@ -76,7 +80,13 @@ mod tests {
         ] {
             assert!(acl.allows(ok.parse().unwrap()), "{ok}");
         }
-        for refused in ["8.8.8.8", "192.0.2.1", "172.32.0.1", "2001:db8::1", "::ffff:1.1.1.1"] {
+        for refused in [
+            "8.8.8.8",
+            "192.0.2.1",
+            "172.32.0.1",
+            "2001:db8::1",
+            "::ffff:1.1.1.1",
+        ] {
             assert!(!acl.allows(refused.parse().unwrap()), "{refused}");
         }
     }

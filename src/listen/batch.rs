@@ -162,11 +162,15 @@ fn destination(header: &libc::msghdr) -> Option<IpAddr> {
         while !cmsg.is_null() {
             let c = &*cmsg;
             if c.cmsg_level == libc::IPPROTO_IP && c.cmsg_type == libc::IP_PKTINFO {
-                let info = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::in_pktinfo>());
-                return Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(info.ipi_addr.s_addr))));
+                let info =
+                    std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::in_pktinfo>());
+                return Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                    info.ipi_addr.s_addr,
+                ))));
             }
             if c.cmsg_level == libc::IPPROTO_IPV6 && c.cmsg_type == libc::IPV6_PKTINFO {
-                let info = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::in6_pktinfo>());
+                let info =
+                    std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::in6_pktinfo>());
                 return Some(IpAddr::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr)));
             }
             cmsg = libc::CMSG_NXTHDR(header, cmsg);

@@ -126,7 +126,11 @@ pub async fn accept_loop(
             };
             let reason = serve_connection(stream, peer, &shared2, &info, stop, busy).await;
             if let Some(reason) = reason {
-                shared2.metrics.tcp_closed.with_label_values(&[reason]).inc();
+                shared2
+                    .metrics
+                    .tcp_closed
+                    .with_label_values(&[reason])
+                    .inc();
             }
             shared2.metrics.tcp_connections.dec();
             per_client.remove(client);

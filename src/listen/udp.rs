@@ -187,6 +187,7 @@ impl Drop for MissGuard {
 
 impl Worker {
     fn run(self) {
+        crate::privileges::drop_all_in_this_thread();
         let _entered = self.runtime.enter();
         let mut received = RecvBatch::new(self.wildcard);
         let mut replies = SendBatch::default();
@@ -287,10 +288,13 @@ impl Worker {
             let Some((packet, peer, local)) = received.get(i) else {
                 continue;
             };
-            match self
-                .shared
-                .handle(packet, peer.ip(), &self.info, Proto::Udp, replies.next_buffer())
-            {
+            match self.shared.handle(
+                packet,
+                peer.ip(),
+                &self.info,
+                Proto::Udp,
+                replies.next_buffer(),
+            ) {
                 Handled::Reply => replies.commit(peer, local),
                 Handled::Drop => {}
                 Handled::Miss(job) => {

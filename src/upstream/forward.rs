@@ -19,8 +19,8 @@ use tokio::time::Instant;
 use super::{ExchangeError, Upstream, Zone, case, udp};
 use crate::cache::Key;
 use crate::config::{Policy, Transport};
-use crate::wire::response::Case;
 use crate::metrics::Metrics;
+use crate::wire::response::Case;
 use crate::wire::response::{self, Layout};
 use crate::wire::{HEADER_LEN, build, flag, rcode, rcode_name, read_u16};
 
@@ -44,8 +44,7 @@ pub async fn forward(
             break;
         }
         let try_deadline = (now + zone.upstream_timeout).min(deadline);
-        match ask(upstream, zone, key, &question, try_deadline, metrics).await
-        {
+        match ask(upstream, zone, key, &question, try_deadline, metrics).await {
             Ok(answer) => {
                 upstream.record_success();
                 match answer.layout.rcode {

@@ -305,7 +305,15 @@ mod tests {
         let addr = server.local_addr().unwrap();
         let query = build::upstream_query(id, question, false, false);
         let asking = tokio::spawn(async move {
-            exchange(addr, &query, id, question, Case::Ignore, Instant::now() + wait).await
+            exchange(
+                addr,
+                &query,
+                id,
+                question,
+                Case::Ignore,
+                Instant::now() + wait,
+            )
+            .await
         });
         let mut buf = [0u8; 512];
         let (n, from) = server.recv_from(&mut buf).unwrap();

@@ -121,7 +121,10 @@ pub fn parse(packet: &[u8]) -> Result<Query<'_>, Reject> {
     }
     if read_u16(packet, 6) != 0 || read_u16(packet, 8) != 0 {
         return Err(with_edns_of(
-            formerr("records in the answer or authority section of a query", None),
+            formerr(
+                "records in the answer or authority section of a query",
+                None,
+            ),
             packet,
         ));
     }
@@ -394,7 +397,10 @@ mod tests {
                 parse(&notify_edns),
                 Err(Reject::Answer {
                     rcode: rcode::NOTIMP,
-                    edns: Some(Edns { dnssec_ok: true, .. }),
+                    edns: Some(Edns {
+                        dnssec_ok: true,
+                        ..
+                    }),
                     ..
                 })
             ),

@@ -277,7 +277,12 @@ mod tests {
             Err(ResponseError::IdMismatch)
         );
         assert_eq!(
-            check_answers(&m, 0xabcd, b"\x03www\x01t\x00\x00\x1c\x00\x01", Case::Ignore),
+            check_answers(
+                &m,
+                0xabcd,
+                b"\x03www\x01t\x00\x00\x1c\x00\x01",
+                Case::Ignore
+            ),
             Err(ResponseError::QuestionMismatch)
         );
         let l = layout(&m).unwrap();

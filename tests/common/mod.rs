@@ -25,6 +25,7 @@
 //! | 130..=139      | transport_fallback.rs | 130 (inside its own network namespace, with CoreDNS on 127.0.0.1:5300 there) |
 //! | 140..=149      | udp_worker.rs     | 140..=141                 |
 //! | 150..=159      | abuse.rs          | 150..=159 (test-written servers on `.10`, wildcard listener on port 30154) |
+//! | 160..=169      | privileges.rs     | 160 (root: binds port 53 on reload) |
 //!
 //! A new test takes the next free N of its file's block.
 //!

@@ -1,0 +1,72 @@
+//! Capabilities: what nodens keeps once its sockets are bound.
+//!
+//! Binding port 53 needs `CAP_NET_BIND_SERVICE`; nothing else nodens does
+//! while serving needs a capability. Linux capabilities belong to threads,
+//! so each thread drops what it does not need when it starts:
+//!
+//! - the threads that read client packets and talk to upstreams (the UDP
+//!   workers and the runtime's threads) keep nothing;
+//! - the main thread, which binds new listen addresses on reload, keeps
+//!   `CAP_NET_BIND_SERVICE` only, in its effective, permitted and bounding
+//!   sets.
+//!
+//! Threads share one address space, so this is a bound on what a thread
+//! is allowed by the kernel, not isolation between them: the container's
+//! own capability set (deploy: `NET_BIND_SERVICE`, and `NET_ADMIN` for node
+//! setup) is the outer bound. Without the capabilities to change (not
+//! root, no CAP_SETPCAP) this does nothing and says so at debug level.
+
+use caps::{CapSet, Capability, CapsHashSet};
+
+/// Sets no_new_privs: nothing this process runs can gain privileges
+/// (setuid binaries, file capabilities). Call before threads start, which
+/// inherit it.
+pub fn forbid_new_privileges() {
+    // SAFETY: prctl with PR_SET_NO_NEW_PRIVS reads only its integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        tracing::debug!(
+            "cannot set no_new_privs: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// Drops every capability of the calling thread.
+pub fn drop_all_in_this_thread() {
+    for set in [CapSet::Effective, CapSet::Permitted, CapSet::Inheritable] {
+        if let Err(e) = caps::clear(None, set) {
+            tracing::debug!("cannot clear {set:?} capabilities: {e}");
+        }
+    }
+}
+
+/// Keeps only `CAP_NET_BIND_SERVICE` in the calling thread (the main one).
+pub fn keep_only_bind_in_this_thread() {
+    let keep = Capability::CAP_NET_BIND_SERVICE;
+    // The bounding set first: dropping from it needs CAP_SETPCAP, which
+    // goes with the effective set below.
+    if let Ok(bounding) = caps::read(None, CapSet::Bounding) {
+        for cap in bounding.into_iter().filter(|c| *c != keep) {
+            if let Err(e) = caps::drop(None, CapSet::Bounding, cap) {
+                tracing::debug!("cannot drop {cap} from the bounding set: {e}");
+                break;
+            }
+        }
+    }
+    let had = caps::has_cap(None, CapSet::Permitted, keep).unwrap_or(false);
+    let only: CapsHashSet = if had {
+        [keep].into_iter().collect()
+    } else {
+        CapsHashSet::new()
+    };
+    for set in [CapSet::Effective, CapSet::Permitted, CapSet::Inheritable] {
+        let wanted = if matches!(set, CapSet::Inheritable) {
+            CapsHashSet::new()
+        } else {
+            only.clone()
+        };
+        if let Err(e) = caps::set(None, set, &wanted) {
+            tracing::debug!("cannot set {set:?} capabilities: {e}");
+        }
+    }
+}
