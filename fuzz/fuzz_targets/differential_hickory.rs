@@ -20,7 +20,7 @@ use hickory_proto::rr::Record;
 use hickory_proto::serialize::binary::{BinDecodable, BinDecoder};
 use libfuzzer_sys::fuzz_target;
 use nodens::wire::query::{self, Query};
-use nodens_fuzz::{CD, HEADER_LEN, RD, hex, labels, u16_at, u32_at};
+use nodens_fuzz::{CD, RD, hex, labels, u16_at, u32_at};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(q) = query::parse(data) else { return };

@@ -47,6 +47,7 @@ fn accepted(data: &[u8], q: &Query<'_>) {
     assert_eq!(&data[HEADER_LEN..q.name_end + 4], question);
     assert_eq!(u16_at(question, name.len()), q.qtype);
     assert_eq!(u16_at(question, name.len() + 2), q.qclass);
+    assert!(query::is_served_class(q.qclass), "class {} should have been refused", q.qclass);
     assert!(
         ![41, 251, 252, 253, 254].contains(&q.qtype),
         "qtype {} should have been rejected",

@@ -15,6 +15,13 @@ samples.csv, one row per sample:
   upstream_healthy
   cpu_busy     per CPU, busy share since the previous sample ("0.93/0.41"):
                the machine's other work shows here
+  udp_rcvbuf_errors, udp_no_ports   the namespace's UDP RcvbufErrors and
+               NoPorts counters (/proc/net/snmp): datagrams dropped at a
+               full socket buffer, sent to a port nobody listens on
+  upstream_cpu_s, upstream_state    CPU seconds and state (R, S, T, ...)
+               of the processes named --upstream-comm (CoreDNS)
+  top_cpu      the processes that used more than 10 % of a CPU since the
+               previous sample, "name/pid/CPU share/CPU it last ran on", busiest first
 
 probes.csv, one row per probe: every --probe-every seconds one `dig` over
 UDP and one over TCP (+time=--probe-timeout +tries=1) for a popular name
@@ -38,6 +45,7 @@ import argparse
 import csv
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -49,7 +57,7 @@ SAMPLE_FIELDS = ["t", "alive", "rss_kb", "hwm_kb", "fds", "threads", "cpu_s",
                  "cache_bytes", "cache_success", "cache_denial", "evictions",
                  "tcp_clients", "tcp_rejected", "inflight", "served_stale", "prefetch",
                  "reloads_ok", "reloads_failed", "rejected", "upstream_errors", "upstream_healthy",
-                 "cpu_busy"]
+                 "cpu_busy", "udp_rcvbuf_errors", "udp_no_ports", "upstream_cpu_s", "upstream_state", "top_cpu", "sampler_cpu_s"]
 PROBE_FIELDS = ["t", "proto", "name", "answered", "rcode", "latency_ms", "ttl", "stale"]
 
 
@@ -85,6 +93,53 @@ def cpu_times():
                 v = [int(x) for x in line.split()[1:]]
                 out.append((sum(v), v[3] + v[4]))
     return out
+
+
+def udp_counters():
+    try:
+        with open("/proc/net/snmp") as f:
+            rows = [l.split() for l in f if l.startswith("Udp:")]
+        d = dict(zip(rows[0][1:], rows[1][1:]))
+        return {"udp_rcvbuf_errors": d.get("RcvbufErrors", ""), "udp_no_ports": d.get("NoPorts", "")}
+    except (OSError, IndexError):
+        return {}
+
+
+class Procs:
+    """One pass over /proc per sample: the upstream's CPU and state, and
+    who used the CPUs since the previous pass."""
+
+    def __init__(self, comm):
+        self.comm = comm
+        self.prev = {}
+        self.prev_t = time.monotonic()
+        self.tck = os.sysconf("SC_CLK_TCK")
+
+    def scan(self):
+        cur, cpu, states, top = {}, 0.0, [], []
+        now = time.monotonic()
+        dt = max(1e-3, now - self.prev_t)
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    s = f.read()
+            except OSError:
+                continue
+            name = s[s.find("(") + 1:s.rfind(")")]
+            rest = s[s.rfind(")") + 2:].split()
+            t = (int(rest[11]) + int(rest[12])) / self.tck
+            cur[d] = t
+            if name == self.comm:
+                states.append(rest[0])
+                cpu += t
+            if d in self.prev and (t - self.prev[d]) / dt > 0.10:
+                top.append(((t - self.prev[d]) / dt, f"{name}/{d}/{(t - self.prev[d]) / dt:.2f}/{rest[36]}"))
+        self.prev, self.prev_t = cur, now
+        top.sort(reverse=True)
+        return {"upstream_cpu_s": f"{cpu:.2f}" if states else "", "upstream_state": "".join(states),
+                "top_cpu": " ".join(x for _, x in top[:6])}
 
 
 def metric_sum(text, name, label=None):
@@ -180,6 +235,7 @@ def main():
     p.add_argument("--snapshot-every", type=float, default=30.0,
                    help="seconds between full /metrics snapshots written to --snapshots")
     p.add_argument("--snapshots", default="")
+    p.add_argument("--upstream-comm", default="coredns")
     p.add_argument("--interval", type=float, default=1.0)
     p.add_argument("--probe-every", type=float, default=1.0)
     p.add_argument("--probe-timeout", type=int, default=5)
@@ -207,6 +263,7 @@ def main():
         n = 0
         next_probe = start
         prev_cpu = cpu_times()
+        procs = Procs(args.upstream_comm)
         while not stop.is_set() and time.time() - start < args.max_secs:
             t = time.time()
             if t >= next_probe:
@@ -219,6 +276,10 @@ def main():
                 threads = [th for th in threads if th.is_alive()]
             row = {"t": f"{t:.3f}"}
             row.update(proc_status(args.pid))
+            row.update(udp_counters())
+            row.update(procs.scan())
+            ru = resource.getrusage(resource.RUSAGE_SELF)
+            row["sampler_cpu_s"] = f"{ru.ru_utime + ru.ru_stime:.2f}"
             cur = cpu_times()
             row["cpu_busy"] = "/".join(f"{1 - (c[1] - p[1]) / (c[0] - p[0]):.2f}" if c[0] > p[0] else ""
                                        for c, p in zip(cur, prev_cpu))

@@ -115,11 +115,14 @@ struct Worker {
     outbox: Arc<Outbox>,
 }
 
+/// A reply, its client, and the address to send it from (wildcard sockets).
+type QueuedReply = (Vec<u8>, SocketAddr, Option<IpAddr>);
+
 /// Replies of misses, waiting to be sent together: the misses answered in
 /// one turn of the event loop go out in one `sendmmsg`.
 #[derive(Default)]
 struct Outbox {
-    replies: std::sync::Mutex<Vec<(Vec<u8>, SocketAddr, Option<IpAddr>)>>,
+    replies: std::sync::Mutex<Vec<QueuedReply>>,
     filled: Notify,
 }
 
