@@ -14,7 +14,8 @@
 //! - Forged answers (right ID and port, wrong letter case; a flood of wrong
 //!   IDs) never reach the cache: 0x20 and TCP confirmation.
 //!
-//! Loopback block 127.0.150-159.x (see tests/common).
+//! Loopback block 127.0.150-159.x (see tests/common); the IPv6 wildcard test
+//! runs in a network namespace of its own (root).
 
 mod common;
 
@@ -340,6 +341,75 @@ fn wildcard_listener_answers_from_the_queried_address() {
         }
     }
     drop(nodens);
+}
+
+/// A network namespace with lo up, deleted on drop.
+struct Netns(String);
+
+impl Netns {
+    fn create(tag: &str) -> Netns {
+        let name = format!("nodens-{tag}-{}", std::process::id());
+        let ns = Netns(name);
+        ns.ip(&["netns", "add", &ns.0]);
+        ns.ip(&["-n", &ns.0, "link", "set", "lo", "up"]);
+        ns
+    }
+
+    fn ip(&self, args: &[&str]) {
+        let out = std::process::Command::new(tool("ip"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "ip {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(tool("ip"))
+            .args(["netns", "del", &self.0])
+            .status();
+    }
+}
+
+#[test]
+fn wildcard_ipv6_listener_answers_from_the_queried_address() {
+    if !require_root("IPv6 wildcard listener test (network namespace)") {
+        return;
+    }
+    let ns = Netns::create("wild6");
+    for addr in ["fd00::1/128", "fd00::2/128"] {
+        ns.ip(&["-n", &ns.0, "addr", "add", addr, "dev", "lo", "nodad"]);
+    }
+    in_netns(&ns.0, || {
+        let net = Net(150);
+        let listen: SocketAddr = "[::]:1053".parse().unwrap();
+        let nodens = Nodens::start(&Cfg::new(net).listen(&[listen]).zone(
+            "test.",
+            &[net.silent(0)],
+            &[],
+        ));
+        for (client, server) in [
+            ("[fd00::1]:0", "[fd00::2]:1053"),
+            ("[::1]:0", "[fd00::1]:1053"),
+        ] {
+            let sock = UdpSocket::bind(client).unwrap();
+            sock.connect(server).unwrap();
+            sock.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            // No zone for the name: answered REFUSED at once, by nodens itself.
+            sock.send(&Q::new("www.other.", Rt::A).to_bytes()).unwrap();
+            let mut buf = [0u8; 512];
+            let n = sock
+                .recv(&mut buf)
+                .unwrap_or_else(|e| panic!("{client} -> {server}: no reply ({e})"));
+            assert_eq!(RawMsg::parse(&buf[..n]).unwrap().rcode(), 5);
+        }
+        drop(nodens);
+    });
 }
 
 // ---- 5. misses waiting on a silent upstream ----------------------------------

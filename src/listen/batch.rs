@@ -52,6 +52,14 @@ pub fn enable_destination_info(socket: &UdpSocket, ipv6: bool) -> io::Result<()>
     Ok(())
 }
 
+/// Where a datagram was sent: the address, and the interface it came in
+/// on (a reply from an IPv6 link-local address must name it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Destination {
+    pub ip: IpAddr,
+    pub ifindex: u32,
+}
+
 /// Buffers for one `recvmmsg` call, reused for every call.
 pub struct RecvBatch {
     buffers: Vec<Box<[u8; RECV_ROOM]>>,
@@ -134,7 +142,7 @@ impl RecvBatch {
     /// Datagram `i` of the last call, who sent it, and (on a wildcard
     /// socket) the address it was sent to; `None` if it was cut short or
     /// came from an address family we do not serve.
-    pub fn get(&self, i: usize) -> Option<(&[u8], SocketAddr, Option<IpAddr>)> {
+    pub fn get(&self, i: usize) -> Option<(&[u8], SocketAddr, Option<Destination>)> {
         debug_assert!(i < self.received);
         let header = &self.headers[i];
         if header.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
@@ -153,7 +161,7 @@ impl RecvBatch {
 }
 
 /// The destination address in a received message's control data.
-fn destination(header: &libc::msghdr) -> Option<IpAddr> {
+fn destination(header: &libc::msghdr) -> Option<Destination> {
     // SAFETY: the header's control buffer was filled by recvmmsg; the CMSG
     // macros walk it within msg_controllen, and each payload is read as
     // the type its level and type say it holds.
@@ -164,14 +172,18 @@ fn destination(header: &libc::msghdr) -> Option<IpAddr> {
             if c.cmsg_level == libc::IPPROTO_IP && c.cmsg_type == libc::IP_PKTINFO {
                 let info =
                     std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::in_pktinfo>());
-                return Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
-                    info.ipi_addr.s_addr,
-                ))));
+                return Some(Destination {
+                    ip: IpAddr::V4(Ipv4Addr::from(u32::from_be(info.ipi_addr.s_addr))),
+                    ifindex: 0,
+                });
             }
             if c.cmsg_level == libc::IPPROTO_IPV6 && c.cmsg_type == libc::IPV6_PKTINFO {
                 let info =
                     std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::in6_pktinfo>());
-                return Some(IpAddr::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr)));
+                return Some(Destination {
+                    ip: IpAddr::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr)),
+                    ifindex: info.ipi6_ifindex,
+                });
             }
             cmsg = libc::CMSG_NXTHDR(header, cmsg);
         }
@@ -181,7 +193,7 @@ fn destination(header: &libc::msghdr) -> Option<IpAddr> {
 
 /// Writes a control message that sets a datagram's source address into
 /// `buffer`; returns its length.
-fn source_control(source: IpAddr, buffer: &mut [u64; CONTROL_ROOM / 8]) -> usize {
+fn source_control(source: Destination, buffer: &mut [u64; CONTROL_ROOM / 8]) -> usize {
     // SAFETY: `buffer` is aligned for cmsghdr and CONTROL_ROOM holds one
     // cmsghdr with an in6_pktinfo (the larger payload); a msghdr pointing
     // at it lets CMSG_FIRSTHDR find its start.
@@ -190,7 +202,7 @@ fn source_control(source: IpAddr, buffer: &mut [u64; CONTROL_ROOM / 8]) -> usize
         header.msg_control = buffer.as_mut_ptr().cast();
         header.msg_controllen = CONTROL_ROOM as _;
         let cmsg = libc::CMSG_FIRSTHDR(&header);
-        match source {
+        match source.ip {
             IpAddr::V4(ip) => {
                 (*cmsg).cmsg_level = libc::IPPROTO_IP;
                 (*cmsg).cmsg_type = libc::IP_PKTINFO;
@@ -206,6 +218,7 @@ fn source_control(source: IpAddr, buffer: &mut [u64; CONTROL_ROOM / 8]) -> usize
                 (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<libc::in6_pktinfo>() as u32) as _;
                 let mut info: libc::in6_pktinfo = zeroed();
                 info.ipi6_addr.s6_addr = ip.octets();
+                info.ipi6_ifindex = source.ifindex;
                 std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast(), info);
                 libc::CMSG_SPACE(size_of::<libc::in6_pktinfo>() as u32) as usize
             }
@@ -246,7 +259,7 @@ fn socket_addr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
 pub struct SendBatch {
     /// Each reply, its destination, and the source address to send it
     /// from (on a wildcard socket).
-    replies: Vec<(Vec<u8>, SockAddr, Option<IpAddr>)>,
+    replies: Vec<(Vec<u8>, SockAddr, Option<Destination>)>,
     used: usize,
     sent: usize,
 }
@@ -266,7 +279,7 @@ impl SendBatch {
 
     /// Queues the buffer last returned by `next_buffer` for `to`, sent
     /// from `from` if given.
-    pub fn commit(&mut self, to: SocketAddr, from: Option<IpAddr>) {
+    pub fn commit(&mut self, to: SocketAddr, from: Option<Destination>) {
         let reply = &mut self.replies[self.used];
         reply.1 = SockAddr::from(to);
         reply.2 = from;

@@ -15,7 +15,7 @@
 //! event loop, which waits on the listening socket and the upstream sockets
 //! together, until the last miss is answered.
 
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -24,7 +24,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::Notify;
 
-use super::batch::{BATCH, RecvBatch, SendBatch, enable_destination_info};
+use super::batch::{BATCH, Destination, RecvBatch, SendBatch, enable_destination_info};
 use crate::handler::{Handled, ListenerInfo, Proto, Shared};
 
 /// How often a worker blocked in `recvmmsg` checks whether it should stop.
@@ -116,7 +116,7 @@ struct Worker {
 }
 
 /// A reply, its client, and the address to send it from (wildcard sockets).
-type QueuedReply = (Vec<u8>, SocketAddr, Option<IpAddr>);
+type QueuedReply = (Vec<u8>, SocketAddr, Option<Destination>);
 
 /// Replies of misses, waiting to be sent together: the misses answered in
 /// one turn of the event loop go out in one `sendmmsg`.
@@ -127,7 +127,7 @@ struct Outbox {
 }
 
 impl Outbox {
-    fn push(&self, reply: Vec<u8>, to: SocketAddr, from: Option<IpAddr>) {
+    fn push(&self, reply: Vec<u8>, to: SocketAddr, from: Option<Destination>) {
         let mut replies = self.replies.lock().expect("outbox lock");
         replies.push((reply, to, from));
         if replies.len() == 1 {
