@@ -28,7 +28,7 @@ use nodens::cache::{Entry, Freshness, Kind, TtlPolicy};
 use nodens::wire::query;
 use nodens::wire::response::{self, Answers, Case, Layout, ResponseError, Section};
 use nodens_fuzz::{
-    AD, Bytes, CD, HEADER_LEN, Message, OPT, QR, RA, RD, Record, TC, allowed, hex, parse_message,
+    AD, Bytes, CD, HEADER_LEN, Message, OPT, QR, RA, RD, Record, TC, allowed, hex, parse_message, read_name,
     u16_at, u32_at,
 };
 
@@ -91,11 +91,9 @@ fn run(params: &[u8], msg: &[u8]) {
         msg
     };
 
+    // Layout reads one question whatever QDCOUNT says: nodens calls it only
+    // for responses check_answers accepted, which have one.
     let Ok(layout) = response::layout(msg) else { return };
-    let oracle = parse_message(msg).unwrap_or_else(|| {
-        panic!("layout accepted a message the reference reader cannot read: {}", hex(msg))
-    });
-    check_layout(msg, &layout, &oracle);
 
     // check_answers, as the UDP and TCP exchanges call it before layout.
     let question = &msg[HEADER_LEN..layout.question_end];
@@ -107,6 +105,10 @@ fn run(params: &[u8], msg: &[u8]) {
         assert!(accepted.is_err(), "check_answers: {accepted:?}");
         return;
     }
+    let oracle = parse_message(msg).unwrap_or_else(|| {
+        panic!("layout accepted a message the reference reader cannot read: {}", hex(msg))
+    });
+    check_layout(msg, &layout, &oracle);
     assert_eq!(
         response::check_answers(msg, id, question, Case::Exact),
         Ok(Answers::Question)
@@ -200,7 +202,7 @@ fn run(params: &[u8], msg: &[u8]) {
 
     // The client's query for the same question.
     let edns = client & 1 != 0;
-    let dnssec_ok = client & 2 != 0;
+    let dnssec_ok = edns && client & 2 != 0;
     let mut flags = 0u16;
     if client & 4 != 0 {
         flags |= RD;
@@ -350,16 +352,36 @@ fn check_layout(msg: &[u8], l: &Layout, oracle: &Message) {
         (None, None) => {}
         (Some(range), Some(opt)) => {
             assert!(range.start >= l.additional_start && range.end <= l.end);
-            assert_eq!(range.start + 1 + 4, opt.ttl_at, "OPT owner is the root");
+            // (An OPT owned by another name than the root is not refused:
+            // it is dropped from the entry all the same.)
+            assert!(opt.ttl_at > range.start && opt.ttl_at + 6 <= range.end);
             assert_eq!(l.rcode >> 4, u16::from(msg[opt.ttl_at]));
         }
         (a, b) => panic!("OPT: layout {a:?}, reference {b:?}"),
     }
+    // RFC 2308 5: the smaller of the SOA's TTL and its MINIMUM field, the
+    // last of the 20 bytes that follow the SOA's two names.
     let negative = oracle
         .authority
         .iter()
         .filter(|r| r.rtype == 6)
-        .map(|r| sane(r.ttl).min(sane(u32_at(&r.rdata, r.rdata.len() - 4))))
+        .map(|r| {
+            let rdata = r.ttl_at + 6;
+            let rdata_end = rdata + usize::from(u16_at(msg, r.ttl_at + 4));
+            let (_, mname_end) = read_name(msg, rdata).expect("read before");
+            let (_, names_end) = read_name(msg, mname_end).expect("read before");
+            if names_end + 20 > rdata_end && !allowed("soa-short-rdata") {
+                panic!(
+                    "layout accepted an SOA whose RDATA ({} bytes) is too short for its \
+                     names ({} bytes) and 20 bytes of fields: {}",
+                    rdata_end - rdata,
+                    names_end - rdata,
+                    hex(msg)
+                );
+            }
+            // What nodens reads: the last 4 bytes of the RDATA.
+            sane(r.ttl).min(sane(u32_at(msg, rdata_end - 4)))
+        })
         .min();
     assert_eq!(l.soa_negative_ttl, negative, "negative TTL");
 }

@@ -236,6 +236,7 @@ def main():
                    help="seconds between full /metrics snapshots written to --snapshots")
     p.add_argument("--snapshots", default="")
     p.add_argument("--upstream-comm", default="coredns")
+    p.add_argument("--scan-procs", type=int, default=1)
     p.add_argument("--interval", type=float, default=1.0)
     p.add_argument("--probe-every", type=float, default=1.0)
     p.add_argument("--probe-timeout", type=int, default=5)
@@ -277,7 +278,8 @@ def main():
             row = {"t": f"{t:.3f}"}
             row.update(proc_status(args.pid))
             row.update(udp_counters())
-            row.update(procs.scan())
+            if args.scan_procs:
+                row.update(procs.scan())
             ru = resource.getrusage(resource.RUSAGE_SELF)
             row["sampler_cpu_s"] = f"{ru.ru_utime + ru.ru_stime:.2f}"
             cur = cpu_times()
