@@ -302,21 +302,25 @@ impl Shared {
         let stats = all_stats.zone(zone.index);
         stats.request(proto, query.qtype, packet.len(), query.dnssec_ok());
 
+        // Writes the reply from a cached entry and counts it.
+        let mut reply_from = |entry: &Entry, freshness: Freshness, ede: Option<u16>| {
+            let limit = reply_limit(proto, &query, &settings);
+            let rendered = entry.render(&query, started, freshness, ede, limit, out);
+            stats.reply(
+                proto,
+                rendered.rcode,
+                true,
+                out.len(),
+                started.elapsed().as_secs_f64(),
+            );
+        };
         let stale = match self.cache.lookup(&key, started, settings.stale_max_age) {
             Lookup::Fresh(entry) => {
-                let limit = reply_limit(proto, &query, &settings);
-                let rendered = entry.render(&query, started, Freshness::Fresh, None, limit, out);
                 stats.cache_hit(entry.kind == Kind::Success);
                 if settings.prefetch_min_hits > 0 {
                     self.maybe_prefetch(&entry, &key, zone, &settings, listener, started);
                 }
-                stats.reply(
-                    proto,
-                    rendered.rcode,
-                    true,
-                    out.len(),
-                    started.elapsed().as_secs_f64(),
-                );
+                reply_from(&entry, Freshness::Fresh, None);
                 return Handled::Reply;
             }
             Lookup::Stale(entry) => Some(entry),
@@ -334,18 +338,8 @@ impl Shared {
             let Some(stale) = stale else {
                 return Handled::Drop;
             };
-            let limit = reply_limit(proto, &query, &settings);
-            let ttl = Freshness::Stale {
-                ttl: settings.stale_ttl,
-            };
-            let rendered = stale.render(&query, started, ttl, Some(ede::STALE_ANSWER), limit, out);
-            stats.reply(
-                proto,
-                rendered.rcode,
-                true,
-                out.len(),
-                started.elapsed().as_secs_f64(),
-            );
+            let ttl = settings.stale_ttl;
+            reply_from(&stale, Freshness::Stale { ttl }, Some(ede::STALE_ANSWER));
             return Handled::Reply;
         };
         Handled::Miss(MissJob {

@@ -33,7 +33,36 @@ import struct
 import sys
 import time
 
-RCODES = {0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED"}
+RCODES = {0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED", 16: "BADVERS"}
+
+
+def rcode_of(m):
+    """The full rcode: the header's 4 bits, and the OPT record's upper 8
+    bits when there is one (BADVERS is 16: NOERROR in the header alone)."""
+    if len(m) < 12:
+        return "short"
+    rc = m[3] & 0xF
+    try:
+        qd, an, ns, ar = struct.unpack(">HHHH", m[4:12])
+        i = 12
+
+        def skip(i):
+            while m[i] != 0:
+                if m[i] & 0xC0 == 0xC0:
+                    return i + 2
+                i += 1 + m[i]
+            return i + 1
+        for _ in range(qd):
+            i = skip(i) + 4
+        for _ in range(an + ns + ar):
+            i = skip(i)
+            rtype, _, ttl, rdlen = struct.unpack(">HHIH", m[i:i + 10])
+            if rtype == 41:
+                rc |= (ttl >> 24) << 4
+            i += 10 + rdlen
+    except (IndexError, struct.error):
+        pass
+    return RCODES.get(rc, str(rc))
 
 
 def qname(name):
@@ -135,7 +164,7 @@ async def malformed(args, stats, deadline, names):
                     stats.inc(f"udp.recv_error.{e.errno}")
                     break
                 kind = sent_kind.get(data[:2], "unknown") if len(data) >= 2 else "runt"
-                rc = RCODES.get(data[3] & 0xF, str(data[3] & 0xF)) if len(data) >= 4 else "short"
+                rc = rcode_of(data)
                 stats.inc(f"udp.{kind}.answer.{rc}")
             t_next += tick
             await asyncio.sleep(max(0.0, t_next - time.monotonic()))

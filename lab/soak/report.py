@@ -215,14 +215,44 @@ def analyze(args):
         res["abuse"] = {}
     ok_hups = [s["reloads_ok"] for s in samples if s.get("reloads_ok") is not None]
     bad_hups = [s["reloads_failed"] for s in samples if s.get("reloads_failed") is not None]
-    res["reloads_ok"] = (max(ok_hups) - min(ok_hups)) if ok_hups else None
+    res["reloads_ok"] = int(max(ok_hups)) if ok_hups else 0   # a counter appears at its first increment
     res["reloads_failed"] = max(bad_hups) if bad_hups else 0
     try:
         res["nodens_exit"] = open(os.path.join(out, "nodens-exit.txt")).read().strip()
     except OSError:
         res["nodens_exit"] = "?"
     res["log"] = log_summary(os.path.join(out, "nodens.log"))
+    res["counters"] = final_counters(os.path.join(out, "metrics.txt"))
+    nop = [s["udp_no_ports"] for s in samples if s.get("udp_no_ports") is not None]
+    res["udp_no_ports"] = int(max(nop) - min(nop)) if nop else None
+    rb = [s["udp_rcvbuf_errors"] for s in samples if s.get("udp_rcvbuf_errors") is not None]
+    res["udp_rcvbuf_errors"] = int(max(rb) - min(rb)) if rb else None
     return res
+
+
+COUNTERS = ("nodens_upstream_errors_total", "nodens_rejected_queries_total", "nodens_tcp_client_closed_total",
+            "nodens_tcp_client_rejected_total", "nodens_upstream_health_checks_total", "nodens_config_reloads_total",
+            "coredns_cache_served_stale_total", "coredns_cache_prefetch_total", "coredns_cache_evictions_total",
+            "nodens_upstream_queue_rejected_total", "nodens_coalesced_queries_total")
+
+
+def final_counters(path):
+    """The non-zero counters of interest in the last /metrics snapshot."""
+    last = []
+    try:
+        for line in open(path):
+            if line.startswith("# t="):
+                last = []
+            else:
+                last.append(line.strip())
+    except OSError:
+        return []
+    out = []
+    for line in last:
+        name, _, val = line.rpartition(" ")
+        if name.startswith(COUNTERS) and fnum(val):
+            out.append((re.sub(r',?(server|view|zones|to)="[^"]*"', "", name).replace("{,", "{").replace("{}", ""), fnum(val)))
+    return out
 
 
 def log_summary(path):
@@ -332,6 +362,14 @@ def text_report(res, args, checks, env):
     w(f"- reloads counted by nodens: {res['reloads_ok'] if res['reloads_ok'] is not None else '–'} succeeded, "
       f"{int(res['reloads_failed'] or 0)} failed (SIGHUPs sent: {len(res['hups'])})")
     w(f"- nodens on SIGTERM at the end: {res['nodens_exit']}")
+    w(f"- datagrams to a closed UDP port in the namespace (each one answered by an ICMP port unreachable): "
+      f"{res['udp_no_ports'] if res['udp_no_ports'] is not None else '–'}; dropped at a full socket buffer: "
+      f"{res['udp_rcvbuf_errors'] if res['udp_rcvbuf_errors'] is not None else '–'}")
+    w()
+    w("nodens's counters at the end (non-zero):")
+    w()
+    for name, v in res["counters"]:
+        w(f"- `{name}` {v:.0f}")
     w()
     w("## Abusive clients")
     w()
@@ -446,7 +484,7 @@ def plot(res, args, png):
     ax.axhline(args.probe_timeout * 1000, color="black", ls=":", lw=1)
     ax.set_yscale("log")
     ax.set_ylim(0.4, args.probe_timeout * 1000 * 3)
-    ax.set_ylabel("probe latency (ms; dig's query time)")
+    ax.set_ylabel("probe latency (ms)")
     ax.legend(loc="upper left", fontsize=8, ncol=3)
     decorate(ax)
 

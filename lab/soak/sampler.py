@@ -5,7 +5,7 @@ samples.csv, one row per sample:
   t            unix time
   alive        1 while the process exists and is not a zombie
   rss_kb       VmRSS, hwm_kb VmHWM (peak RSS), from /proc/PID/status
-  fds          entries in /proc/PID/fd
+  fds          entries in /proc/PID/fd (see count_fds)
   threads      Threads, from /proc/PID/status
   cpu_s        user + system CPU seconds so far
   then, scraped from /metrics every --metrics-every samples (empty otherwise):
@@ -23,16 +23,24 @@ samples.csv, one row per sample:
   top_cpu      the processes that used more than 10 % of a CPU since the
                previous sample, "name/pid/CPU share/CPU it last ran on", busiest first
 
-probes.csv, one row per probe: every --probe-every seconds one `dig` over
-UDP and one over TCP (+time=--probe-timeout +tries=1) for a popular name
-(rotating over --probe-names), each in its own thread so a slow answer
-never delays the samples:
+probes.csv, one row per probe: every --probe-every seconds one query over
+UDP and one over TCP for a popular name (rotating over --probe-names), each
+in its own thread so a slow answer never delays the samples, with a
+--probe-timeout second timeout and no retry. --probe-tool socket (the
+default) asks from this process (EDNS0, so a stale answer's EDE shows);
+--probe-tool dig runs `dig +time=T +tries=1` instead. Why not dig by
+default: on the 2-CPU VM this lab was written on (kernel 6.18), reaping
+each dig cost the kernel up to a third of a CPU-second (d_walk under
+release_task, seen with perf) in bursts, on the CPU CoreDNS shares with
+the load; CoreDNS then got no CPU for seconds and nodens's misses timed
+out. With the in-process probe those bursts and timeouts were gone.
   t            when the probe started
   proto        udp or tcp
   name
   answered     1 if the answer was NOERROR with an A record
   rcode        dig's status, or "timeout" / "error"
-  latency_ms   dig's "Query time" (wall time of dig when it printed none)
+  latency_ms   from sending the query to reading the answer (dig: its
+               "Query time", or its wall time when it printed none)
   ttl          TTL of the A record (above the zone's TTL: a stale answer)
   stale        1 if the answer carried EDE 3 (Stale Answer)
 
@@ -44,9 +52,12 @@ Reads /proc directly (no fork per sample); the probes fork dig.
 import argparse
 import csv
 import os
+import random
 import re
 import resource
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -59,6 +70,16 @@ SAMPLE_FIELDS = ["t", "alive", "rss_kb", "hwm_kb", "fds", "threads", "cpu_s",
                  "reloads_ok", "reloads_failed", "rejected", "upstream_errors", "upstream_healthy",
                  "cpu_busy", "udp_rcvbuf_errors", "udp_no_ports", "upstream_cpu_s", "upstream_state", "top_cpu", "sampler_cpu_s"]
 PROBE_FIELDS = ["t", "proto", "name", "answered", "rcode", "latency_ms", "ttl", "stale"]
+
+
+def count_fds(pid):
+    """Open fds of pid. Since Linux 6.2 stat() of /proc/PID/fd gives their
+    number as the size, at no cost; listing the directory instead makes the
+    kernel build a dentry per fd, and with nodens holding a thousand sockets
+    (a socket per miss in flight) that slowed the reaping of every probe's
+    dig to most of a CPU (measured: d_walk under release_task)."""
+    n = os.stat(f"/proc/{pid}/fd").st_size
+    return n if n > 0 else len(os.listdir(f"/proc/{pid}/fd"))
 
 
 def proc_status(pid):
@@ -76,7 +97,7 @@ def proc_status(pid):
                 elif k == "Threads":
                     out["threads"] = int(v)
         if out["alive"]:
-            out["fds"] = len(os.listdir(f"/proc/{pid}/fd"))
+            out["fds"] = count_fds(pid)
             with open(f"/proc/{pid}/stat") as f:
                 rest = f.read().rsplit(")", 1)[1].split()
             out["cpu_s"] = round((int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK"), 2)
@@ -192,8 +213,97 @@ RE_TIME = re.compile(r"Query time: (\d+) msec")
 RE_A = re.compile(r"^(\S+)\s+(\d+)\s+IN\s+A\s+(\S+)", re.M)
 
 
+def wire_query(name, qid):
+    q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 1)
+    for label in name.rstrip(".").split("."):
+        q += bytes([len(label)]) + label.encode()
+    # A, IN; an OPT record (EDNS0, 1232 bytes) so that a stale answer's EDE shows
+    return q + b"\0" + struct.pack(">HH", 1, 1) + b"\0" + struct.pack(">HHIH", 41, 1232, 0, 0)
+
+
+def skip_name(m, i):
+    while True:
+        n = m[i]
+        if n == 0:
+            return i + 1
+        if n & 0xC0 == 0xC0:
+            return i + 2
+        i += 1 + n
+
+
+def parse_answer(m, qid):
+    """(rcode name, TTL of the first A record or None, EDE 3 seen)."""
+    if len(m) < 12 or struct.unpack(">H", m[:2])[0] != qid:
+        raise ValueError("not our answer")
+    rcode = m[3] & 0xF
+    qd, an, ns, ar = struct.unpack(">HHHH", m[4:12])
+    i = 12
+    for _ in range(qd):
+        i = skip_name(m, i) + 4
+    ttl, stale = None, False
+    for k in range(an + ns + ar):
+        i = skip_name(m, i)
+        rtype, _, rttl, rdlen = struct.unpack(">HHIH", m[i:i + 10])
+        i += 10
+        if k < an and rtype == 1 and ttl is None:
+            ttl = rttl
+        if rtype == 41:   # OPT: options, EDE is code 15 with a 2-byte info code
+            j = i
+            while j + 4 <= i + rdlen:
+                code, olen = struct.unpack(">HH", m[j:j + 4])
+                if code == 15 and olen >= 2 and struct.unpack(">H", m[j + 4:j + 6])[0] == 3:
+                    stale = True
+                j += 4 + olen
+        i += rdlen
+    names = {0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED"}
+    return names.get(rcode, str(rcode)), ttl, stale
+
+
+def probe_socket(args, proto, name, row, t0):
+    """The probe without a process: for when dig is not wanted (see --probe-tool)."""
+    qid = random.getrandbits(16)
+    q = wire_query(name, qid)
+    fam = socket.SOCK_DGRAM if proto == "udp" else socket.SOCK_STREAM
+    s = socket.socket(socket.AF_INET, fam)
+    s.settimeout(args.probe_timeout)
+    try:
+        s.bind((args.probe_src, 0))
+        s.connect((args.server, args.port))
+        if proto == "udp":
+            s.send(q)
+            while True:
+                m = s.recv(65535)
+                if len(m) >= 2 and m[:2] == q[:2]:
+                    break
+        else:
+            s.sendall(struct.pack(">H", len(q)) + q)
+            buf = b""
+            while len(buf) < 2 or len(buf) < 2 + struct.unpack(">H", buf[:2])[0]:
+                chunk = s.recv(65535)
+                if not chunk:
+                    raise ConnectionError("closed")
+                buf += chunk
+            m = buf[2:2 + struct.unpack(">H", buf[:2])[0]]
+        rc, ttl, stale = parse_answer(m, qid)
+        row.update(rcode=rc, answered=int(rc == "NOERROR" and ttl is not None), ttl="" if ttl is None else ttl,
+                   stale=int(stale), latency_ms=f"{(time.time() - t0) * 1000:.1f}")
+    except socket.timeout:
+        row.update(rcode="timeout", latency_ms=f"{(time.time() - t0) * 1000:.0f}")
+    except (OSError, ValueError, struct.error, IndexError) as e:
+        row.update(rcode=f"error:{type(e).__name__}", latency_ms=f"{(time.time() - t0) * 1000:.0f}")
+    finally:
+        s.close()
+
+
 def probe(args, proto, name, out, lock):
     t0 = time.time()
+    if args.probe_tool == "socket":
+        row = {"t": f"{t0:.3f}", "proto": proto, "name": name, "answered": 0, "rcode": "", "latency_ms": "",
+               "ttl": "", "stale": 0}
+        probe_socket(args, proto, name, row, t0)
+        with lock:
+            out.writerow(row)
+        return
     argv = ["dig", f"@{args.server}", "-p", str(args.port), "-b", args.probe_src,
             f"+time={args.probe_timeout}", "+tries=1", "+nocookie", name, "A"]
     if proto == "tcp":
@@ -237,6 +347,7 @@ def main():
     p.add_argument("--snapshots", default="")
     p.add_argument("--upstream-comm", default="coredns")
     p.add_argument("--scan-procs", type=int, default=1)
+    p.add_argument("--probe-tool", choices=("dig", "socket"), default="socket")
     p.add_argument("--interval", type=float, default=1.0)
     p.add_argument("--probe-every", type=float, default=1.0)
     p.add_argument("--probe-timeout", type=int, default=5)
