@@ -58,9 +58,10 @@ pub fn skip(msg: &[u8], start: usize) -> Result<usize, NameError> {
     skip_visiting(msg, start, |_, _| {})
 }
 
-/// Like [`skip`], and calls `jumped(at, len)` for each label read through a
-/// compression pointer: those bytes belong to some other part of the message,
-/// which the caller may need to know is never rewritten (a TTL field).
+/// Like [`skip`], and calls `jumped(at, len)` for each label and each
+/// further pointer read through a compression pointer: those bytes belong
+/// to some other part of the message, which the caller may need to know is
+/// never rewritten (a TTL field).
 pub fn skip_visiting(
     msg: &[u8],
     start: usize,
@@ -99,6 +100,9 @@ pub fn skip_visiting(
                 pointers += 1;
                 if pointers > MAX_POINTERS {
                     return Err(NameError::BadPointer);
+                }
+                if end.is_some() {
+                    jumped(at, 2);
                 }
                 end.get_or_insert(at + 2);
                 at = target;
@@ -248,6 +252,14 @@ mod tests {
             Ok(17)
         );
         assert_eq!(seen, vec![(12, 2), (14, 1)]);
+        // A pointer reached through a pointer is reported too.
+        msg.extend(b"\xc0\x0f");
+        seen.clear();
+        assert_eq!(
+            skip_visiting(&msg, 17, |at, len| seen.push((at, len))),
+            Ok(19)
+        );
+        assert_eq!(seen, vec![(15, 2), (12, 2), (14, 1)]);
         msg[16] = 15;
         assert_eq!(
             skip(&msg, 15),

@@ -88,7 +88,9 @@ pub fn check_answers(
         return Err(ResponseError::Short);
     }
     let flags = read_u16(msg, 2);
-    if flags & flag::QR == 0 {
+    // A response with another opcode answers no query of ours (and its
+    // opcode would reach the client in the cached flags).
+    if flags & flag::QR == 0 || flags & flag::OPCODE_MASK != 0 {
         return Err(ResponseError::NotResponse);
     }
     if read_u16(msg, 0) != id {
@@ -102,10 +104,15 @@ pub fn check_answers(
     let theirs = msg
         .get(HEADER_LEN..HEADER_LEN + question.len())
         .ok_or(ResponseError::QuestionMismatch)?;
-    if !theirs.eq_ignore_ascii_case(question) {
+    // The name without regard to case; type and class are numbers, not
+    // letters (type 0x0041 is not type 0x0061).
+    let name_len = question.len().saturating_sub(4);
+    let (their_name, their_type_class) = theirs.split_at(name_len);
+    let (our_name, our_type_class) = question.split_at(name_len);
+    if their_type_class != our_type_class || !their_name.eq_ignore_ascii_case(our_name) {
         return Err(ResponseError::QuestionMismatch);
     }
-    if case == Case::Exact && theirs != question {
+    if case == Case::Exact && their_name != our_name {
         return Err(ResponseError::CaseMismatch);
     }
     Ok(Answers::Question)
@@ -175,12 +182,15 @@ pub fn layout(msg: &[u8]) -> Result<Layout, ResponseError> {
             }
             out.ttls.push((ttl_at, section));
             // Names inside RDATA (CNAME, NS, SOA, MX, SRV...) may point too.
-            check_rdata_names(msg, rrtype, rdata, at, &mut jumped_labels)?;
-            if rrtype == rtype::SOA && section == Section::Authority {
-                // MINIMUM is the last field of the SOA RDATA.
-                if rdlen < 22 {
+            let names_end = check_rdata_names(msg, rrtype, rdata, at, &mut jumped_labels)?;
+            if rrtype == rtype::SOA {
+                // Two names, then five 32-bit fields, MINIMUM the last:
+                // exactly, or MINIMUM would be read from inside a name.
+                if names_end + 20 != at {
                     return Err(ResponseError::Malformed);
                 }
+            }
+            if rrtype == rtype::SOA && section == Section::Authority {
                 let minimum = read_u32(msg, at - 4);
                 let negative = sane_ttl(read_u32(msg, ttl_at)).min(sane_ttl(minimum));
                 out.soa_negative_ttl =
@@ -202,14 +212,14 @@ pub fn layout(msg: &[u8]) -> Result<Layout, ResponseError> {
 
 /// Walks the compressible names in RDATA (RFC 3597 section 4: the types of
 /// RFC 1035, plus MX and SRV whose names follow a fixed-size prefix),
-/// recording labels reached through pointers.
+/// recording labels reached through pointers. Returns where the names end.
 fn check_rdata_names(
     msg: &[u8],
     rrtype: u16,
     rdata: usize,
     end: usize,
     jumped: &mut Vec<(usize, usize)>,
-) -> Result<(), ResponseError> {
+) -> Result<usize, ResponseError> {
     let (prefix, names) = match rrtype {
         rtype::NS | rtype::CNAME | rtype::PTR | DNAME => (0, 1),
         rtype::SOA => (0, 2),
@@ -218,7 +228,7 @@ fn check_rdata_names(
         _ => (0, 0),
     };
     if names == 0 {
-        return Ok(());
+        return Ok(rdata);
     }
     let mut at = rdata + prefix;
     for _ in 0..names {
@@ -228,7 +238,7 @@ fn check_rdata_names(
             return Err(ResponseError::Malformed);
         }
     }
-    Ok(())
+    Ok(at)
 }
 
 const DNAME: u16 = 39;
@@ -318,6 +328,39 @@ mod tests {
         let l = layout(&full).unwrap();
         assert_eq!(l.rcode, 5);
         assert_eq!(l.question_end, full.len());
+    }
+
+    /// Inputs the fuzzer found (fuzz/reproducers/response_walk), without
+    /// the target's 8 bytes of parameters.
+    #[test]
+    fn fuzz_findings_are_rejected() {
+        // A response for type 0x0041 (HTTPS) does not answer type 0x0061.
+        let https = b"\xab\xcd\x81\x80\x00\x01\x00\x01\x00\x00\x00\x00\x07\x65\x78\x61\x6d\x70\x6c\x65\x03\x63\x6f\x6d\x00\x00\x41\x00\x01\xc0\x0c\x00\x41\x00\x01\x00\x00\x01\x2c\x00\x03\x00\x01\x00";
+        let q = &https[12..29];
+        assert_eq!(
+            check_answers(https, 0xabcd, q, Case::Ignore),
+            Ok(Answers::Question)
+        );
+        let mut type_0x61 = q.to_vec();
+        type_0x61[14] = 0x61;
+        assert_eq!(
+            check_answers(https, 0xabcd, &type_0x61, Case::Ignore),
+            Err(ResponseError::QuestionMismatch)
+        );
+        // Opcode 2 (STATUS) in a response: not an answer to a query.
+        let status = b"\xab\xcd\x91\x80\x00\x01\x00\x01\x00\x00\x00\x00\x07\x65\x78\x61\x6d\x70\x6c\x65\x03\x63\x6f\x6d\x00\x00\x01\x00\x01\xc0\x0c\x00\x01\x00\x01\x00\x00\x01\x2c\x00\x04\x01\x02\x03\x04";
+        assert_eq!(
+            check_answers(status, 0xabcd, &status[12..29], Case::Ignore),
+            Err(ResponseError::NotResponse)
+        );
+        // An SOA whose names leave no room for its five numbers: MINIMUM
+        // would have been read from inside the second name.
+        let soa = b"\xab\xcd\x81\x83\x00\x01\x00\x00\x00\x01\x00\x00\x04\x6e\x6f\x70\x65\x07\x65\x78\x61\x6d\x70\x6c\x65\x00\x00\x01\x00\x01\xc0\x11\x00\x06\x00\x01\x00\x00\x0e\x10\x00\x18\x03\x6e\x73\x31\x07\x65\x78\x61\x6d\x70\x6c\x65\x00\x01\x68\x07\x65\x78\x61\x6d\x70\x6c\x65\x00";
+        assert_eq!(layout(soa), Err(ResponseError::Malformed));
+        // A name whose pointer leads to a pointer stored in a TTL field:
+        // rewriting the TTL would rewrite the name.
+        let chain = b"\xab\xcd\x81\x80\x00\x01\x00\x02\x00\x00\x00\x00\x07\x65\x78\x61\x6d\x70\x6c\x65\x03\x63\x6f\x6d\x00\x00\x01\x00\x01\xc0\x0c\x00\x01\x00\x01\x00\x00\xc0\x0c\x00\x04\x01\x02\x03\x04\xc0\x25\x00\x01\x00\x01\x00\x00\x01\x2c\x00\x04\x05\x06\x07\x08";
+        assert_eq!(layout(chain), Err(ResponseError::Malformed));
     }
 
     #[test]
