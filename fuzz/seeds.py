@@ -1,6 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the seed corpora under fuzz/corpus/<target>/ and the reproducers
-of known defects under fuzz/reproducers/<target>/.
+"""Writes the seed corpora under fuzz/corpus/<target>/.
 
 DNS messages are assembled here byte by byte (struct), not captured from a
 network. Run again after editing; files are rewritten, none are removed.
@@ -210,26 +209,25 @@ responses["pointer_to_pointer"] = params(0x05, 0x7171, 0x14) + response(
     answers=[rr(ptr(Q), 1, 300, bytes([1, 2, 3, 4])), rr(ptr(29), 1, 300, bytes([5, 6, 7, 8]))],
 )
 
-# ---------------------------------------------------------------- reproducers
-# Inputs that make a target fail on a defect found in nodens, kept out of
-# the seed corpora so that the other checks keep running (docs/fuzzing.md).
-# Once fixed, move them into the corpus as regression seeds.
-reproducers = {}
+# ---------------------------------------------------------------- regressions
+# Inputs that made response_walk fail on defects found in nodens (fixed in
+# 54ddf1b; docs/fuzzing.md), kept in its corpus as regression seeds.
+regressions = {}
 # check_answers with Case::Ignore folds the whole question, type and class
 # included: type 0x0041 (HTTPS) matches 0x0061.
-reproducers["question_type_case"] = params(0x05, 0x0065, 0x10) + response(
+regressions["question_type_case"] = params(0x05, 0x0065, 0x10) + response(
     "example.com", 65, RD | RA,
     answers=[rr(ptr(Q), 65, 300, struct.pack(">H", 1) + b"\0")],
 )
 # The upstream's opcode (2, STATUS) is kept in the cached answer and sent
 # to clients whose query had opcode 0.
-reproducers["reply_opcode"] = params(0x01, 0x0202, 0x10) + response(
+regressions["reply_opcode"] = params(0x01, 0x0202, 0x10) + response(
     "example.com", 1, (2 << 11) | RD | RA,
     answers=[rr(ptr(Q), 1, 300, bytes([1, 2, 3, 4]))],
 )
 # An SOA whose RDATA is its two names and nothing else (24 bytes, so over
 # the 22-byte minimum): layout reads MINIMUM from the names' bytes.
-reproducers["soa_short_rdata"] = params(0x01, 0x0303, 0x70) + response(
+regressions["soa_short_rdata"] = params(0x01, 0x0303, 0x70) + response(
     "nope.example", 1, 3 | RD | RA,
     authority=[rr(ptr(Q + 5), 6, 3600, name("ns1.example") + name("h.example"))],
 )
@@ -239,7 +237,7 @@ reproducers["soa_short_rdata"] = params(0x01, 0x0303, 0x70) + response(
 # question. layout checks that no label read through a pointer lies in a
 # TTL field, but not the pointers read there; the cache then rewrites the
 # TTL (clamped, then counted down) and with it the owner name.
-reproducers["ttl_pointer_chain"] = params(0x05, 0x5566, 0x14) + response(
+regressions["ttl_pointer_chain"] = params(0x05, 0x5566, 0x14) + response(
     "example.com", 1, RD | RA,
     answers=[rr(ptr(Q), 1, 0xC00C, bytes([1, 2, 3, 4])), rr(ptr(37), 1, 300, bytes([5, 6, 7, 8]))],
 )
@@ -370,8 +368,4 @@ write("differential_hickory", queries)
 write("response_walk", responses)
 write("config_parse", configs)
 write("resolv_conf", resolvs)
-REPRODUCERS = os.path.join(HERE, "reproducers", "response_walk")
-os.makedirs(REPRODUCERS, exist_ok=True)
-for key, data in reproducers.items():
-    with open(os.path.join(REPRODUCERS, key), "wb") as f:
-        f.write(data)
+write("response_walk", {"regression_" + k: v for k, v in regressions.items()})

@@ -12,7 +12,9 @@ use libfuzzer_sys::fuzz_target;
 use nodens::config::Config;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
     match Config::parse(text) {
         Err(e) => {
             assert!(!e.message.trim().is_empty(), "error without a message");
@@ -26,7 +28,11 @@ fuzz_target!(|data: &[u8]| {
                 );
                 assert!(col >= 1, "column 0: {e}");
                 if let Some(l) = lines.get(line - 1) {
-                    assert!(col <= l.len() + 1, "column {col} of a {}-byte line: {e}", l.len());
+                    assert!(
+                        col <= l.len() + 1,
+                        "column {col} of a {}-byte line: {e}",
+                        l.len()
+                    );
                 }
             }
             // What check-config prints.
@@ -48,13 +54,18 @@ fuzz_target!(|data: &[u8]| {
                 let name = &z.name.get_ref().0;
                 assert!(name.ends_with('.'), "zone name {name:?} is not absolute");
                 assert!(
-                    !config.zones[..i].iter().any(|o| &o.name.get_ref().0 == name),
+                    !config.zones[..i]
+                        .iter()
+                        .any(|o| &o.name.get_ref().0 == name),
                     "zone {name} twice"
                 );
                 // The cache clamps TTLs with u32::clamp(min, max), which
                 // panics if min > max, after converting to whole seconds.
                 let secs = |d: std::time::Duration| d.as_secs().min(u32::MAX.into()) as u32;
-                assert!(secs(z.min_ttl) <= secs(z.max_ttl), "zone {name}: min_ttl > max_ttl");
+                assert!(
+                    secs(z.min_ttl) <= secs(z.max_ttl),
+                    "zone {name}: min_ttl > max_ttl"
+                );
                 assert!(!z.upstream_timeout.is_zero());
                 assert!(z.pool.max_connections >= 1 && z.pool.max_inflight >= 1);
                 for up in &z.upstreams {

@@ -15,8 +15,8 @@
 #![no_main]
 
 use hickory_proto::op::{Header, Message, MessageType, OpCode, Query as HQuery};
-use hickory_proto::rr::RecordType;
 use hickory_proto::rr::Record;
+use hickory_proto::rr::RecordType;
 use hickory_proto::serialize::binary::{BinDecodable, BinDecoder};
 use libfuzzer_sys::fuzz_target;
 use nodens::wire::query::{self, Query};
@@ -42,7 +42,12 @@ fn compare(data: &[u8], q: &Query<'_>, m: &Message) {
     match (m.extensions(), q.edns) {
         (None, None) => {}
         (Some(h), Some(n)) => {
-            assert_eq!(h.max_payload().max(512), n.udp_size, "EDNS UDP size: {}", ctx());
+            assert_eq!(
+                h.max_payload().max(512),
+                n.udp_size,
+                "EDNS UDP size: {}",
+                ctx()
+            );
             assert_eq!(h.flags().dnssec_ok, n.dnssec_ok, "DO bit: {}", ctx());
             assert_eq!(h.version(), 0, "EDNS version: {}", ctx());
         }
@@ -53,20 +58,36 @@ fn compare(data: &[u8], q: &Query<'_>, m: &Message) {
 fn compare_question(data: &[u8], q: &Query<'_>, hq: &HQuery) {
     let ours = labels(q.name()).expect("nodens' name is a label sequence");
     let theirs: Vec<&[u8]> = hq.name().iter().collect();
-    assert!(hq.name().is_fqdn(), "hickory read a non-absolute name: {}", hex(data));
+    assert!(
+        hq.name().is_fqdn(),
+        "hickory read a non-absolute name: {}",
+        hex(data)
+    );
     assert_eq!(ours.len(), theirs.len(), "label count: {}", hex(data));
     for (a, b) in ours.iter().zip(&theirs) {
-        assert!(a.eq_ignore_ascii_case(b), "label {a:02x?} vs {b:02x?}: {}", hex(data));
+        assert!(
+            a.eq_ignore_ascii_case(b),
+            "label {a:02x?} vs {b:02x?}: {}",
+            hex(data)
+        );
     }
     assert_eq!(u16::from(hq.query_type()), q.qtype, "qtype: {}", hex(data));
-    assert_eq!(u16::from(hq.query_class()), q.qclass, "qclass: {}", hex(data));
+    assert_eq!(
+        u16::from(hq.query_class()),
+        q.qclass,
+        "qclass: {}",
+        hex(data)
+    );
 }
 
 /// hickory rejected what nodens accepted: find out where, and fail unless
 /// it is one of the documented exceptions.
 fn explain(data: &[u8], q: &Query<'_>, error: &str) {
     let fail = |what: &str| -> ! {
-        panic!("nodens accepts, hickory rejects ({error}): {what}\n  packet {}", hex(data))
+        panic!(
+            "nodens accepts, hickory rejects ({error}): {what}\n  packet {}",
+            hex(data)
+        )
     };
     let mut d = BinDecoder::new(data);
     let header = Header::read(&mut d).unwrap_or_else(|e| fail(&format!("header: {e}")));
@@ -86,7 +107,9 @@ fn explain(data: &[u8], q: &Query<'_>, error: &str) {
         let rrtype = u16_at(data, owner_end);
         let rdlen = usize::from(u16_at(data, owner_end + 8));
         let end = owner_end + 10 + rdlen;
-        let Ok(pos) = u16::try_from(at) else { fail("record beyond 64 KiB") };
+        let Ok(pos) = u16::try_from(at) else {
+            fail("record beyond 64 KiB")
+        };
         let mut rd = d.clone(pos);
         match Record::read(&mut rd) {
             Ok(r) => {

@@ -35,9 +35,20 @@ fn accepted(data: &[u8], q: &Query<'_>) {
     // after the header.
     let name = q.name();
     assert_eq!(HEADER_LEN + name.len(), q.name_end);
-    assert!(!name.is_empty() && name.len() <= 255, "name length {}", name.len());
-    assert_eq!(*name.last().unwrap(), 0, "name does not end with the root label");
-    assert!(labels(name).is_some(), "name is not a sequence of labels: {name:02x?}");
+    assert!(
+        !name.is_empty() && name.len() <= 255,
+        "name length {}",
+        name.len()
+    );
+    assert_eq!(
+        *name.last().unwrap(),
+        0,
+        "name does not end with the root label"
+    );
+    assert!(
+        labels(name).is_some(),
+        "name is not a sequence of labels: {name:02x?}"
+    );
 
     // The question: name, type, class, all inside the packet.
     let question = q.question();
@@ -47,7 +58,11 @@ fn accepted(data: &[u8], q: &Query<'_>) {
     assert_eq!(&data[HEADER_LEN..q.name_end + 4], question);
     assert_eq!(u16_at(question, name.len()), q.qtype);
     assert_eq!(u16_at(question, name.len() + 2), q.qclass);
-    assert!(query::is_served_class(q.qclass), "class {} should have been refused", q.qclass);
+    assert!(
+        query::is_served_class(q.qclass),
+        "class {} should have been refused",
+        q.qclass
+    );
     assert!(
         ![41, 251, 252, 253, 254].contains(&q.qtype),
         "qtype {} should have been rejected",
@@ -84,8 +99,21 @@ fn accepted(data: &[u8], q: &Query<'_>) {
 
     // REFUSED for a name outside every zone (handler.rs), as a client sees it.
     let mut out = Vec::new();
-    build::reply_with_rcode(data, rcode::REFUSED, Some(q.name_end + 4), q.edns, None, &mut out);
-    check_reply(data, &out, rcode::REFUSED, Some(q.name_end + 4), q.edns.is_some());
+    build::reply_with_rcode(
+        data,
+        rcode::REFUSED,
+        Some(q.name_end + 4),
+        q.edns,
+        None,
+        &mut out,
+    );
+    check_reply(
+        data,
+        &out,
+        rcode::REFUSED,
+        Some(q.name_end + 4),
+        q.edns.is_some(),
+    );
 
     // The query sent upstream for it must itself be a valid query for the
     // same question, with EDNS and the client's DO and CD bits.
@@ -133,10 +161,16 @@ fn rejected(data: &[u8], reject: &Reject) {
         } => {
             assert!(wrote, "error_reply wrote nothing for {reason}");
             assert!(!reason.is_empty());
-            assert!(data.len() >= HEADER_LEN, "answering a packet shorter than a header");
+            assert!(
+                data.len() >= HEADER_LEN,
+                "answering a packet shorter than a header"
+            );
             assert_eq!(u16_at(data, 2) & QR, 0, "answering a response ({reason})");
             if let Some(end) = question_end {
-                assert!(end >= HEADER_LEN + 5 && end <= data.len(), "question_end {end}");
+                assert!(
+                    end >= HEADER_LEN + 5 && end <= data.len(),
+                    "question_end {end}"
+                );
             }
             if let Some(e) = edns {
                 assert!(e.udp_size >= 512);
@@ -175,7 +209,7 @@ fn check_reply(data: &[u8], out: &[u8], code: u16, question_end: Option<usize>, 
     assert_eq!(out.len(), len, "reply length");
     // A client parses it: with a question, nodens' own response walker
     // does, and sees the full (extended) response code.
-    if question_end.is_some() {
+    if let Some(end) = question_end {
         let l = response::layout(out)
             .unwrap_or_else(|e| panic!("error reply does not parse ({e}): {out:02x?}"));
         assert_eq!(l.end, out.len());
@@ -184,8 +218,13 @@ fn check_reply(data: &[u8], out: &[u8], code: u16, question_end: Option<usize>, 
         if edns {
             assert_eq!(l.rcode, code, "extended RCODE lost");
         }
-        let question = &data[HEADER_LEN..question_end.unwrap()];
-        let answers = response::check_answers(out, u16_at(data, 0), question, response::Case::Exact);
-        assert_eq!(answers, Ok(response::Answers::Question), "error reply does not answer the question");
+        let question = &data[HEADER_LEN..end];
+        let answers =
+            response::check_answers(out, u16_at(data, 0), question, response::Case::Exact);
+        assert_eq!(
+            answers,
+            Ok(response::Answers::Question),
+            "error reply does not answer the question"
+        );
     }
 }

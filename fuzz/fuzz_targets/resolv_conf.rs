@@ -47,11 +47,17 @@ fuzz_target!(|data: &[u8]| {
             assert!(!servers.is_empty(), "Ok with no server");
             assert!(servers.iter().all(|s| s.port() == 53), "{servers:?}");
             let ips: Vec<IpAddr> = servers.iter().map(|s| s.ip()).collect();
-            assert_eq!(ips, candidates, "servers are not the nameserver lines' addresses");
+            assert_eq!(
+                ips, candidates,
+                "servers are not the nameserver lines' addresses"
+            );
         }
         Err(message) => {
             assert!(message.contains(&path.display().to_string()), "{message}");
-            assert!(candidates.is_empty(), "refused a file with nameservers {candidates:?}: {message}");
+            assert!(
+                candidates.is_empty(),
+                "refused a file with nameservers {candidates:?}: {message}"
+            );
         }
     }
 });

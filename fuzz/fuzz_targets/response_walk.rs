@@ -28,10 +28,11 @@ use nodens::cache::{Entry, Freshness, Kind, TtlPolicy};
 use nodens::wire::query;
 use nodens::wire::response::{self, Answers, Case, Layout, ResponseError, Section};
 use nodens_fuzz::{
-    AD, Bytes, CD, HEADER_LEN, Message, OPT, QR, RA, RD, Record, TC, allowed, hex, parse_message, read_name,
-    u16_at, u32_at,
+    AD, Bytes, CD, HEADER_LEN, Message, OPT, QR, RA, RD, Record, TC, allowed, hex, parse_message,
+    read_name, u16_at, u32_at,
 };
 
+const OPCODE_MASK: u16 = 0x7800;
 const MIN_TTL: [u32; 4] = [0, 5, 300, 3600];
 const MAX_TTL: [u32; 8] = [0, 1, 30, 300, 3600, 86400, 0x7fff_ffff, u32::MAX];
 const NEG_MAX_TTL: [u32; 4] = [0, 5, 1800, u32::MAX];
@@ -64,16 +65,31 @@ fn run(params: &[u8], msg: &[u8]) {
             response::check_answers(msg, 0, FIXED_QUESTION, Case::Ignore),
             Err(ResponseError::Short)
         );
-        assert!(response::layout(msg).is_err(), "layout of a message shorter than a header");
+        assert!(
+            response::layout(msg).is_err(),
+            "layout of a message shorter than a header"
+        );
         return;
     }
     let id = u16_at(msg, 0);
     let flags = u16_at(msg, 2);
+    // Only a response (QR) to a standard query (opcode 0) answers ours: the
+    // cached flags, opcode included, reach the client.
+    let response_to_query = flags & QR != 0 && flags & OPCODE_MASK == 0;
+    if !response_to_query {
+        for case in [Case::Ignore, Case::Exact] {
+            assert_eq!(
+                response::check_answers(msg, id, FIXED_QUESTION, case),
+                Err(ResponseError::NotResponse),
+                "flags {flags:#06x}"
+            );
+        }
+    }
 
     // An error answer without a question section (NSD refusing a class) is
     // accepted for our question and given it back by with_question.
     let with_question;
-    let msg = if flags & QR != 0 && u16_at(msg, 4) == 0 && flags & 0xf != 0 {
+    let msg = if response_to_query && u16_at(msg, 4) == 0 && flags & 0xf != 0 {
         for case in [Case::Ignore, Case::Exact] {
             assert_eq!(
                 response::check_answers(msg, id, FIXED_QUESTION, case),
@@ -82,7 +98,10 @@ fn run(params: &[u8], msg: &[u8]) {
         }
         with_question = response::with_question(msg, FIXED_QUESTION);
         let l = response::layout(&with_question).unwrap_or_else(|e| {
-            panic!("with_question gave a message layout rejects ({e}): {}", hex(&with_question))
+            panic!(
+                "with_question gave a message layout rejects ({e}): {}",
+                hex(&with_question)
+            )
         });
         assert_eq!(l.rcode, flags & 0xf);
         assert_eq!(l.end, with_question.len());
@@ -93,12 +112,14 @@ fn run(params: &[u8], msg: &[u8]) {
 
     // Layout reads one question whatever QDCOUNT says: nodens calls it only
     // for responses check_answers accepted, which have one.
-    let Ok(layout) = response::layout(msg) else { return };
+    let Ok(layout) = response::layout(msg) else {
+        return;
+    };
 
     // check_answers, as the UDP and TCP exchanges call it before layout.
     let question = &msg[HEADER_LEN..layout.question_end];
     let accepted = response::check_answers(msg, id, question, Case::Ignore);
-    let expect_ok = flags & QR != 0 && u16_at(msg, 4) == 1;
+    let expect_ok = response_to_query && u16_at(msg, 4) == 1;
     if expect_ok {
         assert_eq!(accepted, Ok(Answers::Question));
     } else {
@@ -106,7 +127,10 @@ fn run(params: &[u8], msg: &[u8]) {
         return;
     }
     let oracle = parse_message(msg).unwrap_or_else(|| {
-        panic!("layout accepted a message the reference reader cannot read: {}", hex(msg))
+        panic!(
+            "layout accepted a message the reference reader cannot read: {}",
+            hex(msg)
+        )
     });
     check_layout(msg, &layout, &oracle);
     assert_eq!(
@@ -261,13 +285,20 @@ fn run(params: &[u8], msg: &[u8]) {
                 ede: false,
             };
             let reply = ctx.check(&out, limit, rendered.truncated, rendered.rcode);
-            for r in reply.answer.iter().chain(&reply.authority).chain(
-                reply.additional.iter().filter(|r| r.rtype != OPT),
-            ) {
+            for r in reply
+                .answer
+                .iter()
+                .chain(&reply.authority)
+                .chain(reply.additional.iter().filter(|r| r.rtype != OPT))
+            {
                 let original = oracle_record_at(&oracle, r.ttl_at);
-                let expected = stored_ttl(original)
-                    .saturating_sub(elapsed.min(u64::from(u32::MAX)) as u32);
-                assert_eq!(r.ttl, expected, "TTL after {elapsed} s (record at {})", r.ttl_at);
+                let expected =
+                    stored_ttl(original).saturating_sub(elapsed.min(u64::from(u32::MAX)) as u32);
+                assert_eq!(
+                    r.ttl, expected,
+                    "TTL after {elapsed} s (record at {})",
+                    r.ttl_at
+                );
                 if let Some(&before) = previous.get(&r.ttl_at) {
                     assert!(r.ttl <= before, "TTL went up from {before} to {}", r.ttl);
                 }
@@ -280,7 +311,14 @@ fn run(params: &[u8], msg: &[u8]) {
     // client with EDNS gets EDE 3.
     let limit = q.udp_limit(1232);
     let stale_at = t0 + Duration::from_secs(elapsed + u64::from(lifetime));
-    let rendered = entry.render(&q, stale_at, Freshness::Stale { ttl: 30 }, Some(3), limit, &mut out);
+    let rendered = entry.render(
+        &q,
+        stale_at,
+        Freshness::Stale { ttl: 30 },
+        Some(3),
+        limit,
+        &mut out,
+    );
     let ctx = Ctx {
         msg,
         layout: &layout,
@@ -295,7 +333,12 @@ fn run(params: &[u8], msg: &[u8]) {
         ede: true,
     };
     let reply = ctx.check(&out, limit, rendered.truncated, rendered.rcode);
-    for r in reply.answer.iter().chain(&reply.authority).chain(&reply.additional) {
+    for r in reply
+        .answer
+        .iter()
+        .chain(&reply.authority)
+        .chain(&reply.additional)
+    {
         if r.rtype != OPT {
             assert_eq!(r.ttl, 30, "stale TTL");
         }
@@ -338,7 +381,12 @@ fn check_layout(msg: &[u8], l: &Layout, oracle: &Message) {
         .answer
         .iter()
         .map(|r| (r.ttl_at, Section::Answer))
-        .chain(oracle.authority.iter().map(|r| (r.ttl_at, Section::Authority)))
+        .chain(
+            oracle
+                .authority
+                .iter()
+                .map(|r| (r.ttl_at, Section::Authority)),
+        )
         .chain(
             oracle
                 .additional
@@ -413,7 +461,11 @@ impl Ctx<'_> {
         };
         // Size: everything if it fits, else without the additional
         // section, else the question alone with TC.
-        let opt_len = if self.edns { 11 + if self.ede { 6 } else { 0 } } else { 0 };
+        let opt_len = if self.edns {
+            11 + if self.ede { 6 } else { 0 }
+        } else {
+            0
+        };
         assert!(limit >= 512);
         let expected_len = if self.stored_len + opt_len <= limit {
             self.stored_len + opt_len
@@ -423,23 +475,37 @@ impl Ctx<'_> {
             self.layout.question_end + opt_len
         };
         if out.len() > limit {
-            fail(&format!("reply of {} bytes over the limit of {limit}", out.len()));
+            fail(&format!(
+                "reply of {} bytes over the limit of {limit}",
+                out.len()
+            ));
         }
         if out.len() != expected_len {
-            fail(&format!("reply of {} bytes, expected {expected_len}", out.len()));
+            fail(&format!(
+                "reply of {} bytes, expected {expected_len}",
+                out.len()
+            ));
         }
-        let cut_to_question = self.stored_len + opt_len > limit
-            && self.layout.additional_start + opt_len > limit;
+        let cut_to_question =
+            self.stored_len + opt_len > limit && self.layout.additional_start + opt_len > limit;
         assert_eq!(truncated, cut_to_question, "Rendered::truncated");
         assert_eq!(rcode, self.entry.rcode);
 
         // Header.
         let flags = u16_at(out, 2);
         let client_flags = u16_at(self.packet, 2);
-        assert_eq!(u16_at(out, 0), u16_at(self.packet, 0), "reply ID is not the client's");
+        assert_eq!(
+            u16_at(out, 0),
+            u16_at(self.packet, 0),
+            "reply ID is not the client's"
+        );
         assert_ne!(flags & QR, 0, "reply without QR");
         assert_ne!(flags & RA, 0, "reply without RA");
-        assert_eq!(flags & (RD | CD), client_flags & (RD | CD), "RD/CD not the client's");
+        assert_eq!(
+            flags & (RD | CD),
+            client_flags & (RD | CD),
+            "RD/CD not the client's"
+        );
         assert_eq!(flags & TC != 0, truncated, "TC bit");
         assert_eq!(flags & 0x0400, 0, "AA from the cache");
         let upstream_ad = self.layout.flags & AD != 0;
@@ -448,7 +514,11 @@ impl Ctx<'_> {
         // RFC 1035 4.1.1: the opcode is the query's (QUERY), whatever the
         // upstream wrote.
         if !allowed("reply-opcode") {
-            assert_eq!(flags & 0x7800, client_flags & 0x7800, "reply opcode is not the query's");
+            assert_eq!(
+                flags & OPCODE_MASK,
+                client_flags & OPCODE_MASK,
+                "reply opcode is not the query's"
+            );
         }
         assert_eq!(flags & 0xf, self.entry.rcode & 0xf, "header RCODE");
         assert_eq!(
@@ -458,7 +528,9 @@ impl Ctx<'_> {
         );
 
         // The reply as a client reads it.
-        let Some(reply) = parse_message(out) else { fail("reply does not parse") };
+        let Some(reply) = parse_message(out) else {
+            fail("reply does not parse")
+        };
         if reply.end != out.len() {
             fail("bytes after the last record");
         }
@@ -491,7 +563,11 @@ impl Ctx<'_> {
                 assert_eq!(last.rtype, OPT, "OPT is not the last record");
                 assert_eq!(opt.owner, [0]);
                 assert_eq!(opt.class, 1232, "advertised UDP size");
-                assert_eq!(opt.ttl >> 24, u32::from(self.entry.rcode >> 4), "extended RCODE");
+                assert_eq!(
+                    opt.ttl >> 24,
+                    u32::from(self.entry.rcode >> 4),
+                    "extended RCODE"
+                );
                 assert_eq!((opt.ttl >> 16) & 0xff, 0, "EDNS version");
                 assert_eq!(opt.ttl & 0x8000 != 0, self.dnssec_ok, "DO bit");
                 let expected: &[u8] = if self.ede { &[0, 15, 0, 2, 0, 3] } else { &[] };
@@ -506,11 +582,18 @@ impl Ctx<'_> {
             Ok(l) => l,
             Err(e) => fail(&format!("rendered reply rejected by layout: {e}")),
         };
-        let full_rcode = if self.edns { self.entry.rcode } else { self.entry.rcode & 0xf };
+        let full_rcode = if self.edns {
+            self.entry.rcode
+        } else {
+            self.entry.rcode & 0xf
+        };
         assert_eq!(l.rcode, full_rcode);
-        if let Err(e) =
-            response::check_answers(out, u16_at(self.packet, 0), self.client_question, Case::Exact)
-        {
+        if let Err(e) = response::check_answers(
+            out,
+            u16_at(self.packet, 0),
+            self.client_question,
+            Case::Exact,
+        ) {
             fail(&format!("rendered reply does not answer the query: {e}"));
         }
         reply
