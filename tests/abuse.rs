@@ -201,27 +201,68 @@ fn trickling_and_silent_tcp_clients_do_not_deny_tcp() {
 
 // ---- 2. question-less upstream errors and odd classes ---------------------
 
-/// An upstream that answers every query with a bare header: the query's ID,
-/// QR set, REFUSED, no question (as NSD answers questions it refuses to parse).
-fn questionless_refuser(addr: SocketAddr, stop: Arc<AtomicBool>) -> thread::JoinHandle<usize> {
+/// An upstream that answers every UDP query with a bare header: the
+/// query's ID, QR set, REFUSED, no question (as NSD answers questions it
+/// refuses to parse). Over TCP it answers the same way, or, with
+/// `tcp_answers`, with a real answer ([`REAL`]). Returns the UDP and TCP
+/// query counts when `stop` is set.
+fn questionless_refuser(
+    addr: SocketAddr,
+    tcp_answers: bool,
+    stop: Arc<AtomicBool>,
+) -> thread::JoinHandle<(usize, usize)> {
     let sock = UdpSocket::bind(addr).unwrap();
-    sock.set_read_timeout(Some(Duration::from_millis(100)))
+    sock.set_read_timeout(Some(Duration::from_millis(50)))
         .unwrap();
+    let tcp = TcpListener::bind(addr).unwrap();
+    tcp.set_nonblocking(true).unwrap();
+    let tcp_seen = Arc::new(AtomicUsize::new(0));
+    let tcp_side = {
+        let (stop, tcp_seen) = (stop.clone(), tcp_seen.clone());
+        thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let Ok((mut c, _)) = tcp.accept() else {
+                    thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                let tcp_seen = tcp_seen.clone();
+                thread::spawn(move || {
+                    c.set_nonblocking(false).unwrap();
+                    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                    let mut len = [0u8; 2];
+                    while c.read_exact(&mut len).is_ok() {
+                        let mut q = vec![0u8; u16::from_be_bytes(len) as usize];
+                        if c.read_exact(&mut q).is_err() {
+                            break;
+                        }
+                        tcp_seen.fetch_add(1, Ordering::Relaxed);
+                        let a = if tcp_answers {
+                            answer_to(&q, REAL)
+                        } else {
+                            vec![q[0], q[1], 0x80, 0x05, 0, 0, 0, 0, 0, 0, 0, 0]
+                        };
+                        let mut framed = (a.len() as u16).to_be_bytes().to_vec();
+                        framed.extend(a);
+                        let _ = c.write_all(&framed);
+                    }
+                });
+            }
+        })
+    };
     thread::spawn(move || {
-        let mut seen = 0;
+        let mut udp_seen = 0;
         let mut buf = [0u8; 4096];
         while !stop.load(Ordering::Relaxed) {
-            let Ok((n, from)) = sock.recv_from(&mut buf) else {
-                continue;
-            };
-            if n < 12 {
-                continue;
+            if let Ok((n, from)) = sock.recv_from(&mut buf)
+                && n >= 12
+            {
+                udp_seen += 1;
+                let reply = [buf[0], buf[1], 0x80, 0x05, 0, 0, 0, 0, 0, 0, 0, 0];
+                sock.send_to(&reply, from).unwrap();
             }
-            seen += 1;
-            let reply = [buf[0], buf[1], 0x80, 0x05, 0, 0, 0, 0, 0, 0, 0, 0];
-            sock.send_to(&reply, from).unwrap();
         }
-        seen
+        tcp_side.join().unwrap();
+        (udp_seen, tcp_seen.load(Ordering::Relaxed))
     })
 }
 
@@ -230,7 +271,7 @@ fn questionless_upstream_error_is_an_answer_not_a_timeout() {
     let net = Net(151);
     let stop = Arc::new(AtomicBool::new(false));
     let upstream = net.other(10, 5300);
-    let server = questionless_refuser(upstream, stop.clone());
+    let server = questionless_refuser(upstream, false, stop.clone());
     let nodens = Nodens::start(&Cfg::new(net).server("query_timeout", "\"4s\"").zone(
         "refusing.",
         &[upstream],
@@ -257,7 +298,30 @@ fn questionless_upstream_error_is_an_answer_not_a_timeout() {
         "an upstream that answers is not marked down"
     );
     stop.store(true, Ordering::Relaxed);
-    assert_eq!(server.join().unwrap(), 4);
+    // With 0x20, a question-less UDP answer proves too little: confirmed over TCP.
+    assert_eq!(server.join().unwrap(), (4, 4));
+}
+
+#[test]
+fn forged_questionless_error_is_not_trusted() {
+    let net = Net(151);
+    let stop = Arc::new(AtomicBool::new(false));
+    let upstream = net.other(11, 5300);
+    let server = questionless_refuser(upstream, true, stop.clone());
+    let nodens = Nodens::start(
+        &Cfg::new(net)
+            .listen(&[net.other(1, 1054)])
+            .metrics_listen(&net.other(1, 9254).to_string())
+            .zone("example.", &[upstream], &[]),
+    );
+    let reply = udp_query(nodens.dns, &Q::new("victim.example.", Rt::A));
+    assert_eq!(
+        reply.a(),
+        vec![ipv4("192.0.2.80")],
+        "the answer confirmed over TCP"
+    );
+    stop.store(true, Ordering::Relaxed);
+    assert_eq!(server.join().unwrap(), (1, 1));
 }
 
 #[test]

@@ -257,6 +257,8 @@ pub enum ExchangeError {
     CaseMismatch,
     #[error("a flood of answers that were not ours: spoofing suspected")]
     SpoofSuspected,
+    #[error("an error answer without a question, which 0x20 cannot verify")]
+    Unverifiable,
     #[error("TCP wait queue full")]
     QueueFull,
     #[error("waited too long in the TCP queue")]
@@ -275,6 +277,7 @@ impl ExchangeError {
             ExchangeError::Mismatch => "mismatch",
             ExchangeError::CaseMismatch => "case_mismatch",
             ExchangeError::SpoofSuspected => "spoof_suspected",
+            ExchangeError::Unverifiable => "unverifiable",
             ExchangeError::QueueFull => "queue_full",
             ExchangeError::QueueTimeout => "queue_timeout",
         }
@@ -289,6 +292,7 @@ impl ExchangeError {
                 | ExchangeError::QueueTimeout
                 | ExchangeError::CaseMismatch
                 | ExchangeError::SpoofSuspected
+                | ExchangeError::Unverifiable
         )
     }
 
@@ -297,7 +301,9 @@ impl ExchangeError {
     pub fn needs_tcp_confirmation(&self) -> bool {
         matches!(
             self,
-            ExchangeError::CaseMismatch | ExchangeError::SpoofSuspected
+            ExchangeError::CaseMismatch
+                | ExchangeError::SpoofSuspected
+                | ExchangeError::Unverifiable
         )
     }
 }

@@ -148,6 +148,11 @@ async fn ask(
         let received = RECV_BUFFER.with_borrow_mut(|buf| match socket.try_recv(buf) {
             Ok(n) => Ok(match check_answers(&buf[..n], id, question, case) {
                 Ok(Answers::Question) => Some(Ok(buf[..n].to_vec())),
+                // With 0x20 the question's case is half the proof that an
+                // answer is ours; an error without a question has none.
+                Ok(Answers::ErrorWithoutQuestion) if case == Case::Exact => {
+                    Some(Err(ExchangeError::Unverifiable))
+                }
                 Ok(Answers::ErrorWithoutQuestion) => Some(Ok(with_question(&buf[..n], question))),
                 Err(ResponseError::CaseMismatch) => Some(Err(ExchangeError::CaseMismatch)),
                 // Not ours (late answer to a previous query, spoofing
