@@ -84,6 +84,13 @@ def opt(version=0, udp=1232):
     return b"\0" + struct.pack(">HHBBHH", 41, udp, 0, version, 0, 0)
 
 
+STOPPING = False   # set on SIGTERM/SIGINT: every loop checks it, not only cancellation
+
+
+def running(deadline):
+    return not STOPPING and time.monotonic() < deadline
+
+
 class Stats:
     def __init__(self):
         self.c = {}
@@ -139,7 +146,7 @@ async def malformed(args, stats, deadline, names):
     i = 0
     t_next = time.monotonic()
     try:
-        while time.monotonic() < deadline:
+        while running(deadline):
             owed += per_tick
             while owed >= 1:
                 owed -= 1
@@ -195,7 +202,7 @@ async def recv_or_close(sock, timeout):
 async def trickle_client(args, stats, deadline, names, k):
     loop = asyncio.get_running_loop()
     await asyncio.sleep(k * args.trickle_interval / max(1, args.trickle))   # spread the first bytes
-    while time.monotonic() < deadline:
+    while running(deadline):
         try:
             sock = await open_conn(args, args.trickle_src)
         except (OSError, asyncio.TimeoutError) as e:
@@ -206,7 +213,7 @@ async def trickle_client(args, stats, deadline, names, k):
         t_open = time.monotonic()
         closed_by = None
         try:
-            while time.monotonic() < deadline and closed_by is None:
+            while running(deadline) and closed_by is None:
                 q = query(random.choice(names))
                 msg = struct.pack(">H", len(q)) + q
                 t_msg = time.monotonic()
@@ -227,7 +234,7 @@ async def trickle_client(args, stats, deadline, names, k):
                         break
                     if got:
                         stats.inc("trickle.unexpected_data")
-                    if time.monotonic() >= deadline:
+                    if not running(deadline):
                         closed_by = "deadline"
                         break
                 else:
@@ -254,7 +261,7 @@ async def trickle_client(args, stats, deadline, names, k):
 
 async def silent_client(args, stats, deadline, k):
     await asyncio.sleep(k * 0.05)
-    while time.monotonic() < deadline:
+    while running(deadline):
         try:
             sock = await open_conn(args, args.silent_src)
         except (OSError, asyncio.TimeoutError) as e:
@@ -307,8 +314,13 @@ async def amain(args):
     tasks += [asyncio.ensure_future(silent_client(args, stats, deadline, k)) for k in range(args.silent)]
     rep = asyncio.ensure_future(reporter(args, stats, deadline, start))
     stop = asyncio.Event()
+
+    def on_signal():
+        global STOPPING
+        STOPPING = True
+        stop.set()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     waiter = asyncio.ensure_future(stop.wait())
     # Every client's waits end at the deadline (a connect takes 5 s at most).
     done = asyncio.ensure_future(asyncio.wait(tasks, timeout=args.duration + 20)) if tasks else None
@@ -318,7 +330,9 @@ async def amain(args):
         done.cancel()
     for t in tasks + [rep, waiter]:
         t.cancel()
-    await asyncio.gather(*tasks, rep, waiter, return_exceptions=True)
+    # Bounded: a cancellation lost inside wait_for (Python < 3.12) must not
+    # keep the summary from being written.
+    await asyncio.wait(tasks + [rep, waiter], timeout=3)
     stats.c["elapsed"] = round(time.monotonic() - start, 1)
     if args.summary:
         with open(args.summary, "w") as f:

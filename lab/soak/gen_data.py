@@ -19,7 +19,8 @@ Query mix of the load files, per query:
         nx.invalid (NXDOMAIN from CoreDNS's template for everything else);
         both carry an SOA, so nodens caches them (denial cache)
 
-The prefill file holds only such fresh non-existent names: the soak sends
+popular.txt asks each popular name once (they are in the cache before the
+prefill). The prefill file holds only such fresh non-existent names: the soak sends
 it before the load, until nodens's denial cache evicts (it is full), so
 that memory is measured on a full cache from the start.
 
@@ -99,6 +100,9 @@ def main():
     extra = lambda qps: int(qps * args.seconds * 1.05) + 1000
     write_load(os.path.join(args.out, "udp.txt"), extra(args.udp_qps), rng, args.names, args.popular, NxNames("u"))
     write_load(os.path.join(args.out, "tcp.txt"), extra(args.tcp_qps), rng, args.names, args.popular, NxNames("t"))
+    with open(os.path.join(args.out, "popular.txt"), "w") as f:
+        for i in range(args.popular):
+            f.write(f"pop-{i}.soak.test A\n")
     if args.prefill:
         nx = NxNames("p")
         with open(os.path.join(args.out, "prefill.txt"), "w") as f:

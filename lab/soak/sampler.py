@@ -22,6 +22,10 @@ samples.csv, one row per sample:
                of the processes named --upstream-comm (CoreDNS)
   top_cpu      the processes that used more than 10 % of a CPU since the
                previous sample, "name/pid/CPU share/CPU it last ran on", busiest first
+  foreign_cpu  CPUs' worth used since the previous sample by processes outside
+               this network namespace (kernel threads aside): the machine's
+               other work, which the soak shares the CPUs with
+  sampler_cpu_s  this sampler's own CPU seconds so far
 
 probes.csv, one row per probe: every --probe-every seconds one query over
 UDP and one over TCP for a popular name (rotating over --probe-names), each
@@ -68,16 +72,15 @@ SAMPLE_FIELDS = ["t", "alive", "rss_kb", "hwm_kb", "fds", "threads", "cpu_s",
                  "cache_bytes", "cache_success", "cache_denial", "evictions",
                  "tcp_clients", "tcp_rejected", "inflight", "served_stale", "prefetch",
                  "reloads_ok", "reloads_failed", "rejected", "upstream_errors", "upstream_healthy",
-                 "cpu_busy", "udp_rcvbuf_errors", "udp_no_ports", "upstream_cpu_s", "upstream_state", "top_cpu", "sampler_cpu_s"]
+                 "cpu_busy", "udp_rcvbuf_errors", "udp_no_ports", "upstream_cpu_s", "upstream_state", "top_cpu", "foreign_cpu", "sampler_cpu_s"]
 PROBE_FIELDS = ["t", "proto", "name", "answered", "rcode", "latency_ms", "ttl", "stale"]
 
 
 def count_fds(pid):
     """Open fds of pid. Since Linux 6.2 stat() of /proc/PID/fd gives their
-    number as the size, at no cost; listing the directory instead makes the
-    kernel build a dentry per fd, and with nodens holding a thousand sockets
-    (a socket per miss in flight) that slowed the reaping of every probe's
-    dig to most of a CPU (measured: d_walk under release_task)."""
+    number as the size, without listing the directory (which builds a
+    dentry per fd: a thousand a second while nodens holds a socket per miss
+    during an upstream outage); older kernels give 0, and it is listed."""
     n = os.stat(f"/proc/{pid}/fd").st_size
     return n if n > 0 else len(os.listdir(f"/proc/{pid}/fd"))
 
@@ -127,17 +130,21 @@ def udp_counters():
 
 
 class Procs:
-    """One pass over /proc per sample: the upstream's CPU and state, and
-    who used the CPUs since the previous pass."""
+    """One pass over /proc per sample: the upstream's CPU and state, who
+    used the CPUs since the previous pass, and how much of it went to
+    processes outside this network namespace (the machine's other work;
+    kernel threads aside)."""
 
     def __init__(self, comm):
         self.comm = comm
         self.prev = {}
+        self.ours = {}
         self.prev_t = time.monotonic()
         self.tck = os.sysconf("SC_CLK_TCK")
+        self.netns = os.readlink("/proc/self/ns/net")
 
     def scan(self):
-        cur, cpu, states, top = {}, 0.0, [], []
+        cur, ours, cpu, states, top, foreign = {}, {}, 0.0, [], [], 0.0
         now = time.monotonic()
         dt = max(1e-3, now - self.prev_t)
         for d in os.listdir("/proc"):
@@ -150,17 +157,30 @@ class Procs:
                 continue
             name = s[s.find("(") + 1:s.rfind(")")]
             rest = s[s.rfind(")") + 2:].split()
+            if d == "2" or rest[1] == "2":
+                continue   # kernel threads: softirq work for the soak's own packets lands there too
             t = (int(rest[11]) + int(rest[12])) / self.tck
             cur[d] = t
+            mine = self.ours.get(d)
+            if mine is None:
+                try:
+                    mine = os.readlink(f"/proc/{d}/ns/net") == self.netns
+                except OSError:
+                    mine = True
+            ours[d] = mine
             if name == self.comm:
                 states.append(rest[0])
                 cpu += t
-            if d in self.prev and (t - self.prev[d]) / dt > 0.10:
-                top.append(((t - self.prev[d]) / dt, f"{name}/{d}/{(t - self.prev[d]) / dt:.2f}/{rest[36]}"))
-        self.prev, self.prev_t = cur, now
+            if d in self.prev:
+                used = (t - self.prev[d]) / dt
+                if not mine:
+                    foreign += used
+                if used > 0.10:
+                    top.append((used, f"{name}/{d}/{used:.2f}/{rest[36]}"))
+        self.prev, self.ours, self.prev_t = cur, ours, now
         top.sort(reverse=True)
         return {"upstream_cpu_s": f"{cpu:.2f}" if states else "", "upstream_state": "".join(states),
-                "top_cpu": " ".join(x for _, x in top[:6])}
+                "top_cpu": " ".join(x for _, x in top[:6]), "foreign_cpu": f"{foreign:.2f}"}
 
 
 def metric_sum(text, name, label=None):
