@@ -1016,3 +1016,38 @@ fn zero_queue_still_dials() {
     );
     nodens.wait_pool_idle(&[&to]);
 }
+
+/// Over UDP, a port nothing listens on answers with ICMP port unreachable:
+/// the try fails at once (counted as `refused`) and the next upstream
+/// answers, instead of the query waiting out `upstream_timeout`.
+#[test]
+fn closed_udp_port_fails_over_at_once() {
+    let net = Net(128);
+    let core = CoreDns::test_zone(net.upstream(0), "");
+    let closed = net.other(10, 5300);
+    assert!(
+        std::net::UdpSocket::bind(closed).is_ok(),
+        "something already listens on {closed}"
+    );
+    let to_closed = closed.to_string();
+    let nodens = Nodens::start(&Cfg::new(net).zone(
+        "test.",
+        &[closed, core.addr],
+        &[("upstream_timeout", "\"2s\""), ("max_fails", "100")],
+    ));
+    for (name, t) in [("www.test.", Rt::A), ("www.test.", Rt::AAAA)] {
+        let r = udp_query(nodens.dns, &Q::new(name, t));
+        assert_eq!(r.rcode(), rcode::NOERROR, "{name} {t}");
+        assert!(
+            r.elapsed < Duration::from_millis(500),
+            "{name} {t}: {:?}; a port unreachable fails at once",
+            r.elapsed
+        );
+    }
+    let refused = nodens.metric(ERRORS, &[("to", &to_closed), ("error", "refused")]);
+    assert!(
+        refused >= 2.0,
+        "refusals not counted: {:?}",
+        errors_of(&nodens, &to_closed)
+    );
+}

@@ -140,10 +140,21 @@ async fn ask(
         }
         Err(e) => return Err(e.into()),
     }
+    // ERROR too: an ICMP port unreachable (nothing listens upstream) is
+    // reported as a socket error, not as readability; without it the
+    // query would wait out its whole deadline.
+    let interest = Interest::READABLE | Interest::ERROR;
     loop {
-        match timeout_at(deadline, socket.readable()).await {
+        let ready = match timeout_at(deadline, socket.ready(interest)).await {
             Err(_) => return Err(ExchangeError::Timeout),
             Ok(ready) => ready?,
+        };
+        if ready.is_error() {
+            // SO_ERROR says which (ECONNREFUSED); the socket is not reused.
+            let error = SockRef::from(socket).take_error()?;
+            return Err(error
+                .unwrap_or_else(|| io::Error::other("socket error without a cause"))
+                .into());
         }
         let received = RECV_BUFFER.with_borrow_mut(|buf| match socket.try_recv(buf) {
             Ok(n) => Ok(match check_answers(&buf[..n], id, question, case) {

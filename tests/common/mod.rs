@@ -21,7 +21,7 @@
 //! | 90..=99        | metrics.rs        | 90..=91                   |
 //! | 100..=109      | node.rs           | 100..=102 (the netns test uses 127.0.0.1 inside its own namespace) |
 //! | 110..=119      | upstream_pool.rs  | 110..=119                 |
-//! | 120..=129      | upstream_faults.rs | 120..=127 (test-written servers on `.200` (silent) and `.10`) |
+//! | 120..=129      | upstream_faults.rs | 120..=128 (test-written servers on `.200` (silent) and `.10`) |
 //! | 130..=139      | transport_fallback.rs | 130 (inside its own network namespace, with CoreDNS on 127.0.0.1:5300 there) |
 //! | 140..=149      | udp_worker.rs     | 140..=141                 |
 //! | 150..=159      | abuse.rs          | 150..=159 (test-written servers on `.10`, wildcard listener on port 30154) |
