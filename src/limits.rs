@@ -32,6 +32,20 @@ pub fn raise_open_files() -> std::io::Result<u64> {
     Ok(limit.rlim_cur)
 }
 
+/// Opts the process out of transparent huge pages. With THP in `madvise`
+/// mode (common on nodes), khugepaged collapses the allocator's partly
+/// used arenas into 2 MiB pages: RSS steps up after bursts (a burst of
+/// misses during an upstream outage) and never comes back, so the cache
+/// capacity stops being a bound a memory limit can be sized from. The
+/// cache's lookups gain little from huge pages at these sizes.
+pub fn disable_transparent_huge_pages() -> std::io::Result<()> {
+    // SAFETY: prctl(PR_SET_THP_DISABLE) reads only its integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -65,6 +65,9 @@ fn serve(path: Option<PathBuf>) -> ExitCode {
         None => Config::default_with_root_zone(),
     };
     let log = logging::init(&config.log);
+    if let Err(e) = limits::disable_transparent_huge_pages() {
+        tracing::warn!("cannot opt out of transparent huge pages: {e}");
+    }
     match limits::raise_open_files() {
         Ok(n) => tracing::debug!(open_files = n, "open-files limit"),
         Err(e) => tracing::warn!("cannot raise the open-files limit: {e}"),

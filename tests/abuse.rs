@@ -610,44 +610,67 @@ fn answer_to(query: &[u8], ip: [u8; 4]) -> Vec<u8> {
 }
 
 const REAL: [u8; 4] = [192, 0, 2, 80];
+
+/// When a forger's flood has the query's real ID.
+#[derive(Clone, Copy)]
+enum Guesses {
+    /// Every other forgery, the first included: a forger who knows the ID.
+    EveryOther,
+    /// The last forgery only: a lucky guess at the end of a flood.
+    Last,
+    Never,
+}
 const POISON: [u8; 4] = [6, 6, 6, 6];
 
 /// An authoritative server on UDP and TCP at `addr` that gives [`REAL`],
-/// after a forger has flooded the asking socket: the forged answers carry
-/// [`POISON`], the question in lower case, and every ID in `forged_ids`
-/// (the real one among them when `knows_id`).
+/// after a forger has flooded the asking socket, for each of `queries`
+/// UDP queries: the forged answers carry [`POISON`], the question in lower
+/// case, and `forged` IDs, the real one among them as `guesses` says.
+/// The UDP side returns, per query, whether its name had upper-case
+/// letters (0x20); the TCP side, how many queries it answered.
 fn forged_then_real(
     addr: SocketAddr,
+    queries: usize,
     forged: usize,
-    knows_id: bool,
-) -> (thread::JoinHandle<()>, thread::JoinHandle<usize>) {
+    guesses: Guesses,
+) -> (thread::JoinHandle<Vec<bool>>, thread::JoinHandle<usize>) {
     let udp = UdpSocket::bind(addr).unwrap();
     udp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let tcp = TcpListener::bind(addr).unwrap();
     let udp_side = thread::spawn(move || {
+        let mut randomised = Vec::new();
         let mut buf = [0u8; 4096];
-        let Ok((n, from)) = udp.recv_from(&mut buf) else {
-            return;
-        };
-        let query = buf[..n].to_vec();
-        let id = u16::from_be_bytes([query[0], query[1]]);
-        let mut lower = query.clone();
-        lower.make_ascii_lowercase();
-        // The forger knows the port (it is `from`) and the name; not the case.
-        for k in 0..forged {
-            let mut fake = answer_to(&lower, POISON);
-            let fake_id = if knows_id && k % 2 == 0 {
-                id
-            } else {
-                (id ^ 0x5a5a).wrapping_add(k as u16 | 1)
+        for _ in 0..queries {
+            let Ok((n, from)) = udp.recv_from(&mut buf) else {
+                break;
             };
-            fake[..2].copy_from_slice(&fake_id.to_be_bytes());
-            let _ = udp.send_to(&fake, from);
+            let query = buf[..n].to_vec();
+            let id = u16::from_be_bytes([query[0], query[1]]);
+            randomised.push(query[12..].iter().any(u8::is_ascii_uppercase));
+            let mut lower = query.clone();
+            lower.make_ascii_lowercase();
+            // The forger knows the port (it is `from`) and the name; not the case.
+            for k in 0..forged {
+                let mut fake = answer_to(&lower, POISON);
+                let right = match guesses {
+                    Guesses::EveryOther => k % 2 == 0,
+                    Guesses::Last => k + 1 == forged,
+                    Guesses::Never => false,
+                };
+                let fake_id = if right {
+                    id
+                } else {
+                    (id ^ 0x5a5a).wrapping_add(k as u16 | 1)
+                };
+                fake[..2].copy_from_slice(&fake_id.to_be_bytes());
+                let _ = udp.send_to(&fake, from);
+            }
+            // The real server answers a moment later (the flood fills the
+            // socket's buffer; the answer must not be lost behind it).
+            thread::sleep(Duration::from_millis(100));
+            let _ = udp.send_to(&answer_to(&query, REAL), from);
         }
-        // The real server answers a moment later (the flood fills the
-        // socket's buffer; the answer must not be lost behind it).
-        thread::sleep(Duration::from_millis(100));
-        let _ = udp.send_to(&answer_to(&query, REAL), from);
+        randomised
     });
     let tcp_side = thread::spawn(move || {
         tcp.set_nonblocking(true).unwrap();
@@ -682,7 +705,7 @@ fn forged_then_real(
 fn forged_answers_with_the_right_id_and_port_are_not_cached() {
     let net = Net(158);
     let upstream = net.other(10, 5300);
-    let (udp_side, tcp_side) = forged_then_real(upstream, 8, true);
+    let (udp_side, tcp_side) = forged_then_real(upstream, 1, 8, Guesses::EveryOther);
     let nodens = Nodens::start(&Cfg::new(net).zone(
         "example.",
         &[upstream],
@@ -714,7 +737,7 @@ fn forged_answers_with_the_right_id_and_port_are_not_cached() {
 fn a_flood_of_forged_ids_poisons_nothing() {
     let net = Net(159);
     let upstream = net.other(10, 5300);
-    let (udp_side, tcp_side) = forged_then_real(upstream, 20_000, false);
+    let (udp_side, tcp_side) = forged_then_real(upstream, 1, 20_000, Guesses::Never);
     let nodens = Nodens::start(&Cfg::new(net).zone(
         "example.",
         &[upstream],
@@ -732,4 +755,32 @@ fn a_flood_of_forged_ids_poisons_nothing() {
         "a near-miss flood is noticed and the answer confirmed over TCP"
     );
     assert!(tcp_side.join().unwrap() >= 1);
+}
+
+#[test]
+fn lucky_forgeries_do_not_switch_0x20_off() {
+    let net = Net(158);
+    let upstream = net.other(11, 5300);
+    let rounds = 6;
+    // Three forgeries, the last with the right ID: fewer than near-miss
+    // detection needs, so the lucky one is read.
+    let (udp_side, tcp_side) = forged_then_real(upstream, rounds, 3, Guesses::Last);
+    let nodens = Nodens::start(
+        &Cfg::new(net)
+            .listen(&[net.other(1, 1054)])
+            .metrics_listen(&net.other(1, 9254).to_string())
+            .zone("example.", &[upstream], &[("upstream_timeout", "\"3s\"")]),
+    );
+    for i in 0..rounds {
+        let name = format!("victim-number-{i}-with-many-letters.example.");
+        let reply = udp_query(nodens.dns, &Q::new(&name, Rt::A));
+        assert_eq!(reply.a(), vec![ipv4("192.0.2.80")], "{name}");
+    }
+    let randomised = udp_side.join().unwrap();
+    assert_eq!(
+        randomised,
+        vec![true; rounds],
+        "every query asked in random case, after forgeries with the right ID"
+    );
+    assert_eq!(tcp_side.join().unwrap(), rounds, "each confirmed over TCP");
 }

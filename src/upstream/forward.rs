@@ -165,8 +165,17 @@ async fn ask_udp(
     } else {
         upstream.udp_conn_misses.inc();
     }
-    let reply = match done.result {
-        Err(ExchangeError::CaseMismatch) => {
+    if done.mismatched > 0 {
+        metrics
+            .upstream_errors
+            .with_label_values(&[&upstream.label, "mismatch"])
+            .inc_by(done.mismatched.into());
+    }
+    let mut msg = match done.result {
+        // Only a clean exchange (nothing else arrived on the socket) says
+        // something about the upstream: a forger's lucky guess in lower
+        // case comes among many wrong ones, and must not switch 0x20 off.
+        Err(ExchangeError::CaseMismatch) if done.mismatched == 0 => {
             if upstream.case.not_preserved() {
                 tracing::warn!(
                     upstream = %upstream.label,
@@ -179,19 +188,9 @@ async fn ask_udp(
         }
         other => other?,
     };
-    if reply.mismatched > 0 {
-        metrics
-            .upstream_errors
-            .with_label_values(&[&upstream.label, "mismatch"])
-            .inc_by(reply.mismatched.into());
-    }
-    if reply.mismatched >= udp::SPOOF_SUSPECT {
-        return Err(ExchangeError::SpoofSuspected);
-    }
     if randomised {
         upstream.case.preserved();
     }
-    let mut msg = reply.msg;
     msg[HEADER_LEN..HEADER_LEN + question.len()].copy_from_slice(question);
     Ok(msg)
 }

@@ -38,24 +38,21 @@ const MAX_FREE: usize = 256;
 /// Room for any UDP datagram.
 const RECV_ROOM: usize = 65535;
 /// Datagrams that were not our answer, arriving while one query waits,
-/// from which on spoofing is suspected: the socket is closed instead of
-/// reused, and the caller does not trust the answer (compare PowerDNS's
-/// `spoof-nearmiss-max`). A late duplicate is one; a forger's guesses are
-/// many.
+/// from which on spoofing is suspected: the wait ends at once with
+/// [`ExchangeError::SpoofSuspected`] and the socket is closed, so no
+/// datagram that comes later on it is trusted, and the caller asks over
+/// TCP (compare PowerDNS's `spoof-nearmiss-max`). A late duplicate is one;
+/// a forger's guesses are many.
 pub const SPOOF_SUSPECT: u32 = 4;
 
-/// What came back.
-pub struct UdpReply {
-    pub msg: Vec<u8>,
-    /// Datagrams that arrived on the socket but did not answer our query.
-    pub mismatched: u32,
-}
-
-/// How an exchange went, and whether it used a socket that had carried
-/// queries before (a "connection cache hit" in CoreDNS's metrics).
+/// How an exchange went, whether it used a socket that had carried
+/// queries before (a "connection cache hit" in CoreDNS's metrics), and
+/// how many datagrams arrived that did not answer our query, whatever the
+/// outcome.
 pub struct Exchanged {
     pub reused: bool,
-    pub result: Result<UdpReply, ExchangeError>,
+    pub mismatched: u32,
+    pub result: Result<Vec<u8>, ExchangeError>,
 }
 
 struct PooledSocket {
@@ -95,6 +92,7 @@ pub async fn exchange(
             Err(e) => {
                 return Exchanged {
                     reused: false,
+                    mismatched: 0,
                     result: Err(e.into()),
                 };
             }
@@ -111,13 +109,14 @@ pub async fn exchange(
         &mut mismatched,
     )
     .await;
-    if result.is_ok() && mismatched < SPOOF_SUSPECT {
+    if result.is_ok() {
         pooled.uses += 1;
         give_back(server, pooled);
     }
     Exchanged {
         reused,
-        result: result.map(|msg| UdpReply { msg, mismatched }),
+        mismatched,
+        result,
     }
 }
 
@@ -170,7 +169,7 @@ async fn ask(
                 // attempt): keep waiting for the real one until the deadline.
                 Err(_) => {
                     *mismatched += 1;
-                    None
+                    (*mismatched >= SPOOF_SUSPECT).then_some(Err(ExchangeError::SpoofSuspected))
                 }
             }),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
@@ -353,7 +352,7 @@ mod tests {
             )
             .await;
             assert_eq!(reply.reused, i > 0 && i != MAX_USES);
-            assert_eq!(reply.result.unwrap().msg.last(), Some(&1));
+            assert_eq!(reply.result.unwrap().last(), Some(&1));
             ports.push(port);
         }
         let first = ports[0];
@@ -377,16 +376,12 @@ mod tests {
         let (reply, port2) =
             ask_once(&server, QUESTION_B, 7, Some(2), Duration::from_secs(2)).await;
         assert_eq!(port2, port, "the free socket was reused");
-        let reply = reply.result.unwrap();
-        assert_eq!(
-            reply.msg.last(),
-            Some(&2),
-            "the real answer, not the planted one"
-        );
         assert_eq!(
             reply.mismatched, 1,
             "the planted answer was read and thrown away"
         );
+        let msg = reply.result.unwrap();
+        assert_eq!(msg.last(), Some(&2), "the real answer, not the planted one");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
