@@ -255,13 +255,26 @@ fn socket_addr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
 }
 
 /// Replies collected while a batch is processed, sent with one `sendmmsg`.
-#[derive(Default)]
 pub struct SendBatch {
     /// Each reply, its destination, and the source address to send it
     /// from (on a wildcard socket).
     replies: Vec<(Vec<u8>, SockAddr, Option<Destination>)>,
+    /// Control messages naming those source addresses, one per reply of a
+    /// `sendmmsg` call; kept so that a call does not clear them anew.
+    controls: Box<[[u64; CONTROL_ROOM / 8]; BATCH]>,
     used: usize,
     sent: usize,
+}
+
+impl Default for SendBatch {
+    fn default() -> Self {
+        SendBatch {
+            replies: Vec::new(),
+            controls: Box::new([[0; CONTROL_ROOM / 8]; BATCH]),
+            used: 0,
+            sent: 0,
+        }
+    }
 }
 
 impl SendBatch {
@@ -297,7 +310,6 @@ impl SendBatch {
             // SAFETY: all-zero iovec and mmsghdr are valid values.
             let mut iovecs: [libc::iovec; BATCH] = unsafe { zeroed() };
             let mut headers: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
-            let mut controls = [[0u64; CONTROL_ROOM / 8]; BATCH];
             for i in 0..count {
                 let (reply, to, from) = &self.replies[self.sent + i];
                 iovecs[i] = libc::iovec {
@@ -310,13 +322,13 @@ impl SendBatch {
                 header.msg_iov = &mut iovecs[i];
                 header.msg_iovlen = 1;
                 if let Some(from) = from {
-                    let len = source_control(*from, &mut controls[i]);
-                    header.msg_control = controls[i].as_mut_ptr().cast();
+                    let len = source_control(*from, &mut self.controls[i]);
+                    header.msg_control = self.controls[i].as_mut_ptr().cast();
                     header.msg_controllen = len as _;
                 }
             }
-            // SAFETY: the headers point at replies and addresses owned by
-            // `self` and at `iovecs` and `controls`, all alive for the call.
+            // SAFETY: the headers point at replies, addresses and control
+            // messages owned by `self`, and at `iovecs`, all alive for the call.
             let n = unsafe {
                 libc::sendmmsg(
                     socket.as_raw_fd(),
