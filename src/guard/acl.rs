@@ -22,33 +22,47 @@ pub const DEFAULT_ALLOW: &[&str] = &[
     "fe80::/10",
 ];
 
+/// The allowed ranges as (network, mask) pairs per family: checked on
+/// every query, hits included, so a check is a few integer operations.
 #[derive(Debug, Clone)]
 pub struct Acl {
-    allowed: Vec<IpNet>,
-    /// Set when the list has `0.0.0.0/0` and `::/0`: nothing to check.
-    everyone: bool,
+    v4: Vec<(u32, u32)>,
+    v6: Vec<(u128, u128)>,
 }
 
 impl Acl {
     pub fn new(allowed: Vec<IpNet>) -> Acl {
-        let everyone = allowed
-            .iter()
-            .any(|n| n.prefix_len() == 0 && n.addr().is_ipv4())
-            && allowed
-                .iter()
-                .any(|n| n.prefix_len() == 0 && n.addr().is_ipv6());
-        Acl { allowed, everyone }
+        let mut acl = Acl {
+            v4: Vec::new(),
+            v6: Vec::new(),
+        };
+        for net in allowed {
+            match net {
+                IpNet::V4(n) => acl
+                    .v4
+                    .push((u32::from(n.network()), u32::from(n.netmask()))),
+                IpNet::V6(n) => acl
+                    .v6
+                    .push((u128::from(n.network()), u128::from(n.netmask()))),
+            }
+        }
+        acl
     }
 
     /// Whether `client` may be answered. IPv4 clients of a dual-stack
     /// socket (`::ffff:a.b.c.d`) are checked as IPv4.
     #[inline]
     pub fn allows(&self, client: IpAddr) -> bool {
-        if self.everyone {
-            return true;
+        match client.to_canonical() {
+            IpAddr::V4(ip) => {
+                let ip = u32::from(ip);
+                self.v4.iter().any(|&(net, mask)| ip & mask == net)
+            }
+            IpAddr::V6(ip) => {
+                let ip = u128::from(ip);
+                self.v6.iter().any(|&(net, mask)| ip & mask == net)
+            }
         }
-        let client = client.to_canonical();
-        self.allowed.iter().any(|net| net.contains(&client))
     }
 }
 
