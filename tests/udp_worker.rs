@@ -72,6 +72,8 @@ fn hits_and_misses_go_on_while_a_miss_waits() {
     }
     let aaaa = udp_query(dns, &Q::new("www.test.", Rt::AAAA));
     assert_eq!(aaaa.rcode(), rcode::NOERROR);
+    // CoreDNS logs after it answers: wait for its log to catch up.
+    core.sync_log();
     assert_eq!(core.count_queries("www.test.", "AAAA"), 1);
 }
 
