@@ -56,6 +56,30 @@ fn ask_from(source: IpAddr, server: SocketAddr, q: &Q, wait: Duration) -> Option
     Some(Reply::parse(buf[..n].to_vec(), start.elapsed()))
 }
 
+/// `msg` with its two-byte TCP length, as nodens frames its own.
+fn framed(msg: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    nodens::wire::framing::frame(msg, &mut out);
+    out
+}
+
+/// Plays a TCP upstream on an accepted connection: every framed query
+/// gets `answer(query)`, until the client closes or stays silent for `idle`.
+fn serve_tcp(mut c: TcpStream, idle: Duration, mut answer: impl FnMut(&[u8]) -> Vec<u8>) {
+    c.set_nonblocking(false).unwrap();
+    c.set_read_timeout(Some(idle)).unwrap();
+    let mut len = [0u8; 2];
+    while c.read_exact(&mut len).is_ok() {
+        let mut q = vec![0u8; u16::from_be_bytes(len) as usize];
+        if c.read_exact(&mut q).is_err() {
+            break;
+        }
+        if c.write_all(&framed(&answer(&q))).is_err() {
+            break;
+        }
+    }
+}
+
 fn nodens_fds(nodens: &Nodens) -> usize {
     std::fs::read_dir(format!("/proc/{}/fd", nodens.proc.pid()))
         .map(|d| d.count())
@@ -84,12 +108,7 @@ fn trickling_and_silent_tcp_clients_do_not_deny_tcp() {
     let mut trickle = tcp_from(net.ip(10), dns).unwrap();
     let started = Instant::now();
     let mut closed_after = None;
-    let message = {
-        let q = Q::new("www.test.", Rt::A).to_bytes();
-        let mut framed = (q.len() as u16).to_be_bytes().to_vec();
-        framed.extend(q);
-        framed
-    };
+    let message = { framed(&Q::new("www.test.", Rt::A).to_bytes()) };
     for byte in message.iter().cycle().take(20) {
         if trickle.write_all(&[*byte]).is_err() {
             closed_after = Some(started.elapsed());
@@ -167,11 +186,9 @@ fn trickling_and_silent_tcp_clients_do_not_deny_tcp() {
             Err(e) => panic!("legitimate client could not connect: {e}"),
         };
         c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-        let q = Q::new("www.test.", Rt::A).id(i).to_bytes();
-        let mut framed = (q.len() as u16).to_be_bytes().to_vec();
-        framed.extend(q);
+        let q = framed(&Q::new("www.test.", Rt::A).id(i).to_bytes());
         let mut len = [0u8; 2];
-        if c.write_all(&framed).is_ok() && c.read_exact(&mut len).is_ok() {
+        if c.write_all(&q).is_ok() && c.read_exact(&mut len).is_ok() {
             answered += 1;
         }
         assert!(start.elapsed() < Duration::from_secs(3));
@@ -221,30 +238,20 @@ fn questionless_refuser(
         let (stop, tcp_seen) = (stop.clone(), tcp_seen.clone());
         thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
-                let Ok((mut c, _)) = tcp.accept() else {
+                let Ok((c, _)) = tcp.accept() else {
                     thread::sleep(Duration::from_millis(5));
                     continue;
                 };
                 let tcp_seen = tcp_seen.clone();
                 thread::spawn(move || {
-                    c.set_nonblocking(false).unwrap();
-                    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-                    let mut len = [0u8; 2];
-                    while c.read_exact(&mut len).is_ok() {
-                        let mut q = vec![0u8; u16::from_be_bytes(len) as usize];
-                        if c.read_exact(&mut q).is_err() {
-                            break;
-                        }
+                    serve_tcp(c, Duration::from_secs(5), |q| {
                         tcp_seen.fetch_add(1, Ordering::Relaxed);
-                        let a = if tcp_answers {
-                            answer_to(&q, REAL)
+                        if tcp_answers {
+                            answer_to(q, REAL)
                         } else {
                             vec![q[0], q[1], 0x80, 0x05, 0, 0, 0, 0, 0, 0, 0, 0]
-                        };
-                        let mut framed = (a.len() as u16).to_be_bytes().to_vec();
-                        framed.extend(a);
-                        let _ = c.write_all(&framed);
-                    }
+                        }
+                    })
                 });
             }
         })
@@ -536,10 +543,7 @@ fn sources_outside_the_allow_list_are_refused() {
     assert!(outside.a().is_empty());
     assert!(outside.raw.len() <= q.to_bytes().len(), "no amplification");
     let mut tcp = tcp_from(net.ip(100), nodens.dns).unwrap();
-    let bytes = q.to_bytes();
-    let mut framed = (bytes.len() as u16).to_be_bytes().to_vec();
-    framed.extend(bytes);
-    tcp.write_all(&framed).unwrap();
+    tcp.write_all(&framed(&q.to_bytes())).unwrap();
     tcp.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
     let mut reply = vec![0u8; 2];
     tcp.read_exact(&mut reply).unwrap();
@@ -677,24 +681,14 @@ fn forged_then_real(
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut served = 0;
         while Instant::now() < deadline {
-            let Ok((mut c, _)) = tcp.accept() else {
+            let Ok((c, _)) = tcp.accept() else {
                 thread::sleep(Duration::from_millis(10));
                 continue;
             };
-            c.set_nonblocking(false).unwrap();
-            c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-            let mut len = [0u8; 2];
-            while c.read_exact(&mut len).is_ok() {
-                let mut q = vec![0u8; u16::from_be_bytes(len) as usize];
-                if c.read_exact(&mut q).is_err() {
-                    break;
-                }
-                let a = answer_to(&q, REAL);
-                let mut framed = (a.len() as u16).to_be_bytes().to_vec();
-                framed.extend(a);
-                let _ = c.write_all(&framed);
+            serve_tcp(c, Duration::from_secs(2), |q| {
                 served += 1;
-            }
+                answer_to(q, REAL)
+            });
         }
         served
     });

@@ -101,10 +101,7 @@ async fn ask(
         Transport::PreferUdp => match udp(deadline).await {
             Ok(msg) if read_u16(&msg, 2) & flag::TC == 0 => msg,
             Ok(_) => tcp().await?,
-            Err(e) if e.needs_tcp_confirmation() => {
-                count_error(upstream, &e, metrics);
-                tcp().await?
-            }
+            Err(e) if e.needs_tcp_confirmation() => tcp().await?,
             Err(e) => return Err(e),
         },
         Transport::TcpFallbackOnTimeout => {
@@ -112,10 +109,7 @@ async fn ask(
             match udp(now + (deadline - now) / 2).await {
                 Ok(msg) if read_u16(&msg, 2) & flag::TC == 0 => msg,
                 Ok(_) | Err(ExchangeError::Timeout) => tcp().await?,
-                Err(e) if e.needs_tcp_confirmation() => {
-                    count_error(upstream, &e, metrics);
-                    tcp().await?
-                }
+                Err(e) if e.needs_tcp_confirmation() => tcp().await?,
                 Err(e) => return Err(e),
             }
         }
@@ -140,7 +134,8 @@ async fn ask_tcp(
 
 /// Over UDP, from a socket of its own, with a random ID and (0x20) the
 /// question's letters in random case. The answer goes back with the
-/// question as asked, so the cache holds one spelling.
+/// question as asked, so the cache holds one spelling. An answer that
+/// needs TCP confirmation is counted here, as what it was.
 async fn ask_udp(
     upstream: &Upstream,
     zone: &Zone,
@@ -172,11 +167,15 @@ async fn ask_udp(
             .inc_by(done.mismatched.into());
     }
     let mut msg = match done.result {
-        // Only a clean exchange (nothing else arrived on the socket) says
-        // something about the upstream: a forger's lucky guess in lower
-        // case comes among many wrong ones, and must not switch 0x20 off.
-        Err(ExchangeError::CaseMismatch) if done.mismatched == 0 => {
-            if upstream.case.not_preserved() {
+        Ok(msg) => msg,
+        Err(e) => {
+            // Only a clean exchange (nothing else arrived on the socket)
+            // says something about the upstream: a forger's lucky guess in
+            // lower case comes among many wrong ones, and must not switch
+            // 0x20 off.
+            let clean_case_mismatch =
+                matches!(e, ExchangeError::CaseMismatch) && done.mismatched == 0;
+            if clean_case_mismatch && upstream.case.not_preserved() {
                 tracing::warn!(
                     upstream = %upstream.label,
                     "upstream does not keep the letter case of questions: \
@@ -184,9 +183,11 @@ async fn ask_udp(
                     case::FALLBACK_FOR.as_secs()
                 );
             }
-            return Err(ExchangeError::CaseMismatch);
+            if e.needs_tcp_confirmation() {
+                count_error(upstream, &e, metrics);
+            }
+            return Err(e);
         }
-        other => other?,
     };
     if randomised {
         upstream.case.preserved();
