@@ -13,8 +13,9 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use nodens::cache::key::NameBuf;
 use nodens::cache::{Cache, Entry, Freshness, KeyRef, TtlPolicy};
 use nodens::config::Config;
-use nodens::handler::{Handled, ListenerInfo, Proto, Shared};
-use nodens::metrics::Metrics;
+use nodens::listen::{Handled, ListenerInfo, Proto};
+use nodens::serve::Shared;
+use nodens::server::Telemetry;
 use nodens::wire::{query, response};
 
 const POLICY: TtlPolicy = TtlPolicy {
@@ -118,8 +119,13 @@ fn whole_hit(c: &mut Criterion) {
         "[cache]\nprefetch_min_hits = 0\n[[zone]]\nname = \".\"\nupstreams = [\"127.0.0.1:9\"]\n",
     )
     .unwrap();
-    let metrics = Arc::new(Metrics::new("dns://bench".into()));
-    let shared = Arc::new(Shared::new(&config, metrics, runtime.handle().clone()).unwrap());
+    let _main = runtime.enter();
+    let telemetry = Telemetry::register("dns://bench".into());
+    let shared = Arc::new(Shared::new(
+        &config,
+        telemetry.serve.clone(),
+        &telemetry.upstream,
+    ));
     let n = name(7);
     let packet = client_query(&n);
     let q = query::parse(&packet).unwrap();

@@ -1,15 +1,17 @@
 //! nodens: a node-local DNS cache for Kubernetes.
 //!
-//! The request path, in the order a query meets it:
-//! [`listen`] (UDP workers, TCP) → [`handler`] (parse, cache lookup, reply
-//! on a hit) → on a miss [`inflight`] (coalescing) → [`upstream`] (zone
-//! routing, UDP then TCP) → [`cache`] insert → reply.
+//! The request path, in the order a query meets it: [`listen`] (UDP
+//! workers, TCP) → [`serve`] (admit, parse, route, cache hit; on a miss
+//! [`inflight`] coalescing) → [`upstream`] (UDP then TCP) → [`cache`]
+//! insert → reply. [`config`] compiles the file into the settings every
+//! area reads; [`server`] wires the areas together and handles signals;
+//! [`tasks`] says where work runs. docs/architecture.md has the map.
 
 pub mod cache;
 pub mod config;
 pub mod cpus;
 pub mod guard;
-pub mod handler;
+pub mod http;
 pub mod inflight;
 pub mod limits;
 pub mod listen;
@@ -17,7 +19,8 @@ pub mod log_limit;
 pub mod logging;
 pub mod metrics;
 pub mod privileges;
+pub mod serve;
 pub mod server;
-pub mod stats;
+pub mod tasks;
 pub mod upstream;
 pub mod wire;

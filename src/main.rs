@@ -62,7 +62,13 @@ fn serve(path: Option<PathBuf>) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         },
-        None => Config::default_with_root_zone(),
+        None => match Config::defaults() {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("built-in defaults: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
     };
     let log = logging::init(&config.log);
     if let Err(e) = limits::disable_transparent_huge_pages() {
@@ -73,7 +79,7 @@ fn serve(path: Option<PathBuf>) -> ExitCode {
         Err(e) => tracing::warn!("cannot raise the open-files limit: {e}"),
     }
     privileges::forbid_new_privileges();
-    let (workers, source) = cpus::workers(config.server.workers);
+    let (workers, source) = cpus::workers(config.workers);
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         workers,

@@ -1,55 +1,97 @@
-//! The running server: listeners, the metrics endpoint, reload on SIGHUP,
-//! drain on SIGTERM.
+//! The running server: wires the areas together (metrics, request path,
+//! listeners, HTTP), reloads on SIGHUP, drains on SIGTERM.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use anyhow::{Context, Result};
+use prometheus::IntGauge;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
+use crate::cache::metrics::CacheGauges;
 use crate::config::Config;
-use crate::handler::{Settings, Shared};
-use crate::listen::Listener;
+use crate::http::{self, HttpState};
+use crate::label_set;
+use crate::listen::{ListenMetrics, Listener};
 use crate::logging::LogHandle;
-use crate::metrics::{self, HttpState, Metrics};
+use crate::metrics::{Counters, Registry};
+use crate::serve::metrics::ServeMetrics;
+use crate::serve::{Settings, Shared};
+use crate::upstream::metrics::UpstreamMetrics;
+
+label_set!(
+    pub struct ResultLabels<'a> {
+        result: &'a str = "result",
+    }
+);
+
+/// Every metric set, registered in one registry: the one place that knows
+/// all areas' metrics.
+pub struct Telemetry {
+    pub registry: Registry,
+    pub serve: Arc<ServeMetrics>,
+    pub upstream: Arc<UpstreamMetrics>,
+    pub listen: Arc<ListenMetrics>,
+    pub cache: CacheGauges,
+    pub reloads: Counters<ResultLabels<'static>>,
+    pub workers: IntGauge,
+}
+
+impl Telemetry {
+    /// `cache_server`: the `server` label of the cache-wide series.
+    pub fn register(cache_server: String) -> Telemetry {
+        let registry = Registry::new();
+        Telemetry {
+            serve: Arc::new(ServeMetrics::register(&registry)),
+            upstream: Arc::new(UpstreamMetrics::register(&registry)),
+            listen: Arc::new(ListenMetrics::register(&registry)),
+            cache: CacheGauges::register(&registry, cache_server),
+            reloads: registry.counters(
+                "nodens_config_reloads_total",
+                "Configuration reloads (SIGHUP), by result.",
+            ),
+            workers: registry.gauge("nodens_workers", "Worker threads serving queries."),
+            registry,
+        }
+    }
+}
 
 pub struct Server {
     shared: Arc<Shared>,
+    telemetry: Arc<Telemetry>,
     config: Config,
     config_path: Option<PathBuf>,
     workers: usize,
     listeners: HashMap<SocketAddr, Listener>,
-    http: Option<(String, CancellationToken)>,
+    http: Option<(SocketAddr, CancellationToken)>,
     log: LogHandle,
 }
 
 impl Server {
     /// Binds everything the configuration asks for; an address that cannot
-    /// be bound is an error here, not a warning later.
+    /// be bound is an error here, not a warning later. Call on the main
+    /// runtime.
     pub async fn start(
         config: Config,
         config_path: Option<PathBuf>,
         workers: usize,
         log: LogHandle,
     ) -> Result<Server> {
-        let cache_server = format!("dns://{}", config.listen_addrs()[0]);
-        let metrics = Arc::new(Metrics::new(cache_server));
-        metrics.workers.set(workers as i64);
+        let telemetry = Arc::new(Telemetry::register(format!("dns://{}", config.listen[0])));
+        telemetry.workers.set(workers as i64);
         let shared = Arc::new(Shared::new(
             &config,
-            metrics,
-            tokio::runtime::Handle::current(),
-        )?);
-        for zone in shared.settings.load().router.zones() {
-            let ups: Vec<&str> = zone.upstreams.iter().map(|u| u.label.as_str()).collect();
-            tracing::info!(zone = %zone.name, upstreams = ?ups, "forwarding zone");
-        }
+            telemetry.serve.clone(),
+            &telemetry.upstream,
+        ));
+        log_zones(&shared);
         let mut server = Server {
             shared,
+            telemetry,
             config: config.clone(),
             config_path,
             workers,
@@ -57,8 +99,8 @@ impl Server {
             http: None,
             log,
         };
-        server.apply_listeners(&config.listen_addrs())?;
-        server.apply_http(&config.metrics.listen).await?;
+        server.apply_listeners(&config.listen)?;
+        server.apply_http(config.http_listen).await?;
         server.shared.ready.store(true, Ordering::Relaxed);
         Ok(server)
     }
@@ -85,51 +127,44 @@ impl Server {
             tracing::info!("SIGHUP: running on built-in defaults, nothing to reload");
             return;
         };
-        match self.try_reload(&path).await {
-            Ok(()) => {
-                self.shared
-                    .metrics
-                    .reloads
-                    .with_label_values(&["success"])
-                    .inc();
-                tracing::info!(path = %path.display(), "configuration reloaded");
-            }
-            Err(e) => {
-                self.shared
-                    .metrics
-                    .reloads
-                    .with_label_values(&["failure"])
-                    .inc();
-                tracing::error!(path = %path.display(), "reload failed, keeping the running configuration: {e:#}");
-            }
+        let result = self.try_reload(&path).await;
+        let outcome = if result.is_ok() { "success" } else { "failure" };
+        self.telemetry
+            .reloads
+            .get(&ResultLabels { result: outcome })
+            .inc();
+        match result {
+            Ok(()) => tracing::info!(path = %path.display(), "configuration reloaded"),
+            Err(e) => tracing::error!(
+                path = %path.display(),
+                "reload failed, keeping the running configuration: {e:#}"
+            ),
         }
     }
 
-    async fn try_reload(&mut self, path: &std::path::Path) -> Result<()> {
+    async fn try_reload(&mut self, path: &Path) -> Result<()> {
         let config = Config::load(path)?;
-        let settings = Settings::from_config(
+        let settings = Settings::build(
             &config,
-            &self.shared.metrics,
+            &self.telemetry.upstream,
+            self.shared.tasks.upkeep(),
             Some(&self.shared.settings.load()),
-        )?;
-        self.log.set_level(&config.log.level)?;
+        );
+        self.log
+            .set_level(&config.log.level)
+            .context("reloading the log filter")?;
         if config.log.format != self.config.log.format {
             tracing::warn!("log.format changes take effect at the next restart");
         }
-        if config.server.workers != self.config.server.workers {
+        if config.workers != self.config.workers {
             tracing::warn!("server.workers changes take effect at the next restart");
         }
         // Listeners first: if a new address cannot be bound, nothing else changes.
-        self.apply_listeners(&config.listen_addrs())?;
-        self.apply_http(&config.metrics.listen).await?;
-        self.shared
-            .cache
-            .set_capacity(config.cache.capacity.as_u64());
+        self.apply_listeners(&config.listen)?;
+        self.apply_http(config.http_listen).await?;
+        self.shared.cache.set_capacity(config.cache.capacity);
         self.shared.settings.store(Arc::new(settings));
-        for zone in self.shared.settings.load().router.zones() {
-            let ups: Vec<&str> = zone.upstreams.iter().map(|u| u.label.as_str()).collect();
-            tracing::info!(zone = %zone.name, upstreams = ?ups, "forwarding zone");
-        }
+        log_zones(&self.shared);
         self.config = config;
         Ok(())
     }
@@ -139,7 +174,7 @@ impl Server {
         let mut started = Vec::new();
         for &addr in wanted {
             if !self.listeners.contains_key(&addr) {
-                match Listener::start(addr, self.workers, &self.shared) {
+                match Listener::start(addr, self.workers, &self.shared, &self.telemetry.listen) {
                     Ok(l) => started.push(l),
                     Err(e) => {
                         started.into_iter().for_each(Listener::stop);
@@ -165,29 +200,32 @@ impl Server {
         Ok(())
     }
 
-    async fn apply_http(&mut self, listen: &str) -> Result<()> {
-        if self.http.as_ref().is_some_and(|(addr, _)| addr == listen) {
+    async fn apply_http(&mut self, listen: Option<SocketAddr>) -> Result<()> {
+        if self.http.as_ref().map(|(addr, _)| *addr) == listen {
             return Ok(());
         }
-        let new = if listen.is_empty() {
-            None
-        } else {
-            let addr: SocketAddr = listen
-                .parse()
-                .with_context(|| format!("metrics.listen `{listen}`"))?;
-            let listener = metrics::bind_http(addr)
-                .await
-                .with_context(|| format!("cannot serve metrics on {addr}"))?;
-            let stop = CancellationToken::new();
-            let shared = self.shared.clone();
-            let state = Arc::new(HttpState {
-                metrics: shared.metrics.clone(),
-                ready: shared.ready.clone(),
-                cache_stats: Box::new(move || shared.cache.stats()),
-            });
-            tokio::spawn(metrics::serve_http(listener, state, stop.clone()));
-            tracing::info!(%addr, "serving /metrics, /health and /ready");
-            Some((listen.to_string(), stop))
+        let new = match listen {
+            None => None,
+            Some(addr) => {
+                let listener = http::bind(addr)
+                    .await
+                    .with_context(|| format!("cannot serve metrics on {addr}"))?;
+                let stop = CancellationToken::new();
+                let (shared, telemetry) = (self.shared.clone(), self.telemetry.clone());
+                let state = Arc::new(HttpState {
+                    metrics: Box::new(move || {
+                        telemetry.cache.observe(&shared.cache.stats());
+                        telemetry.registry.encode()
+                    }),
+                    ready: self.shared.ready.clone(),
+                });
+                self.shared
+                    .tasks
+                    .upkeep()
+                    .spawn(http::serve(listener, state, stop.clone()));
+                tracing::info!(%addr, "serving /metrics, /health and /ready");
+                Some((addr, stop))
+            }
         };
         if let Some((_, old)) = std::mem::replace(&mut self.http, new) {
             old.cancel();
@@ -202,14 +240,13 @@ impl Server {
         for (_, l) in self.listeners.drain() {
             l.stop();
         }
-        self.shared.tasks.close();
         let grace = self.config.server.shutdown_grace;
-        if tokio::time::timeout(grace, self.shared.tasks.wait())
+        if tokio::time::timeout(grace, self.shared.tasks.drain())
             .await
             .is_err()
         {
             tracing::warn!(
-                left = self.shared.tasks.len(),
+                left = self.shared.tasks.running(),
                 "shutdown grace period over with queries still in flight"
             );
         }
@@ -217,5 +254,12 @@ impl Server {
             stop.cancel();
         }
         tracing::info!("stopped");
+    }
+}
+
+fn log_zones(shared: &Shared) {
+    for zone in shared.settings.load().router.zones() {
+        let ups: Vec<&str> = zone.upstreams.iter().map(|u| u.label.as_str()).collect();
+        tracing::info!(zone = %zone.name, upstreams = ?ups, "forwarding zone");
     }
 }

@@ -15,8 +15,9 @@ use std::time::Instant;
 use nodens::cache::key::NameBuf;
 use nodens::cache::{Entry, KeyRef, TtlPolicy};
 use nodens::config::Config;
-use nodens::handler::{Handled, ListenerInfo, Proto, Shared};
-use nodens::metrics::Metrics;
+use nodens::listen::{Handled, ListenerInfo, Proto};
+use nodens::serve::Shared;
+use nodens::server::Telemetry;
 use nodens::wire::{query, response};
 
 /// Counts allocations made by the current thread while `COUNTING` is set.
@@ -112,14 +113,13 @@ fn cache_hits_allocate_nothing() {
         "[cache]\nprefetch_min_hits = 0\n[[zone]]\nname = \".\"\nupstreams = [\"127.0.0.1:9\"]\n",
     )
     .unwrap();
-    let shared = Arc::new(
-        Shared::new(
-            &config,
-            Arc::new(Metrics::new("dns://t".into())),
-            runtime.handle().clone(),
-        )
-        .unwrap(),
-    );
+    let _main = runtime.enter();
+    let telemetry = Telemetry::register("dns://t".into());
+    let shared = Arc::new(Shared::new(
+        &config,
+        telemetry.serve.clone(),
+        &telemetry.upstream,
+    ));
     let info = ListenerInfo::new("127.0.0.1:1053".parse().unwrap());
 
     let cases: [(&[u8], bool); 2] = [

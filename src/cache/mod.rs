@@ -12,6 +12,7 @@
 
 pub mod entry;
 pub mod key;
+pub mod metrics;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

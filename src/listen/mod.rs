@@ -1,16 +1,105 @@
 //! Listeners: for each configured address, UDP worker threads and a TCP
 //! acceptor, started and stopped together.
+//!
+//! A listener knows sockets, batching and framing, not DNS: it hands each
+//! message to a [`Service`] (the request path, `serve::Shared`) and sends
+//! what comes back. The request path depends on this module, not the other
+//! way round.
 
 mod batch;
+pub mod metrics;
 pub mod tcp;
 pub mod udp;
 
-use std::net::SocketAddr;
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::handler::{ListenerInfo, Shared};
+use crate::config::TcpLimits;
+use crate::metrics::LabelValue;
+use crate::tasks::Tasks;
+pub use metrics::ListenMetrics;
+
+/// The transport a query came over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proto {
+    Udp = 0,
+    Tcp = 1,
+}
+
+impl LabelValue for Proto {
+    /// CoreDNS's `proto` label.
+    fn label_value(&self) -> &str {
+        match self {
+            Proto::Udp => "udp",
+            Proto::Tcp => "tcp",
+        }
+    }
+}
+
+/// Who a listener is, for metrics labels, and the request path's own
+/// per-listener state `S` (its resolved metric handles).
+pub struct ListenerInfo<S> {
+    /// CoreDNS's `server` label: "dns://127.0.0.1:1053".
+    pub server: String,
+    /// CoreDNS's `family` label: "1" for IPv4, "2" for IPv6.
+    pub family: &'static str,
+    pub state: S,
+}
+
+impl<S: Default> ListenerInfo<S> {
+    pub fn new(addr: SocketAddr) -> ListenerInfo<S> {
+        ListenerInfo {
+            server: format!("dns://{addr}"),
+            family: if addr.is_ipv4() { "1" } else { "2" },
+            state: S::default(),
+        }
+    }
+}
+
+/// What the service decided about one message.
+pub enum Handled<M> {
+    /// The reply is in the output buffer.
+    Reply,
+    /// Say nothing.
+    Drop,
+    /// Needs upstream: run [`Service::resolve`] as query work.
+    Miss(M),
+}
+
+/// What a listener needs from the request path.
+pub trait Service: Send + Sync + Sized + 'static {
+    /// Per-listener state the service keeps in [`ListenerInfo`].
+    type PerListener: Default + Send + Sync + 'static;
+    /// A query that needs upstream, owned so it can move to a task.
+    type Miss: Send + 'static;
+
+    /// Answers `packet` from `client` into `out` from what is at hand, or
+    /// says it needs upstream. Runs on the listener's thread; never waits.
+    fn handle(
+        self: &Arc<Self>,
+        packet: &[u8],
+        client: IpAddr,
+        listener: &ListenerInfo<Self::PerListener>,
+        proto: Proto,
+        out: &mut Vec<u8>,
+    ) -> Handled<Self::Miss>;
+
+    /// Resolves a miss and writes the reply into `out`.
+    fn resolve(
+        self: &Arc<Self>,
+        miss: Self::Miss,
+        listener: &ListenerInfo<Self::PerListener>,
+        out: &mut Vec<u8>,
+    ) -> impl Future<Output = ()> + Send;
+
+    /// The TCP limits in force now (they change on reload).
+    fn tcp_limits(&self) -> TcpLimits;
+
+    fn tasks(&self) -> &Tasks;
+}
 
 /// The UDP and TCP side of one address.
 pub struct Listener {
@@ -21,21 +110,26 @@ pub struct Listener {
 
 impl Listener {
     /// Binds UDP and TCP on `addr`; fails if either cannot be bound.
-    pub fn start(
+    pub fn start<S: Service>(
         addr: SocketAddr,
         workers: usize,
-        shared: &Arc<Shared>,
+        service: &Arc<S>,
+        metrics: &Arc<ListenMetrics>,
     ) -> std::io::Result<Listener> {
         let info = Arc::new(ListenerInfo::new(addr));
         let tcp_listener = tcp::bind(addr)?;
-        let udp = udp::UdpWorkers::start(addr, workers, shared, &info)?;
+        let udp = udp::UdpWorkers::start(addr, workers, service, &info)?;
         let tcp_stop = CancellationToken::new();
-        let _guard = shared.runtime.enter();
-        let tcp_listener = tokio::net::TcpListener::from_std(tcp_listener)?;
-        shared.runtime.spawn(tcp::accept_loop(
+        let upkeep = service.tasks().upkeep();
+        let tcp_listener = {
+            let _main = upkeep.enter();
+            tokio::net::TcpListener::from_std(tcp_listener)?
+        };
+        upkeep.spawn(tcp::accept_loop(
             tcp_listener,
-            shared.clone(),
+            service.clone(),
             info,
+            metrics.clone(),
             tcp_stop.clone(),
         ));
         tracing::info!(%addr, workers, "listening on UDP and TCP");

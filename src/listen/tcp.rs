@@ -26,7 +26,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::handler::{Handled, ListenerInfo, Proto, Shared};
+use super::{Handled, ListenMetrics, ListenerInfo, Proto, Service};
 use crate::wire::framing::{self, take_frame};
 
 /// A reply that cannot be written within this long means a client that
@@ -72,10 +72,11 @@ impl PerClient {
     }
 }
 
-pub async fn accept_loop(
+pub async fn accept_loop<S: Service>(
     listener: TcpListener,
-    shared: Arc<Shared>,
-    info: Arc<ListenerInfo>,
+    service: Arc<S>,
+    info: Arc<ListenerInfo<S::PerListener>>,
+    metrics: Arc<ListenMetrics>,
     stop: CancellationToken,
 ) {
     let open = Arc::new(Semaphore::new(Semaphore::MAX_PERMITS));
@@ -94,20 +95,16 @@ pub async fn accept_loop(
                 continue;
             }
         };
-        let limits = shared.settings.load().tcp;
+        let limits = service.tcp_limits();
         let in_use = Semaphore::MAX_PERMITS - open.available_permits();
         if in_use >= limits.max_connections {
-            shared.metrics.tcp_rejected.inc();
+            metrics.tcp_rejected.inc();
             drop(stream);
             continue;
         }
         let client = peer.ip().to_canonical();
         if !per_client.try_add(client, limits.max_connections_per_client) {
-            shared
-                .metrics
-                .tcp_closed
-                .with_label_values(&["per_client_limit"])
-                .inc();
+            metrics.closed("per_client_limit");
             drop(stream);
             continue;
         }
@@ -116,23 +113,19 @@ pub async fn accept_loop(
             .acquire_owned()
             .await
             .expect("semaphore never closed");
-        let (shared2, info, stop) = (shared.clone(), info.clone(), stop.clone());
-        let (open, per_client) = (open.clone(), per_client.clone());
-        shared.tasks.spawn(async move {
-            shared2.metrics.tcp_connections.inc();
+        let (service2, info, stop) = (service.clone(), info.clone(), stop.clone());
+        let (open, per_client, metrics) = (open.clone(), per_client.clone(), metrics.clone());
+        service.tasks().spawn_query(async move {
+            metrics.tcp_connections.inc();
             let busy = move || {
                 let in_use = Semaphore::MAX_PERMITS - open.available_permits();
                 in_use * 4 >= limits.max_connections * 3
             };
-            let reason = serve_connection(stream, peer, &shared2, &info, stop, busy).await;
+            let reason = serve_connection(stream, peer, &service2, &info, stop, busy).await;
             if let Some(reason) = reason {
-                shared2
-                    .metrics
-                    .tcp_closed
-                    .with_label_values(&[reason])
-                    .inc();
+                metrics.closed(reason);
             }
-            shared2.metrics.tcp_connections.dec();
+            metrics.tcp_connections.dec();
             per_client.remove(client);
             drop(permit);
         });
@@ -140,15 +133,15 @@ pub async fn accept_loop(
 }
 
 /// Serves one connection until it ends; says why if nodens ended it.
-async fn serve_connection(
+async fn serve_connection<S: Service>(
     stream: TcpStream,
     peer: SocketAddr,
-    shared: &Arc<Shared>,
-    info: &Arc<ListenerInfo>,
+    service: &Arc<S>,
+    info: &Arc<ListenerInfo<S::PerListener>>,
     stop: CancellationToken,
     busy: impl Fn() -> bool,
 ) -> Option<&'static str> {
-    let limits = shared.settings.load().tcp;
+    let limits = service.tcp_limits();
     let _ = stream.set_nodelay(true);
     let (mut reader, writer) = stream.into_split();
     let (replies, outbox) = mpsc::channel::<Vec<u8>>(limits.max_inflight);
@@ -167,7 +160,7 @@ async fn serve_connection(
                 _ = stop.cancelled() => break 'connection,
                 slot = slots.clone().acquire_owned() => slot.expect("semaphore never closed"),
             };
-            match shared.handle(&query, peer.ip(), info, Proto::Tcp, &mut out) {
+            match service.handle(&query, peer.ip(), info, Proto::Tcp, &mut out) {
                 Handled::Reply => {
                     if replies.send(std::mem::take(&mut out)).await.is_err() {
                         break 'connection;
@@ -175,10 +168,11 @@ async fn serve_connection(
                 }
                 Handled::Drop => {}
                 Handled::Miss(job) => {
-                    let (shared2, info, replies) = (shared.clone(), info.clone(), replies.clone());
-                    shared.tasks.spawn(async move {
+                    let (service2, info, replies) =
+                        (service.clone(), info.clone(), replies.clone());
+                    service.tasks().spawn_query(async move {
                         let mut out = Vec::new();
-                        shared2.resolve(job, &info, &mut out).await;
+                        service2.resolve(job, &info, &mut out).await;
                         let _ = replies.send(out).await;
                         drop(slot);
                     });

@@ -25,7 +25,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::Notify;
 
 use super::batch::{BATCH, Destination, RecvBatch, SendBatch, enable_destination_info};
-use crate::handler::{Handled, ListenerInfo, Proto, Shared};
+use super::{Handled, ListenerInfo, Proto, Service};
 
 /// How often a worker blocked in `recvmmsg` checks whether it should stop.
 const STOP_POLL: Duration = Duration::from_millis(100);
@@ -57,11 +57,11 @@ fn bind(addr: SocketAddr) -> std::io::Result<UdpSocket> {
 }
 
 impl UdpWorkers {
-    pub fn start(
+    pub fn start<S: Service>(
         addr: SocketAddr,
         workers: usize,
-        shared: &Arc<Shared>,
-        info: &Arc<ListenerInfo>,
+        service: &Arc<S>,
+        info: &Arc<ListenerInfo<S::PerListener>>,
     ) -> std::io::Result<UdpWorkers> {
         let stop = Arc::new(AtomicBool::new(false));
         for i in 0..workers.max(1) {
@@ -78,7 +78,7 @@ impl UdpWorkers {
             let worker = Worker {
                 runtime,
                 socket,
-                shared: shared.clone(),
+                service: service.clone(),
                 info: info.clone(),
                 stop: stop.clone(),
                 wildcard: addr.ip().is_unspecified(),
@@ -101,13 +101,13 @@ impl UdpWorkers {
 }
 
 /// One worker thread: its socket and its event loop.
-struct Worker {
+struct Worker<S: Service> {
     runtime: tokio::runtime::Runtime,
     /// Registered with `runtime`'s event loop, but in blocking mode: calls
     /// made while the loop runs pass `MSG_DONTWAIT`.
     socket: Arc<AsyncFd<UdpSocket>>,
-    shared: Arc<Shared>,
-    info: Arc<ListenerInfo>,
+    service: Arc<S>,
+    info: Arc<ListenerInfo<S::PerListener>>,
     stop: Arc<AtomicBool>,
     /// Bound to 0.0.0.0 or ::: replies name their source address.
     wildcard: bool,
@@ -188,7 +188,7 @@ impl Drop for MissGuard {
     }
 }
 
-impl Worker {
+impl<S: Service> Worker<S> {
     fn run(self) {
         crate::privileges::drop_all_in_this_thread();
         let _entered = self.runtime.enter();
@@ -291,7 +291,7 @@ impl Worker {
             let Some((packet, peer, local)) = received.get(i) else {
                 continue;
             };
-            match self.shared.handle(
+            match self.service.handle(
                 packet,
                 peer.ip(),
                 &self.info,
@@ -302,17 +302,17 @@ impl Worker {
                 Handled::Drop => {}
                 Handled::Miss(job) => {
                     let guard = MissGuard::new(&self.misses);
-                    let (outbox, shared, info) =
-                        (self.outbox.clone(), self.shared.clone(), self.info.clone());
+                    let (outbox, service, info) =
+                        (self.outbox.clone(), self.service.clone(), self.info.clone());
                     // On this thread's runtime (entered in `run`).
-                    tokio::spawn(self.shared.tasks.track_future(async move {
+                    self.service.tasks().spawn_query(async move {
                         let _guard = guard;
                         let mut out = Vec::new();
                         // Boxed: the resolving future is a few KiB, and a
                         // task's future is moved several times on its way.
-                        Box::pin(shared.resolve(job, &info, &mut out)).await;
+                        Box::pin(service.resolve(job, &info, &mut out)).await;
                         outbox.push(out, peer, local);
-                    }));
+                    });
                 }
             }
         }

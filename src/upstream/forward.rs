@@ -19,7 +19,6 @@ use tokio::time::Instant;
 use super::{ExchangeError, Upstream, Zone, case, udp};
 use crate::cache::Key;
 use crate::config::{Policy, Transport};
-use crate::metrics::Metrics;
 use crate::wire::response::Case;
 use crate::wire::response::{self, Layout};
 use crate::wire::{HEADER_LEN, build, flag, rcode, rcode_name, read_u16};
@@ -34,7 +33,6 @@ pub async fn forward(
     zone: &Zone,
     key: &Key,
     deadline: Instant,
-    metrics: &Metrics,
 ) -> Option<Forwarded> {
     let question = key.question();
     let mut fallback = None;
@@ -44,7 +42,7 @@ pub async fn forward(
             break;
         }
         let try_deadline = (now + zone.upstream_timeout).min(deadline);
-        match ask(upstream, zone, key, &question, try_deadline, metrics).await {
+        match ask(upstream, zone, key, &question, try_deadline).await {
             Ok(answer) => {
                 upstream.record_success();
                 match answer.layout.rcode {
@@ -64,7 +62,7 @@ pub async fn forward(
                 if e.counts_against_health() {
                     upstream.record_failure();
                 }
-                count_error(upstream, &e, metrics);
+                upstream.count_error(&e);
                 log_failure(upstream, &zone.name, key, &e.to_string());
             }
         }
@@ -91,10 +89,9 @@ async fn ask(
     key: &Key,
     question: &[u8],
     deadline: Instant,
-    metrics: &Metrics,
 ) -> Result<Forwarded, ExchangeError> {
     let started = StdInstant::now();
-    let udp = |deadline| ask_udp(upstream, zone, key, question, deadline, metrics);
+    let udp = |deadline| ask_udp(upstream, zone, key, question, deadline);
     let tcp = || ask_tcp(upstream, key, question, deadline);
     let msg = match zone.transport {
         Transport::ForceTcp => tcp().await?,
@@ -142,7 +139,6 @@ async fn ask_udp(
     key: &Key,
     question: &[u8],
     deadline: Instant,
-    metrics: &Metrics,
 ) -> Result<Vec<u8>, ExchangeError> {
     let id: u16 = rand::rng().random();
     let randomised = zone.randomize_case && upstream.case.randomise();
@@ -161,10 +157,7 @@ async fn ask_udp(
         upstream.udp_conn_misses.inc();
     }
     if done.mismatched > 0 {
-        metrics
-            .upstream_errors
-            .with_label_values(&[&upstream.label, "mismatch"])
-            .inc_by(done.mismatched.into());
+        upstream.mismatched.inc_by(done.mismatched.into());
     }
     let mut msg = match done.result {
         Ok(msg) => msg,
@@ -184,7 +177,7 @@ async fn ask_udp(
                 );
             }
             if e.needs_tcp_confirmation() {
-                count_error(upstream, &e, metrics);
+                upstream.count_error(&e);
             }
             return Err(e);
         }
@@ -196,20 +189,13 @@ async fn ask_udp(
     Ok(msg)
 }
 
-fn count_error(upstream: &Upstream, e: &ExchangeError, metrics: &Metrics) {
-    metrics
-        .upstream_errors
-        .with_label_values(&[&upstream.label, e.label()])
-        .inc();
-}
-
 fn log_failure(upstream: &Upstream, zone: &str, key: &Key, what: &str) {
     if let Some(suppressed) = upstream.log_limit.allow() {
         tracing::warn!(
             upstream = %upstream.label,
             zone,
             name = %crate::wire::name::to_text(key.name()),
-            qtype = crate::metrics::qtype_label(key.qtype()),
+            qtype = crate::wire::qtype_label(key.qtype()),
             qclass = key.qclass(),
             suppressed,
             "upstream failed: {what}"

@@ -9,8 +9,8 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::time::Instant;
 
+use super::metrics::{PROXY_NAME, ProxyLabels, ResultLabels};
 use super::{Upstream, udp};
-use crate::metrics::PROXY_NAME;
 use crate::wire::build;
 use crate::wire::response::Case;
 
@@ -47,7 +47,7 @@ impl Upstream {
         if failures >= self.settings.max_fails && !self.health.down.swap(true, Ordering::Relaxed) {
             self.healthy.set(0);
             tracing::warn!(upstream = %self.label, failures, "upstream marked down; probing it with backoff");
-            self.pool.spawn(probe_until_up(Arc::downgrade(self)));
+            self.upkeep.spawn(probe_until_up(Arc::downgrade(self)));
         }
     }
 }
@@ -68,7 +68,10 @@ async fn probe_until_up(upstream: Weak<Upstream>) {
         let result = if answered { "success" } else { "failure" };
         up.metrics
             .health_checks
-            .with_label_values(&[&up.label, result])
+            .get(&ResultLabels {
+                to: &up.label,
+                result,
+            })
             .inc();
         if answered {
             up.record_success();
@@ -76,7 +79,10 @@ async fn probe_until_up(upstream: Weak<Upstream>) {
         }
         up.metrics
             .proxy_healthcheck_failures
-            .with_label_values(&[PROXY_NAME, &up.label])
+            .get(&ProxyLabels {
+                proxy_name: PROXY_NAME,
+                to: &up.label,
+            })
             .inc();
         wait = (wait * 2).min(MAX_BACKOFF);
     }

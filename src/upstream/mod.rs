@@ -4,6 +4,7 @@
 pub mod case;
 pub mod forward;
 pub mod health;
+pub mod metrics;
 pub mod pool;
 pub mod udp;
 
@@ -16,11 +17,12 @@ use prometheus::{Histogram, IntCounter, IntGauge};
 use thiserror::Error;
 
 use crate::cache::TtlPolicy;
-use crate::config::{Config, Policy, PoolConfig, Transport, ZoneConfig, resolv_conf_nameservers};
+use crate::config::{Policy, Transport, UpstreamSettings, ZonePlan};
 use crate::log_limit::LogLimiter;
-use crate::metrics::{Metrics, PROXY_NAME};
-use crate::wire::{name, rcode_name};
+use crate::tasks::Upkeep;
+use crate::wire::name;
 use health::Health;
+use metrics::{ToLabels, UpstreamMetrics};
 use pool::Pool;
 
 /// One upstream server, shared by every zone that lists its address, so
@@ -40,68 +42,57 @@ pub struct Upstream {
     /// Metric handles the miss path uses on every query, resolved once.
     pub udp_conn_hits: IntCounter,
     pub udp_conn_misses: IntCounter,
+    /// Answers that were not to our question (`error="mismatch"`).
+    pub mismatched: IntCounter,
     duration_by_rcode: [Histogram; 6],
     healthy: IntGauge,
-    metrics: Arc<Metrics>,
-}
-
-/// What an upstream is built from; an upstream whose settings did not
-/// change survives a reload with its connections and health.
-#[derive(Debug, Clone, PartialEq)]
-pub struct UpstreamSettings {
-    pub pool: PoolConfig,
-    pub max_fails: u32,
-    pub health_check: Duration,
-    /// Probe over TCP (the first zone listing it forces TCP) or UDP.
-    pub probe_over_tcp: bool,
-    pub probe_timeout: Duration,
-    pub log_interval: Duration,
+    /// Where the health probe runs (see `tasks`).
+    upkeep: Upkeep,
+    metrics: Arc<UpstreamMetrics>,
 }
 
 impl Upstream {
-    fn new(addr: SocketAddr, settings: UpstreamSettings, metrics: &Arc<Metrics>) -> Upstream {
+    fn new(
+        addr: SocketAddr,
+        settings: UpstreamSettings,
+        metrics: &Arc<UpstreamMetrics>,
+        upkeep: &Upkeep,
+    ) -> Upstream {
         let label = addr.to_string();
-        let healthy = metrics.upstream_healthy.with_label_values(&[&label]);
+        let to = ToLabels { to: &label };
+        let healthy = metrics.healthy.get(&to);
         healthy.set(1);
+        let (udp_conn_hits, udp_conn_misses) = metrics.conn_reuse(&label, "udp");
         Upstream {
             addr,
-            pool: Pool::new(addr, settings.pool.clone(), metrics, &label),
+            pool: Pool::new(addr, settings.pool.clone(), metrics, &label, upkeep.clone()),
             log_limit: LogLimiter::new(settings.log_interval),
             health: Health::default(),
             case: case::CaseMemory::default(),
-            inflight: metrics.upstream_inflight.with_label_values(&[&label]),
-            udp_conn_hits: metrics
-                .proxy_conn_hits
-                .with_label_values(&[PROXY_NAME, &label, "udp"]),
-            udp_conn_misses: metrics
-                .proxy_conn_misses
-                .with_label_values(&[PROXY_NAME, &label, "udp"]),
-            duration_by_rcode: std::array::from_fn(|rcode| {
-                metrics.proxy_duration.with_label_values(&[
-                    PROXY_NAME,
-                    &label,
-                    rcode_name(rcode as u16),
-                ])
-            }),
+            inflight: metrics.inflight.get(&to),
+            udp_conn_hits,
+            udp_conn_misses,
+            mismatched: metrics.error(&label, "mismatch"),
+            duration_by_rcode: std::array::from_fn(|rcode| metrics.duration(&label, rcode as u16)),
             healthy,
+            upkeep: upkeep.clone(),
             metrics: metrics.clone(),
             label,
             settings,
         }
     }
-}
 
-impl Upstream {
     /// Records how long an exchange that ended with `rcode` took.
     pub fn observe_duration(&self, rcode: u16, seconds: f64) {
         match self.duration_by_rcode.get(usize::from(rcode)) {
             Some(h) => h.observe(seconds),
-            None => self
-                .metrics
-                .proxy_duration
-                .with_label_values(&[PROXY_NAME, &self.label, rcode_name(rcode)])
-                .observe(seconds),
+            None => self.metrics.duration(&self.label, rcode).observe(seconds),
         }
+    }
+
+    /// Counts a failed exchange in `nodens_upstream_errors_total`.
+    pub fn count_error(&self, e: &ExchangeError) {
+        self.metrics.error(&self.label, e.label()).inc();
     }
 }
 
@@ -127,33 +118,42 @@ pub struct Router {
     upstreams: HashMap<SocketAddr, Arc<Upstream>>,
 }
 
-#[derive(Debug, Error)]
-#[error("zone {zone}: {message}")]
-pub struct RouterError {
-    pub zone: String,
-    pub message: String,
-}
-
 impl Router {
-    /// Builds the zones of `config`, reusing the upstreams of `previous`
-    /// (the running configuration) whose settings are unchanged.
-    pub fn from_config(
-        config: &Config,
-        metrics: &Arc<Metrics>,
+    /// Builds `zones`, reusing the upstreams of `previous` (the running
+    /// configuration) whose settings are unchanged. Zones that list the same
+    /// server share it (the config guarantees they agree on its settings).
+    pub fn build(
+        zones: &[ZonePlan],
+        metrics: &Arc<UpstreamMetrics>,
+        upkeep: &Upkeep,
         previous: Option<&Router>,
-    ) -> Result<Router, RouterError> {
+    ) -> Router {
         let mut router = Router {
             zones: Vec::new(),
             by_name: HashMap::new(),
             upstreams: HashMap::new(),
         };
-        for zc in &config.zones {
-            let zone = router.build_zone(zc, config, metrics, previous)?;
-            let wire = name::from_text(&zone.name).expect("validated zone name");
+        for plan in zones {
+            let upstreams = plan
+                .upstreams
+                .iter()
+                .map(|&addr| router.upstream(addr, &plan.upstream, metrics, upkeep, previous))
+                .collect();
+            let zone = Zone {
+                index: router.zones.len(),
+                name: plan.name.clone(),
+                upstreams,
+                policy: plan.policy,
+                transport: plan.transport,
+                randomize_case: plan.randomize_case,
+                upstream_timeout: plan.upstream_timeout,
+                ttl: plan.ttl,
+            };
+            let wire = name::from_text(&zone.name).expect("a checked zone name");
             router.by_name.insert(wire, router.zones.len());
             router.zones.push(Arc::new(zone));
         }
-        Ok(router)
+        router
     }
 
     /// The zone for a query name (folded to lower case), longest suffix first.
@@ -168,76 +168,28 @@ impl Router {
         &self.zones
     }
 
-    fn build_zone(
+    /// The upstream for `addr`: already built for an earlier zone, kept
+    /// from the previous configuration, or new.
+    fn upstream(
         &mut self,
-        zc: &ZoneConfig,
-        config: &Config,
-        metrics: &Arc<Metrics>,
+        addr: SocketAddr,
+        settings: &UpstreamSettings,
+        metrics: &Arc<UpstreamMetrics>,
+        upkeep: &Upkeep,
         previous: Option<&Router>,
-    ) -> Result<Zone, RouterError> {
-        let zone_name = zc.name.get_ref().0.clone();
-        let error = |message: String| RouterError {
-            zone: zone_name.clone(),
-            message,
-        };
-        let addrs: Vec<SocketAddr> = if zc.upstreams.is_empty() {
-            resolv_conf_nameservers(&zc.resolv_conf).map_err(error)?
-        } else {
-            zc.upstreams.iter().map(|u| u.get_ref().0).collect()
-        };
-        let settings = UpstreamSettings {
-            pool: zc.pool.clone(),
-            max_fails: zc.max_fails,
-            health_check: zc.health_check,
-            probe_over_tcp: zc.transport == Transport::ForceTcp,
-            probe_timeout: zc.upstream_timeout,
-            log_interval: config.log.upstream_error_interval,
-        };
-        let mut upstreams = Vec::new();
-        for addr in addrs {
-            let upstream = match self.upstreams.get(&addr) {
-                Some(shared) if !shared_settings_agree(&shared.settings, &settings) => {
-                    return Err(error(format!(
-                        "upstream {addr} is listed by another zone with different pool, max_fails or health_check settings; \
-                         one server gets one connection pool, so they must agree"
-                    )));
-                }
-                Some(shared) => shared.clone(),
-                None => {
-                    let reused = previous
-                        .and_then(|p| p.upstreams.get(&addr))
-                        .filter(|u| u.settings == settings);
-                    let upstream = reused.cloned().unwrap_or_else(|| {
-                        Arc::new(Upstream::new(addr, settings.clone(), metrics))
-                    });
-                    self.upstreams.insert(addr, upstream.clone());
-                    upstream
-                }
-            };
-            upstreams.push(upstream);
+    ) -> Arc<Upstream> {
+        if let Some(shared) = self.upstreams.get(&addr) {
+            return shared.clone();
         }
-        let secs = |d: Duration| d.as_secs().min(u32::MAX.into()) as u32;
-        Ok(Zone {
-            index: self.zones.len(),
-            name: zone_name.clone(),
-            upstreams,
-            policy: zc.policy,
-            transport: zc.transport,
-            randomize_case: zc.randomize_case,
-            upstream_timeout: zc.upstream_timeout,
-            ttl: TtlPolicy {
-                min_ttl: secs(zc.min_ttl),
-                max_ttl: secs(zc.max_ttl),
-                negative_max_ttl: secs(zc.negative_max_ttl),
-                failure_ttl: secs(config.cache.servfail_ttl),
-            },
-        })
+        let reused = previous
+            .and_then(|p| p.upstreams.get(&addr))
+            .filter(|u| u.settings == *settings);
+        let upstream = reused.cloned().unwrap_or_else(|| {
+            Arc::new(Upstream::new(addr, settings.clone(), metrics, upkeep))
+        });
+        self.upstreams.insert(addr, upstream.clone());
+        upstream
     }
-}
-
-/// The settings two zones sharing an upstream must agree on.
-fn shared_settings_agree(a: &UpstreamSettings, b: &UpstreamSettings) -> bool {
-    a.pool == b.pool && a.max_fails == b.max_fails && a.health_check == b.health_check
 }
 
 /// Why one exchange with one upstream failed.
@@ -317,9 +269,11 @@ mod tests {
         let text = "[[zone]]\nname = \".\"\nupstreams = [\"127.0.0.1:1\"]\n\
                     [[zone]]\nname = \"cluster.local\"\nupstreams = [\"127.0.0.1:2\"]\n\
                     [[zone]]\nname = \"svc.cluster.local\"\nupstreams = [\"127.0.0.1:3\"]\n";
-        let config = Config::parse(text).unwrap();
-        let metrics = Arc::new(Metrics::new("dns://test".into()));
-        let router = Router::from_config(&config, &metrics, None).unwrap();
+        let config = crate::config::Config::parse(text).unwrap();
+        let metrics = Arc::new(UpstreamMetrics::register(&crate::metrics::Registry::new()));
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let _main = runtime.enter();
+        let router = Router::build(&config.zones, &metrics, &Upkeep::current(), None);
         let zone = |n: &str| {
             router
                 .route(&name::from_text(n).unwrap())

@@ -27,13 +27,13 @@ use prometheus::{Histogram, IntCounter, IntGauge};
 use rand::Rng;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, sleep_until, timeout, timeout_at};
 
 use super::ExchangeError;
 use crate::config::PoolConfig;
-use crate::metrics::{Metrics, PROXY_NAME};
+use super::metrics::{ReasonLabels, StateLabels, ToLabels, UpstreamMetrics};
+use crate::tasks::Upkeep;
 use crate::wire::framing::{frame, take_frame};
 use crate::wire::response::{Answers, Case, check_answers, with_question};
 use crate::wire::{read_u16, write_u16};
@@ -48,10 +48,9 @@ pub struct Pool {
 struct Inner {
     addr: SocketAddr,
     config: PoolConfig,
-    /// Where connection tasks run: the runtime the pool was made on (the
-    /// main one), not the UDP worker's whose miss happened to dial, so a
-    /// connection outlives any one listener.
-    runtime: Option<Handle>,
+    /// Connection tasks are upkeep (see `tasks`): on the main runtime, not
+    /// the UDP worker's whose miss happened to dial.
+    upkeep: Upkeep,
     state: Mutex<State>,
     m: PoolMetrics,
 }
@@ -122,47 +121,41 @@ struct PoolMetrics {
     mismatch: IntCounter,
     /// Shared with the UDP path: queries sent and not yet answered.
     inflight: IntGauge,
-    metrics: Arc<Metrics>,
+    metrics: Arc<UpstreamMetrics>,
     label: String,
 }
 
 impl PoolMetrics {
-    fn new(metrics: &Arc<Metrics>, label: &str, config: &PoolConfig) -> PoolMetrics {
-        metrics
-            .queue_capacity
-            .with_label_values(&[label])
-            .set(config.max_queue as i64);
+    fn new(metrics: &Arc<UpstreamMetrics>, to: &str, config: &PoolConfig) -> PoolMetrics {
+        let one = ToLabels { to };
+        metrics.queue_capacity.get(&one).set(config.max_queue as i64);
+        let state = |state| StateLabels { to, state };
+        let rejected = |reason| ReasonLabels { to, reason };
+        let (reused, fresh) = metrics.conn_reuse(to, "tcp");
         PoolMetrics {
-            idle: metrics.pool_connections.with_label_values(&[label, "idle"]),
-            busy: metrics.pool_connections.with_label_values(&[label, "busy"]),
-            dials: metrics.pool_dials.with_label_values(&[label]),
-            dial_failures: metrics.pool_dial_failures.with_label_values(&[label]),
-            queue_length: metrics.queue_length.with_label_values(&[label]),
-            queue_wait: metrics.queue_wait.with_label_values(&[label]),
-            rejected_full: metrics.queue_rejected.with_label_values(&[label, "full"]),
-            rejected_timeout: metrics
-                .queue_rejected
-                .with_label_values(&[label, "timeout"]),
-            reused: metrics
-                .proxy_conn_hits
-                .with_label_values(&[PROXY_NAME, label, "tcp"]),
-            fresh: metrics
-                .proxy_conn_misses
-                .with_label_values(&[PROXY_NAME, label, "tcp"]),
-            mismatch: metrics
-                .upstream_errors
-                .with_label_values(&[label, "mismatch"]),
-            inflight: metrics.upstream_inflight.with_label_values(&[label]),
+            idle: metrics.pool_connections.get(&state("idle")),
+            busy: metrics.pool_connections.get(&state("busy")),
+            dials: metrics.pool_dials.get(&one),
+            dial_failures: metrics.pool_dial_failures.get(&one),
+            queue_length: metrics.queue_length.get(&one),
+            queue_wait: metrics.queue_wait.get(&one),
+            rejected_full: metrics.queue_rejected.get(&rejected("full")),
+            rejected_timeout: metrics.queue_rejected.get(&rejected("timeout")),
+            reused,
+            fresh,
+            mismatch: metrics.error(to, "mismatch"),
+            inflight: metrics.inflight.get(&one),
             metrics: metrics.clone(),
-            label: label.to_string(),
+            label: to.to_string(),
         }
     }
 
     fn closed(&self, reason: &str) {
-        self.metrics
-            .pool_closed
-            .with_label_values(&[&self.label, reason])
-            .inc();
+        let labels = ReasonLabels {
+            to: &self.label,
+            reason,
+        };
+        self.metrics.pool_closed.get(&labels).inc();
     }
 }
 
@@ -200,18 +193,19 @@ impl CloseReason {
 }
 
 impl Pool {
-    /// Runs `task` on the pool's runtime (see [`Inner::runtime`]).
-    pub fn spawn<F: Future<Output = ()> + Send + 'static>(&self, task: F) {
-        self.inner.spawn(task);
-    }
-
-    pub fn new(addr: SocketAddr, config: PoolConfig, metrics: &Arc<Metrics>, label: &str) -> Pool {
+    pub fn new(
+        addr: SocketAddr,
+        config: PoolConfig,
+        metrics: &Arc<UpstreamMetrics>,
+        label: &str,
+        upkeep: Upkeep,
+    ) -> Pool {
         let m = PoolMetrics::new(metrics, label, &config);
         Pool {
             inner: Arc::new(Inner {
                 addr,
                 config,
-                runtime: Handle::try_current().ok(),
+                upkeep,
                 state: Mutex::new(State::default()),
                 m,
             }),
@@ -426,14 +420,7 @@ impl Inner {
             && st.conns.len() + st.dialing < self.config.max_connections
         {
             st.dialing += 1;
-            self.spawn(self.clone().dial());
-        }
-    }
-
-    fn spawn<F: Future<Output = ()> + Send + 'static>(&self, task: F) {
-        match &self.runtime {
-            Some(runtime) => drop(runtime.spawn(task)),
-            None => drop(tokio::spawn(task)),
+            self.upkeep.spawn(self.clone().dial());
         }
     }
 
@@ -474,7 +461,7 @@ impl Inner {
                     retiring: None,
                     messages: tx,
                 });
-                self.spawn(self.clone().run_connection(id, stream, rx));
+                self.upkeep.spawn(self.clone().run_connection(id, stream, rx));
                 self.pump(&mut st);
             }
             Err(e) => {

@@ -106,3 +106,45 @@ pub fn rcode_name(rcode: u16) -> &'static str {
         _ => "other",
     }
 }
+
+/// Query types with a name of their own in CoreDNS's metrics (its `type`
+/// label) and in logs; any other type is "other", so a client asking random
+/// types cannot blow up the series count. The position in this table is also the type's slot in the
+/// request path's resolved handles.
+pub const QTYPE_LABELS: [(u16, &str); 18] = [
+    (1, "A"),
+    (2, "NS"),
+    (5, "CNAME"),
+    (6, "SOA"),
+    (12, "PTR"),
+    (15, "MX"),
+    (16, "TXT"),
+    (28, "AAAA"),
+    (33, "SRV"),
+    (43, "DS"),
+    (46, "RRSIG"),
+    (47, "NSEC"),
+    (48, "DNSKEY"),
+    (50, "NSEC3"),
+    (65, "HTTPS"),
+    (251, "IXFR"),
+    (252, "AXFR"),
+    (255, "ANY"),
+];
+pub const QTYPE_OTHER: &str = "other";
+
+/// The slot of `qtype` in [`QTYPE_LABELS`]; `QTYPE_LABELS.len()` for "other".
+#[inline]
+pub fn qtype_slot(qtype: u16) -> usize {
+    QTYPE_LABELS
+        .iter()
+        .position(|&(t, _)| t == qtype)
+        .unwrap_or(QTYPE_LABELS.len())
+}
+
+/// The name of `qtype` in metrics and logs (CoreDNS's `type` label).
+pub fn qtype_label(qtype: u16) -> &'static str {
+    QTYPE_LABELS
+        .get(qtype_slot(qtype))
+        .map_or(QTYPE_OTHER, |&(_, label)| label)
+}

@@ -60,6 +60,45 @@ impl<'a> Query<'a> {
     }
 }
 
+/// A validated query that owns its packet, for a miss that waits on
+/// upstream: its parts are kept, so it is never parsed again.
+#[derive(Debug, Clone)]
+pub struct OwnedQuery {
+    packet: Vec<u8>,
+    id: u16,
+    flags: u16,
+    name_end: usize,
+    qtype: u16,
+    qclass: u16,
+    edns: Option<Edns>,
+}
+
+impl OwnedQuery {
+    pub fn new(query: &Query<'_>) -> OwnedQuery {
+        OwnedQuery {
+            packet: query.packet.to_vec(),
+            id: query.id,
+            flags: query.flags,
+            name_end: query.name_end,
+            qtype: query.qtype,
+            qclass: query.qclass,
+            edns: query.edns,
+        }
+    }
+
+    pub fn get(&self) -> Query<'_> {
+        Query {
+            packet: &self.packet,
+            id: self.id,
+            flags: self.flags,
+            name_end: self.name_end,
+            qtype: self.qtype,
+            qclass: self.qclass,
+            edns: self.edns,
+        }
+    }
+}
+
 /// Why a packet is not answered normally.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reject {

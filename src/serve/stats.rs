@@ -12,32 +12,26 @@ use std::sync::{Arc, OnceLock};
 use arc_swap::ArcSwapOption;
 use prometheus::{Histogram, IntCounter};
 
-use crate::handler::Proto;
-use crate::metrics::{Metrics, PLUGIN_CACHE, PLUGIN_NONE, VIEW, qtype_label};
+use super::metrics::{
+    CacheKindLabels, CacheLabels, DoLabels, PLUGIN_CACHE, PLUGIN_NONE, QTYPE_LABELS,
+    RequestLabels, ResponseLabels, ServeMetrics, SizeLabels, ZoneLabels, qtype_label, qtype_slot,
+};
+use crate::listen::Proto;
+use crate::metrics::VIEW;
 
-/// Query types with a label of their own, in `qtype_label`'s order; the
-/// last slot is "other".
-const TYPES: [u16; 19] = [
-    1, 2, 5, 6, 12, 15, 16, 28, 33, 43, 46, 47, 48, 50, 65, 251, 252, 255, 0,
-];
+/// Query type slots: one per labelled type, and "other".
+const TYPES: usize = QTYPE_LABELS.len() + 1;
 /// Response codes with a slot; others share the last one ("other").
 const RCODES: usize = 24;
 const PROTOS: usize = 2;
 
-fn type_slot(qtype: u16) -> usize {
-    TYPES[..TYPES.len() - 1]
-        .iter()
-        .position(|&t| t == qtype)
-        .unwrap_or(TYPES.len() - 1)
-}
-
 /// Handles for one zone as seen by one listener.
 pub struct ZoneStats {
-    metrics: Arc<Metrics>,
+    metrics: Arc<ServeMetrics>,
     server: String,
     zone: String,
     family: &'static str,
-    requests: [OnceLock<IntCounter>; TYPES.len() * PROTOS],
+    requests: [OnceLock<IntCounter>; TYPES * PROTOS],
     responses: [OnceLock<IntCounter>; RCODES * 2],
     request_size: [OnceLock<Histogram>; PROTOS],
     response_size: [OnceLock<Histogram>; PROTOS],
@@ -50,7 +44,7 @@ pub struct ZoneStats {
 
 impl ZoneStats {
     pub fn new(
-        metrics: &Arc<Metrics>,
+        metrics: &Arc<ServeMetrics>,
         server: &str,
         zone: &str,
         family: &'static str,
@@ -75,39 +69,36 @@ impl ZoneStats {
     /// A query arrived: `coredns_dns_requests_total` and its size.
     #[inline]
     pub fn request(&self, proto: Proto, qtype: u16, size: usize, dnssec_ok: bool) {
-        let slot = type_slot(qtype) * PROTOS + proto as usize;
+        let slot = qtype_slot(qtype) * PROTOS + proto as usize;
         let m = &self.metrics;
         self.requests[slot]
             .get_or_init(|| {
-                m.requests.with_label_values(&[
-                    &self.server,
-                    &self.zone,
-                    VIEW,
-                    proto.label(),
-                    self.family,
-                    qtype_label(qtype),
-                ])
+                m.requests.get(&RequestLabels {
+                    server: &self.server,
+                    zone: &self.zone,
+                    view: VIEW,
+                    proto,
+                    family: self.family,
+                    qtype: qtype_label(qtype),
+                })
             })
             .inc();
         self.request_size[proto as usize]
-            .get_or_init(|| {
-                m.request_size
-                    .with_label_values(&[&self.server, &self.zone, VIEW, proto.label()])
-            })
+            .get_or_init(|| m.request_size.get(&self.size_labels(proto)))
             .observe(size as f64);
         if dnssec_ok {
             self.do_requests
                 .get_or_init(|| {
-                    m.do_requests
-                        .with_label_values(&[&self.server, VIEW, &self.zone])
+                    m.do_requests.get(&DoLabels {
+                        server: &self.server,
+                        view: VIEW,
+                        zone: &self.zone,
+                    })
                 })
                 .inc();
         }
         self.cache_requests
-            .get_or_init(|| {
-                m.cache_requests
-                    .with_label_values(&[&self.server, &self.zone, VIEW])
-            })
+            .get_or_init(|| m.cache_requests.get(&self.cache_labels()))
             .inc();
     }
 
@@ -116,9 +107,12 @@ impl ZoneStats {
         let kind = if success { "success" } else { "denial" };
         self.cache_hits[usize::from(!success)]
             .get_or_init(|| {
-                self.metrics
-                    .cache_hits
-                    .with_label_values(&[&self.server, kind, &self.zone, VIEW])
+                self.metrics.cache_hits.get(&CacheKindLabels {
+                    server: &self.server,
+                    kind,
+                    zones: &self.zone,
+                    view: VIEW,
+                })
             })
             .inc();
     }
@@ -126,11 +120,7 @@ impl ZoneStats {
     #[inline]
     pub fn cache_miss(&self) {
         self.cache_misses
-            .get_or_init(|| {
-                self.metrics
-                    .cache_misses
-                    .with_label_values(&[&self.server, &self.zone, VIEW])
-            })
+            .get_or_init(|| self.metrics.cache_misses.get(&self.cache_labels()))
             .inc();
     }
 
@@ -153,27 +143,45 @@ impl ZoneStats {
         let m = &self.metrics;
         self.responses[code * 2 + usize::from(from_cache_plugin)]
             .get_or_init(|| {
-                m.responses.with_label_values(&[
-                    &self.server,
-                    &self.zone,
-                    VIEW,
-                    crate::wire::rcode_name(rcode),
+                m.responses.get(&ResponseLabels {
+                    server: &self.server,
+                    zone: &self.zone,
+                    view: VIEW,
+                    rcode: crate::wire::rcode_name(rcode),
                     plugin,
-                ])
+                })
             })
             .inc();
         self.response_size[proto as usize]
-            .get_or_init(|| {
-                m.response_size
-                    .with_label_values(&[&self.server, &self.zone, VIEW, proto.label()])
-            })
+            .get_or_init(|| m.response_size.get(&self.size_labels(proto)))
             .observe(size as f64);
         self.duration
             .get_or_init(|| {
-                m.request_duration
-                    .with_label_values(&[&self.server, &self.zone, VIEW])
+                m.request_duration.get(&ZoneLabels {
+                    server: &self.server,
+                    zone: &self.zone,
+                    view: VIEW,
+                })
             })
             .observe(seconds);
+    }
+
+    fn size_labels(&self, proto: Proto) -> SizeLabels<'_> {
+        SizeLabels {
+            server: &self.server,
+            zone: &self.zone,
+            view: VIEW,
+            proto,
+        }
+    }
+
+    /// The labels of the cache plugin's per-zone counters.
+    pub fn cache_labels(&self) -> CacheLabels<'_> {
+        CacheLabels {
+            server: &self.server,
+            zones: &self.zone,
+            view: VIEW,
+        }
     }
 }
 
@@ -213,4 +221,22 @@ impl StatsSlot {
         })));
         self.0.load()
     }
+}
+
+/// The stats of `listener` for the current settings, built on the first
+/// query after a reload.
+#[inline]
+pub fn for_listener(
+    listener: &super::Listener,
+    settings: &super::Settings,
+    metrics: &Arc<ServeMetrics>,
+) -> StatsGuard {
+    listener.state.current(settings.generation, || {
+        settings
+            .router
+            .zones()
+            .iter()
+            .map(|z| ZoneStats::new(metrics, &listener.server, &z.name, listener.family))
+            .collect()
+    })
 }

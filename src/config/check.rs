@@ -1,0 +1,172 @@
+//! Every rule a configuration file must follow beyond its types, each
+//! written once, each error pointing at the value it is about.
+//!
+//! The one rule that needs the zones' upstream addresses after resolv.conf
+//! is read (zones sharing a server agree on its settings) is in `compile`.
+
+use std::ops::Range;
+
+use super::file::File;
+use super::position::Step::{self, Key};
+
+/// A broken rule: where (a span of the text, or a path into it) and what.
+pub enum Invalid {
+    At(Range<usize>, String),
+    Key(Vec<Step<'static>>, String),
+}
+
+fn key(path: &[&'static str], message: impl Into<String>) -> Invalid {
+    Invalid::Key(path.iter().map(|k| Key(k)).collect(), message.into())
+}
+
+/// A span from the schema, or none for a value that is not in the file.
+fn span_of(span: Range<usize>) -> Option<Range<usize>> {
+    (!span.is_empty()).then_some(span)
+}
+
+impl File {
+    /// The first rule the file breaks, if any.
+    pub fn check(&self) -> Result<(), Invalid> {
+        self.check_server()?;
+        self.check_cache()?;
+        self.check_zones()
+    }
+
+    fn check_server(&self) -> Result<(), Invalid> {
+        let s = &self.server;
+        if s.listen.is_empty() {
+            return Err(key(
+                &["server", "listen"],
+                "server.listen: at least one address is needed",
+            ));
+        }
+        for (i, a) in s.listen.iter().enumerate() {
+            if s.listen[..i].iter().any(|b| b.get_ref() == a.get_ref()) {
+                let message = format!("listen address {} is listed twice", a.get_ref().0);
+                return Err(match span_of(a.span()) {
+                    Some(span) => Invalid::At(span, message),
+                    None => key(&["server", "listen"], message),
+                });
+            }
+        }
+        if s.max_udp_payload < 512 {
+            return Err(key(
+                &["server", "max_udp_payload"],
+                "server.max_udp_payload: must be at least 512",
+            ));
+        }
+        let at_least_one = [
+            ("tcp_max_connections", s.tcp_max_connections),
+            (
+                "tcp_max_connections_per_client",
+                s.tcp_max_connections_per_client,
+            ),
+            ("tcp_max_inflight", s.tcp_max_inflight),
+            ("max_misses_in_flight", s.max_misses_in_flight),
+        ];
+        if let Some((name, _)) = at_least_one.iter().find(|(_, v)| *v == 0) {
+            return Err(key(
+                &["server", name],
+                format!("server.{name}: must be at least 1"),
+            ));
+        }
+        let more_than_zero = [
+            ("tcp_read_timeout", s.tcp_read_timeout),
+            ("tcp_idle_timeout", s.tcp_idle_timeout),
+            ("query_timeout", s.query_timeout),
+        ];
+        if let Some((name, _)) = more_than_zero.iter().find(|(_, v)| v.is_zero()) {
+            return Err(key(
+                &["server", name],
+                format!("server.{name}: must be more than 0"),
+            ));
+        }
+        if s.allow.as_ref().is_some_and(Vec::is_empty) {
+            return Err(key(
+                &["server", "allow"],
+                "server.allow: an empty list would refuse every client; leave it out for the default ranges",
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_cache(&self) -> Result<(), Invalid> {
+        if self.cache.prefetch_percent > 100 {
+            return Err(key(
+                &["cache", "prefetch_percent"],
+                "cache.prefetch_percent: must be 0 to 100",
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_zones(&self) -> Result<(), Invalid> {
+        for (i, zone) in self.zones.iter().enumerate() {
+            let name = &zone.name.get_ref().0;
+            let here = |field, message| self.zone_error(i, field, message);
+            if self.zones[..i].iter().any(|z| &z.name.get_ref().0 == name) {
+                return Err(here("name", format!("zone {name} is listed twice")));
+            }
+            let pool = &zone.pool;
+            let rules = [
+                (
+                    "upstream_timeout",
+                    zone.upstream_timeout.is_zero(),
+                    "upstream_timeout must be more than 0",
+                ),
+                (
+                    "pool",
+                    pool.max_connections == 0 || pool.max_inflight == 0,
+                    "pool.max_connections and pool.max_inflight must be at least 1",
+                ),
+                (
+                    "pool",
+                    pool.connect_timeout.is_zero() || pool.idle_timeout.is_zero(),
+                    "pool timeouts must be more than 0",
+                ),
+                (
+                    "health_check",
+                    zone.health_check.is_zero(),
+                    "health_check must be more than 0",
+                ),
+                (
+                    "min_ttl",
+                    zone.min_ttl > zone.max_ttl,
+                    "min_ttl is above max_ttl",
+                ),
+            ];
+            if let Some((field, _, what)) = rules.iter().find(|(_, broken, _)| *broken) {
+                return Err(here(field, format!("zone {name}: {what}")));
+            }
+            for up in &zone.upstreams {
+                let addr = up.get_ref().0;
+                if self.is_own_address(addr) {
+                    let message = format!(
+                        "upstream {addr} is one of our own listen addresses: a forwarding loop"
+                    );
+                    return Err(match span_of(up.span()) {
+                        Some(span) => Invalid::At(span, message),
+                        None => here("upstreams", message),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// An error about `field` of the `index`-th zone; no position for the
+    /// zone nodens adds when the file has none.
+    pub(super) fn zone_error(&self, index: usize, field: &'static str, message: String) -> Invalid {
+        if self.zones[index].name.span().is_empty() {
+            return Invalid::Key(Vec::new(), message);
+        }
+        Invalid::Key(vec![Key("zone"), Step::Index(index), Key(field)], message)
+    }
+
+    fn is_own_address(&self, addr: std::net::SocketAddr) -> bool {
+        self.server.listen.iter().any(|l| {
+            let l = l.get_ref().0;
+            l.port() == addr.port() && (l.ip() == addr.ip() || l.ip().is_unspecified())
+        })
+    }
+}

@@ -1,0 +1,144 @@
+//! From the file as written to the [`Config`] the rest of nodens reads:
+//! durations turned into the units they are used in, defaults filled in,
+//! each zone's upstream addresses read from resolv.conf where none are
+//! listed. Done once per load (start, reload, `check-config`).
+
+use std::time::Duration;
+
+use super::check::Invalid;
+use super::file::{File, ZoneConfig};
+use super::{
+    CacheSettings, Config, LogSettings, RateLimit, ServerSettings, TcpLimits, UpstreamSettings,
+    ZonePlan, resolv_conf,
+};
+use crate::cache::TtlPolicy;
+
+/// Whole seconds, saturating: TTLs are 32-bit on the wire.
+fn secs(d: Duration) -> u32 {
+    d.as_secs().min(u32::MAX.into()) as u32
+}
+
+impl File {
+    /// Compiles a checked file (see [`File::check`]).
+    pub fn compile(&self) -> Result<Config, Invalid> {
+        let s = &self.server;
+        let zones = self
+            .zones
+            .iter()
+            .enumerate()
+            .map(|(i, z)| self.compile_zone(i, z))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.check_shared_upstreams(&zones)?;
+        Ok(Config {
+            listen: s.listen.iter().map(|a| a.get_ref().0).collect(),
+            workers: s.workers,
+            server: ServerSettings {
+                max_udp_payload: s.max_udp_payload,
+                tcp: TcpLimits {
+                    idle_timeout: s.tcp_idle_timeout,
+                    read_timeout: s.tcp_read_timeout,
+                    max_connections: s.tcp_max_connections,
+                    max_connections_per_client: s.tcp_max_connections_per_client,
+                    max_inflight: s.tcp_max_inflight,
+                },
+                query_timeout: s.query_timeout,
+                allow: match &s.allow {
+                    Some(list) => list.iter().map(|n| *n.get_ref()).collect(),
+                    None => crate::guard::acl::default_allow(),
+                },
+                rate_limit: (s.client_rate_limit > 0).then(|| RateLimit {
+                    per_second: s.client_rate_limit,
+                    burst: match s.client_rate_burst {
+                        0 => s.client_rate_limit,
+                        b => b,
+                    },
+                }),
+                max_misses_in_flight: s.max_misses_in_flight,
+                shutdown_grace: s.shutdown_grace,
+            },
+            cache: CacheSettings {
+                capacity: self.cache.capacity.as_u64(),
+                failure_ttl: secs(self.cache.servfail_ttl),
+                stale_ttl: secs(self.cache.stale_ttl),
+                stale_max_age: self.cache.stale_max_age,
+                prefetch_min_hits: self.cache.prefetch_min_hits,
+                prefetch_percent: self.cache.prefetch_percent,
+            },
+            http_listen: self.metrics.listen.0,
+            log: LogSettings {
+                level: self.log.level.clone(),
+                format: self.log.format,
+            },
+            zones,
+        })
+    }
+
+    fn compile_zone(&self, index: usize, z: &ZoneConfig) -> Result<ZonePlan, Invalid> {
+        let name = z.name.get_ref().0.clone();
+        let upstreams = if z.upstreams.is_empty() {
+            resolv_conf::nameservers(&z.resolv_conf).map_err(|e| {
+                self.zone_error(index, "resolv_conf", format!("zone {name}: {e}"))
+            })?
+        } else {
+            z.upstreams.iter().map(|u| u.get_ref().0).collect()
+        };
+        Ok(ZonePlan {
+            name,
+            upstreams,
+            policy: z.policy,
+            transport: z.transport,
+            randomize_case: z.randomize_case,
+            upstream_timeout: z.upstream_timeout,
+            ttl: TtlPolicy {
+                min_ttl: secs(z.min_ttl),
+                max_ttl: secs(z.max_ttl),
+                negative_max_ttl: secs(z.negative_max_ttl),
+                failure_ttl: secs(self.cache.servfail_ttl),
+            },
+            upstream: UpstreamSettings {
+                pool: z.pool.clone(),
+                max_fails: z.max_fails,
+                health_check: z.health_check,
+                probe_over_tcp: z.transport == super::Transport::ForceTcp,
+                probe_timeout: z.upstream_timeout,
+                log_interval: self.log.upstream_error_interval,
+            },
+        })
+    }
+
+    /// One server gets one connection pool and one health state, so every
+    /// zone that lists it (directly or through resolv.conf) must agree on
+    /// their settings.
+    fn check_shared_upstreams(&self, zones: &[ZonePlan]) -> Result<(), Invalid> {
+        for (i, zone) in zones.iter().enumerate() {
+            for (k, &addr) in zone.upstreams.iter().enumerate() {
+                let earlier = zones[..i]
+                    .iter()
+                    .find(|z| z.upstreams.contains(&addr) && !z.upstream.agrees(&zone.upstream));
+                if let Some(other) = earlier {
+                    let message = format!(
+                        "upstream {addr} is also listed by zone {} with different pool, max_fails or health_check settings; \
+                         one server gets one connection pool, so they must agree",
+                        other.name
+                    );
+                    let written = self.zones[i].upstreams.get(k).map(|u| u.span());
+                    return Err(match written.filter(|s| !s.is_empty()) {
+                        Some(span) => Invalid::At(span, message),
+                        None => self.zone_error(i, "name", message),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl UpstreamSettings {
+    /// Whether two zones listing the same server may share it.
+    pub fn agrees(&self, other: &UpstreamSettings) -> bool {
+        self.pool == other.pool
+            && self.max_fails == other.max_fails
+            && self.health_check == other.health_check
+    }
+}
+

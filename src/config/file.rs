@@ -1,0 +1,321 @@
+//! The schema of the configuration file: one TOML document, every option
+//! with a default, read as written (with the positions of the values that
+//! later checks may need to point at). `check` says whether it makes sense;
+//! `compile` turns it into the [`super::Config`] everything else reads.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytesize::ByteSize;
+use ipnet::IpNet;
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::values::{HttpListen, ListenAddr, LogFilter, ServerAddr, ZoneName};
+
+/// The whole file, as written (an empty file is all defaults).
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct File {
+    pub server: ServerConfig,
+    pub cache: CacheConfig,
+    pub metrics: MetricsConfig,
+    pub log: LogConfig,
+    #[serde(rename = "zone")]
+    pub zones: Vec<ZoneConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Addresses to serve on, UDP and TCP on each.
+    pub listen: Vec<Spanned<ListenAddr>>,
+    /// Worker threads; 0 means the smaller of the cgroup CPU quota and the
+    /// process's CPU affinity mask.
+    pub workers: usize,
+    /// The largest UDP answer sent to a client, whatever size it advertises.
+    pub max_udp_payload: u16,
+    /// A client TCP connection with nothing in flight is closed after this long.
+    #[serde(with = "humantime_serde")]
+    pub tcp_idle_timeout: Duration,
+    /// A client TCP message must arrive whole within this long of its first
+    /// byte, and a new connection's first message within this long of the
+    /// accept (against slowloris: trickled bytes restart no timer).
+    #[serde(with = "humantime_serde")]
+    pub tcp_read_timeout: Duration,
+    /// Concurrent client TCP connections; further ones are closed at once.
+    pub tcp_max_connections: usize,
+    /// Concurrent TCP connections from one client address.
+    pub tcp_max_connections_per_client: usize,
+    /// Queries in flight on one client TCP connection before we stop reading it.
+    pub tcp_max_inflight: usize,
+    /// The whole time a cache miss may take before the client gets SERVFAIL.
+    #[serde(with = "humantime_serde")]
+    pub query_timeout: Duration,
+    /// Source ranges answered; others get REFUSED. Unset: loopback, the
+    /// private, shared (RFC 6598) and link-local ranges, IPv6 ULA and
+    /// link-local. `["0.0.0.0/0", "::/0"]` answers everyone.
+    pub allow: Option<Vec<Spanned<IpNet>>>,
+    /// Queries per second one client address may send; 0: no limit.
+    pub client_rate_limit: u32,
+    /// Queries a client may send at once above its rate; 0: the rate.
+    pub client_rate_burst: u32,
+    /// Cache misses waiting on upstreams at once; a miss beyond it gets a
+    /// stale answer if there is one, else no answer (it is dropped, as
+    /// unbound drops queries beyond `num-queries-per-thread`).
+    pub max_misses_in_flight: usize,
+    /// On SIGTERM, how long in-flight queries may take to finish.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: vec![Spanned::new(
+                0..0,
+                ListenAddr("127.0.0.1:1053".parse().unwrap()),
+            )],
+            workers: 0,
+            max_udp_payload: 1232,
+            tcp_idle_timeout: Duration::from_secs(10),
+            tcp_read_timeout: Duration::from_secs(2),
+            tcp_max_connections: 1024,
+            tcp_max_connections_per_client: 64,
+            tcp_max_inflight: 64,
+            query_timeout: Duration::from_secs(4),
+            allow: None,
+            client_rate_limit: 0,
+            client_rate_burst: 0,
+            max_misses_in_flight: 2048,
+            shutdown_grace: Duration::from_secs(5),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheConfig {
+    /// Upper bound on the bytes the cache holds (entries plus their keys).
+    pub capacity: ByteSize,
+    /// How long a failure (SERVFAIL, or no upstream answered) is cached; 0 disables.
+    #[serde(with = "humantime_serde")]
+    pub servfail_ttl: Duration,
+    /// TTL put on an expired answer served because every upstream failed (RFC 8767).
+    #[serde(with = "humantime_serde")]
+    pub stale_ttl: Duration,
+    /// How long past expiry an answer may still be served stale; 0 disables serve-stale.
+    #[serde(with = "humantime_serde")]
+    pub stale_max_age: Duration,
+    /// Hits an entry needs before it is refreshed ahead of expiry; 0 disables prefetch.
+    pub prefetch_min_hits: u32,
+    /// Refresh when this percentage of the original TTL or less remains.
+    pub prefetch_percent: u8,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            capacity: ByteSize::mib(64),
+            servfail_ttl: Duration::from_secs(5),
+            stale_ttl: Duration::from_secs(30),
+            stale_max_age: Duration::from_secs(3600),
+            prefetch_min_hits: 3,
+            prefetch_percent: 10,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Address of the HTTP server for /metrics, /health and /ready; "" disables it.
+    pub listen: HttpListen,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            listen: HttpListen(Some(([127, 0, 0, 1], 9253).into())),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// A tracing filter: "info", "debug", "nodens=debug,warn", ...
+    pub level: LogFilter,
+    pub format: LogFormat,
+    /// At most one log line per upstream per this interval for upstream errors;
+    /// the rest are counted and the count is logged with the next line.
+    #[serde(with = "humantime_serde")]
+    pub upstream_error_interval: Duration,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            level: "info".parse().expect("a valid filter"),
+            format: LogFormat::Text,
+            upstream_error_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// One forwarding zone: queries at or below `name` go to `upstreams`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZoneConfig {
+    pub name: Spanned<ZoneName>,
+    /// Upstream servers, `IP` or `IP:port`; empty means the nameservers of `resolv_conf`.
+    #[serde(default)]
+    pub upstreams: Vec<Spanned<ServerAddr>>,
+    #[serde(default = "default_resolv_conf")]
+    pub resolv_conf: PathBuf,
+    #[serde(default)]
+    pub policy: Policy,
+    /// How long to wait for one upstream before trying the next.
+    #[serde(default = "default_upstream_timeout", with = "humantime_serde")]
+    pub upstream_timeout: Duration,
+    /// TTL clamps for answers (positive responses).
+    #[serde(default, with = "humantime_serde")]
+    pub min_ttl: Duration,
+    #[serde(default = "default_max_ttl", with = "humantime_serde")]
+    pub max_ttl: Duration,
+    /// Upper clamp for NXDOMAIN and NODATA (RFC 2308 TTLs from the SOA).
+    #[serde(default = "default_negative_max_ttl", with = "humantime_serde")]
+    pub negative_max_ttl: Duration,
+    /// How queries travel to this zone's upstreams.
+    #[serde(default)]
+    pub transport: Transport,
+    /// Randomise the letter case of questions sent over UDP and accept only
+    /// answers in the same case (0x20); a server that does not keep case
+    /// is detected and asked without it.
+    #[serde(default = "default_true")]
+    pub randomize_case: bool,
+    /// The bounded TCP connection pool, one per upstream address.
+    #[serde(default)]
+    pub pool: PoolConfig,
+    /// Consecutive failed exchanges after which an upstream is marked down:
+    /// skipped while another is up, and probed with backoff until it answers.
+    #[serde(default = "default_max_fails")]
+    pub max_fails: u32,
+    /// First wait between health probes of a down upstream; doubles up to 30 s.
+    #[serde(default = "default_health_check", with = "humantime_serde")]
+    pub health_check: Duration,
+}
+
+/// How a zone's queries travel upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Transport {
+    /// UDP; TCP (through the pool) only for an answer that came back truncated.
+    #[default]
+    PreferUdp,
+    /// Every query over TCP through the pool (NodeLocal DNSCache's `force_tcp`).
+    ForceTcp,
+    /// UDP, and the same query over TCP if UDP gets no answer within half
+    /// the upstream timeout (a datagram lost to a conntrack race, say).
+    TcpFallbackOnTimeout,
+}
+
+/// Limits of the TCP connection pool to one upstream address.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PoolConfig {
+    /// Open connections at most, dialling ones included.
+    pub max_connections: usize,
+    /// Queries in flight on one connection (RFC 7766 pipelining); 1 for
+    /// servers that answer one query at a time, in order (dnsmasq).
+    pub max_inflight: usize,
+    /// A connection that has carried this many queries is retired; 0: no limit.
+    pub max_queries_per_connection: u64,
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// A connection with nothing in flight for this long is closed, at that moment.
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// Queries that may wait for a connection when all are busy; more fail at once.
+    pub max_queue: usize,
+    /// How long a query may wait in the queue before it fails.
+    #[serde(with = "humantime_serde")]
+    pub max_queue_wait: Duration,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig {
+            max_connections: 4,
+            max_inflight: 1,
+            max_queries_per_connection: 0,
+            connect_timeout: Duration::from_secs(1),
+            idle_timeout: Duration::from_secs(10),
+            max_queue: 256,
+            max_queue_wait: Duration::from_secs(1),
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_max_fails() -> u32 {
+    2
+}
+fn default_health_check() -> Duration {
+    Duration::from_millis(500)
+}
+
+fn default_resolv_conf() -> PathBuf {
+    PathBuf::from("/etc/resolv.conf")
+}
+fn default_upstream_timeout() -> Duration {
+    Duration::from_secs(2)
+}
+fn default_max_ttl() -> Duration {
+    Duration::from_secs(3600)
+}
+fn default_negative_max_ttl() -> Duration {
+    Duration::from_secs(1800)
+}
+
+impl ZoneConfig {
+    /// The zone for everything, forwarding to the nameservers of /etc/resolv.conf.
+    pub fn root() -> Self {
+        ZoneConfig {
+            name: Spanned::new(0..0, ZoneName(".".into())),
+            upstreams: Vec::new(),
+            resolv_conf: default_resolv_conf(),
+            policy: Policy::default(),
+            upstream_timeout: default_upstream_timeout(),
+            min_ttl: Duration::ZERO,
+            max_ttl: default_max_ttl(),
+            negative_max_ttl: default_negative_max_ttl(),
+            transport: Transport::default(),
+            randomize_case: true,
+            pool: PoolConfig::default(),
+            max_fails: default_max_fails(),
+            health_check: default_health_check(),
+        }
+    }
+}
+
+/// In which order a zone's upstreams are tried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Policy {
+    /// In the configured order, like resolv.conf.
+    #[default]
+    Sequential,
+    /// A random first upstream per query, then the others in order.
+    Random,
+}
+

@@ -1,0 +1,338 @@
+//! Configuration: the file's schema ([`file`]), its typed values
+//! ([`values`]), the rules it must follow ([`check`]) and the compile step
+//! ([`compile`]) that turns it into the [`Config`] snapshot that the server,
+//! reload and the request path read. Nothing outside this module reads the
+//! file or resolv.conf.
+//!
+//! Errors name the file, line and column of the value they are about, both
+//! for syntax errors and for values that parse but make no sense (a zone
+//! listed twice, a zero timeout, an upstream that is one of our own listen
+//! addresses).
+
+pub mod check;
+pub mod compile;
+pub mod file;
+mod position;
+pub mod resolv_conf;
+pub mod values;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+use crate::cache::TtlPolicy;
+use check::Invalid;
+pub use file::{File, LogFormat, Policy, PoolConfig, Transport};
+use position::Document;
+pub use resolv_conf::nameservers as resolv_conf_nameservers;
+pub use values::LogFilter;
+
+/// The configuration in force: what `nodens serve` runs with, compiled
+/// from the file (or the built-in defaults) once per load.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// DNS listen addresses, UDP and TCP on each.
+    pub listen: Vec<SocketAddr>,
+    /// Worker threads asked for; 0: from the CPU quota and affinity.
+    pub workers: usize,
+    pub server: ServerSettings,
+    pub cache: CacheSettings,
+    /// The HTTP server for /metrics, /health and /ready, if any.
+    pub http_listen: Option<SocketAddr>,
+    pub log: LogSettings,
+    /// Forwarding zones, in file order, with their upstream addresses.
+    pub zones: Vec<ZonePlan>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    pub max_udp_payload: u16,
+    pub tcp: TcpLimits,
+    pub query_timeout: Duration,
+    /// Source ranges answered.
+    pub allow: Vec<IpNet>,
+    pub rate_limit: Option<RateLimit>,
+    pub max_misses_in_flight: usize,
+    pub shutdown_grace: Duration,
+}
+
+/// The client TCP bounds (see docs/security.md).
+#[derive(Debug, Clone, Copy)]
+pub struct TcpLimits {
+    pub idle_timeout: Duration,
+    pub read_timeout: Duration,
+    pub max_connections: usize,
+    pub max_connections_per_client: usize,
+    pub max_inflight: usize,
+}
+
+/// The per-client token bucket.
+#[derive(Debug, Clone, Copy)]
+pub struct RateLimit {
+    pub per_second: u32,
+    pub burst: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct CacheSettings {
+    pub capacity: u64,
+    /// Seconds a failure is cached; 0: not cached.
+    pub failure_ttl: u32,
+    /// The TTL of a stale answer.
+    pub stale_ttl: u32,
+    /// How long past expiry an answer may be served stale.
+    pub stale_max_age: Duration,
+    pub prefetch_min_hits: u32,
+    pub prefetch_percent: u8,
+}
+
+#[derive(Debug, Clone)]
+pub struct LogSettings {
+    pub level: LogFilter,
+    pub format: LogFormat,
+}
+
+/// One forwarding zone, ready to be built.
+#[derive(Debug, Clone)]
+pub struct ZonePlan {
+    /// Presentation form ("cluster.local.", ".").
+    pub name: String,
+    /// The listed upstreams, or the nameservers of the zone's resolv.conf.
+    pub upstreams: Vec<SocketAddr>,
+    pub policy: Policy,
+    pub transport: Transport,
+    pub randomize_case: bool,
+    pub upstream_timeout: Duration,
+    pub ttl: TtlPolicy,
+    /// How this zone wants its upstreams run (pool, health, logs).
+    pub upstream: UpstreamSettings,
+}
+
+/// What an upstream is built from; an upstream whose settings did not
+/// change survives a reload with its connections and health.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamSettings {
+    pub pool: PoolConfig,
+    pub max_fails: u32,
+    pub health_check: Duration,
+    /// Probe over TCP (the first zone listing it forces TCP) or UDP.
+    pub probe_over_tcp: bool,
+    pub probe_timeout: Duration,
+    /// At most one log line per this interval for the upstream's errors.
+    pub log_interval: Duration,
+}
+
+/// A configuration error, with the position of the value it is about when known.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    pub file: Option<PathBuf>,
+    /// 1-based line and column.
+    pub position: Option<(usize, usize)>,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(file) = &self.file {
+            write!(f, "{}:", file.display())?;
+        }
+        if let Some((line, col)) = self.position {
+            write!(f, "{line}:{col}: ")?;
+        } else if self.file.is_some() {
+            write!(f, " ")?;
+        }
+        write!(f, "{}", self.message)
+    }
+}
+
+impl Config {
+    /// The built-in defaults: listen on 127.0.0.1:1053, forward everything
+    /// to the nameservers of /etc/resolv.conf.
+    pub fn defaults() -> Result<Config, ConfigError> {
+        Config::parse("")
+    }
+
+    /// Reads, checks and compiles a configuration file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: Some(path.to_owned()),
+            position: None,
+            message: format!("cannot read: {e}"),
+        })?;
+        Config::parse(&text).map_err(|mut e| {
+            e.file = Some(path.to_owned());
+            e
+        })
+    }
+
+    /// Parses, checks and compiles configuration text.
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let file = File::parse(text)?;
+        file.compile()
+            .map_err(|invalid| error_at(&Document::new(text), invalid))
+    }
+}
+
+impl File {
+    /// Parses and checks configuration text, without compiling it.
+    pub fn parse(text: &str) -> Result<File, ConfigError> {
+        let doc = Document::new(text);
+        let mut file: File = toml::from_str(text).map_err(|e| ConfigError {
+            file: None,
+            position: e.span().map(|s| doc.line_col(s.start)),
+            message: e.message().trim_end().to_string(),
+        })?;
+        if file.zones.is_empty() {
+            file.zones.push(file::ZoneConfig::root());
+        }
+        file.check().map_err(|invalid| error_at(&doc, invalid))?;
+        Ok(file)
+    }
+}
+
+fn error_at(doc: &Document<'_>, invalid: Invalid) -> ConfigError {
+    let (span, message) = match invalid {
+        Invalid::At(span, message) => (Some(span), message),
+        Invalid::Key(path, message) => (doc.locate(&path), message),
+    };
+    ConfigError {
+        file: None,
+        position: span.map(|s| doc.line_col(s.start)),
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_serve() {
+        let c = File::parse("").unwrap();
+        assert_eq!(
+            c.server.listen.iter().map(|a| a.get_ref().0).collect::<Vec<_>>(),
+            vec!["127.0.0.1:1053".parse::<SocketAddr>().unwrap()]
+        );
+        assert_eq!(c.zones.len(), 1);
+        assert_eq!(c.zones[0].name.get_ref().0, ".");
+        assert!(c.zones[0].upstreams.is_empty());
+    }
+
+    #[test]
+    fn syntax_error_names_line() {
+        let e = File::parse("[server]\nlisten = [\"127.0.0.1:53\"\nworkers = 2\n").unwrap_err();
+        assert!(e.position.is_some(), "{e}");
+    }
+
+    #[test]
+    fn bad_value_names_line() {
+        let e = Config::parse("[server]\nworkers = 1\n\n[[zone]]\nname = \"cluster.local\"\nupstreams = [\"10.0.0.300\"]\n")
+            .unwrap_err();
+        assert_eq!(e.position.unwrap().0, 6, "{e}");
+        assert!(e.message.contains("10.0.0.300"), "{e}");
+    }
+
+    #[test]
+    fn unknown_key_names_line() {
+        let e = Config::parse("[cache]\ncapacity = \"1 MiB\"\nprefetch = 3\n").unwrap_err();
+        assert_eq!(e.position.unwrap().0, 3, "{e}");
+    }
+
+    #[test]
+    fn duplicate_zone_names_second_line() {
+        let text = "[[zone]]\nname = \"a.\"\nupstreams = [\"127.0.0.1\"]\n[[zone]]\nname = \"A\"\nupstreams = [\"127.0.0.1\"]\n";
+        let e = Config::parse(text).unwrap_err();
+        assert_eq!(e.position.unwrap().0, 5, "{e}");
+    }
+
+    #[test]
+    fn forwarding_loop_is_an_error() {
+        let text = "[server]\nlisten = [\"127.0.0.1:1053\"]\n[[zone]]\nname = \".\"\nupstreams = [\"127.0.0.1:1053\"]\n";
+        let e = Config::parse(text).unwrap_err();
+        assert_eq!(e.position.unwrap().0, 5, "{e}");
+    }
+
+    #[test]
+    fn addresses_default_to_port_53() {
+        let c = Config::parse(
+            "[[zone]]\nname = \"x\"\nupstreams = [\"::1\", \"[::1]:5353\", \"10.0.0.1\"]\n",
+        )
+        .unwrap();
+        let ups: Vec<String> = c.zones[0]
+            .upstreams
+            .iter()
+            .map(|u| u.to_string())
+            .collect();
+        assert_eq!(ups, ["[::1]:53", "[::1]:5353", "10.0.0.1:53"]);
+        assert_eq!(c.zones[0].name, "x.");
+    }
+
+    #[test]
+    fn pool_table_belongs_to_its_zone() {
+        let text = "[[zone]]\nname = \"a\"\nupstreams = [\"127.0.0.1\"]\ntransport = \"force_tcp\"\n\
+                    [zone.pool]\nmax_connections = 2\nidle_timeout = \"1s\"\n\
+                    [[zone]]\nname = \"b\"\nupstreams = [\"127.0.0.2\"]\n";
+        let c = Config::parse(text).unwrap();
+        assert_eq!(c.zones[0].transport, Transport::ForceTcp);
+        assert_eq!(c.zones[0].upstream.pool.max_connections, 2);
+        assert_eq!(c.zones[0].upstream.pool.idle_timeout, Duration::from_secs(1));
+        assert_eq!(c.zones[1].transport, Transport::PreferUdp);
+        assert_eq!(c.zones[1].upstream.pool.max_connections, 4);
+        let e = Config::parse("[[zone]]\nname = \"a\"\n[zone.pool]\nmax_conns = 2\n").unwrap_err();
+        assert_eq!(e.position.unwrap().0, 4, "{e}");
+    }
+
+    #[test]
+    fn shared_upstream_needs_one_pool_setting() {
+        let text = "[[zone]]\nname = \"a\"\nupstreams = [\"127.0.0.1\"]\n[zone.pool]\nmax_connections = 2\n\
+                    [[zone]]\nname = \"b\"\nupstreams = [\"127.0.0.1\"]\n";
+        let e = Config::parse(text).unwrap_err();
+        assert_eq!(e.position.unwrap().0, 8, "{e}");
+    }
+
+    #[test]
+    fn allow_list_errors_name_the_line() {
+        let c = Config::parse("[server]\nallow = [\"10.0.0.0/8\", \"::/0\"]\n").unwrap();
+        assert_eq!(c.server.allow.len(), 2);
+        assert_eq!(
+            Config::parse("[[zone]]\nname = \".\"\nupstreams = [\"127.0.0.1\"]\n")
+                .unwrap()
+                .server
+                .allow
+                .len(),
+            9
+        );
+        let e = Config::parse("[server]\nworkers = 1\nallow = [\"10.0.0.0/33\"]\n").unwrap_err();
+        assert_eq!(e.position.unwrap().0, 3, "{e}");
+    }
+
+    #[test]
+    fn server_and_cache_errors_name_the_line() {
+        let e = Config::parse("[server]\nworkers = 1\nquery_timeout = \"0s\"\n").unwrap_err();
+        assert_eq!(e.position.unwrap().0, 3, "{e}");
+        let e = Config::parse("[cache]\n\nprefetch_percent = 101\n").unwrap_err();
+        assert_eq!(e.position.unwrap().0, 3, "{e}");
+        let e = Config::parse("[metrics]\nlisten = \"nowhere\"\n").unwrap_err();
+        assert_eq!(e.position.unwrap().0, 2, "{e}");
+        let e = Config::parse("\n[log]\nlevel = \"=[\"\n").unwrap_err();
+        assert_eq!(e.position.unwrap().0, 3, "{e}");
+    }
+
+    #[test]
+    fn zone_errors_name_the_field() {
+        let text = "[[zone]]\nname = \"a\"\nupstreams = [\"127.0.0.1\"]\nhealth_check = \"0s\"\n";
+        let e = Config::parse(text).unwrap_err();
+        assert_eq!(e.position.unwrap().0, 4, "{e}");
+    }
+
+    #[test]
+    fn missing_resolv_conf_names_the_zone() {
+        let text = "[[zone]]\nname = \"a\"\nresolv_conf = \"/nonexistent/resolv.conf\"\n";
+        let e = Config::parse(text).unwrap_err();
+        assert_eq!(e.position.unwrap().0, 3, "{e}");
+        assert!(e.message.contains("/nonexistent/resolv.conf"), "{e}");
+    }
+}

@@ -1,0 +1,52 @@
+//! The first stage: may this client ask at all? The allow list, then the
+//! per-client rate limit, before the packet is even parsed.
+
+use std::net::IpAddr;
+use std::time::Instant;
+
+use super::Settings;
+use super::metrics::ServeMetrics;
+use crate::listen::Handled;
+use crate::wire::{build, query, rcode};
+
+/// `None` when the client may go on; otherwise what to do with the packet.
+#[inline]
+pub fn admit<M>(
+    settings: &Settings,
+    metrics: &ServeMetrics,
+    packet: &[u8],
+    client: IpAddr,
+    now: Instant,
+    out: &mut Vec<u8>,
+) -> Option<Handled<M>> {
+    if !settings.acl.allows(client) {
+        return Some(refuse(metrics, packet, "source not allowed", out));
+    }
+    if let Some(limit) = &settings.rate_limit
+        && !limit.allow(client, now)
+    {
+        metrics.rejected("client rate limit");
+        return Some(Handled::Drop);
+    }
+    None
+}
+
+/// REFUSED for a client that may not ask (the question echoed if it can be
+/// read); nothing for what is not a query at all.
+fn refuse<M>(
+    metrics: &ServeMetrics,
+    packet: &[u8],
+    reason: &'static str,
+    out: &mut Vec<u8>,
+) -> Handled<M> {
+    metrics.rejected(reason);
+    let (question_end, edns) = match query::parse(packet) {
+        Ok(q) => (Some(q.name_end + 4), q.edns),
+        Err(query::Reject::Answer {
+            question_end, edns, ..
+        }) => (question_end, edns),
+        Err(query::Reject::Drop(_)) => return Handled::Drop,
+    };
+    build::reply_with_rcode(packet, rcode::REFUSED, question_end, edns, None, out);
+    Handled::Reply
+}

@@ -1,0 +1,81 @@
+//! The cache stage: a fresh entry is the reply; a stale one is kept in case
+//! upstream fails.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::stats::ZoneStats;
+use super::{Listener, Settings, Shared, reply_limit};
+use crate::cache::{Entry, Freshness, Kind, KeyRef, Lookup};
+use crate::listen::Proto;
+use crate::upstream::Zone;
+use crate::wire::query::Query;
+
+/// A query past parsing and routing, as the later stages see it.
+pub struct Request<'r, 'q> {
+    pub query: &'r Query<'q>,
+    pub key: &'r KeyRef<'r>,
+    pub zone: &'r Arc<Zone>,
+    pub settings: &'r Arc<Settings>,
+    pub stats: &'r ZoneStats,
+    pub proto: Proto,
+    pub started: Instant,
+}
+
+impl Request<'_, '_> {
+    /// Writes the reply from a cached entry and counts it.
+    #[inline]
+    pub fn reply_from(
+        &self,
+        entry: &Entry,
+        freshness: Freshness,
+        ede: Option<u16>,
+        out: &mut Vec<u8>,
+    ) {
+        let limit = reply_limit(self.proto, self.query, self.settings);
+        let rendered = entry.render(self.query, self.started, freshness, ede, limit, out);
+        self.stats.reply(
+            self.proto,
+            rendered.rcode,
+            true,
+            out.len(),
+            self.started.elapsed().as_secs_f64(),
+        );
+    }
+}
+
+/// What the cache had.
+pub enum Cached {
+    /// A fresh entry; the reply is written.
+    Answered,
+    /// Only an expired entry, still within `stale_max_age`.
+    Stale(Arc<Entry>),
+    Miss,
+}
+
+impl Shared {
+    #[inline]
+    pub(super) fn answer_from_cache(
+        self: &Arc<Self>,
+        request: &Request<'_, '_>,
+        listener: &Listener,
+        out: &mut Vec<u8>,
+    ) -> Cached {
+        let settings = request.settings;
+        match self
+            .cache
+            .lookup(request.key, request.started, settings.cache.stale_max_age)
+        {
+            Lookup::Fresh(entry) => {
+                request.stats.cache_hit(entry.kind == Kind::Success);
+                if settings.cache.prefetch_min_hits > 0 {
+                    self.maybe_prefetch(&entry, request, listener);
+                }
+                request.reply_from(&entry, Freshness::Fresh, None, out);
+                Cached::Answered
+            }
+            Lookup::Stale(entry) => Cached::Stale(entry),
+            Lookup::Miss => Cached::Miss,
+        }
+    }
+}

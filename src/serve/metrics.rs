@@ -1,0 +1,179 @@
+//! The request path's metrics: CoreDNS's `coredns_dns_*` and the per-zone
+//! `coredns_cache_*` counters, and nodens's own counts of rejected,
+//! coalesced and in-flight queries.
+
+use prometheus::{IntCounter, IntGauge};
+
+use crate::label_set;
+use crate::listen::Proto;
+use crate::metrics::{Counters, Histograms, Registry, duration_buckets, size_buckets};
+pub use crate::wire::{QTYPE_LABELS, qtype_label, qtype_slot};
+
+label_set!(
+    /// `coredns_dns_requests_total`.
+    pub struct RequestLabels<'a> {
+        server: &'a str = "server",
+        zone: &'a str = "zone",
+        view: &'a str = "view",
+        proto: Proto = "proto",
+        family: &'a str = "family",
+        qtype: &'a str = "type",
+    }
+);
+
+label_set!(
+    /// `coredns_dns_responses_total`.
+    pub struct ResponseLabels<'a> {
+        server: &'a str = "server",
+        zone: &'a str = "zone",
+        view: &'a str = "view",
+        rcode: &'a str = "rcode",
+        plugin: &'a str = "plugin",
+    }
+);
+
+label_set!(
+    /// `coredns_dns_request_duration_seconds`.
+    pub struct ZoneLabels<'a> {
+        server: &'a str = "server",
+        zone: &'a str = "zone",
+        view: &'a str = "view",
+    }
+);
+
+label_set!(
+    /// Request and response sizes.
+    pub struct SizeLabels<'a> {
+        server: &'a str = "server",
+        zone: &'a str = "zone",
+        view: &'a str = "view",
+        proto: Proto = "proto",
+    }
+);
+
+label_set!(
+    /// `coredns_dns_do_requests_total` (CoreDNS orders these labels so).
+    pub struct DoLabels<'a> {
+        server: &'a str = "server",
+        view: &'a str = "view",
+        zone: &'a str = "zone",
+    }
+);
+
+label_set!(
+    /// The cache plugin's per-zone counters (its label is `zones`).
+    pub struct CacheLabels<'a> {
+        server: &'a str = "server",
+        zones: &'a str = "zones",
+        view: &'a str = "view",
+    }
+);
+
+label_set!(
+    /// `coredns_cache_hits_total`: `type` is "success" or "denial".
+    pub struct CacheKindLabels<'a> {
+        server: &'a str = "server",
+        kind: &'a str = "type",
+        zones: &'a str = "zones",
+        view: &'a str = "view",
+    }
+);
+
+label_set!(
+    pub struct ReasonLabels<'a> {
+        reason: &'a str = "reason",
+    }
+);
+
+/// CoreDNS's `plugin` label on responses: which plugin wrote the reply. In
+/// NodeLocal DNSCache's chain every answer passes through `cache`, forwarded
+/// ones included; a SERVFAIL written after a forward error has none.
+pub const PLUGIN_CACHE: &str = "cache";
+pub const PLUGIN_NONE: &str = "";
+/// CoreDNS's `zone` label for queries that matched no zone (answered REFUSED).
+pub const ZONE_DROPPED: &str = "dropped";
+
+pub struct ServeMetrics {
+    pub requests: Counters<RequestLabels<'static>>,
+    pub responses: Counters<ResponseLabels<'static>>,
+    pub request_duration: Histograms<ZoneLabels<'static>>,
+    pub request_size: Histograms<SizeLabels<'static>>,
+    pub response_size: Histograms<SizeLabels<'static>>,
+    pub do_requests: Counters<DoLabels<'static>>,
+    pub cache_hits: Counters<CacheKindLabels<'static>>,
+    pub cache_misses: Counters<CacheLabels<'static>>,
+    pub cache_requests: Counters<CacheLabels<'static>>,
+    pub cache_prefetch: Counters<CacheLabels<'static>>,
+    pub cache_served_stale: Counters<CacheLabels<'static>>,
+    rejected: Counters<ReasonLabels<'static>>,
+    pub coalesced: IntCounter,
+    pub inflight: IntGauge,
+}
+
+impl ServeMetrics {
+    pub fn register(r: &Registry) -> ServeMetrics {
+        ServeMetrics {
+            requests: r.counters(
+                "coredns_dns_requests_total",
+                "Counter of DNS requests made per zone, protocol and family.",
+            ),
+            responses: r.counters(
+                "coredns_dns_responses_total",
+                "Counter of response status codes.",
+            ),
+            request_duration: r.histograms(
+                "coredns_dns_request_duration_seconds",
+                "Histogram of the time (in seconds) each request took per zone.",
+                duration_buckets(),
+            ),
+            request_size: r.histograms(
+                "coredns_dns_request_size_bytes",
+                "Size of the EDNS0 UDP buffer in bytes (64K for TCP) per zone and protocol.",
+                size_buckets(),
+            ),
+            response_size: r.histograms(
+                "coredns_dns_response_size_bytes",
+                "Size of the returned response in bytes.",
+                size_buckets(),
+            ),
+            do_requests: r.counters(
+                "coredns_dns_do_requests_total",
+                "Counter of DNS requests with DO bit set per zone.",
+            ),
+            cache_hits: r.counters("coredns_cache_hits_total", "The count of cache hits."),
+            cache_misses: r.counters(
+                "coredns_cache_misses_total",
+                "The count of cache misses. Deprecated, derive misses from cache hits/requests counters.",
+            ),
+            cache_requests: r.counters(
+                "coredns_cache_requests_total",
+                "The count of cache requests.",
+            ),
+            cache_prefetch: r.counters(
+                "coredns_cache_prefetch_total",
+                "The number of times the cache has prefetched a cached item.",
+            ),
+            cache_served_stale: r.counters(
+                "coredns_cache_served_stale_total",
+                "The number of requests served from stale cache entries.",
+            ),
+            rejected: r.counters(
+                "nodens_rejected_queries_total",
+                "Queries answered with an error or dropped before the cache, by reason.",
+            ),
+            coalesced: r.counter(
+                "nodens_coalesced_queries_total",
+                "Cache misses that joined an identical query already in flight instead of asking upstream.",
+            ),
+            inflight: r.gauge(
+                "nodens_inflight_queries",
+                "Cache misses being resolved now.",
+            ),
+        }
+    }
+
+    /// A query answered with an error or dropped before the cache.
+    pub fn rejected(&self, reason: &str) {
+        self.rejected.get(&ReasonLabels { reason }).inc();
+    }
+}

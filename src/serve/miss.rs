@@ -1,0 +1,199 @@
+//! The miss stage: a query the cache cannot answer waits on upstream as a
+//! task. Identical misses are coalesced; a failure is cached briefly so the
+//! next askers fail fast (RFC 9520), unless there is a stale answer to serve
+//! instead (RFC 8767).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use super::hit::Request;
+use super::metrics::CacheLabels;
+use super::stats::ListenerStats;
+use super::{Listener, Settings, Shared, reply_limit};
+use crate::cache::{Entry, Freshness, Key, Kind, Lookup};
+use crate::inflight::Role;
+use crate::listen::{Handled, Proto};
+use crate::metrics::VIEW;
+use crate::upstream::Zone;
+use crate::upstream::forward::forward;
+use crate::wire::query::OwnedQuery;
+use crate::wire::{build, ede, rcode};
+
+/// One place among the misses in flight, given back when the job ends.
+struct MissTicket(Arc<AtomicUsize>);
+
+impl MissTicket {
+    fn take(count: &Arc<AtomicUsize>, max: usize) -> Option<MissTicket> {
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| MissTicket(count.clone()))
+    }
+}
+
+impl Drop for MissTicket {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A cache miss, owned so it can move to a task.
+pub struct MissJob {
+    query: OwnedQuery,
+    key: Key,
+    zone: Arc<Zone>,
+    settings: Arc<Settings>,
+    stats: Arc<ListenerStats>,
+    stale: Option<Arc<Entry>>,
+    started: Instant,
+    proto: Proto,
+    _ticket: MissTicket,
+}
+
+impl Shared {
+    /// Makes the miss a job, if the bound on misses in flight allows;
+    /// beyond it (a silent upstream under load) the query gets a stale
+    /// answer if there is one, and is dropped otherwise.
+    pub(super) fn miss(
+        &self,
+        request: &Request<'_, '_>,
+        all_stats: &Arc<ListenerStats>,
+        stale: Option<Arc<Entry>>,
+        out: &mut Vec<u8>,
+    ) -> Handled<MissJob> {
+        request.stats.cache_miss();
+        let settings = request.settings;
+        let Some(ticket) =
+            MissTicket::take(&self.misses_in_flight, settings.server.max_misses_in_flight)
+        else {
+            self.metrics.rejected("too many misses in flight");
+            let Some(stale) = stale else {
+                return Handled::Drop;
+            };
+            let ttl = settings.cache.stale_ttl;
+            request.reply_from(&stale, Freshness::Stale { ttl }, Some(ede::STALE_ANSWER), out);
+            return Handled::Reply;
+        };
+        Handled::Miss(MissJob {
+            query: OwnedQuery::new(request.query),
+            key: request.key.to_owned(),
+            zone: request.zone.clone(),
+            settings: Arc::clone(settings),
+            stats: Arc::clone(all_stats),
+            stale,
+            started: request.started,
+            proto: request.proto,
+            _ticket: ticket,
+        })
+    }
+
+    /// Resolves a miss and writes the reply into `out`.
+    pub async fn resolve(self: &Arc<Self>, job: MissJob, listener: &Listener, out: &mut Vec<u8>) {
+        let query = job.query.get();
+        self.metrics.inflight.inc();
+        let deadline = job.started + job.settings.server.query_timeout;
+        let fetched = tokio::time::timeout_at(
+            deadline.into(),
+            self.fetch(&job.key, &job.zone, &job.settings, deadline),
+        )
+        .await
+        .ok()
+        .flatten();
+        self.metrics.inflight.dec();
+        let now = Instant::now();
+        let limit = reply_limit(job.proto, &query, &job.settings);
+        let failed = fetched.as_ref().is_none_or(|e| e.kind == Kind::Failure);
+        let stale = job.stale.as_ref().filter(|_| failed);
+        let (code, from_cache) = if let Some(stale) = stale {
+            let ttl = Freshness::Stale {
+                ttl: job.settings.cache.stale_ttl,
+            };
+            let rendered = stale.render(&query, now, ttl, Some(ede::STALE_ANSWER), limit, out);
+            self.metrics
+                .cache_served_stale
+                .get(&CacheLabels {
+                    server: &listener.server,
+                    zones: &job.zone.name,
+                    view: VIEW,
+                })
+                .inc();
+            (rendered.rcode, true)
+        } else if let Some(entry) = &fetched {
+            (
+                entry
+                    .render(&query, now, Freshness::Fresh, None, limit, out)
+                    .rcode,
+                true,
+            )
+        } else {
+            build::servfail(
+                query.packet,
+                query.name_end + 4,
+                query.edns,
+                Some(ede::NO_REACHABLE_AUTHORITY),
+                out,
+            );
+            (rcode::SERVFAIL, false)
+        };
+        let seconds = job.started.elapsed().as_secs_f64();
+        job.stats
+            .zone(job.zone.index)
+            .reply(job.proto, code, from_cache, out.len(), seconds);
+    }
+
+    /// Asks upstream for `key` (or joins the identical query in flight) and
+    /// stores the result. `None` when no upstream gave a usable answer; a
+    /// failure entry is then cached so the next queries fail fast (RFC 9520),
+    /// unless a stale entry is there to be served instead.
+    pub(super) async fn fetch(
+        self: &Arc<Self>,
+        key: &Key,
+        zone: &Arc<Zone>,
+        settings: &Settings,
+        deadline: Instant,
+    ) -> Option<Arc<Entry>> {
+        let (outcome, role) = self
+            .inflight
+            .run(key, async {
+                let forwarded = forward(zone, key, deadline.into()).await;
+                let now = Instant::now();
+                // A failure never replaces an answer that can still be served,
+                // fresh (a prefetch that failed) or stale.
+                let has_usable = || match self.cache.lookup(
+                    &key.as_ref(),
+                    now,
+                    settings.cache.stale_max_age,
+                ) {
+                    Lookup::Fresh(e) => e.kind != Kind::Failure,
+                    Lookup::Stale(_) => true,
+                    Lookup::Miss => false,
+                };
+                match forwarded {
+                    Some(f) => {
+                        let entry =
+                            Arc::new(Entry::from_response(&f.msg, &f.layout, &zone.ttl, now));
+                        if entry.kind != Kind::Failure || !has_usable() {
+                            self.cache.insert(key.clone(), entry.clone());
+                        }
+                        Some(entry)
+                    }
+                    None => {
+                        let failure_ttl = settings.cache.failure_ttl;
+                        if failure_ttl > 0 && !has_usable() {
+                            let failure = Entry::failure(&key.question(), failure_ttl, now);
+                            self.cache.insert(key.clone(), Arc::new(failure));
+                        }
+                        None
+                    }
+                }
+            })
+            .await;
+        if role == Role::Follower {
+            self.metrics.coalesced.inc();
+        }
+        outcome
+    }
+}

@@ -1,0 +1,175 @@
+//! The request path: one query in, one reply out, as a sequence of stages.
+//!
+//! [`Shared::handle`] runs on the listener's thread and answers everything
+//! it can without waiting:
+//!
+//! 1. [`admit`]: the allow list and the per-client rate limit;
+//! 2. parse: a malformed query gets FORMERR/NOTIMP (or nothing);
+//! 3. [`route`]: the zone of the name, REFUSED if none;
+//! 4. [`hit`]: a fresh cache entry is the reply (and may start a
+//!    [`prefetch`]);
+//! 5. [`miss`]: everything else becomes a [`MissJob`], run as a task by the
+//!    listener ([`Shared::resolve`]): coalesce with identical misses, ask
+//!    the zone's upstreams, store, reply; serve stale if every upstream
+//!    failed.
+//!
+//! A new stage (cluster-name rules, search-path speculation) goes between
+//! route and hit, in a file of its own.
+
+pub mod admit;
+pub mod hit;
+pub mod metrics;
+pub mod miss;
+pub mod prefetch;
+pub mod route;
+pub mod settings;
+pub mod stats;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::time::Instant;
+
+use arc_swap::ArcSwap;
+
+use crate::cache::key::NameBuf;
+use crate::cache::{Cache, KeyRef};
+use crate::config::{Config, TcpLimits};
+use crate::inflight::InFlight;
+use crate::listen::{Handled, ListenerInfo, Proto, Service};
+use crate::tasks::Tasks;
+use crate::upstream::metrics::UpstreamMetrics;
+use crate::wire::{build, query};
+use metrics::ServeMetrics;
+pub use miss::MissJob;
+pub use settings::Settings;
+use stats::StatsSlot;
+
+/// The request path's state, shared by every listener and task.
+pub struct Shared {
+    pub settings: ArcSwap<Settings>,
+    pub cache: Cache,
+    pub inflight: InFlight,
+    pub metrics: Arc<ServeMetrics>,
+    pub tasks: Tasks,
+    /// Cleared when shutdown starts.
+    pub ready: Arc<AtomicBool>,
+    /// Miss jobs alive now, against `max_misses_in_flight`.
+    misses_in_flight: Arc<AtomicUsize>,
+}
+
+/// A listener as the request path sees it.
+pub type Listener = ListenerInfo<StatsSlot>;
+
+impl Shared {
+    /// Call on the main runtime (see `tasks`).
+    pub fn new(
+        config: &Config,
+        metrics: Arc<ServeMetrics>,
+        upstream_metrics: &Arc<UpstreamMetrics>,
+    ) -> Shared {
+        let tasks = Tasks::new();
+        let settings = Settings::build(config, upstream_metrics, tasks.upkeep(), None);
+        Shared {
+            settings: ArcSwap::from_pointee(settings),
+            cache: Cache::new(config.cache.capacity),
+            inflight: InFlight::default(),
+            metrics,
+            tasks,
+            ready: Arc::new(AtomicBool::new(false)),
+            misses_in_flight: Arc::default(),
+        }
+    }
+
+    /// Answers `packet` from `client` from what is at hand, or says it
+    /// needs upstream: the stages in order.
+    pub fn handle(
+        self: &Arc<Self>,
+        packet: &[u8],
+        client: IpAddr,
+        listener: &Listener,
+        proto: Proto,
+        out: &mut Vec<u8>,
+    ) -> Handled<MissJob> {
+        let started = Instant::now();
+        let settings = self.settings.load();
+        if let Some(done) = admit::admit(&settings, &self.metrics, packet, client, started, out) {
+            return done;
+        }
+        let query = match query::parse(packet) {
+            Ok(q) => q,
+            Err(reject) => {
+                self.metrics.rejected(reject.reason());
+                return if build::error_reply(packet, &reject, out) {
+                    Handled::Reply
+                } else {
+                    Handled::Drop
+                };
+            }
+        };
+        let mut name_buf: NameBuf = [0; 255];
+        let key = KeyRef::from_query(&query, &mut name_buf);
+        let Some(zone) = settings.router.route(key.name) else {
+            return route::refuse_unrouted(&self.metrics, &query, listener, proto, out);
+        };
+        let stats_guard = stats::for_listener(listener, &settings, &self.metrics);
+        let all_stats = stats_guard
+            .as_ref()
+            .expect("stats for the current settings");
+        let stats = all_stats.zone(zone.index);
+        stats.request(proto, query.qtype, packet.len(), query.dnssec_ok());
+        let request = hit::Request {
+            query: &query,
+            key: &key,
+            zone,
+            settings: &settings,
+            stats,
+            proto,
+            started,
+        };
+        let stale = match self.answer_from_cache(&request, listener, out) {
+            hit::Cached::Answered => return Handled::Reply,
+            hit::Cached::Stale(entry) => Some(entry),
+            hit::Cached::Miss => None,
+        };
+        self.miss(&request, all_stats, stale, out)
+    }
+}
+
+/// The largest reply a client may get: its UDP size, or a TCP message's
+/// 16-bit length limit (an upstream's largest answer plus our OPT is over it).
+fn reply_limit(proto: Proto, query: &query::Query<'_>, settings: &Settings) -> usize {
+    match proto {
+        Proto::Udp => query.udp_limit(settings.server.max_udp_payload),
+        Proto::Tcp => u16::MAX as usize,
+    }
+}
+
+impl Service for Shared {
+    type PerListener = StatsSlot;
+    type Miss = MissJob;
+
+    #[inline]
+    fn handle(
+        self: &Arc<Self>,
+        packet: &[u8],
+        client: IpAddr,
+        listener: &Listener,
+        proto: Proto,
+        out: &mut Vec<u8>,
+    ) -> Handled<MissJob> {
+        Shared::handle(self, packet, client, listener, proto, out)
+    }
+
+    async fn resolve(self: &Arc<Self>, miss: MissJob, listener: &Listener, out: &mut Vec<u8>) {
+        Shared::resolve(self, miss, listener, out).await;
+    }
+
+    fn tcp_limits(&self) -> TcpLimits {
+        self.settings.load().server.tcp
+    }
+
+    fn tasks(&self) -> &Tasks {
+        &self.tasks
+    }
+}

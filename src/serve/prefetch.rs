@@ -1,0 +1,59 @@
+//! Prefetch: a popular entry is refreshed shortly before it expires, so
+//! that its askers never see a miss (CoreDNS's `prefetch`).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::hit::Request;
+use super::{Listener, Shared};
+use crate::cache::{Entry, Kind};
+use crate::metrics::VIEW;
+use super::metrics::CacheLabels;
+
+impl Shared {
+    /// Counts a hit on `entry` and starts its refresh when it is popular
+    /// enough and close enough to expiry.
+    pub(super) fn maybe_prefetch(
+        self: &Arc<Self>,
+        entry: &Arc<Entry>,
+        request: &Request<'_, '_>,
+        listener: &Listener,
+    ) {
+        if entry.kind == Kind::Failure {
+            return;
+        }
+        let settings = request.settings;
+        let hits = entry.hits.fetch_add(1, Ordering::Relaxed) + 1;
+        if hits < settings.cache.prefetch_min_hits {
+            return;
+        }
+        let threshold = Duration::from_millis(
+            u64::from(entry.original_ttl) * 10 * u64::from(settings.cache.prefetch_percent),
+        );
+        if entry.remaining(request.started) > threshold
+            || entry.prefetch_started.swap(true, Ordering::Relaxed)
+        {
+            return;
+        }
+        let (this, key, zone, settings) = (
+            self.clone(),
+            request.key.to_owned(),
+            request.zone.clone(),
+            settings.clone(),
+        );
+        self.metrics
+            .cache_prefetch
+            .get(&CacheLabels {
+                server: &listener.server,
+                zones: &zone.name,
+                view: VIEW,
+            })
+            .inc();
+        let refresh = async move {
+            let deadline = Instant::now() + settings.server.query_timeout;
+            this.fetch(&key, &zone, &settings, deadline).await;
+        };
+        self.tasks.spawn_query_on_main(refresh);
+    }
+}

@@ -1,0 +1,54 @@
+//! Routing: the zone a name belongs to (longest suffix, in
+//! `upstream::Router`); a name in no zone is REFUSED here.
+
+use super::Listener;
+use super::metrics::{
+    PLUGIN_NONE, RequestLabels, ResponseLabels, ServeMetrics, ZONE_DROPPED, qtype_label,
+};
+use crate::listen::{Handled, Proto};
+use crate::metrics::VIEW;
+use crate::wire::query::Query;
+use crate::wire::{build, rcode, rcode_name};
+
+/// REFUSED for a name no zone covers, counted under CoreDNS's "dropped"
+/// zone. Rare (the default zone is the root), so the series are resolved
+/// on each call.
+pub fn refuse_unrouted<M>(
+    metrics: &ServeMetrics,
+    query: &Query<'_>,
+    listener: &Listener,
+    proto: Proto,
+    out: &mut Vec<u8>,
+) -> Handled<M> {
+    metrics.rejected("no zone for the name");
+    metrics
+        .requests
+        .get(&RequestLabels {
+            server: &listener.server,
+            zone: ZONE_DROPPED,
+            view: VIEW,
+            proto,
+            family: listener.family,
+            qtype: qtype_label(query.qtype),
+        })
+        .inc();
+    build::reply_with_rcode(
+        query.packet,
+        rcode::REFUSED,
+        Some(query.name_end + 4),
+        query.edns,
+        None,
+        out,
+    );
+    metrics
+        .responses
+        .get(&ResponseLabels {
+            server: &listener.server,
+            zone: ZONE_DROPPED,
+            view: VIEW,
+            rcode: rcode_name(rcode::REFUSED),
+            plugin: PLUGIN_NONE,
+        })
+        .inc();
+    Handled::Reply
+}

@@ -1,0 +1,45 @@
+//! The request path's view of the configuration, replaced whole on reload
+//! so that a query sees one consistent version from start to end.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::config::{CacheSettings, Config, ServerSettings};
+use crate::guard::{Acl, RateLimiter};
+use crate::tasks::Upkeep;
+use crate::upstream::Router;
+use crate::upstream::metrics::UpstreamMetrics;
+
+pub struct Settings {
+    /// Changes on every reload; per-listener metric handles follow it.
+    pub generation: u64,
+    pub router: Router,
+    pub server: ServerSettings,
+    pub cache: CacheSettings,
+    pub acl: Acl,
+    pub rate_limit: Option<RateLimiter>,
+}
+
+impl Settings {
+    /// Builds the settings for `config`; `previous` lets unchanged upstreams
+    /// keep their connections and health across a reload.
+    pub fn build(
+        config: &Config,
+        metrics: &Arc<UpstreamMetrics>,
+        upkeep: &Upkeep,
+        previous: Option<&Settings>,
+    ) -> Settings {
+        static GENERATION: AtomicU64 = AtomicU64::new(0);
+        Settings {
+            generation: GENERATION.fetch_add(1, Ordering::Relaxed),
+            router: Router::build(&config.zones, metrics, upkeep, previous.map(|p| &p.router)),
+            server: config.server.clone(),
+            cache: config.cache.clone(),
+            acl: Acl::new(config.server.allow.clone()),
+            rate_limit: config
+                .server
+                .rate_limit
+                .map(|r| RateLimiter::new(r.per_second, r.burst)),
+        }
+    }
+}

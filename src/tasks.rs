@@ -1,0 +1,84 @@
+//! Where tasks run: the one rule, in one place.
+//!
+//! nodens has one multi-threaded runtime (the *main* runtime, started by
+//! `main`) and, per UDP worker thread, a current-thread runtime whose event
+//! loop turns only while that worker has misses of its own in flight. So:
+//!
+//! - **Query work** (resolving a miss, serving a TCP connection, a prefetch)
+//!   is tracked: shutdown stops reading and waits for it. A miss runs where
+//!   its query arrived ([`Tasks::spawn_query`]: the UDP worker's own loop,
+//!   or main for TCP), so its reply leaves from the same thread without a
+//!   hand-off. A prefetch is not tied to a client and runs on main
+//!   ([`Tasks::spawn_query_on_main`]): a worker's loop may stop turning.
+//! - **Upkeep** (TCP accept loops, upstream pool connections, health
+//!   probes, the HTTP server) is not tracked: it lives as long as its owner
+//!   and is stopped by it. It always runs on main ([`Upkeep::spawn`]), never
+//!   on a worker's loop, for the same reason.
+
+use std::future::Future;
+
+use tokio::runtime::Handle;
+use tokio_util::task::TaskTracker;
+
+/// Spawns upkeep on the main runtime.
+#[derive(Clone, Debug)]
+pub struct Upkeep(Handle);
+
+impl Upkeep {
+    /// The runtime this is called on; nodens builds its upkeep handles on
+    /// main (at start and on reload). Panics outside a runtime.
+    pub fn current() -> Upkeep {
+        Upkeep(Handle::current())
+    }
+
+    pub fn spawn<F: Future<Output = ()> + Send + 'static>(&self, task: F) {
+        drop(self.0.spawn(task));
+    }
+
+    /// Enters the main runtime (to register a socket with its event loop).
+    pub fn enter(&self) -> tokio::runtime::EnterGuard<'_> {
+        self.0.enter()
+    }
+}
+
+/// Query work, tracked for the drain on shutdown, and the upkeep handle.
+#[derive(Clone, Debug)]
+pub struct Tasks {
+    queries: TaskTracker,
+    upkeep: Upkeep,
+}
+
+impl Tasks {
+    /// Call on the main runtime.
+    pub fn new() -> Tasks {
+        Tasks {
+            queries: TaskTracker::new(),
+            upkeep: Upkeep::current(),
+        }
+    }
+
+    /// Query work on the runtime of the calling thread.
+    pub fn spawn_query<F: Future<Output = ()> + Send + 'static>(&self, task: F) {
+        drop(tokio::spawn(self.queries.track_future(task)));
+    }
+
+    /// Query work on the main runtime, whatever thread asks.
+    pub fn spawn_query_on_main<F: Future<Output = ()> + Send + 'static>(&self, task: F) {
+        drop(self.queries.spawn_on(task, &self.upkeep.0));
+    }
+
+    pub fn upkeep(&self) -> &Upkeep {
+        &self.upkeep
+    }
+
+    /// Stops accepting new query work and waits for what runs now.
+    pub async fn drain(&self) {
+        self.queries.close();
+        self.queries.wait().await;
+    }
+
+    /// Query work still running.
+    pub fn running(&self) -> usize {
+        self.queries.len()
+    }
+}

@@ -1,0 +1,187 @@
+//! Upstream metrics: CoreDNS's `coredns_proxy_*` (as its `forward` plugin
+//! names them) and nodens's per-upstream health, pool and queue series.
+
+use prometheus::{Histogram, IntCounter};
+
+use crate::label_set;
+use crate::metrics::{Counters, Gauges, Histograms, Registry, duration_buckets};
+use crate::wire::rcode_name;
+
+/// CoreDNS's `proxy_name` label value for its forward plugin.
+pub const PROXY_NAME: &str = "forward";
+
+label_set!(
+    pub struct ToLabels<'a> {
+        to: &'a str = "to",
+    }
+);
+
+label_set!(
+    pub struct ProxyLabels<'a> {
+        proxy_name: &'a str = "proxy_name",
+        to: &'a str = "to",
+    }
+);
+
+label_set!(
+    pub struct ProxyProtoLabels<'a> {
+        proxy_name: &'a str = "proxy_name",
+        to: &'a str = "to",
+        proto: &'a str = "proto",
+    }
+);
+
+label_set!(
+    pub struct ProxyRcodeLabels<'a> {
+        proxy_name: &'a str = "proxy_name",
+        to: &'a str = "to",
+        rcode: &'a str = "rcode",
+    }
+);
+
+label_set!(
+    pub struct ErrorLabels<'a> {
+        to: &'a str = "to",
+        error: &'a str = "error",
+    }
+);
+
+label_set!(
+    pub struct ResultLabels<'a> {
+        to: &'a str = "to",
+        result: &'a str = "result",
+    }
+);
+
+label_set!(
+    pub struct StateLabels<'a> {
+        to: &'a str = "to",
+        state: &'a str = "state",
+    }
+);
+
+label_set!(
+    pub struct ReasonLabels<'a> {
+        to: &'a str = "to",
+        reason: &'a str = "reason",
+    }
+);
+
+pub struct UpstreamMetrics {
+    pub proxy_duration: Histograms<ProxyRcodeLabels<'static>>,
+    pub proxy_conn_hits: Counters<ProxyProtoLabels<'static>>,
+    pub proxy_conn_misses: Counters<ProxyProtoLabels<'static>>,
+    pub errors: Counters<ErrorLabels<'static>>,
+    pub inflight: Gauges<ToLabels<'static>>,
+    pub healthy: Gauges<ToLabels<'static>>,
+    pub health_checks: Counters<ResultLabels<'static>>,
+    pub proxy_healthcheck_failures: Counters<ProxyLabels<'static>>,
+    pub pool_connections: Gauges<StateLabels<'static>>,
+    pub pool_dials: Counters<ToLabels<'static>>,
+    pub pool_dial_failures: Counters<ToLabels<'static>>,
+    pub pool_closed: Counters<ReasonLabels<'static>>,
+    pub queue_length: Gauges<ToLabels<'static>>,
+    pub queue_capacity: Gauges<ToLabels<'static>>,
+    pub queue_wait: Histograms<ToLabels<'static>>,
+    pub queue_rejected: Counters<ReasonLabels<'static>>,
+}
+
+impl UpstreamMetrics {
+    pub fn register(r: &Registry) -> UpstreamMetrics {
+        UpstreamMetrics {
+            proxy_duration: r.histograms(
+                "coredns_proxy_request_duration_seconds",
+                "Histogram of the time each request took.",
+                duration_buckets(),
+            ),
+            proxy_conn_hits: r.counters(
+                "coredns_proxy_conn_cache_hits_total",
+                "Counter of connection cache hits per upstream and protocol.",
+            ),
+            proxy_conn_misses: r.counters(
+                "coredns_proxy_conn_cache_misses_total",
+                "Counter of connection cache misses per upstream and protocol.",
+            ),
+            errors: r.counters(
+                "nodens_upstream_errors_total",
+                "Upstream exchanges that failed, by upstream and kind of failure.",
+            ),
+            inflight: r.gauges(
+                "nodens_upstream_inflight",
+                "Queries in flight to an upstream, UDP and TCP.",
+            ),
+            healthy: r.gauges(
+                "nodens_upstream_healthy",
+                "1 while an upstream is up, 0 while it is marked down and probed.",
+            ),
+            health_checks: r.counters(
+                "nodens_upstream_health_checks_total",
+                "Health probes of upstreams marked down, by result.",
+            ),
+            proxy_healthcheck_failures: r.counters(
+                "coredns_proxy_healthcheck_failures_total",
+                "Count of failed health checks per upstream.",
+            ),
+            pool_connections: r.gauges(
+                "nodens_upstream_tcp_connections",
+                "Open TCP connections to an upstream, idle (nothing in flight) or busy.",
+            ),
+            pool_dials: r.counters(
+                "nodens_upstream_tcp_dials_total",
+                "TCP connections dialled to an upstream.",
+            ),
+            pool_dial_failures: r.counters(
+                "nodens_upstream_tcp_dial_failures_total",
+                "TCP dials to an upstream that failed or timed out.",
+            ),
+            pool_closed: r.counters(
+                "nodens_upstream_tcp_closed_total",
+                "TCP connections to an upstream closed, by reason.",
+            ),
+            queue_length: r.gauges(
+                "nodens_upstream_queue_length",
+                "Queries waiting for a TCP connection slot to an upstream.",
+            ),
+            queue_capacity: r.gauges(
+                "nodens_upstream_queue_capacity",
+                "The configured wait queue size (pool.max_queue) of an upstream.",
+            ),
+            queue_wait: r.histograms(
+                "nodens_upstream_queue_wait_seconds",
+                "Time queries waited in the queue for a TCP connection slot.",
+                duration_buckets(),
+            ),
+            queue_rejected: r.counters(
+                "nodens_upstream_queue_rejected_total",
+                "Queries failed by the wait queue: it was full, or the wait expired.",
+            ),
+        }
+    }
+
+    /// `nodens_upstream_errors_total{to, error}`.
+    pub fn error(&self, to: &str, error: &str) -> IntCounter {
+        self.errors.get(&ErrorLabels { to, error })
+    }
+
+    /// `coredns_proxy_request_duration_seconds` for one upstream and rcode.
+    pub fn duration(&self, to: &str, rcode: u16) -> Histogram {
+        self.proxy_duration.get(&ProxyRcodeLabels {
+            proxy_name: PROXY_NAME,
+            to,
+            rcode: rcode_name(rcode),
+        })
+    }
+
+    /// The connection-reuse counters (hit, miss) for `proto` ("udp", "tcp").
+    pub fn conn_reuse(&self, to: &str, proto: &str) -> (IntCounter, IntCounter) {
+        let labels = ProxyProtoLabels {
+            proxy_name: PROXY_NAME,
+            to,
+            proto,
+        };
+        (
+            self.proxy_conn_hits.get(&labels),
+            self.proxy_conn_misses.get(&labels),
+        )
+    }
+}
