@@ -24,7 +24,11 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> 
 }
 
 /// Serves the endpoints on `listener` until `stop` fires.
-pub async fn serve(listener: tokio::net::TcpListener, state: Arc<HttpState>, stop: CancellationToken) {
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<HttpState>,
+    stop: CancellationToken,
+) {
     let app = Router::new()
         .route("/metrics", get(metrics_page))
         .route("/health", get(|| async { "OK\n" }))

@@ -56,10 +56,8 @@ mod tests {
             rlim_max: 0,
         };
         // SAFETY: as in raise_open_files.
-        assert_eq!(
-            unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) },
-            0
-        );
+        let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+        assert_eq!(got, 0);
         assert_eq!(limit.rlim_cur, limit.rlim_max);
         assert_eq!(now, limit.rlim_cur);
     }

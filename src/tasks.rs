@@ -48,6 +48,12 @@ pub struct Tasks {
     upkeep: Upkeep,
 }
 
+impl Default for Tasks {
+    fn default() -> Self {
+        Tasks::new()
+    }
+}
+
 impl Tasks {
     /// Call on the main runtime.
     pub fn new() -> Tasks {

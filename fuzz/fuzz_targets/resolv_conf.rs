@@ -52,7 +52,8 @@ fuzz_target!(|data: &[u8]| {
                 "servers are not the nameserver lines' addresses"
             );
         }
-        Err(message) => {
+        Err(e) => {
+            let message = e.to_string();
             assert!(message.contains(&path.display().to_string()), "{message}");
             assert!(
                 candidates.is_empty(),

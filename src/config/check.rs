@@ -10,7 +10,7 @@ use super::file::File;
 use super::position::Step::{self, Key};
 
 /// A broken rule: where (a span of the text, or a path into it) and what.
-pub enum Invalid {
+pub(super) enum Invalid {
     At(Range<usize>, String),
     Key(Vec<Step<'static>>, String),
 }
@@ -26,7 +26,7 @@ fn span_of(span: Range<usize>) -> Option<Range<usize>> {
 
 impl File {
     /// The first rule the file breaks, if any.
-    pub fn check(&self) -> Result<(), Invalid> {
+    pub(super) fn check(&self) -> Result<(), Invalid> {
         self.check_server()?;
         self.check_cache()?;
         self.check_zones()

@@ -20,7 +20,7 @@ fn secs(d: Duration) -> u32 {
 
 impl File {
     /// Compiles a checked file (see [`File::check`]).
-    pub fn compile(&self) -> Result<Config, Invalid> {
+    pub(super) fn compile(&self) -> Result<Config, Invalid> {
         let s = &self.server;
         let zones = self
             .zones
@@ -46,7 +46,7 @@ impl File {
                     Some(list) => list.iter().map(|n| *n.get_ref()).collect(),
                     None => crate::guard::acl::default_allow(),
                 },
-                rate_limit: (s.client_rate_limit > 0).then(|| RateLimit {
+                rate_limit: (s.client_rate_limit > 0).then_some(RateLimit {
                     per_second: s.client_rate_limit,
                     burst: match s.client_rate_burst {
                         0 => s.client_rate_limit,
@@ -76,9 +76,8 @@ impl File {
     fn compile_zone(&self, index: usize, z: &ZoneConfig) -> Result<ZonePlan, Invalid> {
         let name = z.name.get_ref().0.clone();
         let upstreams = if z.upstreams.is_empty() {
-            resolv_conf::nameservers(&z.resolv_conf).map_err(|e| {
-                self.zone_error(index, "resolv_conf", format!("zone {name}: {e}"))
-            })?
+            resolv_conf::nameservers(&z.resolv_conf)
+                .map_err(|e| self.zone_error(index, "resolv_conf", format!("zone {name}: {e}")))?
         } else {
             z.upstreams.iter().map(|u| u.get_ref().0).collect()
         };
@@ -141,4 +140,3 @@ impl UpstreamSettings {
             && self.health_check == other.health_check
     }
 }
-

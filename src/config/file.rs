@@ -318,4 +318,3 @@ pub enum Policy {
     /// A random first upstream per query, then the others in order.
     Random,
 }
-

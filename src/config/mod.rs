@@ -9,8 +9,8 @@
 //! listed twice, a zero timeout, an upstream that is one of our own listen
 //! addresses).
 
-pub mod check;
-pub mod compile;
+mod check;
+mod compile;
 pub mod file;
 mod position;
 pub mod resolv_conf;
@@ -213,7 +213,11 @@ mod tests {
     fn defaults_serve() {
         let c = File::parse("").unwrap();
         assert_eq!(
-            c.server.listen.iter().map(|a| a.get_ref().0).collect::<Vec<_>>(),
+            c.server
+                .listen
+                .iter()
+                .map(|a| a.get_ref().0)
+                .collect::<Vec<_>>(),
             vec!["127.0.0.1:1053".parse::<SocketAddr>().unwrap()]
         );
         assert_eq!(c.zones.len(), 1);
@@ -261,11 +265,7 @@ mod tests {
             "[[zone]]\nname = \"x\"\nupstreams = [\"::1\", \"[::1]:5353\", \"10.0.0.1\"]\n",
         )
         .unwrap();
-        let ups: Vec<String> = c.zones[0]
-            .upstreams
-            .iter()
-            .map(|u| u.to_string())
-            .collect();
+        let ups: Vec<String> = c.zones[0].upstreams.iter().map(|u| u.to_string()).collect();
         assert_eq!(ups, ["[::1]:53", "[::1]:5353", "10.0.0.1:53"]);
         assert_eq!(c.zones[0].name, "x.");
     }
@@ -278,7 +278,10 @@ mod tests {
         let c = Config::parse(text).unwrap();
         assert_eq!(c.zones[0].transport, Transport::ForceTcp);
         assert_eq!(c.zones[0].upstream.pool.max_connections, 2);
-        assert_eq!(c.zones[0].upstream.pool.idle_timeout, Duration::from_secs(1));
+        assert_eq!(
+            c.zones[0].upstream.pool.idle_timeout,
+            Duration::from_secs(1)
+        );
         assert_eq!(c.zones[1].transport, Transport::PreferUdp);
         assert_eq!(c.zones[1].upstream.pool.max_connections, 4);
         let e = Config::parse("[[zone]]\nname = \"a\"\n[zone.pool]\nmax_conns = 2\n").unwrap_err();

@@ -1,15 +1,31 @@
 //! The `nameserver` lines of a resolv.conf file.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-/// Reads the `nameserver` lines of a resolv.conf file; an error names the
-/// file and says what is wrong.
-pub fn nameservers(path: &Path) -> Result<Vec<SocketAddr>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+/// Why a resolv.conf file gives no upstreams; the message names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolvConfError {
+    #[error("{}: {source}", path.display())]
+    Unreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: no nameserver lines", path.display())]
+    NoNameservers { path: PathBuf },
+}
+
+/// Reads the `nameserver` lines of a resolv.conf file.
+pub fn nameservers(path: &Path) -> Result<Vec<SocketAddr>, ResolvConfError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ResolvConfError::Unreadable {
+        path: path.to_owned(),
+        source,
+    })?;
     let servers = parse_nameservers(&text);
     if servers.is_empty() {
-        return Err(format!("{}: no nameserver lines", path.display()));
+        return Err(ResolvConfError::NoNameservers {
+            path: path.to_owned(),
+        });
     }
     Ok(servers)
 }

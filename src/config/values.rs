@@ -34,7 +34,9 @@ pub struct ZoneName(pub String);
 impl FromStr for ZoneName {
     type Err = BadValue;
     fn from_str(s: &str) -> Result<Self, BadValue> {
-        name::normalize_zone(s).map(ZoneName).map_err(BadValue)
+        name::normalize_zone(s)
+            .map(ZoneName)
+            .map_err(|e| BadValue(e.0))
     }
 }
 deserialize_from_str!(ZoneName);

@@ -16,7 +16,7 @@ use std::os::fd::AsRawFd;
 use socket2::SockAddr;
 
 /// Datagrams per system call.
-pub const BATCH: usize = 32;
+pub(super) const BATCH: usize = 32;
 /// Room per received datagram. A query that does not fit (MSG_TRUNC) is
 /// dropped: DNS queries are a few hundred bytes at most.
 const RECV_ROOM: usize = 4096;
@@ -29,7 +29,7 @@ const CONTROL_ROOM: usize = 64;
 /// primary address, and a client that connected its socket (glibc does)
 /// drops a reply from another address. `IP_PKTINFO` / `IPV6_RECVPKTINFO`
 /// tell us the destination of each query; the reply names it as source.
-pub fn enable_destination_info(socket: &UdpSocket, ipv6: bool) -> io::Result<()> {
+pub(super) fn enable_destination_info(socket: &UdpSocket, ipv6: bool) -> io::Result<()> {
     let (level, option) = if ipv6 {
         (libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO)
     } else {
@@ -55,13 +55,13 @@ pub fn enable_destination_info(socket: &UdpSocket, ipv6: bool) -> io::Result<()>
 /// Where a datagram was sent: the address, and the interface it came in
 /// on (a reply from an IPv6 link-local address must name it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Destination {
-    pub ip: IpAddr,
-    pub ifindex: u32,
+pub(super) struct Destination {
+    pub(super) ip: IpAddr,
+    pub(super) ifindex: u32,
 }
 
 /// Buffers for one `recvmmsg` call, reused for every call.
-pub struct RecvBatch {
+pub(super) struct RecvBatch {
     buffers: Vec<Box<[u8; RECV_ROOM]>>,
     addrs: Vec<libc::sockaddr_storage>,
     iovecs: Vec<libc::iovec>,
@@ -75,12 +75,14 @@ pub struct RecvBatch {
 impl RecvBatch {
     /// Buffers for a socket; `destinations` when it reports each
     /// datagram's destination address.
-    pub fn new(destinations: bool) -> RecvBatch {
+    pub(super) fn new(destinations: bool) -> RecvBatch {
         RecvBatch {
             buffers: (0..BATCH).map(|_| Box::new([0u8; RECV_ROOM])).collect(),
-            // SAFETY: all-zero sockaddr_storage, iovec and mmsghdr are valid values.
+            // SAFETY: an all-zero sockaddr_storage is a valid value.
             addrs: vec![unsafe { zeroed() }; BATCH],
+            // SAFETY: an all-zero iovec (null pointer, length 0) is valid.
             iovecs: vec![unsafe { zeroed() }; BATCH],
+            // SAFETY: an all-zero mmsghdr (no buffers, no control) is valid.
             headers: vec![unsafe { zeroed() }; BATCH],
             controls: destinations.then(|| vec![[0u64; CONTROL_ROOM / 8]; BATCH]),
             received: 0,
@@ -92,7 +94,7 @@ impl RecvBatch {
     /// Receives up to [`BATCH`] datagrams. With `wait`, blocks until one
     /// arrives (or the socket's read timeout expires: `WouldBlock`), then
     /// takes what else has arrived; without, `WouldBlock` when none has.
-    pub fn recv(&mut self, socket: &UdpSocket, wait: bool) -> io::Result<usize> {
+    pub(super) fn recv(&mut self, socket: &UdpSocket, wait: bool) -> io::Result<usize> {
         for i in 0..BATCH {
             self.iovecs[i] = libc::iovec {
                 iov_base: self.buffers[i].as_mut_ptr().cast(),
@@ -142,7 +144,7 @@ impl RecvBatch {
     /// Datagram `i` of the last call, who sent it, and (on a wildcard
     /// socket) the address it was sent to; `None` if it was cut short or
     /// came from an address family we do not serve.
-    pub fn get(&self, i: usize) -> Option<(&[u8], SocketAddr, Option<Destination>)> {
+    pub(super) fn get(&self, i: usize) -> Option<(&[u8], SocketAddr, Option<Destination>)> {
         debug_assert!(i < self.received);
         let header = &self.headers[i];
         if header.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
@@ -255,7 +257,7 @@ fn socket_addr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
 }
 
 /// Replies collected while a batch is processed, sent with one `sendmmsg`.
-pub struct SendBatch {
+pub(super) struct SendBatch {
     /// Each reply, its destination, and the source address to send it
     /// from (on a wildcard socket).
     replies: Vec<(Vec<u8>, SockAddr, Option<Destination>)>,
@@ -279,7 +281,7 @@ impl Default for SendBatch {
 
 impl SendBatch {
     /// A buffer for the next reply, to be committed with [`SendBatch::commit`].
-    pub fn next_buffer(&mut self) -> &mut Vec<u8> {
+    pub(super) fn next_buffer(&mut self) -> &mut Vec<u8> {
         if self.used == self.replies.len() {
             self.replies.push((
                 Vec::with_capacity(1232),
@@ -292,7 +294,7 @@ impl SendBatch {
 
     /// Queues the buffer last returned by `next_buffer` for `to`, sent
     /// from `from` if given.
-    pub fn commit(&mut self, to: SocketAddr, from: Option<Destination>) {
+    pub(super) fn commit(&mut self, to: SocketAddr, from: Option<Destination>) {
         let reply = &mut self.replies[self.used];
         reply.1 = SockAddr::from(to);
         reply.2 = from;
@@ -303,12 +305,13 @@ impl SendBatch {
     /// socket's buffer is full; without, returns `WouldBlock`: call again
     /// when it is writable. A reply the kernel refuses for another reason
     /// (an unreachable client) is dropped, as a lost datagram would be.
-    pub fn send(&mut self, socket: &UdpSocket, wait: bool) -> io::Result<()> {
+    pub(super) fn send(&mut self, socket: &UdpSocket, wait: bool) -> io::Result<()> {
         let flags = if wait { 0 } else { libc::MSG_DONTWAIT };
         while self.sent < self.used {
             let count = (self.used - self.sent).min(BATCH);
-            // SAFETY: all-zero iovec and mmsghdr are valid values.
+            // SAFETY: all-zero iovecs (null pointer, length 0) are valid.
             let mut iovecs: [libc::iovec; BATCH] = unsafe { zeroed() };
+            // SAFETY: all-zero mmsghdrs (no buffers, no control) are valid.
             let mut headers: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
             for i in 0..count {
                 let (reply, to, from) = &self.replies[self.sent + i];
@@ -357,7 +360,7 @@ impl SendBatch {
     }
 
     /// Forgets the queued replies, sent or not.
-    pub fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         self.used = 0;
         self.sent = 0;
     }

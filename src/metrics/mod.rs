@@ -38,7 +38,8 @@ impl Registry {
     /// A registry holding `nodens_build_info`.
     pub fn new() -> Registry {
         let registry = Registry(prometheus::Registry::new());
-        let info: Gauges<BuildLabels<'static>> = registry.gauges("nodens_build_info", "nodens version.");
+        let info: Gauges<BuildLabels<'static>> =
+            registry.gauges("nodens_build_info", "nodens version.");
         info.get(&BuildLabels {
             version: env!("CARGO_PKG_VERSION"),
         })
@@ -62,7 +63,12 @@ impl Registry {
         family
     }
 
-    pub fn histograms<L: LabelSet>(&self, name: &str, help: &str, buckets: Vec<f64>) -> Histograms<L> {
+    pub fn histograms<L: LabelSet>(
+        &self,
+        name: &str,
+        help: &str,
+        buckets: Vec<f64>,
+    ) -> Histograms<L> {
         let family = family::histograms(name, help, buckets);
         self.add(family.collector());
         family

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::stats::ZoneStats;
 use super::{Listener, Settings, Shared, reply_limit};
-use crate::cache::{Entry, Freshness, Kind, KeyRef, Lookup};
+use crate::cache::{Entry, Freshness, KeyRef, Kind, Lookup};
 use crate::listen::Proto;
 use crate::upstream::Zone;
 use crate::wire::query::Query;

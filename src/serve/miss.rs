@@ -74,7 +74,12 @@ impl Shared {
                 return Handled::Drop;
             };
             let ttl = settings.cache.stale_ttl;
-            request.reply_from(&stale, Freshness::Stale { ttl }, Some(ede::STALE_ANSWER), out);
+            request.reply_from(
+                &stale,
+                Freshness::Stale { ttl },
+                Some(ede::STALE_ANSWER),
+                out,
+            );
             return Handled::Reply;
         };
         Handled::Miss(MissJob {
@@ -162,15 +167,15 @@ impl Shared {
                 let now = Instant::now();
                 // A failure never replaces an answer that can still be served,
                 // fresh (a prefetch that failed) or stale.
-                let has_usable = || match self.cache.lookup(
-                    &key.as_ref(),
-                    now,
-                    settings.cache.stale_max_age,
-                ) {
-                    Lookup::Fresh(e) => e.kind != Kind::Failure,
-                    Lookup::Stale(_) => true,
-                    Lookup::Miss => false,
-                };
+                let has_usable =
+                    || match self
+                        .cache
+                        .lookup(&key.as_ref(), now, settings.cache.stale_max_age)
+                    {
+                        Lookup::Fresh(e) => e.kind != Kind::Failure,
+                        Lookup::Stale(_) => true,
+                        Lookup::Miss => false,
+                    };
                 match forwarded {
                     Some(f) => {
                         let entry =

@@ -6,10 +6,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::hit::Request;
+use super::metrics::CacheLabels;
 use super::{Listener, Shared};
 use crate::cache::{Entry, Kind};
 use crate::metrics::VIEW;
-use super::metrics::CacheLabels;
 
 impl Shared {
     /// Counts a hit on `entry` and starts its refresh when it is popular

@@ -13,8 +13,8 @@ use arc_swap::ArcSwapOption;
 use prometheus::{Histogram, IntCounter};
 
 use super::metrics::{
-    CacheKindLabels, CacheLabels, DoLabels, PLUGIN_CACHE, PLUGIN_NONE, QTYPE_LABELS,
-    RequestLabels, ResponseLabels, ServeMetrics, SizeLabels, ZoneLabels, qtype_label, qtype_slot,
+    CacheKindLabels, CacheLabels, DoLabels, PLUGIN_CACHE, PLUGIN_NONE, QTYPE_LABELS, RequestLabels,
+    ResponseLabels, ServeMetrics, SizeLabels, ZoneLabels, qtype_label, qtype_slot,
 };
 use crate::listen::Proto;
 use crate::metrics::VIEW;

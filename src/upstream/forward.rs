@@ -29,11 +29,7 @@ pub struct Forwarded {
     pub layout: Layout,
 }
 
-pub async fn forward(
-    zone: &Zone,
-    key: &Key,
-    deadline: Instant,
-) -> Option<Forwarded> {
+pub async fn forward(zone: &Zone, key: &Key, deadline: Instant) -> Option<Forwarded> {
     let question = key.question();
     let mut fallback = None;
     for upstream in try_order(zone) {

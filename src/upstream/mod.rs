@@ -184,9 +184,9 @@ impl Router {
         let reused = previous
             .and_then(|p| p.upstreams.get(&addr))
             .filter(|u| u.settings == *settings);
-        let upstream = reused.cloned().unwrap_or_else(|| {
-            Arc::new(Upstream::new(addr, settings.clone(), metrics, upkeep))
-        });
+        let upstream = reused
+            .cloned()
+            .unwrap_or_else(|| Arc::new(Upstream::new(addr, settings.clone(), metrics, upkeep)));
         self.upstreams.insert(addr, upstream.clone());
         upstream
     }
@@ -271,7 +271,9 @@ mod tests {
                     [[zone]]\nname = \"svc.cluster.local\"\nupstreams = [\"127.0.0.1:3\"]\n";
         let config = crate::config::Config::parse(text).unwrap();
         let metrics = Arc::new(UpstreamMetrics::register(&crate::metrics::Registry::new()));
-        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         let _main = runtime.enter();
         let router = Router::build(&config.zones, &metrics, &Upkeep::current(), None);
         let zone = |n: &str| {

@@ -151,20 +151,27 @@ pub fn to_text(wire: &[u8]) -> String {
     out
 }
 
+/// A name in presentation form that is not a valid domain name, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadName(pub String);
+
 /// The wire form of a presentation name without escapes, lower-cased.
-pub fn from_text(text: &str) -> Result<Vec<u8>, String> {
+pub fn from_text(text: &str) -> Result<Vec<u8>, BadName> {
     let trimmed = text.trim_end_matches('.');
     let mut wire = Vec::with_capacity(trimmed.len() + 2);
     if !trimmed.is_empty() {
         for label in trimmed.split('.') {
             if label.is_empty() {
-                return Err(format!("`{text}` has an empty label"));
+                return Err(BadName(format!("`{text}` has an empty label")));
             }
             if label.len() > MAX_LABEL_LEN {
-                return Err(format!("`{text}` has a label longer than 63 characters"));
+                return Err(BadName(format!(
+                    "`{text}` has a label longer than 63 characters"
+                )));
             }
             if label.bytes().any(|b| b.is_ascii_whitespace() || b == b'\\') {
-                return Err(format!("`{text}` has a space or escape in it"));
+                return Err(BadName(format!("`{text}` has a space or escape in it")));
             }
             wire.push(label.len() as u8);
             wire.extend(label.bytes().map(|b| b.to_ascii_lowercase()));
@@ -172,16 +179,18 @@ pub fn from_text(text: &str) -> Result<Vec<u8>, String> {
     }
     wire.push(0);
     if wire.len() > MAX_NAME_LEN {
-        return Err(format!("`{text}` is longer than 255 octets"));
+        return Err(BadName(format!("`{text}` is longer than 255 octets")));
     }
     Ok(wire)
 }
 
 /// A zone name as written in the configuration, normalised to lower case
 /// with a trailing dot.
-pub fn normalize_zone(text: &str) -> Result<String, String> {
+pub fn normalize_zone(text: &str) -> Result<String, BadName> {
     if text.is_empty() {
-        return Err("a zone name cannot be empty (the root zone is \".\")".into());
+        return Err(BadName(
+            "a zone name cannot be empty (the root zone is \".\")".into(),
+        ));
     }
     Ok(to_text(&from_text(text)?))
 }

@@ -309,8 +309,9 @@ fn parse_additional(
                     question_end,
                 ));
             }
-            check_options(&packet[at..at + rdlen])
-                .map_err(|_| formerr("malformed EDNS option", question_end))?;
+            if !options_fill(&packet[at..at + rdlen]) {
+                return Err(formerr("malformed EDNS option", question_end));
+            }
             let found = Edns {
                 udp_size: class.max(512),
                 dnssec_ok: ttl & 0x8000 != 0,
@@ -332,18 +333,18 @@ fn parse_additional(
 }
 
 /// EDNS options are (code, length, data) triples that must fill the RDATA exactly.
-fn check_options(mut rdata: &[u8]) -> Result<(), ()> {
+fn options_fill(mut rdata: &[u8]) -> bool {
     while !rdata.is_empty() {
         if rdata.len() < 4 {
-            return Err(());
+            return false;
         }
         let len = read_u16(rdata, 2) as usize;
         if rdata.len() < 4 + len {
-            return Err(());
+            return false;
         }
         rdata = &rdata[4 + len..];
     }
-    Ok(())
+    true
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@
 //! namespace a test made itself). Every wait has a deadline; no readiness
 //! check is a fixed sleep.
 
-#![allow(dead_code)]
+#![allow(dead_code, unreachable_pub)] // shared by test binaries, each including it privately
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;

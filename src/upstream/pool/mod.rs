@@ -18,25 +18,21 @@
 //! connection has free slots, who waits) is behind one short mutex that is
 //! never held across an await.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Instant as StdInstant;
 
 use prometheus::{Histogram, IntCounter, IntGauge};
-use rand::Rng;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
-use tokio::time::{Instant, sleep_until, timeout, timeout_at};
+use tokio::time::{Instant, timeout_at};
+
+mod connection;
 
 use super::ExchangeError;
-use crate::config::PoolConfig;
 use super::metrics::{ReasonLabels, StateLabels, ToLabels, UpstreamMetrics};
+use crate::config::PoolConfig;
 use crate::tasks::Upkeep;
-use crate::wire::framing::{frame, take_frame};
-use crate::wire::response::{Answers, Case, check_answers, with_question};
-use crate::wire::{read_u16, write_u16};
 
 /// How often a query is sent again after a reused connection closed under it.
 const CLOSED_RETRIES: u32 = 3;
@@ -128,7 +124,10 @@ struct PoolMetrics {
 impl PoolMetrics {
     fn new(metrics: &Arc<UpstreamMetrics>, to: &str, config: &PoolConfig) -> PoolMetrics {
         let one = ToLabels { to };
-        metrics.queue_capacity.get(&one).set(config.max_queue as i64);
+        metrics
+            .queue_capacity
+            .get(&one)
+            .set(config.max_queue as i64);
         let state = |state| StateLabels { to, state };
         let rejected = |reason| ReasonLabels { to, reason };
         let (reused, fresh) = metrics.conn_reuse(to, "tcp");
@@ -236,7 +235,7 @@ impl Pool {
                 answer,
             };
             let result = match slot.send(request) {
-                Err(()) => Err(ExchangeError::Closed),
+                Err(e) => Err(e),
                 Ok(()) => {
                     self.inner.m.inflight.inc();
                     let answer = timeout_at(deadline, answered).await;
@@ -273,13 +272,14 @@ impl Drop for Pool {
 }
 
 impl Slot {
-    fn send(mut self, request: Request) -> Result<(), ()> {
+    /// Hands `request` to the connection; `Closed` if its task has ended.
+    fn send(mut self, request: Request) -> Result<(), ExchangeError> {
         self.armed = false;
         if self.messages.send(Message::Query(request)).is_ok() {
             Ok(())
         } else {
             self.inner.release(self.conn);
-            Err(())
+            Err(ExchangeError::Closed)
         }
     }
 }
@@ -437,50 +437,6 @@ impl Inner {
         self.publish(&st);
     }
 
-    async fn dial(self: Arc<Self>) {
-        self.m.dials.inc();
-        let connected =
-            match timeout(self.config.connect_timeout, TcpStream::connect(self.addr)).await {
-                Ok(Ok(stream)) => stream.set_nodelay(true).map(|_| stream),
-                Ok(Err(e)) => Err(e),
-                Err(_) => Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "connect timed out",
-                )),
-            };
-        let mut st = self.lock();
-        st.dialing -= 1;
-        match connected {
-            Ok(stream) => {
-                let (tx, rx) = mpsc::unbounded_channel();
-                let id = st.next_id();
-                st.conns.push(Conn {
-                    id,
-                    inflight: 0,
-                    assigned: 0,
-                    retiring: None,
-                    messages: tx,
-                });
-                self.upkeep.spawn(self.clone().run_connection(id, stream, rx));
-                self.pump(&mut st);
-            }
-            Err(e) => {
-                self.m.dial_failures.inc();
-                // Nothing open and nothing dialling: the upstream is not
-                // taking connections. Fail the waiters now, not at their timeout.
-                if st.conns.is_empty() && st.dialing == 0 {
-                    for waiter in st.queue.drain(..) {
-                        let _ = waiter.slot.send(Err(ExchangeError::Io(std::io::Error::new(
-                            e.kind(),
-                            e.to_string(),
-                        ))));
-                    }
-                }
-            }
-        }
-        self.publish(&st);
-    }
-
     /// Removes a connection from the pool, if `allowed` says so under the lock.
     fn remove_if(self: &Arc<Self>, conn_id: u64, allowed: impl FnOnce(&Conn) -> bool) -> bool {
         let mut st = self.lock();
@@ -512,109 +468,4 @@ impl Inner {
         self.m.idle.set((st.conns.len() - busy) as i64);
         self.m.queue_length.set(st.queue.len() as i64);
     }
-
-    /// The task that owns one connection: writes queries, matches answers by
-    /// ID, and decides when the connection ends.
-    async fn run_connection(
-        self: Arc<Self>,
-        id: u64,
-        stream: TcpStream,
-        mut messages: mpsc::UnboundedReceiver<Message>,
-    ) {
-        let (mut reader, mut writer) = stream.into_split();
-        let mut pending: HashMap<u16, Pending> = HashMap::new();
-        let mut received = Vec::with_capacity(1024);
-        let mut framed = Vec::new();
-        let mut idle_since = Instant::now();
-        let reason = 'conn: loop {
-            let next_deadline = pending.values().map(|p| p.deadline).min();
-            let idle_at = idle_since + self.config.idle_timeout;
-            tokio::select! {
-                message = messages.recv() => {
-                    let mut request = match message {
-                        None => break CloseReason::Unused,
-                        Some(Message::Wake) => {
-                            if pending.is_empty() && let Some(reason) = self.remove_if_retired(id) {
-                                break reason;
-                            }
-                            continue;
-                        }
-                        Some(Message::Query(request)) => request,
-                    };
-                    let mut qid = read_u16(&request.query, 0);
-                    while pending.contains_key(&qid) {
-                        qid = rand::rng().random();
-                    }
-                    write_u16(&mut request.query, 0, qid);
-                    frame(&request.query, &mut framed);
-                    let deadline = request.deadline;
-                    pending.insert(qid, Pending { question: request.question, deadline, answer: request.answer });
-                    match timeout_at(deadline, writer.write_all(&framed)).await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(_)) => break CloseReason::Error,
-                        // The server stopped reading: our send buffer is full.
-                        Err(_) => break CloseReason::Stuck,
-                    }
-                }
-                read = reader.read_buf(&mut received) => {
-                    match read {
-                        Ok(0) => break CloseReason::PeerClosed,
-                        Err(_) => break CloseReason::Error,
-                        Ok(_) => {}
-                    }
-                    while let Some(answer) = take_frame(&mut received) {
-                        let qid = if answer.len() >= 2 { read_u16(&answer, 0) } else { 0 };
-                        let Some(p) = pending.remove(&qid) else {
-                            self.m.mismatch.inc();
-                            continue;
-                        };
-                        // Our ID on an answer to another question: the server is
-                        // confused or someone is injecting; this query fails.
-                        let result = match check_answers(&answer, qid, &p.question, Case::Ignore) {
-                            Ok(Answers::Question) => Ok(answer),
-                            Ok(Answers::ErrorWithoutQuestion) => Ok(with_question(&answer, &p.question)),
-                            Err(_) => Err(ExchangeError::Mismatch),
-                        };
-                        let _ = p.answer.send(result);
-                        self.release(id);
-                        if pending.is_empty() {
-                            idle_since = Instant::now();
-                        }
-                    }
-                    if pending.is_empty() && let Some(reason) = self.remove_if_retired(id) {
-                        break 'conn reason;
-                    }
-                }
-                // A query got no answer in time: the server is not serving this
-                // connection (stopped reading, or lost the query). Retire it.
-                _ = sleep_until(next_deadline.unwrap_or(idle_at)), if next_deadline.is_some() => break CloseReason::Stuck,
-                _ = sleep_until(idle_at), if pending.is_empty() => {
-                    // Under the pool lock, so no query is handed this connection meanwhile.
-                    if self.remove_if(id, |c| c.inflight == 0) {
-                        break CloseReason::Idle;
-                    }
-                    // A slot was just handed out; its query is on its way.
-                    idle_since = Instant::now();
-                }
-            }
-        };
-        self.remove_if(id, |_| true);
-        self.m.closed(reason.label());
-        messages.close();
-        while let Ok(message) = messages.try_recv() {
-            if let Message::Query(request) = message {
-                let _ = request.answer.send(Err(ExchangeError::Closed));
-            }
-        }
-        for (_, p) in pending.drain() {
-            let _ = p.answer.send(Err(reason.error()));
-        }
-        let _ = writer.shutdown().await;
-    }
-}
-
-struct Pending {
-    question: Vec<u8>,
-    deadline: Instant,
-    answer: oneshot::Sender<Result<Vec<u8>, ExchangeError>>,
 }
