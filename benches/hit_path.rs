@@ -13,9 +13,8 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use nodens::cache::key::NameBuf;
 use nodens::cache::{Cache, Entry, Freshness, KeyRef, TtlPolicy};
 use nodens::config::Config;
-use nodens::listen::{Handled, ListenerInfo, Proto};
+use nodens::listen::{Handled, ListenerInfo, Proto, Service};
 use nodens::serve::Shared;
-use nodens::server::Telemetry;
 use nodens::wire::{query, response};
 
 const POLICY: TtlPolicy = TtlPolicy {
@@ -120,12 +119,7 @@ fn whole_hit(c: &mut Criterion) {
     )
     .unwrap();
     let _main = runtime.enter();
-    let telemetry = Telemetry::register("dns://bench".into());
-    let shared = Arc::new(Shared::new(
-        &config,
-        telemetry.serve.clone(),
-        &telemetry.upstream,
-    ));
+    let shared = Arc::new(Shared::standalone(&config));
     let n = name(7);
     let packet = client_query(&n);
     let q = query::parse(&packet).unwrap();

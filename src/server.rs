@@ -23,11 +23,9 @@ use crate::serve::metrics::ServeMetrics;
 use crate::serve::{Settings, Shared};
 use crate::upstream::metrics::UpstreamMetrics;
 
-label_set!(
-    pub struct ResultLabels<'a> {
-        result: &'a str = "result",
-    }
-);
+label_set! {
+    pub struct ResultLabels { result = "result" }
+}
 
 /// Every metric set, registered in one registry: the one place that knows
 /// all areas' metrics.

@@ -15,9 +15,8 @@ use std::time::Instant;
 use nodens::cache::key::NameBuf;
 use nodens::cache::{Entry, KeyRef, TtlPolicy};
 use nodens::config::Config;
-use nodens::listen::{Handled, ListenerInfo, Proto};
+use nodens::listen::{Handled, ListenerInfo, Proto, Service};
 use nodens::serve::Shared;
-use nodens::server::Telemetry;
 use nodens::wire::{query, response};
 
 /// Counts allocations made by the current thread while `COUNTING` is set.
@@ -119,12 +118,7 @@ fn cache_hits_allocate_nothing() {
     )
     .unwrap();
     let _main = runtime.enter();
-    let telemetry = Telemetry::register("dns://t".into());
-    let shared = Arc::new(Shared::new(
-        &config,
-        telemetry.serve.clone(),
-        &telemetry.upstream,
-    ));
+    let shared = Arc::new(Shared::standalone(&config));
     let info = ListenerInfo::new("127.0.0.1:1053".parse().unwrap());
 
     let cases: [(&[u8], bool); 2] = [

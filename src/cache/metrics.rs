@@ -9,16 +9,11 @@ use super::CacheStats;
 use crate::label_set;
 use crate::metrics::{Counters, Gauges, Registry, VIEW};
 
-label_set!(
+label_set! {
     /// CoreDNS's labels on its cache-wide series; `zones` is "." here, the
     /// one cache serving every zone.
-    pub struct CacheKindLabels<'a> {
-        server: &'a str = "server",
-        kind: &'a str = "type",
-        zones: &'a str = "zones",
-        view: &'a str = "view",
-    }
-);
+    pub struct CacheKindLabels { server = "server", kind = "type", zones = "zones", view = "view" }
+}
 
 const KINDS: [&str; 2] = ["success", "denial"];
 

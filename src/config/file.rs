@@ -11,7 +11,7 @@ use ipnet::IpNet;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::values::{HttpListen, ListenAddr, LogFilter, ServerAddr, ZoneName};
+use super::values::{DnsAddr, HttpListen, LogFilter, ZoneName};
 
 /// The whole file, as written (an empty file is all defaults).
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -29,7 +29,7 @@ pub struct File {
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
     /// Addresses to serve on, UDP and TCP on each.
-    pub listen: Vec<Spanned<ListenAddr>>,
+    pub listen: Vec<Spanned<DnsAddr>>,
     /// Worker threads; 0 means the smaller of the cgroup CPU quota and the
     /// process's CPU affinity mask.
     pub workers: usize,
@@ -74,7 +74,7 @@ impl Default for ServerConfig {
         ServerConfig {
             listen: vec![Spanned::new(
                 0..0,
-                ListenAddr("127.0.0.1:1053".parse().unwrap()),
+                DnsAddr("127.0.0.1:1053".parse().unwrap()),
             )],
             workers: 0,
             max_udp_payload: 1232,
@@ -177,7 +177,7 @@ pub struct ZoneConfig {
     pub name: Spanned<ZoneName>,
     /// Upstream servers, `IP` or `IP:port`; empty means the nameservers of `resolv_conf`.
     #[serde(default)]
-    pub upstreams: Vec<Spanned<ServerAddr>>,
+    pub upstreams: Vec<Spanned<DnsAddr>>,
     #[serde(default = "default_resolv_conf")]
     pub resolv_conf: PathBuf,
     #[serde(default)]

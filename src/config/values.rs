@@ -41,41 +41,26 @@ impl FromStr for ZoneName {
 }
 deserialize_from_str!(ZoneName);
 
-/// An upstream server: `IP`, `IP:port`, `[IPv6]:port`; port 53 when omitted.
+/// A DNS server address (an upstream, a listen address): `IP`, `IP:port`
+/// or `[IPv6]:port`; port 53 when omitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ServerAddr(pub SocketAddr);
+pub struct DnsAddr(pub SocketAddr);
 
-impl FromStr for ServerAddr {
+impl FromStr for DnsAddr {
     type Err = BadValue;
     fn from_str(s: &str) -> Result<Self, BadValue> {
-        parse_addr(s, 53).map(ServerAddr)
+        if let Ok(addr) = s.parse::<SocketAddr>() {
+            return Ok(DnsAddr(addr));
+        }
+        if let Ok(ip) = s.parse::<IpAddr>() {
+            return Ok(DnsAddr(SocketAddr::new(ip, 53)));
+        }
+        Err(BadValue(format!(
+            "`{s}` is not an address: expected IP, IP:port or [IPv6]:port"
+        )))
     }
 }
-deserialize_from_str!(ServerAddr);
-
-/// A listen address: like [`ServerAddr`], port 53 when omitted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ListenAddr(pub SocketAddr);
-
-impl FromStr for ListenAddr {
-    type Err = BadValue;
-    fn from_str(s: &str) -> Result<Self, BadValue> {
-        parse_addr(s, 53).map(ListenAddr)
-    }
-}
-deserialize_from_str!(ListenAddr);
-
-fn parse_addr(s: &str, default_port: u16) -> Result<SocketAddr, BadValue> {
-    if let Ok(addr) = s.parse::<SocketAddr>() {
-        return Ok(addr);
-    }
-    if let Ok(ip) = s.parse::<IpAddr>() {
-        return Ok(SocketAddr::new(ip, default_port));
-    }
-    Err(BadValue(format!(
-        "`{s}` is not an address: expected IP, IP:port or [IPv6]:port"
-    )))
-}
+deserialize_from_str!(DnsAddr);
 
 /// `metrics.listen`: `IP:port`, or "" for no HTTP server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

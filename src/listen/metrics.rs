@@ -5,11 +5,9 @@ use prometheus::{IntCounter, IntGauge};
 use crate::label_set;
 use crate::metrics::{Counters, Registry};
 
-label_set!(
-    pub struct ReasonLabels<'a> {
-        reason: &'a str = "reason",
-    }
-);
+label_set! {
+    pub struct ReasonLabels { reason = "reason" }
+}
 
 pub struct ListenMetrics {
     pub tcp_connections: IntGauge,

@@ -42,19 +42,28 @@ impl LabelValue for String {
     }
 }
 
-/// Declares a label struct:
-/// `label_set!(pub struct ZoneLabels<'a> { server: &'a str = "server", ... })`;
-/// its family is `Counters<ZoneLabels<'static>>` (or `Gauges`, `Histograms`).
-/// Fields are label values (anything [`LabelValue`]); the literal after `=`
-/// is the label's name in the exposition.
+/// Declares label structs, one per metric family:
+///
+/// ```ignore
+/// label_set! {
+///     /// `coredns_dns_requests_total`.
+///     pub struct RequestLabels { server = "server", proto: Proto = "proto", qtype = "type" }
+/// }
+/// ```
+///
+/// Each field is a label value, `&'a str` unless a type (anything
+/// [`LabelValue`]) is given; the literal is the label's name in the
+/// exposition, and the field order is the label order. The family of
+/// `RequestLabels` is `Counters<RequestLabels<'static>>` (or `Gauges`,
+/// `Histograms`).
 #[macro_export]
 macro_rules! label_set {
-    ($(#[$doc:meta])* $vis:vis struct $name:ident<$lt:lifetime> {
-        $($field:ident : $ty:ty = $label:literal),+ $(,)?
-    }) => {
+    ($($(#[$doc:meta])* $vis:vis struct $name:ident {
+        $($field:ident $(: $ty:ty)? = $label:literal),+ $(,)?
+    })+) => {$(
         $(#[$doc])*
         #[derive(Clone, Copy, Debug)]
-        $vis struct $name<$lt> { $(pub $field: $ty),+ }
+        $vis struct $name<'a> { $(pub $field: $crate::label_set!(@type 'a $($ty)?)),+ }
 
         impl $crate::metrics::family::LabelSet for $name<'static> {
             const NAMES: &'static [&'static str] = &[$($label),+];
@@ -67,7 +76,9 @@ macro_rules! label_set {
                 [$(self.$field.label_value()),+]
             }
         }
-    };
+    )+};
+    (@type $lt:lifetime) => { &$lt str };
+    (@type $lt:lifetime $ty:ty) => { $ty };
 }
 
 /// A Prometheus metric vector whose children are picked by a `L` label struct.

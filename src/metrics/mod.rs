@@ -28,11 +28,9 @@ impl Default for Registry {
     }
 }
 
-label_set!(
-    struct BuildLabels<'a> {
-        version: &'a str = "version",
-    }
-);
+label_set! {
+    struct BuildLabels { version = "version" }
+}
 
 impl Registry {
     /// A registry holding `nodens_build_info`.

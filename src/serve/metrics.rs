@@ -9,81 +9,30 @@ use crate::listen::Proto;
 use crate::metrics::{Counters, Histograms, Registry, duration_buckets, size_buckets};
 pub use crate::wire::{QTYPE_LABELS, qtype_label, qtype_slot};
 
-label_set!(
+label_set! {
     /// `coredns_dns_requests_total`.
-    pub struct RequestLabels<'a> {
-        server: &'a str = "server",
-        zone: &'a str = "zone",
-        view: &'a str = "view",
-        proto: Proto = "proto",
-        family: &'a str = "family",
-        qtype: &'a str = "type",
+    pub struct RequestLabels {
+        server = "server", zone = "zone", view = "view",
+        proto: Proto = "proto", family = "family", qtype = "type",
     }
-);
-
-label_set!(
     /// `coredns_dns_responses_total`.
-    pub struct ResponseLabels<'a> {
-        server: &'a str = "server",
-        zone: &'a str = "zone",
-        view: &'a str = "view",
-        rcode: &'a str = "rcode",
-        plugin: &'a str = "plugin",
+    pub struct ResponseLabels {
+        server = "server", zone = "zone", view = "view", rcode = "rcode", plugin = "plugin",
     }
-);
-
-label_set!(
     /// `coredns_dns_request_duration_seconds`.
-    pub struct ZoneLabels<'a> {
-        server: &'a str = "server",
-        zone: &'a str = "zone",
-        view: &'a str = "view",
-    }
-);
-
-label_set!(
+    pub struct ZoneLabels { server = "server", zone = "zone", view = "view" }
     /// Request and response sizes.
-    pub struct SizeLabels<'a> {
-        server: &'a str = "server",
-        zone: &'a str = "zone",
-        view: &'a str = "view",
-        proto: Proto = "proto",
-    }
-);
-
-label_set!(
+    pub struct SizeLabels { server = "server", zone = "zone", view = "view", proto: Proto = "proto" }
     /// `coredns_dns_do_requests_total` (CoreDNS orders these labels so).
-    pub struct DoLabels<'a> {
-        server: &'a str = "server",
-        view: &'a str = "view",
-        zone: &'a str = "zone",
-    }
-);
-
-label_set!(
+    pub struct DoLabels { server = "server", view = "view", zone = "zone" }
     /// The cache plugin's per-zone counters (its label is `zones`).
-    pub struct CacheLabels<'a> {
-        server: &'a str = "server",
-        zones: &'a str = "zones",
-        view: &'a str = "view",
-    }
-);
-
-label_set!(
+    pub struct CacheLabels { server = "server", zones = "zones", view = "view" }
     /// `coredns_cache_hits_total`: `type` is "success" or "denial".
-    pub struct CacheKindLabels<'a> {
-        server: &'a str = "server",
-        kind: &'a str = "type",
-        zones: &'a str = "zones",
-        view: &'a str = "view",
+    pub struct CacheKindLabels {
+        server = "server", kind = "type", zones = "zones", view = "view",
     }
-);
-
-label_set!(
-    pub struct ReasonLabels<'a> {
-        reason: &'a str = "reason",
-    }
-);
+    pub struct ReasonLabels { reason = "reason" }
+}
 
 /// CoreDNS's `plugin` label on responses: which plugin wrote the reply. In
 /// NodeLocal DNSCache's chain every answer passes through `cache`, forwarded

@@ -1,7 +1,8 @@
 //! The request path: one query in, one reply out, as a sequence of stages.
 //!
-//! [`Shared::handle`] runs on the listener's thread and answers everything
-//! it can without waiting:
+//! `handle` (the [`Service`] of the listeners, implemented by [`Shared`])
+//! runs on the listener's thread and answers everything it can without
+//! waiting:
 //!
 //! 1. [`admit`]: the allow list and the per-client rate limit;
 //! 2. parse: a malformed query gets FORMERR/NOTIMP (or nothing);
@@ -37,6 +38,7 @@ use crate::cache::{Cache, KeyRef};
 use crate::config::{Config, TcpLimits};
 use crate::inflight::InFlight;
 use crate::listen::{Handled, ListenerInfo, Proto, Service};
+use crate::metrics::Registry;
 use crate::tasks::Tasks;
 use crate::upstream::metrics::UpstreamMetrics;
 use crate::wire::{build, query};
@@ -81,9 +83,35 @@ impl Shared {
         }
     }
 
-    /// Answers `packet` from `client` from what is at hand, or says it
-    /// needs upstream: the stages in order.
-    pub fn handle(
+    /// A request path with a registry of its own, for benchmarks and tests
+    /// that drive [`Service::handle`] directly. Call inside a runtime.
+    pub fn standalone(config: &Config) -> Shared {
+        let registry = Registry::new();
+        let upstream = Arc::new(UpstreamMetrics::register(&registry));
+        Shared::new(
+            config,
+            Arc::new(ServeMetrics::register(&registry)),
+            &upstream,
+        )
+    }
+}
+
+/// The largest reply a client may get: its UDP size, or a TCP message's
+/// 16-bit length limit (an upstream's largest answer plus our OPT is over it).
+fn reply_limit(proto: Proto, query: &query::Query<'_>, settings: &Settings) -> usize {
+    match proto {
+        Proto::Udp => query.udp_limit(settings.server.max_udp_payload),
+        Proto::Tcp => u16::MAX as usize,
+    }
+}
+
+impl Service for Shared {
+    type PerListener = StatsSlot;
+    type Miss = MissJob;
+
+    /// The stages in order.
+    #[inline]
+    fn handle(
         self: &Arc<Self>,
         packet: &[u8],
         client: IpAddr,
@@ -133,32 +161,6 @@ impl Shared {
             hit::Cached::Miss => None,
         };
         self.miss(&request, all_stats, stale, out)
-    }
-}
-
-/// The largest reply a client may get: its UDP size, or a TCP message's
-/// 16-bit length limit (an upstream's largest answer plus our OPT is over it).
-fn reply_limit(proto: Proto, query: &query::Query<'_>, settings: &Settings) -> usize {
-    match proto {
-        Proto::Udp => query.udp_limit(settings.server.max_udp_payload),
-        Proto::Tcp => u16::MAX as usize,
-    }
-}
-
-impl Service for Shared {
-    type PerListener = StatsSlot;
-    type Miss = MissJob;
-
-    #[inline]
-    fn handle(
-        self: &Arc<Self>,
-        packet: &[u8],
-        client: IpAddr,
-        listener: &Listener,
-        proto: Proto,
-        out: &mut Vec<u8>,
-    ) -> Handled<MissJob> {
-        Shared::handle(self, packet, client, listener, proto, out)
     }
 
     async fn resolve(self: &Arc<Self>, miss: MissJob, listener: &Listener, out: &mut Vec<u8>) {

@@ -10,62 +10,16 @@ use crate::wire::rcode_name;
 /// CoreDNS's `proxy_name` label value for its forward plugin.
 pub const PROXY_NAME: &str = "forward";
 
-label_set!(
-    pub struct ToLabels<'a> {
-        to: &'a str = "to",
-    }
-);
-
-label_set!(
-    pub struct ProxyLabels<'a> {
-        proxy_name: &'a str = "proxy_name",
-        to: &'a str = "to",
-    }
-);
-
-label_set!(
-    pub struct ProxyProtoLabels<'a> {
-        proxy_name: &'a str = "proxy_name",
-        to: &'a str = "to",
-        proto: &'a str = "proto",
-    }
-);
-
-label_set!(
-    pub struct ProxyRcodeLabels<'a> {
-        proxy_name: &'a str = "proxy_name",
-        to: &'a str = "to",
-        rcode: &'a str = "rcode",
-    }
-);
-
-label_set!(
-    pub struct ErrorLabels<'a> {
-        to: &'a str = "to",
-        error: &'a str = "error",
-    }
-);
-
-label_set!(
-    pub struct ResultLabels<'a> {
-        to: &'a str = "to",
-        result: &'a str = "result",
-    }
-);
-
-label_set!(
-    pub struct StateLabels<'a> {
-        to: &'a str = "to",
-        state: &'a str = "state",
-    }
-);
-
-label_set!(
-    pub struct ReasonLabels<'a> {
-        to: &'a str = "to",
-        reason: &'a str = "reason",
-    }
-);
+label_set! {
+    pub struct ToLabels { to = "to" }
+    pub struct ProxyLabels { proxy_name = "proxy_name", to = "to" }
+    pub struct ProxyProtoLabels { proxy_name = "proxy_name", to = "to", proto = "proto" }
+    pub struct ProxyRcodeLabels { proxy_name = "proxy_name", to = "to", rcode = "rcode" }
+    pub struct ErrorLabels { to = "to", error = "error" }
+    pub struct ResultLabels { to = "to", result = "result" }
+    pub struct StateLabels { to = "to", state = "state" }
+    pub struct ReasonLabels { to = "to", reason = "reason" }
+}
 
 pub struct UpstreamMetrics {
     pub proxy_duration: Histograms<ProxyRcodeLabels<'static>>,
