@@ -23,16 +23,17 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Instant as StdInstant;
 
-use prometheus::{Histogram, IntCounter, IntGauge};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, timeout_at};
 
 mod connection;
+mod metrics;
 
 use super::ExchangeError;
-use super::metrics::{ReasonLabels, StateLabels, ToLabels, UpstreamMetrics};
+use super::metrics::UpstreamMetrics;
 use crate::config::PoolConfig;
 use crate::tasks::Upkeep;
+use metrics::PoolMetrics;
 
 /// How often a query is sent again after a reused connection closed under it.
 const CLOSED_RETRIES: u32 = 3;
@@ -101,61 +102,6 @@ struct Request {
     question: Vec<u8>,
     deadline: Instant,
     answer: oneshot::Sender<Result<Vec<u8>, ExchangeError>>,
-}
-
-struct PoolMetrics {
-    idle: IntGauge,
-    busy: IntGauge,
-    dials: IntCounter,
-    dial_failures: IntCounter,
-    queue_length: IntGauge,
-    queue_wait: Histogram,
-    rejected_full: IntCounter,
-    rejected_timeout: IntCounter,
-    reused: IntCounter,
-    fresh: IntCounter,
-    mismatch: IntCounter,
-    /// Shared with the UDP path: queries sent and not yet answered.
-    inflight: IntGauge,
-    metrics: Arc<UpstreamMetrics>,
-    label: String,
-}
-
-impl PoolMetrics {
-    fn new(metrics: &Arc<UpstreamMetrics>, to: &str, config: &PoolConfig) -> PoolMetrics {
-        let one = ToLabels { to };
-        metrics
-            .queue_capacity
-            .get(&one)
-            .set(config.max_queue as i64);
-        let state = |state| StateLabels { to, state };
-        let rejected = |reason| ReasonLabels { to, reason };
-        let (reused, fresh) = metrics.conn_reuse(to, "tcp");
-        PoolMetrics {
-            idle: metrics.pool_connections.get(&state("idle")),
-            busy: metrics.pool_connections.get(&state("busy")),
-            dials: metrics.pool_dials.get(&one),
-            dial_failures: metrics.pool_dial_failures.get(&one),
-            queue_length: metrics.queue_length.get(&one),
-            queue_wait: metrics.queue_wait.get(&one),
-            rejected_full: metrics.queue_rejected.get(&rejected("full")),
-            rejected_timeout: metrics.queue_rejected.get(&rejected("timeout")),
-            reused,
-            fresh,
-            mismatch: metrics.error(to, "mismatch"),
-            inflight: metrics.inflight.get(&one),
-            metrics: metrics.clone(),
-            label: to.to_string(),
-        }
-    }
-
-    fn closed(&self, reason: &str) {
-        let labels = ReasonLabels {
-            to: &self.label,
-            reason,
-        };
-        self.metrics.pool_closed.get(&labels).inc();
-    }
 }
 
 /// Why a connection ended, the `reason` label of nodens_upstream_tcp_closed_total.
