@@ -18,14 +18,14 @@ const CLIENTS: usize = 20;
 
 #[test]
 fn concurrent_identical_misses_make_one_upstream_query() {
-    let net = Net(50);
+    let net = Net::alloc();
     let silent = Silent::bind(net.silent(0));
     let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(&Cfg::new(net).server("query_timeout", "\"4s\"").zone(
-        "test.",
-        &[silent.addr, core.addr],
-        &[("upstream_timeout", "\"1s\"")],
-    ));
+    let nodens = Nodens::start(
+        &Cfg::new(&net)
+            .query_timeout(secs(4))
+            .zone(Zone::new("test.", &[silent.addr, core.addr]).upstream_timeout(secs(1))),
+    );
 
     let barrier = Arc::new(Barrier::new(CLIENTS));
     let dns = nodens.dns;

@@ -461,9 +461,9 @@ fn send_tcp(server: std::net::SocketAddr, case: &Case) -> Option<Vec<u8>> {
 
 #[test]
 fn corpus_gets_the_specified_outcomes() {
-    let net = Net(70);
+    let net = Net::alloc();
     let core = CoreDns::test_zone(net.upstream(0), "");
-    let mut nodens = Nodens::start(&Cfg::new(net).zone("test.", &[core.addr], &[]));
+    let mut nodens = Nodens::start(&Cfg::new(&net).zone(Zone::new("test.", &[core.addr])));
 
     let cases = corpus();
     assert!(cases.len() >= 30, "corpus has only {} packets", cases.len());
@@ -528,9 +528,9 @@ fn corpus_gets_the_specified_outcomes() {
 /// nothing they carry is ever served.
 #[test]
 fn fake_responses_to_the_listener_never_poison_the_cache() {
-    let net = Net(71);
+    let net = Net::alloc();
     let core = CoreDns::test_zone(net.upstream(0), "");
-    let mut nodens = Nodens::start(&Cfg::new(net).zone("test.", &[core.addr], &[]));
+    let mut nodens = Nodens::start(&Cfg::new(&net).zone(Zone::new("test.", &[core.addr])));
 
     let fake = |id: u16, owner: &[u8]| {
         cat(&[
@@ -575,14 +575,14 @@ fn fake_responses_to_the_listener_never_poison_the_cache() {
 /// CoreDNS's answer after upstream_timeout, and so does the next client.
 #[test]
 fn spoofed_upstream_answers_are_rejected() {
-    let net = Net(72);
+    let net = Net::alloc();
     let silent = Silent::bind(net.silent(0));
     let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(&Cfg::new(net).server("query_timeout", "\"5s\"").zone(
-        "test.",
-        &[silent.addr, core.addr],
-        &[("upstream_timeout", "\"1500ms\"")],
-    ));
+    let nodens = Nodens::start(
+        &Cfg::new(&net)
+            .query_timeout(secs(5))
+            .zone(Zone::new("test.", &[silent.addr, core.addr]).upstream_timeout(ms(1500))),
+    );
 
     let dns = nodens.dns;
     let client = thread::spawn(move || {

@@ -72,9 +72,9 @@ fn cached_then_expired(
 
 #[test]
 fn nxdomain_cached_for_soa_minimum() {
-    let net = Net(20);
+    let net = Net::alloc();
     let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(&Cfg::new(net).zone("test.", &[core.addr], &[]));
+    let nodens = Nodens::start(&Cfg::new(&net).zone(Zone::new("test.", &[core.addr])));
     cached_then_expired(
         &core,
         &nodens,
@@ -88,9 +88,9 @@ fn nxdomain_cached_for_soa_minimum() {
 
 #[test]
 fn nodata_cached_for_soa_minimum() {
-    let net = Net(21);
+    let net = Net::alloc();
     let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(&Cfg::new(net).zone("test.", &[core.addr], &[]));
+    let nodens = Nodens::start(&Cfg::new(&net).zone(Zone::new("test.", &[core.addr])));
     // www has A and AAAA only.
     cached_then_expired(
         &core,
@@ -112,13 +112,11 @@ fn nodata_cached_for_soa_minimum() {
 /// before the SOA's 3 s, and the SOA TTL handed out is at most 1.
 #[test]
 fn negative_max_ttl_clamps() {
-    let net = Net(22);
+    let net = Net::alloc();
     let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(&Cfg::new(net).zone(
-        "test.",
-        &[core.addr],
-        &[("negative_max_ttl", "\"1s\"")],
-    ));
+    let nodens = Nodens::start(
+        &Cfg::new(&net).zone(Zone::new("test.", &[core.addr]).negative_max_ttl(secs(1))),
+    );
     cached_then_expired(
         &core,
         &nodens,

@@ -46,9 +46,9 @@ fn serving_threads_hold_no_capabilities() {
     if !require_root("capability test") {
         return;
     }
-    let net = Net(160);
+    let net = Net::alloc();
     let core = CoreDns::test_zone(net.upstream(0), "");
-    let cfg = Cfg::new(net).zone("test.", &[core.addr], &[]);
+    let cfg = Cfg::new(&net).zone(Zone::new("test.", &[core.addr]));
     let nodens = Nodens::start(&cfg);
     udp_query(nodens.dns, &Q::new("www.test.", Rt::A));
     let pid = nodens.proc.pid();
