@@ -14,8 +14,8 @@
 //! - Forged answers (right ID and port, wrong letter case; a flood of wrong
 //!   IDs) never reach the cache: 0x20 and TCP confirmation.
 //!
-//! Loopback block 127.0.150-159.x (see tests/common); the IPv6 wildcard test
-//! runs in a network namespace of its own (root).
+//! Each test allocates its loopback block ([`Net::alloc`]); the IPv6
+//! wildcard test runs in a network namespace of its own (root).
 
 mod common;
 
@@ -90,16 +90,13 @@ fn nodens_fds(nodens: &Nodens) -> usize {
 
 #[test]
 fn trickling_and_silent_tcp_clients_do_not_deny_tcp() {
-    let net = Net::alloc();
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(
-        &Cfg::new(&net)
-            .tcp_max_connections(32)
+    let (net, _core, nodens) = setup_with(|c, z| {
+        c.tcp_max_connections(32)
             .tcp_max_connections_per_client(8)
             .tcp_read_timeout(secs(1))
             .tcp_idle_timeout(secs(10))
-            .zone(Zone::new("test.", &[core.addr])),
-    );
+            .zone(z)
+    });
     let dns = nodens.dns;
 
     // A trickling connection (one byte of a message every 400 ms, never a
@@ -390,6 +387,8 @@ fn error_replies_carry_opt_when_the_query_had_one() {
 fn wildcard_listener_answers_from_the_queried_address() {
     let net = Net::alloc();
     let core = CoreDns::test_zone(net.upstream(0), "");
+    // A fixed port: the listener is 0.0.0.0, so it cannot sit in a block;
+    // allocated blocks use ports 1053, 5300, 9253 and (on ::1) 20000-22559.
     let port = 30154;
     let nodens = Nodens::start(
         &Cfg::new(&net)
@@ -459,7 +458,8 @@ fn wildcard_ipv6_listener_answers_from_the_queried_address() {
         ns.ip(&["-n", &ns.0, "addr", "add", addr, "dev", "lo", "nodad"]);
     }
     in_netns(&ns.0, || {
-        let net = Net::alloc();
+        // Fixed, not allocated: the namespace is this test's own.
+        let net = Net::fixed(150);
         let listen: SocketAddr = "[::]:1053".parse().unwrap();
         let nodens = Nodens::start(
             &Cfg::new(&net)
@@ -479,7 +479,7 @@ fn wildcard_ipv6_listener_answers_from_the_queried_address() {
             let n = sock
                 .recv(&mut buf)
                 .unwrap_or_else(|e| panic!("{client} -> {server}: no reply ({e})"));
-            assert_eq!(RawMsg::parse(&buf[..n]).unwrap().rcode(), 5);
+            assert_eq!(Reply::parse(buf[..n].to_vec(), Duration::ZERO).rcode(), 5);
         }
         drop(nodens);
     });
@@ -553,7 +553,7 @@ fn sources_outside_the_allow_list_are_refused() {
     let mut msg = vec![0u8; len];
     tcp.read_exact(&mut msg).unwrap();
     assert_eq!(
-        RawMsg::parse(&msg).unwrap().rcode(),
+        Reply::parse(msg, Duration::ZERO).rcode(),
         5,
         "REFUSED over TCP too"
     );
@@ -561,14 +561,8 @@ fn sources_outside_the_allow_list_are_refused() {
 
 #[test]
 fn per_client_rate_limit_drops_the_flooder_only() {
-    let net = Net::alloc();
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(
-        &Cfg::new(&net)
-            .client_rate_limit(20)
-            .client_rate_burst(20)
-            .zone(Zone::new("test.", &[core.addr])),
-    );
+    let (net, _core, nodens) =
+        setup_with(|c, z| c.client_rate_limit(20).client_rate_burst(20).zone(z));
     let flooder = udp_from(net.ip(40));
     flooder
         .set_read_timeout(Some(Duration::from_millis(300)))

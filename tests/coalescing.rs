@@ -18,14 +18,7 @@ const CLIENTS: usize = 20;
 
 #[test]
 fn concurrent_identical_misses_make_one_upstream_query() {
-    let net = Net::alloc();
-    let silent = Silent::bind(net.silent(0));
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(
-        &Cfg::new(&net)
-            .query_timeout(secs(4))
-            .zone(Zone::new("test.", &[silent.addr, core.addr]).upstream_timeout(secs(1))),
-    );
+    let (_net, silent, core, nodens) = silent_first();
 
     let barrier = Arc::new(Barrier::new(CLIENTS));
     let dns = nodens.dns;

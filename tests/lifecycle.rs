@@ -81,9 +81,7 @@ fn check_config_names_the_bad_line() {
 
 #[test]
 fn health_and_ready() {
-    let net = Net::alloc();
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(&Cfg::new(&net).zone(Zone::new("test.", &[core.addr])));
+    let (net, _core, nodens) = setup();
     let http = net.metrics();
     assert_eq!(http_get(http, "/health").unwrap().0, 200);
     assert_eq!(http_get(http, "/ready").unwrap().0, 200);

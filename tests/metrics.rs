@@ -308,13 +308,7 @@ fn metrics_match_the_traffic() {
 /// entry count stays below the number of names.
 #[test]
 fn evictions_counted_when_the_cache_is_full() {
-    let net = Net::alloc();
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(
-        &Cfg::new(&net)
-            .capacity_kib(16)
-            .zone(Zone::new("test.", &[core.addr])),
-    );
+    let (_net, core, nodens) = setup_with(|c, z| c.capacity_kib(16).zone(z));
     let names = 400;
     for i in 0..names {
         let r = udp_query(nodens.dns, &Q::new(&format!("n{i}.test."), Rt::A));

@@ -3,7 +3,8 @@
 //! none; the main thread holds CAP_NET_BIND_SERVICE only, and still binds
 //! port 53 on reload; no_new_privs is set everywhere.
 //!
-//! Loopback block 127.0.160.x (see tests/common).
+//! The loopback block is allocated ([`Net::alloc`]); port 53 is bound on
+//! its own `.1` address, so no other test can hold it.
 
 mod common;
 

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn stale_setup(stale_max_age: Duration) -> Setup {
-    Setup::with(|c, z| {
+fn stale_setup(stale_max_age: Duration) -> (Net, CoreDns, Nodens) {
+    setup_with(|c, z| {
         c.query_timeout(secs(2))
             .stale_max_age(stale_max_age)
             .stale_ttl(secs(30))
@@ -28,11 +28,7 @@ fn stale_setup(stale_max_age: Duration) -> Setup {
 
 #[test]
 fn serves_stale_when_upstream_is_down() {
-    let Setup {
-        net: _net,
-        mut core,
-        nodens,
-    } = stale_setup(secs(3600));
+    let (_net, mut core, nodens) = stale_setup(secs(3600));
 
     let t0 = Instant::now();
     // short and short2 have TTL 2.
@@ -100,11 +96,7 @@ fn serves_stale_when_upstream_is_down() {
 /// stale_max_age = 2s: stale 0.8 s after expiry, SERVFAIL 3.5 s after.
 #[test]
 fn no_stale_answer_past_stale_max_age() {
-    let Setup {
-        net: _net,
-        mut core,
-        nodens,
-    } = stale_setup(secs(2));
+    let (_net, mut core, nodens) = stale_setup(secs(2));
 
     let t0 = Instant::now();
     assert_eq!(
@@ -147,14 +139,8 @@ fn no_stale_answer_past_stale_max_age() {
 /// pf2 is hit only at 5.5 s (1 < prefetch_min_hits): not refreshed.
 #[test]
 fn prefetch_refreshes_popular_entries_only() {
-    let net = Net::alloc();
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(
-        &Cfg::new(&net)
-            .prefetch_min_hits(2)
-            .prefetch_percent(40)
-            .zone(Zone::new("test.", &[core.addr])),
-    );
+    let (_net, core, nodens) =
+        setup_with(|c, z| c.prefetch_min_hits(2).prefetch_percent(40).zone(z));
 
     let t0 = Instant::now();
     for _ in 0..3 {

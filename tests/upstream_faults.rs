@@ -117,15 +117,11 @@ impl Conn {
         let deadline = Instant::now() + timeout;
         let mut chunk = [0u8; 65536];
         loop {
-            if self.buf.len() >= 2 {
-                let len = u16::from_be_bytes([self.buf[0], self.buf[1]]) as usize;
-                if self.buf.len() >= 2 + len {
-                    let msg: Vec<u8> = self.buf.drain(..2 + len).skip(2).collect();
-                    self.log.lock().unwrap().conns[self.idx]
-                        .queries
-                        .push(msg.clone());
-                    return Got::Msg(msg);
-                }
+            if let Some(msg) = take_frame(&mut self.buf) {
+                self.log.lock().unwrap().conns[self.idx]
+                    .queries
+                    .push(msg.clone());
+                return Got::Msg(msg);
             }
             if self.stop.load(Ordering::SeqCst) {
                 return Got::Closed;
@@ -924,17 +920,13 @@ fn out_of_order_answers_matched_by_id() {
 /// fails at once with queue_full.
 #[test]
 fn zero_queue_still_dials() {
-    let net = Net::alloc();
-    let core = CoreDns::test_zone_delayed(net.upstream(0), "1s");
-    let to = core.addr.to_string();
-    let nodens = Nodens::start(
-        &Cfg::new(&net).query_timeout(secs(4)).zone(
-            Zone::new("test.", &[core.addr])
-                .transport(Transport::ForceTcp)
-                .upstream_timeout(secs(3))
-                .pool(Pool::new().max_connections(1).max_queue(0)),
-        ),
+    let (_net, core, nodens) = delayed_force_tcp(
+        "1s",
+        secs(4),
+        secs(3),
+        Pool::new().max_connections(1).max_queue(0),
     );
+    let to = core.addr.to_string();
 
     for (name, addr) in [("www.test.", "192.0.2.1"), ("mx.test.", "192.0.2.3")] {
         let r = udp_query(nodens.dns, &Q::new(name, Rt::A));

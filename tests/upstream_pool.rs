@@ -90,12 +90,8 @@ fn remotes(qs: &[&LoggedQuery]) -> BTreeSet<String> {
 /// the ones CoreDNS gives when asked directly.
 #[test]
 fn force_tcp_sends_every_query_over_tcp() {
-    let net = Net::alloc();
-    let core = CoreDns::test_zone(net.upstream(0), "");
+    let (_net, core, nodens) = setup_with(|c, z| c.zone(z.transport(Transport::ForceTcp)));
     let to = core.addr.to_string();
-    let nodens = Nodens::start(
-        &Cfg::new(&net).zone(Zone::new("test.", &[core.addr]).transport(Transport::ForceTcp)),
-    );
 
     let cases = [
         ("www.test.", Rt::A),
@@ -184,23 +180,17 @@ fn force_tcp_sends_every_query_over_tcp() {
 /// connections than allowed.
 #[test]
 fn connections_never_exceed_max_connections() {
-    let net = Net::alloc();
-    let core = CoreDns::test_zone_delayed(net.upstream(0), "100ms");
-    let to = core.addr.to_string();
-    let nodens = Nodens::start(
-        &Cfg::new(&net).query_timeout(secs(15)).zone(
-            Zone::new("test.", &[core.addr])
-                .transport(Transport::ForceTcp)
-                .upstream_timeout(secs(12))
-                .pool(
-                    Pool::new()
-                        .max_connections(2)
-                        .max_inflight(1)
-                        .max_queue(256)
-                        .max_queue_wait(secs(12)),
-                ),
-        ),
+    let (_net, core, nodens) = delayed_force_tcp(
+        "100ms",
+        secs(15),
+        secs(12),
+        Pool::new()
+            .max_connections(2)
+            .max_inflight(1)
+            .max_queue(256)
+            .max_queue_wait(secs(12)),
     );
+    let to = core.addr.to_string();
 
     const N: usize = 40;
     let start = Instant::now();
@@ -330,23 +320,17 @@ fn connections_never_exceed_max_connections() {
 /// errors_total{error="queue_full"} count them; the gauges go back to 0.
 #[test]
 fn full_queue_fails_at_once() {
-    let net = Net::alloc();
-    let core = CoreDns::test_zone_delayed(net.upstream(0), "1500ms");
-    let to = core.addr.to_string();
-    let nodens = Nodens::start(
-        &Cfg::new(&net).query_timeout(secs(10)).zone(
-            Zone::new("test.", &[core.addr])
-                .transport(Transport::ForceTcp)
-                .upstream_timeout(secs(8))
-                .pool(
-                    Pool::new()
-                        .max_connections(1)
-                        .max_inflight(1)
-                        .max_queue(2)
-                        .max_queue_wait(secs(5)),
-                ),
-        ),
+    let (_net, core, nodens) = delayed_force_tcp(
+        "1500ms",
+        secs(10),
+        secs(8),
+        Pool::new()
+            .max_connections(1)
+            .max_inflight(1)
+            .max_queue(2)
+            .max_queue_wait(secs(5)),
     );
+    let to = core.addr.to_string();
     // Warm: one idle connection, so the burst's first query takes it and
     // only the next two wait (how a cold pool counts the query that waits
     // for the dial is not what this test is about).
@@ -457,23 +441,17 @@ fn full_queue_fails_at_once() {
 /// the upstream; the query in flight is still answered.
 #[test]
 fn queue_wait_expires() {
-    let net = Net::alloc();
-    let core = CoreDns::test_zone_delayed(net.upstream(0), "2s");
-    let to = core.addr.to_string();
-    let nodens = Nodens::start(
-        &Cfg::new(&net).query_timeout(secs(8)).zone(
-            Zone::new("test.", &[core.addr])
-                .transport(Transport::ForceTcp)
-                .upstream_timeout(secs(6))
-                .pool(
-                    Pool::new()
-                        .max_connections(1)
-                        .max_inflight(1)
-                        .max_queue(16)
-                        .max_queue_wait(ms(500)),
-                ),
-        ),
+    let (_net, core, nodens) = delayed_force_tcp(
+        "2s",
+        secs(8),
+        secs(6),
+        Pool::new()
+            .max_connections(1)
+            .max_inflight(1)
+            .max_queue(16)
+            .max_queue_wait(ms(500)),
     );
+    let to = core.addr.to_string();
     let before = parse_metrics(&nodens.metrics_text());
 
     let (first, waiters) = std::thread::scope(|s| {
@@ -558,12 +536,8 @@ fn queue_wait_expires() {
 /// and nine hits; CoreDNS saw them all from the same client port.
 #[test]
 fn sequential_queries_reuse_one_connection() {
-    let net = Net::alloc();
-    let core = CoreDns::test_zone(net.upstream(0), "");
+    let (_net, core, nodens) = setup_with(|c, z| c.zone(z.transport(Transport::ForceTcp)));
     let to = core.addr.to_string();
-    let nodens = Nodens::start(
-        &Cfg::new(&net).zone(Zone::new("test.", &[core.addr]).transport(Transport::ForceTcp)),
-    );
 
     let names = [
         ("www.test.", Rt::A),
@@ -635,16 +609,13 @@ fn sequential_queries_reuse_one_connection() {
 /// polled every 20 ms); closed_total{reason="idle"} counts it.
 #[test]
 fn idle_connection_closed_on_time() {
-    let net = Net::alloc();
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let to = core.addr.to_string();
-    let nodens = Nodens::start(
-        &Cfg::new(&net).zone(
-            Zone::new("test.", &[core.addr])
-                .transport(Transport::ForceTcp)
+    let (_net, core, nodens) = setup_with(|c, z| {
+        c.zone(
+            z.transport(Transport::ForceTcp)
                 .pool(Pool::new().idle_timeout(secs(1))),
-        ),
-    );
+        )
+    });
+    let to = core.addr.to_string();
 
     let first = udp_query(nodens.dns, &Q::new("www.test.", Rt::A));
     assert_eq!(first.a(), vec![ipv4("192.0.2.1")]);
@@ -704,16 +675,13 @@ fn idle_connection_closed_on_time() {
 /// reason="max_queries", none left open at the upstream.
 #[test]
 fn max_queries_per_connection_retires_connections() {
-    let net = Net::alloc();
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let to = core.addr.to_string();
-    let nodens = Nodens::start(
-        &Cfg::new(&net).zone(
-            Zone::new("test.", &[core.addr])
-                .transport(Transport::ForceTcp)
+    let (_net, core, nodens) = setup_with(|c, z| {
+        c.zone(
+            z.transport(Transport::ForceTcp)
                 .pool(Pool::new().max_queries_per_connection(3)),
-        ),
-    );
+        )
+    });
+    let to = core.addr.to_string();
 
     let names: Vec<String> = (0..9).map(|i| format!("n{i}.test.")).collect();
     for n in &names {
@@ -769,17 +737,13 @@ fn max_queries_per_connection_retires_connections() {
 /// nodens counts 4 in flight and queues none, and all four are answered.
 #[test]
 fn pipelining_on_one_connection() {
-    let net = Net::alloc();
-    let core = CoreDns::test_zone_delayed(net.upstream(0), "300ms");
-    let to = core.addr.to_string();
-    let nodens = Nodens::start(
-        &Cfg::new(&net).query_timeout(secs(6)).zone(
-            Zone::new("test.", &[core.addr])
-                .transport(Transport::ForceTcp)
-                .upstream_timeout(secs(5))
-                .pool(Pool::new().max_connections(1).max_inflight(4)),
-        ),
+    let (_net, core, nodens) = delayed_force_tcp(
+        "300ms",
+        secs(6),
+        secs(5),
+        Pool::new().max_connections(1).max_inflight(4),
     );
+    let to = core.addr.to_string();
 
     let (replies, samples) = sample_during(
         Duration::from_millis(20),

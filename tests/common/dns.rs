@@ -245,6 +245,16 @@ pub fn tcp_query(server: SocketAddr, q: &Q) -> Reply {
     }
 }
 
+/// Takes one RFC 1035 length-framed message off the front of `buf`, if a
+/// whole one is there.
+pub fn take_frame(buf: &mut Vec<u8>) -> Option<Vec<u8>> {
+    let len = usize::from(u16::from_be_bytes([*buf.first()?, *buf.get(1)?]));
+    if buf.len() < 2 + len {
+        return None;
+    }
+    Some(buf.drain(..2 + len).skip(2).collect())
+}
+
 /// What reading a TCP DNS connection gave.
 #[derive(Debug)]
 pub enum TcpRead {
@@ -291,13 +301,8 @@ impl Tcp {
         let deadline = Instant::now() + timeout;
         let mut chunk = [0u8; 65536];
         loop {
-            if self.buf.len() >= 2 {
-                let len = u16::from_be_bytes([self.buf[0], self.buf[1]]) as usize;
-                if self.buf.len() >= 2 + len {
-                    let msg = self.buf[2..2 + len].to_vec();
-                    self.buf.drain(..2 + len);
-                    return TcpRead::Msg(msg);
-                }
+            if let Some(msg) = take_frame(&mut self.buf) {
+                return TcpRead::Msg(msg);
             }
             let Some(left) = deadline.checked_duration_since(Instant::now()) else {
                 return TcpRead::Timeout;

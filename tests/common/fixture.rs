@@ -1,5 +1,9 @@
 //! The set-up most tests share, started in one call: a loopback block, a
-//! CoreDNS upstream, and nodens forwarding a zone to it.
+//! CoreDNS upstream, and nodens forwarding the zone `test.` to it.
+//!
+//! Each returns a tuple to destructure in order, `let (net, core, nodens) =
+//! setup();`: locals drop in reverse order, so nodens stops first and the
+//! block is released last.
 
 use std::time::Duration;
 
@@ -9,64 +13,43 @@ use super::net::Net;
 use super::nodens::Nodens;
 use super::silent::Silent;
 
-/// A running test set-up. Destructure it as `let Setup { net, core, nodens }`
-/// (in that order: nodens is then stopped first and the block released last).
-pub struct Setup {
-    pub net: Net,
-    pub core: CoreDns,
-    pub nodens: Nodens,
+/// CoreDNS serving the standard `test.` zone on `net.upstream(0)`, and
+/// nodens with the zone `test.` forwarding to it.
+pub fn setup() -> (Net, CoreDns, Nodens) {
+    setup_with(|c, z| c.zone(z))
 }
 
-impl Setup {
-    /// CoreDNS serving the standard `test.` zone on `net.upstream(0)`, and
-    /// nodens with the zone `test.` forwarding to it.
-    pub fn new() -> Setup {
-        Setup::with(|c, z| c.zone(z))
-    }
+/// [`setup`] with the configuration made by `cfg` from the defaults and the
+/// `test.` zone, which it must add: `|c, z| c.zone(z.max_fails(3))`.
+pub fn setup_with(cfg: impl FnOnce(Cfg, Zone) -> Cfg) -> (Net, CoreDns, Nodens) {
+    setup_custom(|net| CoreDns::test_zone(net.upstream(0), ""), cfg)
+}
 
-    /// [`Setup::new`], the configuration made by `cfg` from the defaults and
-    /// the `test.` zone (which it must add: `|c, z| c.zone(z.max_fails(3))`).
-    pub fn with(cfg: impl FnOnce(Cfg, Zone) -> Cfg) -> Setup {
-        Setup::custom(|net| CoreDns::test_zone(net.upstream(0), ""), cfg)
-    }
-
-    /// [`Setup::with`] with the CoreDNS `core` starts on the block.
-    pub fn custom(core: impl FnOnce(&Net) -> CoreDns, cfg: impl FnOnce(Cfg, Zone) -> Cfg) -> Setup {
-        let net = Net::alloc();
-        let core = core(&net);
-        let zone = Zone::new("test.", &[core.addr]);
-        let nodens = Nodens::start(&cfg(Cfg::new(&net), zone));
-        Setup { net, core, nodens }
-    }
+/// [`setup_with`] with the CoreDNS that `core` starts in the block.
+pub fn setup_custom(
+    core: impl FnOnce(&Net) -> CoreDns,
+    cfg: impl FnOnce(Cfg, Zone) -> Cfg,
+) -> (Net, CoreDns, Nodens) {
+    let net = Net::alloc();
+    let core = core(&net);
+    let zone = Zone::new("test.", &[core.addr]);
+    let nodens = Nodens::start(&cfg(Cfg::new(&net), zone));
+    (net, core, nodens)
 }
 
 /// A silent upstream first and CoreDNS second: every miss waits out the
 /// silent one (`upstream_timeout` 1 s, `query_timeout` 4 s) before CoreDNS
-/// answers. Destructure as `let SilentFirst { net, silent, core, nodens }`.
-pub struct SilentFirst {
-    pub net: Net,
-    pub silent: Silent,
-    pub core: CoreDns,
-    pub nodens: Nodens,
-}
-
-impl SilentFirst {
-    pub fn new() -> SilentFirst {
-        let net = Net::alloc();
-        let silent = Silent::bind(net.silent(0));
-        let core = CoreDns::test_zone(net.upstream(0), "");
-        let nodens = Nodens::start(
-            &Cfg::new(&net)
-                .query_timeout(Duration::from_secs(4))
-                .zone(Zone::new("test.", &[silent.addr, core.addr]).upstream_timeout(secs(1))),
-        );
-        SilentFirst {
-            net,
-            silent,
-            core,
-            nodens,
-        }
-    }
+/// answers.
+pub fn silent_first() -> (Net, Silent, CoreDns, Nodens) {
+    let net = Net::alloc();
+    let silent = Silent::bind(net.silent(0));
+    let core = CoreDns::test_zone(net.upstream(0), "");
+    let nodens = Nodens::start(
+        &Cfg::new(&net)
+            .query_timeout(secs(4))
+            .zone(Zone::new("test.", &[silent.addr, core.addr]).upstream_timeout(secs(1))),
+    );
+    (net, silent, core, nodens)
 }
 
 /// `Duration::from_secs`, short for configurations.
@@ -77,4 +60,25 @@ pub fn secs(s: u64) -> Duration {
 /// `Duration::from_millis`, short for configurations.
 pub fn ms(ms: u64) -> Duration {
     Duration::from_millis(ms)
+}
+
+/// CoreDNS answering every A query under `delay.test.` after `delay`
+/// ([`CoreDns::test_zone_delayed`]), and nodens sending the zone `test.` to
+/// it over TCP (`force_tcp`) with these timeouts and pool limits.
+pub fn delayed_force_tcp(
+    delay: &str,
+    query_timeout: Duration,
+    upstream_timeout: Duration,
+    pool: super::config::Pool,
+) -> (Net, CoreDns, Nodens) {
+    setup_custom(
+        |net| CoreDns::test_zone_delayed(net.upstream(0), delay),
+        |c, z| {
+            c.query_timeout(query_timeout).zone(
+                z.transport(super::config::Transport::ForceTcp)
+                    .upstream_timeout(upstream_timeout)
+                    .pool(pool),
+            )
+        },
+    )
 }

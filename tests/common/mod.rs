@@ -32,10 +32,10 @@ pub use ::nodens::wire::rcode;
 pub use config::{Cfg, Pool, Transport, Zone};
 pub use coredns::{CoreDns, ERRATIC_A, LoggedQuery};
 pub use dns::{
-    EdeCodes, Q, Reply, Rt, Tcp, TcpRead, ipv4, question_of, tcp_query, udp_exchange, udp_query,
-    udp_query_timeout,
+    EdeCodes, Q, Reply, Rt, Tcp, TcpRead, ipv4, question_of, take_frame, tcp_query, udp_exchange,
+    udp_query, udp_query_timeout,
 };
-pub use fixture::{Setup, SilentFirst, ms, secs};
+pub use fixture::{delayed_force_tcp, ms, secs, setup, setup_custom, setup_with, silent_first};
 pub use http::http_get;
 pub use net::Net;
 pub use netns::{euid, in_netns, require_root};

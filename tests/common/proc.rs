@@ -69,6 +69,12 @@ impl Proc {
         self.lines.lock().unwrap().len()
     }
 
+    /// The first line from index `from` on that matches, if one was printed.
+    fn find_line(&self, from: usize, pred: impl Fn(&str) -> bool) -> Option<String> {
+        let lines = self.lines.lock().unwrap();
+        lines.iter().skip(from).find(|l| pred(l)).cloned()
+    }
+
     /// The first line from index `from` on that matches, waiting up to `timeout`.
     pub fn wait_for_line(
         &mut self,
@@ -79,28 +85,14 @@ impl Proc {
     ) -> String {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(l) = self
-                .lines
-                .lock()
-                .unwrap()
-                .iter()
-                .skip(from)
-                .find(|l| pred(l))
-            {
-                return l.clone();
+            if let Some(l) = self.find_line(from, &pred) {
+                return l;
             }
             if let Some(st) = self.try_status() {
                 // Give the reader threads a moment to drain the pipes, then look once more.
                 thread::sleep(Duration::from_millis(100));
-                if let Some(l) = self
-                    .lines
-                    .lock()
-                    .unwrap()
-                    .iter()
-                    .skip(from)
-                    .find(|l| pred(l))
-                {
-                    return l.clone();
+                if let Some(l) = self.find_line(from, &pred) {
+                    return l;
                 }
                 panic!(
                     "{} exited ({st}) before printing {what}; output:\n{}",
