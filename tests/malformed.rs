@@ -571,14 +571,7 @@ fn fake_responses_to_the_listener_never_poison_the_cache() {
 /// CoreDNS's answer after upstream_timeout, and so does the next client.
 #[test]
 fn spoofed_upstream_answers_are_rejected() {
-    let net = Net::alloc();
-    let silent = Silent::bind(net.silent(0));
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(
-        &Cfg::new(&net)
-            .query_timeout(secs(5))
-            .zone(Zone::new("test.", &[silent.addr, core.addr]).upstream_timeout(ms(1500))),
-    );
+    let (net, silent, _core, nodens) = silent_first_with(secs(5), ms(1500));
 
     let dns = nodens.dns;
     let client = thread::spawn(move || {

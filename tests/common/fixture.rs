@@ -41,14 +41,21 @@ pub fn setup_custom(
 /// silent one (`upstream_timeout` 1 s, `query_timeout` 4 s) before CoreDNS
 /// answers.
 pub fn silent_first() -> (Net, Silent, CoreDns, Nodens) {
+    silent_first_with(secs(4), secs(1))
+}
+
+/// [`silent_first`] with these timeouts.
+pub fn silent_first_with(
+    query_timeout: Duration,
+    upstream_timeout: Duration,
+) -> (Net, Silent, CoreDns, Nodens) {
     let net = Net::alloc();
     let silent = Silent::bind(net.silent(0));
     let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(
-        &Cfg::new(&net)
-            .query_timeout(secs(4))
-            .zone(Zone::new("test.", &[silent.addr, core.addr]).upstream_timeout(secs(1))),
-    );
+    let nodens =
+        Nodens::start(&Cfg::new(&net).query_timeout(query_timeout).zone(
+            Zone::new("test.", &[silent.addr, core.addr]).upstream_timeout(upstream_timeout),
+        ));
     (net, silent, core, nodens)
 }
 

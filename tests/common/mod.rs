@@ -35,7 +35,9 @@ pub use dns::{
     EdeCodes, Q, Reply, Rt, Tcp, TcpRead, ipv4, question_of, take_frame, tcp_query, udp_exchange,
     udp_query, udp_query_timeout,
 };
-pub use fixture::{delayed_force_tcp, ms, secs, setup, setup_custom, setup_with, silent_first};
+pub use fixture::{
+    delayed_force_tcp, ms, secs, setup, setup_custom, setup_with, silent_first, silent_first_with,
+};
 pub use http::http_get;
 pub use net::Net;
 pub use netns::{euid, in_netns, require_root};
