@@ -14,8 +14,8 @@
 //! - Forged answers (right ID and port, wrong letter case; a flood of wrong
 //!   IDs) never reach the cache: 0x20 and TCP confirmation.
 //!
-//! Loopback block 127.0.150-159.x (see tests/common); the IPv6 wildcard test
-//! runs in a network namespace of its own (root).
+//! Each test allocates its loopback block ([`Net::alloc`]); the IPv6
+//! wildcard test runs in a network namespace of its own (root).
 
 mod common;
 
@@ -90,16 +90,13 @@ fn nodens_fds(nodens: &Nodens) -> usize {
 
 #[test]
 fn trickling_and_silent_tcp_clients_do_not_deny_tcp() {
-    let net = Net(150);
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(
-        &Cfg::new(net)
-            .server("tcp_max_connections", "32")
-            .server("tcp_max_connections_per_client", "8")
-            .server("tcp_read_timeout", "\"1s\"")
-            .server("tcp_idle_timeout", "\"10s\"")
-            .zone("test.", &[core.addr], &[]),
-    );
+    let (net, _core, nodens) = setup_with(|c, z| {
+        c.tcp_max_connections(32)
+            .tcp_max_connections_per_client(8)
+            .tcp_read_timeout(secs(1))
+            .tcp_idle_timeout(secs(10))
+            .zone(z)
+    });
     let dns = nodens.dns;
 
     // A trickling connection (one byte of a message every 400 ms, never a
@@ -275,15 +272,17 @@ fn questionless_refuser(
 
 #[test]
 fn questionless_upstream_error_is_an_answer_not_a_timeout() {
-    let net = Net(151);
+    let net = Net::alloc();
     let stop = Arc::new(AtomicBool::new(false));
     let upstream = net.other(10, 5300);
     let server = questionless_refuser(upstream, false, stop.clone());
-    let nodens = Nodens::start(&Cfg::new(net).server("query_timeout", "\"4s\"").zone(
-        "refusing.",
-        &[upstream],
-        &[("upstream_timeout", "\"2s\""), ("max_fails", "2")],
-    ));
+    let nodens = Nodens::start(
+        &Cfg::new(&net).query_timeout(secs(4)).zone(
+            Zone::new("refusing.", &[upstream])
+                .upstream_timeout(secs(2))
+                .max_fails(2),
+        ),
+    );
     for i in 0..4 {
         let reply = udp_query(nodens.dns, &Q::new(&format!("n{i}.refusing."), Rt::A));
         assert_eq!(reply.rcode(), 5, "the upstream's REFUSED is relayed");
@@ -311,15 +310,15 @@ fn questionless_upstream_error_is_an_answer_not_a_timeout() {
 
 #[test]
 fn forged_questionless_error_is_not_trusted() {
-    let net = Net(151);
+    let net = Net::alloc();
     let stop = Arc::new(AtomicBool::new(false));
     let upstream = net.other(11, 5300);
     let server = questionless_refuser(upstream, true, stop.clone());
     let nodens = Nodens::start(
-        &Cfg::new(net)
+        &Cfg::new(&net)
             .listen(&[net.other(1, 1054)])
             .metrics_listen(&net.other(1, 9254).to_string())
-            .zone("example.", &[upstream], &[]),
+            .zone(Zone::new("example.", &[upstream])),
     );
     let reply = udp_query(nodens.dns, &Q::new("victim.example.", Rt::A));
     assert_eq!(
@@ -333,9 +332,9 @@ fn forged_questionless_error_is_not_trusted() {
 
 #[test]
 fn classes_other_than_in_and_ch_are_refused_without_asking_upstream() {
-    let net = Net(152);
+    let net = Net::alloc();
     let silent = Silent::bind(net.silent(0));
-    let nodens = Nodens::start(&Cfg::new(net).zone(".", &[silent.addr], &[]));
+    let nodens = Nodens::start(&Cfg::new(&net).zone(Zone::new(".", &[silent.addr])));
     for class in [0u16, 2, 4, 254, 255, 65535] {
         let mut q = Q::new("www.example.", Rt::A).to_bytes();
         let at = 12 + "www.example.".len() + 1 + 2;
@@ -361,9 +360,9 @@ fn classes_other_than_in_and_ch_are_refused_without_asking_upstream() {
 
 #[test]
 fn error_replies_carry_opt_when_the_query_had_one() {
-    let net = Net(153);
+    let net = Net::alloc();
     let silent = Silent::bind(net.silent(0));
-    let nodens = Nodens::start(&Cfg::new(net).zone(".", &[silent.addr], &[]));
+    let nodens = Nodens::start(&Cfg::new(&net).zone(Zone::new(".", &[silent.addr])));
     let with_opt = Q::new("www.example.", Rt::A).to_bytes();
     let mut notify = with_opt.clone();
     notify[2] = (notify[2] & 0x87) | (4 << 3);
@@ -386,13 +385,15 @@ fn error_replies_carry_opt_when_the_query_had_one() {
 
 #[test]
 fn wildcard_listener_answers_from_the_queried_address() {
-    let net = Net(154);
+    let net = Net::alloc();
     let core = CoreDns::test_zone(net.upstream(0), "");
+    // A fixed port: the listener is 0.0.0.0, so it cannot sit in a block;
+    // allocated blocks use ports 1053, 5300, 9253 and (on ::1) 20000-22559.
     let port = 30154;
     let nodens = Nodens::start(
-        &Cfg::new(net)
+        &Cfg::new(&net)
             .listen(&[SocketAddr::from(([0, 0, 0, 0], port))])
-            .zone("test.", &[core.addr], &[]),
+            .zone(Zone::new("test.", &[core.addr])),
     );
     for host in [1u8, 77, 200] {
         let server = SocketAddr::new(net.ip(host), port);
@@ -457,13 +458,14 @@ fn wildcard_ipv6_listener_answers_from_the_queried_address() {
         ns.ip(&["-n", &ns.0, "addr", "add", addr, "dev", "lo", "nodad"]);
     }
     in_netns(&ns.0, || {
-        let net = Net(150);
+        // Fixed, not allocated: the namespace is this test's own.
+        let net = Net::fixed(150);
         let listen: SocketAddr = "[::]:1053".parse().unwrap();
-        let nodens = Nodens::start(&Cfg::new(net).listen(&[listen]).zone(
-            "test.",
-            &[net.silent(0)],
-            &[],
-        ));
+        let nodens = Nodens::start(
+            &Cfg::new(&net)
+                .listen(&[listen])
+                .zone(Zone::new("test.", &[net.silent(0)])),
+        );
         for (client, server) in [
             ("[fd00::1]:0", "[fd00::2]:1053"),
             ("[::1]:0", "[fd00::1]:1053"),
@@ -477,7 +479,7 @@ fn wildcard_ipv6_listener_answers_from_the_queried_address() {
             let n = sock
                 .recv(&mut buf)
                 .unwrap_or_else(|e| panic!("{client} -> {server}: no reply ({e})"));
-            assert_eq!(RawMsg::parse(&buf[..n]).unwrap().rcode(), 5);
+            assert_eq!(Reply::parse(buf[..n].to_vec(), Duration::ZERO).rcode(), 5);
         }
         drop(nodens);
     });
@@ -487,15 +489,15 @@ fn wildcard_ipv6_listener_answers_from_the_queried_address() {
 
 #[test]
 fn misses_in_flight_are_capped() {
-    let net = Net(155);
+    let net = Net::alloc();
     let core = CoreDns::test_zone(net.upstream(0), "");
     let silent = Silent::bind(net.silent(0));
     let nodens = Nodens::start(
-        &Cfg::new(net)
-            .server("max_misses_in_flight", "50")
-            .server("query_timeout", "\"4s\"")
-            .zone("test.", &[core.addr], &[])
-            .zone("silent.", &[silent.addr], &[("upstream_timeout", "\"4s\"")]),
+        &Cfg::new(&net)
+            .max_misses_in_flight(50)
+            .query_timeout(secs(4))
+            .zone(Zone::new("test.", &[core.addr]))
+            .zone(Zone::new("silent.", &[silent.addr]).upstream_timeout(secs(4))),
     );
     udp_query(nodens.dns, &Q::new("www.test.", Rt::A));
     let fds_before = nodens_fds(&nodens);
@@ -528,13 +530,13 @@ fn misses_in_flight_are_capped() {
 
 #[test]
 fn sources_outside_the_allow_list_are_refused() {
-    let net = Net(156);
+    let net = Net::alloc();
     let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(&Cfg::new(net).server("allow", "[\"127.0.156.0/28\"]").zone(
-        "test.",
-        &[core.addr],
-        &[],
-    ));
+    let nodens = Nodens::start(
+        &Cfg::new(&net)
+            .allow(&[&net.cidr(28)])
+            .zone(Zone::new("test.", &[core.addr])),
+    );
     let q = Q::new("www.test.", Rt::A);
     let inside = ask_from(net.ip(5), nodens.dns, &q, Duration::from_secs(3)).unwrap();
     assert_eq!(inside.a(), vec![ipv4("192.0.2.1")]);
@@ -551,7 +553,7 @@ fn sources_outside_the_allow_list_are_refused() {
     let mut msg = vec![0u8; len];
     tcp.read_exact(&mut msg).unwrap();
     assert_eq!(
-        RawMsg::parse(&msg).unwrap().rcode(),
+        Reply::parse(msg, Duration::ZERO).rcode(),
         5,
         "REFUSED over TCP too"
     );
@@ -559,14 +561,8 @@ fn sources_outside_the_allow_list_are_refused() {
 
 #[test]
 fn per_client_rate_limit_drops_the_flooder_only() {
-    let net = Net(157);
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(
-        &Cfg::new(net)
-            .server("client_rate_limit", "20")
-            .server("client_rate_burst", "20")
-            .zone("test.", &[core.addr], &[]),
-    );
+    let (net, _core, nodens) =
+        setup_with(|c, z| c.client_rate_limit(20).client_rate_burst(20).zone(z));
     let flooder = udp_from(net.ip(40));
     flooder
         .set_read_timeout(Some(Duration::from_millis(300)))
@@ -697,14 +693,12 @@ fn forged_then_real(
 
 #[test]
 fn forged_answers_with_the_right_id_and_port_are_not_cached() {
-    let net = Net(158);
+    let net = Net::alloc();
     let upstream = net.other(10, 5300);
     let (udp_side, tcp_side) = forged_then_real(upstream, 1, 8, Guesses::EveryOther);
-    let nodens = Nodens::start(&Cfg::new(net).zone(
-        "example.",
-        &[upstream],
-        &[("upstream_timeout", "\"3s\"")],
-    ));
+    let nodens = Nodens::start(
+        &Cfg::new(&net).zone(Zone::new("example.", &[upstream]).upstream_timeout(secs(3))),
+    );
     let name = "victim-with-many-letters.example.";
     let reply = udp_query(nodens.dns, &Q::new(name, Rt::A));
     udp_side.join().unwrap();
@@ -729,14 +723,12 @@ fn forged_answers_with_the_right_id_and_port_are_not_cached() {
 
 #[test]
 fn a_flood_of_forged_ids_poisons_nothing() {
-    let net = Net(159);
+    let net = Net::alloc();
     let upstream = net.other(10, 5300);
     let (udp_side, tcp_side) = forged_then_real(upstream, 1, 20_000, Guesses::Never);
-    let nodens = Nodens::start(&Cfg::new(net).zone(
-        "example.",
-        &[upstream],
-        &[("upstream_timeout", "\"3s\"")],
-    ));
+    let nodens = Nodens::start(
+        &Cfg::new(&net).zone(Zone::new("example.", &[upstream]).upstream_timeout(secs(3))),
+    );
     let reply = udp_query(nodens.dns, &Q::new("flooded.example.", Rt::A));
     udp_side.join().unwrap();
     assert_eq!(reply.a(), vec![ipv4("192.0.2.80")]);
@@ -753,17 +745,17 @@ fn a_flood_of_forged_ids_poisons_nothing() {
 
 #[test]
 fn lucky_forgeries_do_not_switch_0x20_off() {
-    let net = Net(158);
+    let net = Net::alloc();
     let upstream = net.other(11, 5300);
     let rounds = 6;
     // Three forgeries, the last with the right ID: fewer than near-miss
     // detection needs, so the lucky one is read.
     let (udp_side, tcp_side) = forged_then_real(upstream, rounds, 3, Guesses::Last);
     let nodens = Nodens::start(
-        &Cfg::new(net)
+        &Cfg::new(&net)
             .listen(&[net.other(1, 1054)])
             .metrics_listen(&net.other(1, 9254).to_string())
-            .zone("example.", &[upstream], &[("upstream_timeout", "\"3s\"")]),
+            .zone(Zone::new("example.", &[upstream]).upstream_timeout(secs(3))),
     );
     for i in 0..rounds {
         let name = format!("victim-number-{i}-with-many-letters.example.");

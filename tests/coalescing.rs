@@ -18,14 +18,7 @@ const CLIENTS: usize = 20;
 
 #[test]
 fn concurrent_identical_misses_make_one_upstream_query() {
-    let net = Net(50);
-    let silent = Silent::bind(net.silent(0));
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(&Cfg::new(net).server("query_timeout", "\"4s\"").zone(
-        "test.",
-        &[silent.addr, core.addr],
-        &[("upstream_timeout", "\"1s\"")],
-    ));
+    let (_net, silent, core, nodens) = silent_first();
 
     let barrier = Arc::new(Barrier::new(CLIENTS));
     let dns = nodens.dns;

@@ -81,9 +81,7 @@ fn check_config_names_the_bad_line() {
 
 #[test]
 fn health_and_ready() {
-    let net = Net(80);
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(&Cfg::new(net).zone("test.", &[core.addr], &[]));
+    let (net, _core, nodens) = setup();
     let http = net.metrics();
     assert_eq!(http_get(http, "/health").unwrap().0, 200);
     assert_eq!(http_get(http, "/ready").unwrap().0, 200);
@@ -119,12 +117,12 @@ fn dnsperf_counts(lines: &[String]) -> (u64, u64) {
 
 #[test]
 fn sighup_reload_under_load_loses_no_query() {
-    let net = Net(81);
+    let net = Net::alloc();
     let old_up = CoreDns::test_zone(net.upstream(0), "");
     let new_up = CoreDns::test_zone(net.upstream(1), "onlyb 300 IN A 192.0.2.202");
     let extra_listen = net.other(10, 1053);
-    let base = Cfg::new(net).log_level("info");
-    let nodens = Nodens::start(&base.clone().zone("test.", &[old_up.addr], &[]));
+    let base = Cfg::new(&net).log_level("info");
+    let nodens = Nodens::start(&base.clone().zone(Zone::new("test.", &[old_up.addr])));
 
     let data = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(
@@ -152,7 +150,7 @@ fn sighup_reload_under_load_loses_no_query() {
         &base
             .clone()
             .listen(&[net.nodens(), extra_listen])
-            .zone("test.", &[new_up.addr], &[("max_ttl", "\"60s\"")])
+            .zone(Zone::new("test.", &[new_up.addr]).max_ttl(secs(60)))
             .to_toml(),
     );
 
@@ -198,11 +196,11 @@ fn sighup_reload_under_load_loses_no_query() {
 
 #[test]
 fn invalid_config_on_sighup_is_logged_and_old_config_kept() {
-    let net = Net(82);
+    let net = Net::alloc();
     let old_up = CoreDns::test_zone(net.upstream(0), "");
     let new_up = CoreDns::test_zone(net.upstream(1), "onlyb 300 IN A 192.0.2.202");
-    let base = Cfg::new(net);
-    let mut nodens = Nodens::start(&base.clone().zone("test.", &[old_up.addr], &[]));
+    let base = Cfg::new(&net);
+    let mut nodens = Nodens::start(&base.clone().zone(Zone::new("test.", &[old_up.addr])));
     assert_eq!(
         udp_query(nodens.dns, &Q::new("www.test.", Rt::A)).a(),
         vec![ipv4("192.0.2.1")]
@@ -236,7 +234,12 @@ fn invalid_config_on_sighup_is_logged_and_old_config_kept() {
     );
 
     // A valid file afterwards is applied as usual.
-    nodens.reload(&base.clone().zone("test.", &[new_up.addr], &[]).to_toml());
+    nodens.reload(
+        &base
+            .clone()
+            .zone(Zone::new("test.", &[new_up.addr]))
+            .to_toml(),
+    );
     wait_until(
         Duration::from_secs(10),
         "onlyb.test. from the new upstream",
@@ -249,19 +252,15 @@ fn invalid_config_on_sighup_is_logged_and_old_config_kept() {
 
 #[test]
 fn sigterm_answers_in_flight_query_and_exits_0() {
-    let net = Net(83);
+    let net = Net::alloc();
     let silent = Silent::bind(net.silent(0));
     let core = CoreDns::test_zone(net.upstream(0), "");
     let mut nodens = Nodens::start(
-        &Cfg::new(net)
-            .server("shutdown_grace", "\"10s\"")
-            .server("query_timeout", "\"5s\"")
-            .zone("test.", &[core.addr], &[])
-            .zone(
-                "slow.test.",
-                &[silent.addr, core.addr],
-                &[("upstream_timeout", "\"1500ms\"")],
-            ),
+        &Cfg::new(&net)
+            .shutdown_grace(secs(10))
+            .query_timeout(secs(5))
+            .zone(Zone::new("test.", &[core.addr]))
+            .zone(Zone::new("slow.test.", &[silent.addr, core.addr]).upstream_timeout(ms(1500))),
     );
 
     let dns = nodens.dns;

@@ -461,9 +461,7 @@ fn send_tcp(server: std::net::SocketAddr, case: &Case) -> Option<Vec<u8>> {
 
 #[test]
 fn corpus_gets_the_specified_outcomes() {
-    let net = Net(70);
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let mut nodens = Nodens::start(&Cfg::new(net).zone("test.", &[core.addr], &[]));
+    let (_net, _core, mut nodens) = setup();
 
     let cases = corpus();
     assert!(cases.len() >= 30, "corpus has only {} packets", cases.len());
@@ -528,9 +526,7 @@ fn corpus_gets_the_specified_outcomes() {
 /// nothing they carry is ever served.
 #[test]
 fn fake_responses_to_the_listener_never_poison_the_cache() {
-    let net = Net(71);
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let mut nodens = Nodens::start(&Cfg::new(net).zone("test.", &[core.addr], &[]));
+    let (_net, core, mut nodens) = setup();
 
     let fake = |id: u16, owner: &[u8]| {
         cat(&[
@@ -575,14 +571,7 @@ fn fake_responses_to_the_listener_never_poison_the_cache() {
 /// CoreDNS's answer after upstream_timeout, and so does the next client.
 #[test]
 fn spoofed_upstream_answers_are_rejected() {
-    let net = Net(72);
-    let silent = Silent::bind(net.silent(0));
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(&Cfg::new(net).server("query_timeout", "\"5s\"").zone(
-        "test.",
-        &[silent.addr, core.addr],
-        &[("upstream_timeout", "\"1500ms\"")],
-    ));
+    let (net, silent, _core, nodens) = silent_first_with(secs(5), ms(1500));
 
     let dns = nodens.dns;
     let client = thread::spawn(move || {
@@ -596,7 +585,7 @@ fn spoofed_upstream_answers_are_rejected() {
     let (from, pkt) = silent
         .recv(Duration::from_secs(3))
         .expect("nodens forwarded to the silent upstream first");
-    let upstream_id = RawMsg::parse(&pkt).expect("upstream query").id;
+    let upstream_id = Reply::parse(pkt.clone(), Duration::ZERO).id();
     let qsection = question_bytes(&pkt);
     let spoof = |id: u16| {
         cat(&[

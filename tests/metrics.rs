@@ -28,15 +28,15 @@ fn assert_labels(samples: &[Sample], name: &str, keys: &[&str]) {
 
 #[test]
 fn metrics_match_the_traffic() {
-    let net = Net(90);
+    let net = Net::alloc();
     let core = CoreDns::test_zone(net.upstream(0), "");
     let up = core.addr.to_string();
     let nodens = Nodens::start(
-        &Cfg::new(net)
-            .server("query_timeout", "\"2s\"")
-            .cache("prefetch_min_hits", "4")
-            .cache("prefetch_percent", "100")
-            .zone("test.", &[core.addr], &[("upstream_timeout", "\"500ms\"")]),
+        &Cfg::new(&net)
+            .query_timeout(secs(2))
+            .prefetch_min_hits(4)
+            .prefetch_percent(100)
+            .zone(Zone::new("test.", &[core.addr]).upstream_timeout(ms(500))),
     );
     let server = nodens.server_label();
 
@@ -308,13 +308,7 @@ fn metrics_match_the_traffic() {
 /// entry count stays below the number of names.
 #[test]
 fn evictions_counted_when_the_cache_is_full() {
-    let net = Net(91);
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(&Cfg::new(net).cache("capacity", "\"16 KiB\"").zone(
-        "test.",
-        &[core.addr],
-        &[],
-    ));
+    let (_net, core, nodens) = setup_with(|c, z| c.capacity_kib(16).zone(z));
     let names = 400;
     for i in 0..names {
         let r = udp_query(nodens.dns, &Q::new(&format!("n{i}.test."), Rt::A));

@@ -72,9 +72,7 @@ fn cached_then_expired(
 
 #[test]
 fn nxdomain_cached_for_soa_minimum() {
-    let net = Net(20);
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(&Cfg::new(net).zone("test.", &[core.addr], &[]));
+    let (_net, core, nodens) = setup();
     cached_then_expired(
         &core,
         &nodens,
@@ -88,9 +86,7 @@ fn nxdomain_cached_for_soa_minimum() {
 
 #[test]
 fn nodata_cached_for_soa_minimum() {
-    let net = Net(21);
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(&Cfg::new(net).zone("test.", &[core.addr], &[]));
+    let (_net, core, nodens) = setup();
     // www has A and AAAA only.
     cached_then_expired(
         &core,
@@ -112,13 +108,7 @@ fn nodata_cached_for_soa_minimum() {
 /// before the SOA's 3 s, and the SOA TTL handed out is at most 1.
 #[test]
 fn negative_max_ttl_clamps() {
-    let net = Net(22);
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(&Cfg::new(net).zone(
-        "test.",
-        &[core.addr],
-        &[("negative_max_ttl", "\"1s\"")],
-    ));
+    let (_net, core, nodens) = setup_with(|c, z| c.zone(z.negative_max_ttl(secs(1))));
     cached_then_expired(
         &core,
         &nodens,

@@ -147,10 +147,10 @@ fn no_zones_means_forward_to_resolv_conf() {
 
 /// A config without `workers` (so the default, 0 = automatic). No query is
 /// ever sent; the zone only keeps nodens away from the host's resolv.conf.
-fn auto_workers_config(net: Net) -> String {
+fn auto_workers_config(net: &Net) -> String {
     Cfg::new(net)
-        .unset_server("workers")
-        .zone("test.", &[net.silent(0)], &[])
+        .auto_workers()
+        .zone(Zone::new("test.", &[net.silent(0)]))
         .to_toml()
 }
 
@@ -194,8 +194,8 @@ fn own_cgroup_cpu_limit() -> Option<usize> {
 #[test]
 fn taskset_one_cpu_gives_one_worker() {
     tool("taskset");
-    let net = Net(100);
-    let mut nodens = Nodens::launch(&auto_workers_config(net), &["taskset", "-c", "0"]);
+    let net = Net::alloc();
+    let mut nodens = Nodens::launch(&auto_workers_config(&net), &["taskset", "-c", "0"]);
     assert_eq!(
         nodens.wait_workers(Duration::from_secs(20)),
         1,
@@ -206,11 +206,11 @@ fn taskset_one_cpu_gives_one_worker() {
 
 #[test]
 fn workers_default_to_available_cpus() {
-    let net = Net(101);
+    let net = Net::alloc();
     let expected = own_cgroup_cpu_limit()
         .map_or(nproc(), |q| q.min(nproc()))
         .max(1);
-    let mut nodens = Nodens::launch(&auto_workers_config(net), &[]);
+    let mut nodens = Nodens::launch(&auto_workers_config(&net), &[]);
     assert_eq!(
         nodens.wait_workers(Duration::from_secs(20)),
         expected,
@@ -299,7 +299,7 @@ fn cgroup_cpu_quota_gives_one_worker() {
     if !require_root("cgroup_cpu_quota_gives_one_worker") {
         return;
     }
-    let net = Net(102);
+    let net = Net::alloc();
     if nproc() < 2 {
         eprintln!(
             "warning: only {} CPU; this test cannot tell the quota from the affinity",
@@ -309,7 +309,7 @@ fn cgroup_cpu_quota_gives_one_worker() {
     let cg = CpuCgroup::create(2_500, 100_000); // 25m: 2.5% of one CPU
     let wrapper = cg.wrapper();
     let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
-    let mut nodens = Nodens::launch(&auto_workers_config(net), &wrapper);
+    let mut nodens = Nodens::launch(&auto_workers_config(&net), &wrapper);
     // Throttled to 2.5% of a CPU, startup is slow: a generous deadline.
     assert_eq!(
         nodens.wait_workers(Duration::from_secs(60)),

@@ -3,7 +3,8 @@
 //! none; the main thread holds CAP_NET_BIND_SERVICE only, and still binds
 //! port 53 on reload; no_new_privs is set everywhere.
 //!
-//! Loopback block 127.0.160.x (see tests/common).
+//! The loopback block is allocated ([`Net::alloc`]); port 53 is bound on
+//! its own `.1` address, so no other test can hold it.
 
 mod common;
 
@@ -46,9 +47,9 @@ fn serving_threads_hold_no_capabilities() {
     if !require_root("capability test") {
         return;
     }
-    let net = Net(160);
+    let net = Net::alloc();
     let core = CoreDns::test_zone(net.upstream(0), "");
-    let cfg = Cfg::new(net).zone("test.", &[core.addr], &[]);
+    let cfg = Cfg::new(&net).zone(Zone::new("test.", &[core.addr]));
     let nodens = Nodens::start(&cfg);
     udp_query(nodens.dns, &Q::new("www.test.", Rt::A));
     let pid = nodens.proc.pid();

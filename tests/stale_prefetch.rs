@@ -17,22 +17,18 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn stale_setup(net: Net, stale_max_age: &str) -> (CoreDns, Nodens) {
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(
-        &Cfg::new(net)
-            .server("query_timeout", "\"2s\"")
-            .cache("stale_max_age", &format!("\"{stale_max_age}\""))
-            .cache("stale_ttl", "\"30s\"")
-            .zone("test.", &[core.addr], &[("upstream_timeout", "\"500ms\"")]),
-    );
-    (core, nodens)
+fn stale_setup(stale_max_age: Duration) -> (Net, CoreDns, Nodens) {
+    setup_with(|c, z| {
+        c.query_timeout(secs(2))
+            .stale_max_age(stale_max_age)
+            .stale_ttl(secs(30))
+            .zone(z.upstream_timeout(ms(500)))
+    })
 }
 
 #[test]
 fn serves_stale_when_upstream_is_down() {
-    let net = Net(40);
-    let (mut core, nodens) = stale_setup(net, "1h");
+    let (_net, mut core, nodens) = stale_setup(secs(3600));
 
     let t0 = Instant::now();
     // short and short2 have TTL 2.
@@ -77,7 +73,7 @@ fn serves_stale_when_upstream_is_down() {
     assert!(
         opt.ede_codes().contains(&3),
         "no EDE INFO-CODE 3 (Stale Answer): options {:?}",
-        opt.options
+        opt.options()
     );
 
     nodens.wait_metric("coredns_cache_served_stale_total", &[], stale_before + 2.0);
@@ -100,8 +96,7 @@ fn serves_stale_when_upstream_is_down() {
 /// stale_max_age = 2s: stale 0.8 s after expiry, SERVFAIL 3.5 s after.
 #[test]
 fn no_stale_answer_past_stale_max_age() {
-    let net = Net(41);
-    let (mut core, nodens) = stale_setup(net, "2s");
+    let (_net, mut core, nodens) = stale_setup(secs(2));
 
     let t0 = Instant::now();
     assert_eq!(
@@ -144,14 +139,8 @@ fn no_stale_answer_past_stale_max_age() {
 /// pf2 is hit only at 5.5 s (1 < prefetch_min_hits): not refreshed.
 #[test]
 fn prefetch_refreshes_popular_entries_only() {
-    let net = Net(42);
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(
-        &Cfg::new(net)
-            .cache("prefetch_min_hits", "2")
-            .cache("prefetch_percent", "40")
-            .zone("test.", &[core.addr], &[]),
-    );
+    let (_net, core, nodens) =
+        setup_with(|c, z| c.prefetch_min_hits(2).prefetch_percent(40).zone(z));
 
     let t0 = Instant::now();
     for _ in 0..3 {

@@ -16,27 +16,25 @@ use common::*;
 /// `test.` goes straight to CoreDNS; `slow.test.` tries a silent socket
 /// first, so a miss there takes about upstream_timeout.
 fn slow_and_fast(
-    net: Net,
-    upstream_timeout: &str,
+    net: &Net,
+    upstream_timeout: Duration,
     cfg: impl FnOnce(Cfg) -> Cfg,
 ) -> (Silent, CoreDns, Nodens) {
     let silent = Silent::bind(net.silent(0));
     let core = CoreDns::test_zone(net.upstream(0), "");
     let nodens = Nodens::start(&cfg(Cfg::new(net)
-        .server("query_timeout", "\"5s\"")
-        .zone("test.", &[core.addr], &[])
+        .query_timeout(secs(5))
+        .zone(Zone::new("test.", &[core.addr]))
         .zone(
-            "slow.test.",
-            &[silent.addr, core.addr],
-            &[("upstream_timeout", &format!("\"{upstream_timeout}\""))],
+            Zone::new("slow.test.", &[silent.addr, core.addr]).upstream_timeout(upstream_timeout),
         )));
     (silent, core, nodens)
 }
 
 #[test]
 fn pipelined_queries_answered_out_of_order() {
-    let net = Net(60);
-    let (_silent, _core, nodens) = slow_and_fast(net, "1s", |c| c);
+    let net = Net::alloc();
+    let (_silent, _core, nodens) = slow_and_fast(&net, secs(1), |c| c);
 
     let fast = [
         ("www.test.", Rt::A),
@@ -112,10 +110,9 @@ fn pipelined_queries_answered_out_of_order() {
 
 #[test]
 fn idle_connections_closed_after_tcp_idle_timeout() {
-    let net = Net(61);
+    let net = Net::alloc();
     // The slow miss (2 s) outlasts the idle timeout (1 s).
-    let (_silent, _core, nodens) =
-        slow_and_fast(net, "2s", |c| c.server("tcp_idle_timeout", "\"1s\""));
+    let (_silent, _core, nodens) = slow_and_fast(&net, secs(2), |c| c.tcp_idle_timeout(secs(1)));
 
     // Never sends anything.
     let mut silent_client = Tcp::connect(nodens.dns);
@@ -164,10 +161,9 @@ fn idle_connections_closed_after_tcp_idle_timeout() {
 
 #[test]
 fn connections_above_the_cap_closed_at_once() {
-    let net = Net(62);
-    let (_silent, _core, nodens) = slow_and_fast(net, "1s", |c| {
-        c.server("tcp_max_connections", "2")
-            .server("tcp_idle_timeout", "\"30s\"")
+    let net = Net::alloc();
+    let (_silent, _core, nodens) = slow_and_fast(&net, secs(1), |c| {
+        c.tcp_max_connections(2).tcp_idle_timeout(secs(30))
     });
 
     let ask = |c: &mut Tcp, id: u16| -> TcpRead {

@@ -37,7 +37,11 @@ use std::time::Duration;
 
 use common::*;
 
-const NET: Net = Net(130);
+/// The block nodens listens on inside the namespace: fixed, not allocated,
+/// since the namespace is the test's own and nothing else can be there.
+fn net() -> Net {
+    Net::fixed(130)
+}
 /// The upstream inside the namespace.
 const UPSTREAM: &str = "127.0.0.1:5300";
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(2);
@@ -121,14 +125,11 @@ impl Drop for Netns {
 
 /// Starts nodens in the namespace with the zone `test.` -> the upstream over
 /// `transport`, and waits (from inside) for /ready.
-fn nodens_in(ns: &Netns, transport: &str) -> Nodens {
-    let cfg = Cfg::new(NET).server("query_timeout", "\"3s\"").zone(
-        "test.",
-        &[UPSTREAM.parse().unwrap()],
-        &[
-            ("upstream_timeout", "\"2s\""),
-            ("transport", &format!("\"{transport}\"")),
-        ],
+fn nodens_in(ns: &Netns, transport: Transport) -> Nodens {
+    let cfg = Cfg::new(&net()).query_timeout(secs(3)).zone(
+        Zone::new("test.", &[UPSTREAM.parse().unwrap()])
+            .upstream_timeout(secs(2))
+            .transport(transport),
     );
     let mut nodens = Nodens::launch(&cfg.to_toml(), &ns.exec());
     in_netns(&ns.name, || nodens.wait_ready());
@@ -216,7 +217,7 @@ fn tcp_fallback_answers_when_udp_to_the_upstream_is_lost() {
 
     // 1. tcp_fallback_on_timeout: UDP gets half the try, then the TCP pool.
     {
-        let mut nodens = nodens_in(&ns, "tcp_fallback_on_timeout");
+        let mut nodens = nodens_in(&ns, Transport::TcpFallbackOnTimeout);
         let dropped_before = ns.dropped();
         let r = ask(&ns, &nodens, "mx.test.", Rt::A)
             .expect("tcp_fallback_on_timeout: no answer from nodens");
@@ -273,7 +274,7 @@ fn tcp_fallback_answers_when_udp_to_the_upstream_is_lost() {
 
     // 2. prefer_udp, same loss: nothing answers, so the fallback made case 1 work.
     {
-        let mut nodens = nodens_in(&ns, "prefer_udp");
+        let mut nodens = nodens_in(&ns, Transport::PreferUdp);
         let dropped_before = ns.dropped();
         let r = ask(&ns, &nodens, "mail.test.", Rt::MX)
             .expect("prefer_udp: no reply at all from nodens");
@@ -328,7 +329,7 @@ fn tcp_fallback_answers_when_udp_to_the_upstream_is_lost() {
     // 3. No loss: tcp_fallback_on_timeout answers over UDP at once.
     ns.rule("-D");
     {
-        let mut nodens = nodens_in(&ns, "tcp_fallback_on_timeout");
+        let mut nodens = nodens_in(&ns, Transport::TcpFallbackOnTimeout);
         let r = ask(&ns, &nodens, "www.test.", Rt::AAAA).expect("no loss: no answer from nodens");
         eprintln!(
             "case 3. tcp_fallback_on_timeout, nothing dropped: rcode {} after {:?}",

@@ -11,18 +11,16 @@ mod common;
 
 use common::*;
 
-fn start(net: Net, cfg: impl FnOnce(Cfg) -> Cfg) -> (CoreDns, Nodens) {
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let nodens = Nodens::start(&cfg(Cfg::new(net).zone("test.", &[core.addr], &[])));
-    (core, nodens)
+/// The standard set-up, `cfg` applied to its configuration.
+fn start(cfg: impl FnOnce(Cfg) -> Cfg) -> (Net, CoreDns, Nodens) {
+    setup_with(|c, z| cfg(c.zone(z)))
 }
 
 /// A TCP client gets all records; nodens got them from CoreDNS over TCP
 /// after a truncated UDP answer.
 #[test]
 fn big_answer_fetched_over_tcp_and_served_whole() {
-    let net = Net(30);
-    let (core, nodens) = start(net, |c| c);
+    let (_net, core, nodens) = start(|c| c);
 
     let r = tcp_query(nodens.dns, &Q::new("big.test.", Rt::TXT));
     assert_eq!(r.rcode(), rcode::NOERROR);
@@ -59,8 +57,7 @@ fn big_answer_fetched_over_tcp_and_served_whole() {
 /// and cached, so the client's TCP retry is a hit.
 #[test]
 fn udp_without_edns_truncated_at_512_without_opt() {
-    let net = Net(31);
-    let (core, nodens) = start(net, |c| c);
+    let (_net, core, nodens) = start(|c| c);
 
     let small = udp_query(nodens.dns, &Q::new("www.test.", Rt::A).no_edns());
     assert!(!small.tc());
@@ -106,8 +103,7 @@ fn udp_without_edns_truncated_at_512_without_opt() {
 /// bounds the answer too.
 #[test]
 fn udp_edns_size_capped_at_max_udp_payload() {
-    let net = Net(32);
-    let (_core, nodens) = start(net, |c| c);
+    let (_net, _core, nodens) = start(|c| c);
 
     let big = udp_query(nodens.dns, &Q::new("big.test.", Rt::TXT).edns(4096));
     assert!(big.tc(), "TC not set on a ~5 KB answer");
@@ -136,8 +132,7 @@ fn udp_edns_size_capped_at_max_udp_payload() {
 /// A lower server.max_udp_payload (600) caps even a client advertising 4096.
 #[test]
 fn max_udp_payload_setting_is_honoured() {
-    let net = Net(33);
-    let (_core, nodens) = start(net, |c| c.server("max_udp_payload", "600"));
+    let (_net, _core, nodens) = start(|c| c.max_udp_payload(600));
 
     let r = udp_query(nodens.dns, &Q::new("mid.test.", Rt::TXT).edns(4096));
     assert!(

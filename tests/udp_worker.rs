@@ -13,14 +13,14 @@ use common::*;
 
 #[test]
 fn hits_and_misses_go_on_while_a_miss_waits() {
-    let net = Net(140);
+    let net = Net::alloc();
     let core = CoreDns::test_zone(net.upstream(0), "");
     let silent = Silent::bind(net.silent(0));
     let nodens = Nodens::start(
-        &Cfg::new(net)
-            .server("query_timeout", "\"3s\"")
-            .zone("test.", &[core.addr], &[])
-            .zone("slow.", &[silent.addr], &[("upstream_timeout", "\"3s\"")]),
+        &Cfg::new(&net)
+            .query_timeout(secs(3))
+            .zone(Zone::new("test.", &[core.addr]))
+            .zone(Zone::new("slow.", &[silent.addr]).upstream_timeout(secs(3))),
     );
     let dns = nodens.dns;
     let www = Q::new("www.test.", Rt::A);
@@ -82,13 +82,13 @@ fn hits_and_misses_go_on_while_a_miss_waits() {
 /// 200 × the upstream's round trip and the test's deadline would catch it).
 #[test]
 fn concurrent_misses_on_one_worker() {
-    let net = Net(141);
+    let net = Net::alloc();
     let mut records = String::new();
     for i in 0..200 {
         records.push_str(&format!("n{i} 300 IN A 192.0.2.{}\n", i % 250 + 1));
     }
     let core = CoreDns::test_zone(net.upstream(0), &records);
-    let nodens = Nodens::start(&Cfg::new(net).zone("test.", &[core.addr], &[]));
+    let nodens = Nodens::start(&Cfg::new(&net).zone(Zone::new("test.", &[core.addr])));
     let dns = nodens.dns;
     let sock = std::net::UdpSocket::bind((net.ip(50), 0)).unwrap();
     for i in 0..200u16 {

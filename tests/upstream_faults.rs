@@ -39,12 +39,6 @@ const HEALTH_CHECKS: &str = "nodens_upstream_health_checks_total";
 const PROXY_HC_FAILURES: &str = "coredns_proxy_healthcheck_failures_total";
 const CONN_MISSES: &str = "coredns_proxy_conn_cache_misses_total";
 
-/// A `pool = { ... }` inline table for a zone.
-fn pool(kv: &[(&str, &str)]) -> String {
-    let items: Vec<String> = kv.iter().map(|(k, v)| format!("{k} = {v}")).collect();
-    format!("{{ {} }}", items.join(", "))
-}
-
 /// The `nodens_upstream_errors_total` series of one upstream, for messages.
 fn errors_of(nodens: &Nodens, to: &str) -> Vec<(String, f64)> {
     parse_metrics(&nodens.metrics_text())
@@ -123,15 +117,11 @@ impl Conn {
         let deadline = Instant::now() + timeout;
         let mut chunk = [0u8; 65536];
         loop {
-            if self.buf.len() >= 2 {
-                let len = u16::from_be_bytes([self.buf[0], self.buf[1]]) as usize;
-                if self.buf.len() >= 2 + len {
-                    let msg: Vec<u8> = self.buf.drain(..2 + len).skip(2).collect();
-                    self.log.lock().unwrap().conns[self.idx]
-                        .queries
-                        .push(msg.clone());
-                    return Got::Msg(msg);
-                }
+            if let Some(msg) = take_frame(&mut self.buf) {
+                self.log.lock().unwrap().conns[self.idx]
+                    .queries
+                    .push(msg.clone());
+                return Got::Msg(msg);
             }
             if self.stop.load(Ordering::SeqCst) {
                 return Got::Closed;
@@ -332,22 +322,21 @@ fn logged(core: &CoreDns) -> Vec<LoggedQuery> {
 /// and the fake sees every connection closed by nodens: none leaks.
 #[test]
 fn never_answering_upstream_is_retired() {
-    let net = Net(120);
+    let net = Net::alloc();
     let core = CoreDns::test_zone(net.upstream(0), "");
     let hole = Fake::start(
         net.silent(0),
         Arc::new(|c: &mut Conn| c.drain_until_closed(Duration::from_secs(30))),
     );
     let (to_hole, to_core) = (hole.addr.to_string(), core.addr.to_string());
-    let nodens = Nodens::start(&Cfg::new(net).server("query_timeout", "\"5s\"").zone(
-        "test.",
-        &[hole.addr, core.addr],
-        &[
-            ("transport", "\"force_tcp\""),
-            ("upstream_timeout", "\"1s\""),
-            ("max_fails", "10"),
-        ],
-    ));
+    let nodens = Nodens::start(
+        &Cfg::new(&net).query_timeout(secs(5)).zone(
+            Zone::new("test.", &[hole.addr, core.addr])
+                .transport(Transport::ForceTcp)
+                .upstream_timeout(secs(1))
+                .max_fails(10),
+        ),
+    );
 
     for (i, (name, t)) in [("www.test.", Rt::A), ("mail.test.", Rt::MX)]
         .into_iter()
@@ -405,7 +394,7 @@ fn never_answering_upstream_is_retired() {
 /// succeed, over 3 connections, each closure counted as peer_closed.
 #[test]
 fn upstream_closing_after_two_queries() {
-    let net = Net(121);
+    let net = Net::alloc();
     let core = CoreDns::test_zone(net.upstream(0), "");
     let core_addr = core.addr;
     let closer = Fake::start(
@@ -420,15 +409,14 @@ fn upstream_closing_after_two_queries() {
         }),
     );
     let to = closer.addr.to_string();
-    let nodens = Nodens::start(&Cfg::new(net).zone(
-        "test.",
-        &[closer.addr],
-        &[
-            ("transport", "\"force_tcp\""),
-            ("upstream_timeout", "\"2s\""),
-            ("pool", &pool(&[("max_connections", "1")])),
-        ],
-    ));
+    let nodens = Nodens::start(
+        &Cfg::new(&net).zone(
+            Zone::new("test.", &[closer.addr])
+                .transport(Transport::ForceTcp)
+                .upstream_timeout(secs(2))
+                .pool(Pool::new().max_connections(1)),
+        ),
+    );
 
     let cases = [
         ("www.test.", "192.0.2.1"),
@@ -462,7 +450,7 @@ fn upstream_closing_after_two_queries() {
 /// returned nor cached.
 #[test]
 fn wrong_id_answer_ignored_then_timeout() {
-    let net = Net(122);
+    let net = Net::alloc();
     let core = CoreDns::test_zone(net.upstream(0), "");
     let bad = Fake::start(
         net.other(10, 5300),
@@ -475,15 +463,14 @@ fn wrong_id_answer_ignored_then_timeout() {
         }),
     );
     let (to_bad, to_core) = (bad.addr.to_string(), core.addr.to_string());
-    let nodens = Nodens::start(&Cfg::new(net).server("query_timeout", "\"5s\"").zone(
-        "test.",
-        &[bad.addr, core.addr],
-        &[
-            ("transport", "\"force_tcp\""),
-            ("upstream_timeout", "\"1s\""),
-            ("max_fails", "10"),
-        ],
-    ));
+    let nodens = Nodens::start(
+        &Cfg::new(&net).query_timeout(secs(5)).zone(
+            Zone::new("test.", &[bad.addr, core.addr])
+                .transport(Transport::ForceTcp)
+                .upstream_timeout(secs(1))
+                .max_fails(10),
+        ),
+    );
 
     let r = udp_query_timeout(
         nodens.dns,
@@ -536,7 +523,7 @@ fn wrong_id_answer_ignored_then_timeout() {
 /// the forged record was not cached.
 #[test]
 fn right_id_wrong_question_fails_the_query() {
-    let net = Net(123);
+    let net = Net::alloc();
     let core = CoreDns::test_zone(net.upstream(0), "");
     let core_addr = core.addr;
     let forged_once = Arc::new(AtomicBool::new(false));
@@ -556,15 +543,14 @@ fn right_id_wrong_question_fails_the_query() {
         }),
     );
     let (to_bad, to_core) = (bad.addr.to_string(), core.addr.to_string());
-    let nodens = Nodens::start(&Cfg::new(net).server("query_timeout", "\"5s\"").zone(
-        "test.",
-        &[bad.addr, core.addr],
-        &[
-            ("transport", "\"force_tcp\""),
-            ("upstream_timeout", "\"2s\""),
-            ("max_fails", "10"),
-        ],
-    ));
+    let nodens = Nodens::start(
+        &Cfg::new(&net).query_timeout(secs(5)).zone(
+            Zone::new("test.", &[bad.addr, core.addr])
+                .transport(Transport::ForceTcp)
+                .upstream_timeout(secs(2))
+                .max_fails(10),
+        ),
+    );
 
     let r = udp_query_timeout(
         nodens.dns,
@@ -627,7 +613,7 @@ fn right_id_wrong_question_fails_the_query() {
 /// upstream_timeout), the error and the dead connection are counted.
 #[test]
 fn reset_connection_fails_over_at_once() {
-    let net = Net(124);
+    let net = Net::alloc();
     let core = CoreDns::test_zone(net.upstream(0), "");
     let rst = Fake::start(
         net.other(10, 5300),
@@ -638,15 +624,14 @@ fn reset_connection_fails_over_at_once() {
         }),
     );
     let (to_rst, to_core) = (rst.addr.to_string(), core.addr.to_string());
-    let nodens = Nodens::start(&Cfg::new(net).server("query_timeout", "\"5s\"").zone(
-        "test.",
-        &[rst.addr, core.addr],
-        &[
-            ("transport", "\"force_tcp\""),
-            ("upstream_timeout", "\"2s\""),
-            ("max_fails", "10"),
-        ],
-    ));
+    let nodens = Nodens::start(
+        &Cfg::new(&net).query_timeout(secs(5)).zone(
+            Zone::new("test.", &[rst.addr, core.addr])
+                .transport(Transport::ForceTcp)
+                .upstream_timeout(secs(2))
+                .max_fails(10),
+        ),
+    );
 
     for (name, addr) in [
         ("www.test.", "192.0.2.1"),
@@ -692,7 +677,7 @@ fn reset_connection_fails_over_at_once() {
 /// before that was only `. IN NS` probes, and it gets queries again.
 #[test]
 fn down_upstream_marked_unhealthy_then_recovers() {
-    let net = Net(125);
+    let net = Net::alloc();
     let down = net.upstream(0);
     let core = CoreDns::test_zone(net.upstream(1), "");
     let (to_down, to_core) = (down.to_string(), core.addr.to_string());
@@ -700,16 +685,15 @@ fn down_upstream_marked_unhealthy_then_recovers() {
         TcpStream::connect_timeout(&down, Duration::from_secs(1)).is_err(),
         "something already listens on {down}"
     );
-    let nodens = Nodens::start(&Cfg::new(net).server("query_timeout", "\"4s\"").zone(
-        "test.",
-        &[down, core.addr],
-        &[
-            ("transport", "\"force_tcp\""),
-            ("upstream_timeout", "\"1s\""),
-            ("max_fails", "2"),
-            ("health_check", "\"1s\""),
-        ],
-    ));
+    let nodens = Nodens::start(
+        &Cfg::new(&net).query_timeout(secs(4)).zone(
+            Zone::new("test.", &[down, core.addr])
+                .transport(Transport::ForceTcp)
+                .upstream_timeout(secs(1))
+                .max_fails(2)
+                .health_check(secs(1)),
+        ),
+    );
     assert_eq!(
         nodens.metric(HEALTHY, &[("to", &to_down)]),
         1.0,
@@ -845,7 +829,7 @@ fn down_upstream_marked_unhealthy_then_recovers() {
 /// concurrent queries each get their own answer; nothing is a mismatch.
 #[test]
 fn out_of_order_answers_matched_by_id() {
-    let net = Net(126);
+    let net = Net::alloc();
     let core = CoreDns::test_zone(net.upstream(0), "");
     let core_addr = core.addr;
     let reverser = Fake::start(
@@ -877,18 +861,14 @@ fn out_of_order_answers_matched_by_id() {
         }),
     );
     let to = reverser.addr.to_string();
-    let nodens = Nodens::start(&Cfg::new(net).server("query_timeout", "\"6s\"").zone(
-        "test.",
-        &[reverser.addr],
-        &[
-            ("transport", "\"force_tcp\""),
-            ("upstream_timeout", "\"5s\""),
-            (
-                "pool",
-                &pool(&[("max_connections", "1"), ("max_inflight", "4")]),
-            ),
-        ],
-    ));
+    let nodens = Nodens::start(
+        &Cfg::new(&net).query_timeout(secs(6)).zone(
+            Zone::new("test.", &[reverser.addr])
+                .transport(Transport::ForceTcp)
+                .upstream_timeout(secs(5))
+                .pool(Pool::new().max_connections(1).max_inflight(4)),
+        ),
+    );
 
     let cases = [
         ("www.test.", "192.0.2.1"),
@@ -940,21 +920,13 @@ fn out_of_order_answers_matched_by_id() {
 /// fails at once with queue_full.
 #[test]
 fn zero_queue_still_dials() {
-    let net = Net(127);
-    let core = CoreDns::test_zone_delayed(net.upstream(0), "1s");
+    let (_net, core, nodens) = delayed_force_tcp(
+        "1s",
+        secs(4),
+        secs(3),
+        Pool::new().max_connections(1).max_queue(0),
+    );
     let to = core.addr.to_string();
-    let nodens = Nodens::start(&Cfg::new(net).server("query_timeout", "\"4s\"").zone(
-        "test.",
-        &[core.addr],
-        &[
-            ("transport", "\"force_tcp\""),
-            ("upstream_timeout", "\"3s\""),
-            (
-                "pool",
-                &pool(&[("max_connections", "1"), ("max_queue", "0")]),
-            ),
-        ],
-    ));
 
     for (name, addr) in [("www.test.", "192.0.2.1"), ("mx.test.", "192.0.2.3")] {
         let r = udp_query(nodens.dns, &Q::new(name, Rt::A));
@@ -1022,7 +994,7 @@ fn zero_queue_still_dials() {
 /// answers, instead of the query waiting out `upstream_timeout`.
 #[test]
 fn closed_udp_port_fails_over_at_once() {
-    let net = Net(128);
+    let net = Net::alloc();
     let core = CoreDns::test_zone(net.upstream(0), "");
     let closed = net.other(10, 5300);
     assert!(
@@ -1030,11 +1002,13 @@ fn closed_udp_port_fails_over_at_once() {
         "something already listens on {closed}"
     );
     let to_closed = closed.to_string();
-    let nodens = Nodens::start(&Cfg::new(net).zone(
-        "test.",
-        &[closed, core.addr],
-        &[("upstream_timeout", "\"2s\""), ("max_fails", "100")],
-    ));
+    let nodens = Nodens::start(
+        &Cfg::new(&net).zone(
+            Zone::new("test.", &[closed, core.addr])
+                .upstream_timeout(secs(2))
+                .max_fails(100),
+        ),
+    );
     for (name, t) in [("www.test.", Rt::A), ("www.test.", Rt::AAAA)] {
         let r = udp_query(nodens.dns, &Q::new(name, t));
         assert_eq!(r.rcode(), rcode::NOERROR, "{name} {t}");

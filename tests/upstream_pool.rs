@@ -32,12 +32,6 @@ use common::*;
 
 // ---- configuration and metrics ---------------------------------------------
 
-/// A `pool = { ... }` inline table for a zone (same as a `[zone.pool]` table).
-fn pool(kv: &[(&str, &str)]) -> String {
-    let items: Vec<String> = kv.iter().map(|(k, v)| format!("{k} = {v}")).collect();
-    format!("{{ {} }}", items.join(", "))
-}
-
 const CONNS: &str = "nodens_upstream_tcp_connections";
 const DIALS: &str = "nodens_upstream_tcp_dials_total";
 const CLOSED: &str = "nodens_upstream_tcp_closed_total";
@@ -96,14 +90,8 @@ fn remotes(qs: &[&LoggedQuery]) -> BTreeSet<String> {
 /// the ones CoreDNS gives when asked directly.
 #[test]
 fn force_tcp_sends_every_query_over_tcp() {
-    let net = Net(110);
-    let core = CoreDns::test_zone(net.upstream(0), "");
+    let (_net, core, nodens) = setup_with(|c, z| c.zone(z.transport(Transport::ForceTcp)));
     let to = core.addr.to_string();
-    let nodens = Nodens::start(&Cfg::new(net).zone(
-        "test.",
-        &[core.addr],
-        &[("transport", "\"force_tcp\"")],
-    ));
 
     let cases = [
         ("www.test.", Rt::A),
@@ -192,26 +180,17 @@ fn force_tcp_sends_every_query_over_tcp() {
 /// connections than allowed.
 #[test]
 fn connections_never_exceed_max_connections() {
-    let net = Net(111);
-    let core = CoreDns::test_zone_delayed(net.upstream(0), "100ms");
+    let (_net, core, nodens) = delayed_force_tcp(
+        "100ms",
+        secs(15),
+        secs(12),
+        Pool::new()
+            .max_connections(2)
+            .max_inflight(1)
+            .max_queue(256)
+            .max_queue_wait(secs(12)),
+    );
     let to = core.addr.to_string();
-    let nodens = Nodens::start(&Cfg::new(net).server("query_timeout", "\"15s\"").zone(
-        "test.",
-        &[core.addr],
-        &[
-            ("transport", "\"force_tcp\""),
-            ("upstream_timeout", "\"12s\""),
-            (
-                "pool",
-                &pool(&[
-                    ("max_connections", "2"),
-                    ("max_inflight", "1"),
-                    ("max_queue", "256"),
-                    ("max_queue_wait", "\"12s\""),
-                ]),
-            ),
-        ],
-    ));
 
     const N: usize = 40;
     let start = Instant::now();
@@ -341,26 +320,17 @@ fn connections_never_exceed_max_connections() {
 /// errors_total{error="queue_full"} count them; the gauges go back to 0.
 #[test]
 fn full_queue_fails_at_once() {
-    let net = Net(112);
-    let core = CoreDns::test_zone_delayed(net.upstream(0), "1500ms");
+    let (_net, core, nodens) = delayed_force_tcp(
+        "1500ms",
+        secs(10),
+        secs(8),
+        Pool::new()
+            .max_connections(1)
+            .max_inflight(1)
+            .max_queue(2)
+            .max_queue_wait(secs(5)),
+    );
     let to = core.addr.to_string();
-    let nodens = Nodens::start(&Cfg::new(net).server("query_timeout", "\"10s\"").zone(
-        "test.",
-        &[core.addr],
-        &[
-            ("transport", "\"force_tcp\""),
-            ("upstream_timeout", "\"8s\""),
-            (
-                "pool",
-                &pool(&[
-                    ("max_connections", "1"),
-                    ("max_inflight", "1"),
-                    ("max_queue", "2"),
-                    ("max_queue_wait", "\"5s\""),
-                ]),
-            ),
-        ],
-    ));
     // Warm: one idle connection, so the burst's first query takes it and
     // only the next two wait (how a cold pool counts the query that waits
     // for the dial is not what this test is about).
@@ -471,26 +441,17 @@ fn full_queue_fails_at_once() {
 /// the upstream; the query in flight is still answered.
 #[test]
 fn queue_wait_expires() {
-    let net = Net(113);
-    let core = CoreDns::test_zone_delayed(net.upstream(0), "2s");
+    let (_net, core, nodens) = delayed_force_tcp(
+        "2s",
+        secs(8),
+        secs(6),
+        Pool::new()
+            .max_connections(1)
+            .max_inflight(1)
+            .max_queue(16)
+            .max_queue_wait(ms(500)),
+    );
     let to = core.addr.to_string();
-    let nodens = Nodens::start(&Cfg::new(net).server("query_timeout", "\"8s\"").zone(
-        "test.",
-        &[core.addr],
-        &[
-            ("transport", "\"force_tcp\""),
-            ("upstream_timeout", "\"6s\""),
-            (
-                "pool",
-                &pool(&[
-                    ("max_connections", "1"),
-                    ("max_inflight", "1"),
-                    ("max_queue", "16"),
-                    ("max_queue_wait", "\"500ms\""),
-                ]),
-            ),
-        ],
-    ));
     let before = parse_metrics(&nodens.metrics_text());
 
     let (first, waiters) = std::thread::scope(|s| {
@@ -575,14 +536,8 @@ fn queue_wait_expires() {
 /// and nine hits; CoreDNS saw them all from the same client port.
 #[test]
 fn sequential_queries_reuse_one_connection() {
-    let net = Net(114);
-    let core = CoreDns::test_zone(net.upstream(0), "");
+    let (_net, core, nodens) = setup_with(|c, z| c.zone(z.transport(Transport::ForceTcp)));
     let to = core.addr.to_string();
-    let nodens = Nodens::start(&Cfg::new(net).zone(
-        "test.",
-        &[core.addr],
-        &[("transport", "\"force_tcp\"")],
-    ));
 
     let names = [
         ("www.test.", Rt::A),
@@ -654,17 +609,13 @@ fn sequential_queries_reuse_one_connection() {
 /// polled every 20 ms); closed_total{reason="idle"} counts it.
 #[test]
 fn idle_connection_closed_on_time() {
-    let net = Net(115);
-    let core = CoreDns::test_zone(net.upstream(0), "");
+    let (_net, core, nodens) = setup_with(|c, z| {
+        c.zone(
+            z.transport(Transport::ForceTcp)
+                .pool(Pool::new().idle_timeout(secs(1))),
+        )
+    });
     let to = core.addr.to_string();
-    let nodens = Nodens::start(&Cfg::new(net).zone(
-        "test.",
-        &[core.addr],
-        &[
-            ("transport", "\"force_tcp\""),
-            ("pool", &pool(&[("idle_timeout", "\"1s\"")])),
-        ],
-    ));
 
     let first = udp_query(nodens.dns, &Q::new("www.test.", Rt::A));
     assert_eq!(first.a(), vec![ipv4("192.0.2.1")]);
@@ -724,17 +675,13 @@ fn idle_connection_closed_on_time() {
 /// reason="max_queries", none left open at the upstream.
 #[test]
 fn max_queries_per_connection_retires_connections() {
-    let net = Net(116);
-    let core = CoreDns::test_zone(net.upstream(0), "");
+    let (_net, core, nodens) = setup_with(|c, z| {
+        c.zone(
+            z.transport(Transport::ForceTcp)
+                .pool(Pool::new().max_queries_per_connection(3)),
+        )
+    });
     let to = core.addr.to_string();
-    let nodens = Nodens::start(&Cfg::new(net).zone(
-        "test.",
-        &[core.addr],
-        &[
-            ("transport", "\"force_tcp\""),
-            ("pool", &pool(&[("max_queries_per_connection", "3")])),
-        ],
-    ));
 
     let names: Vec<String> = (0..9).map(|i| format!("n{i}.test.")).collect();
     for n in &names {
@@ -790,21 +737,13 @@ fn max_queries_per_connection_retires_connections() {
 /// nodens counts 4 in flight and queues none, and all four are answered.
 #[test]
 fn pipelining_on_one_connection() {
-    let net = Net(117);
-    let core = CoreDns::test_zone_delayed(net.upstream(0), "300ms");
+    let (_net, core, nodens) = delayed_force_tcp(
+        "300ms",
+        secs(6),
+        secs(5),
+        Pool::new().max_connections(1).max_inflight(4),
+    );
     let to = core.addr.to_string();
-    let nodens = Nodens::start(&Cfg::new(net).server("query_timeout", "\"6s\"").zone(
-        "test.",
-        &[core.addr],
-        &[
-            ("transport", "\"force_tcp\""),
-            ("upstream_timeout", "\"5s\""),
-            (
-                "pool",
-                &pool(&[("max_connections", "1"), ("max_inflight", "4")]),
-            ),
-        ],
-    ));
 
     let (replies, samples) = sample_during(
         Duration::from_millis(20),
@@ -877,18 +816,16 @@ fn pipelining_on_one_connection() {
 /// connection the first one opened.
 #[test]
 fn prefer_udp_uses_tcp_only_after_truncation_and_reuses_it() {
-    let net = Net(118);
+    let net = Net::alloc();
     let mut big2 = String::new();
     for i in 0..BIG_TXT_COUNT {
         big2.push_str(&format!("big2 300 IN TXT \"{i:02}{}\"\n", "c".repeat(98)));
     }
     let core = CoreDns::test_zone(net.upstream(0), &big2);
     let to = core.addr.to_string();
-    let nodens = Nodens::start(&Cfg::new(net).zone(
-        "test.",
-        &[core.addr],
-        &[("transport", "\"prefer_udp\"")],
-    ));
+    let nodens = Nodens::start(
+        &Cfg::new(&net).zone(Zone::new("test.", &[core.addr]).transport(Transport::PreferUdp)),
+    );
 
     assert_eq!(
         udp_query(nodens.dns, &Q::new("www.test.", Rt::A)).a(),
@@ -1021,27 +958,24 @@ impl Dnsmasq {
 /// children, none of it by the UDP main process.
 #[test]
 fn dnsmasq_upstream_force_tcp() {
-    let net = Net(119);
+    let net = Net::alloc();
     let core = CoreDns::test_zone_delayed(net.upstream(0), "100ms");
     let dnsmasq = Dnsmasq::start(net.upstream(1), core.addr);
     let to = dnsmasq.addr.to_string();
     let main_pid = dnsmasq.proc.pid().to_string();
-    let nodens = Nodens::start(&Cfg::new(net).server("query_timeout", "\"10s\"").zone(
-        "test.",
-        &[dnsmasq.addr],
-        &[
-            ("transport", "\"force_tcp\""),
-            ("upstream_timeout", "\"8s\""),
-            (
-                "pool",
-                &pool(&[
-                    ("max_connections", "2"),
-                    ("max_inflight", "1"),
-                    ("max_queue_wait", "\"8s\""),
-                ]),
-            ),
-        ],
-    ));
+    let nodens = Nodens::start(
+        &Cfg::new(&net).query_timeout(secs(10)).zone(
+            Zone::new("test.", &[dnsmasq.addr])
+                .transport(Transport::ForceTcp)
+                .upstream_timeout(secs(8))
+                .pool(
+                    Pool::new()
+                        .max_connections(2)
+                        .max_inflight(1)
+                        .max_queue_wait(secs(8)),
+                ),
+        ),
+    );
 
     let cases = [
         ("www.test.", Rt::A),

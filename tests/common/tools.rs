@@ -1,0 +1,85 @@
+//! Finding the programs the tests run (nodens, CoreDNS, `ip`, `ss`,
+//! dnsmasq ...) and starting them, possibly under a wrapper command.
+
+use std::ffi::OsString;
+use std::hash::{BuildHasher, Hasher};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+const INSTALL_HINT: &str = "run .ci/install-deps to install the test dependencies";
+
+/// Finds an executable on PATH, or panics saying how to install it.
+pub fn tool(name: &str) -> PathBuf {
+    find_on_path(name).unwrap_or_else(|| panic!("`{name}` not found on PATH: {INSTALL_HINT}"))
+}
+
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path =
+        std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/usr/sbin:/usr/bin:/sbin:/bin"));
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    p.metadata()
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// The CoreDNS binary: $COREDNS, then PATH, then `$(go env GOPATH)/bin/coredns`.
+pub fn coredns_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("COREDNS") {
+        let p = PathBuf::from(p);
+        assert!(
+            is_executable(&p),
+            "COREDNS={} is not an executable: {INSTALL_HINT}",
+            p.display()
+        );
+        return p;
+    }
+    if let Some(p) = find_on_path("coredns") {
+        return p;
+    }
+    let gopath = Command::new("go")
+        .args(["env", "GOPATH"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOME").ok().map(|h| format!("{h}/go")));
+    if let Some(gopath) = gopath {
+        let p = PathBuf::from(gopath).join("bin/coredns");
+        if is_executable(&p) {
+            return p;
+        }
+    }
+    panic!("coredns not found ($COREDNS, PATH, $(go env GOPATH)/bin): {INSTALL_HINT}")
+}
+
+pub fn nodens_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_nodens"))
+}
+
+/// `[wrapper...] bin`: `bin` run directly, or under a wrapper such as
+/// `ip netns exec NAME` or `taskset -c 0`.
+pub fn wrapped_command(wrapper: &[&str], bin: &Path) -> Command {
+    match wrapper.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(bin);
+            c
+        }
+        None => Command::new(bin),
+    }
+}
+
+/// A random-enough u64 without a dependency: std's per-process hash keys.
+pub fn random_u64() -> u64 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(Instant::now().elapsed().as_nanos());
+    h.finish()
+}
