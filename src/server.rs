@@ -15,17 +15,12 @@ use tokio_util::sync::CancellationToken;
 use crate::cache::metrics::CacheGauges;
 use crate::config::Config;
 use crate::http::{self, HttpState};
-use crate::label_set;
 use crate::listen::{ListenMetrics, Listener};
 use crate::logging::LogHandle;
-use crate::metrics::{Counters, Registry};
+use crate::metrics::{Counters, Registry, ResultLabels};
 use crate::serve::metrics::ServeMetrics;
 use crate::serve::{Settings, Shared};
 use crate::upstream::metrics::UpstreamMetrics;
-
-label_set! {
-    pub struct ResultLabels { result = "result" }
-}
 
 /// Every metric set, registered in one registry: the one place that knows
 /// all areas' metrics.

@@ -27,7 +27,7 @@ pub struct Upkeep(Handle);
 impl Upkeep {
     /// The runtime this is called on; nodens builds its upkeep handles on
     /// main (at start and on reload). Panics outside a runtime.
-    pub fn current() -> Upkeep {
+    pub(crate) fn current() -> Upkeep {
         Upkeep(Handle::current())
     }
 
@@ -48,15 +48,9 @@ pub struct Tasks {
     upkeep: Upkeep,
 }
 
-impl Default for Tasks {
-    fn default() -> Self {
-        Tasks::new()
-    }
-}
-
 impl Tasks {
-    /// Call on the main runtime.
-    pub fn new() -> Tasks {
+    /// The main runtime is the one this is called on.
+    pub fn on_current_runtime() -> Tasks {
         Tasks {
             queries: TaskTracker::new(),
             upkeep: Upkeep::current(),

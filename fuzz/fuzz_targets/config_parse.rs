@@ -1,5 +1,6 @@
-//! `config::File::parse` (parse and check, without reading the resolv.conf
-//! files that compiling would) on any UTF-8 text: never panics; an error has a
+//! `config::File::parse` (parse and check) on any UTF-8 text, then
+//! `config::Config::parse` (which also compiles) when every zone lists its
+//! upstreams, so that no fuzzed path is ever read as a resolv.conf: never panics; an error has a
 //! message and, when it names a position, a line and column inside the
 //! text; an accepted configuration satisfies what the rest of nodens
 //! relies on without checking (listen addresses, zones, TTL clamps that
@@ -10,7 +11,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use nodens::config::File;
+use nodens::config::{Config, File};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
@@ -82,10 +83,39 @@ fuzz_target!(|data: &[u8]| {
             let again = File::parse(text).expect("second parse of the same text failed");
             assert_eq!(listen_addrs(&again), addrs);
             assert_eq!(again.zones.len(), config.zones.len());
+            if config.zones.iter().all(|z| !z.upstreams.is_empty()) {
+                compiled(text, &config);
+            }
         }
     }
 });
 
 fn listen_addrs(file: &File) -> Vec<std::net::SocketAddr> {
     file.server.listen.iter().map(|a| a.get_ref().0).collect()
+}
+
+/// Compiling a checked file: it fails only on the shared-upstream rule, with
+/// a position inside the text; the compiled zones are the file's, in order.
+fn compiled(text: &str, file: &File) {
+    match Config::parse(text) {
+        Err(e) => {
+            assert!(
+                e.message.contains("must agree"),
+                "unexpected compile error: {e}"
+            );
+            if let Some((line, _)) = e.position {
+                assert!(line >= 1 && line <= text.split('\n').count(), "{e}");
+            }
+        }
+        Ok(config) => {
+            assert_eq!(config.listen, listen_addrs(file));
+            assert_eq!(config.zones.len(), file.zones.len());
+            for (plan, zone) in config.zones.iter().zip(&file.zones) {
+                assert_eq!(plan.name, zone.name.get_ref().0);
+                assert!(plan.ttl.min_ttl <= plan.ttl.max_ttl);
+                let listed: Vec<_> = zone.upstreams.iter().map(|u| u.get_ref().0).collect();
+                assert_eq!(plan.upstreams, listed);
+            }
+        }
+    }
 }

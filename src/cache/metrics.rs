@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use prometheus::IntGauge;
 
 use super::CacheStats;
-use crate::label_set;
+use crate::metrics::label_set;
 use crate::metrics::{Counters, Gauges, Registry, VIEW};
 
 label_set! {

@@ -1,6 +1,7 @@
-//! Configuration: the file's schema ([`file`]), its typed values
-//! ([`values`]), the rules it must follow ([`check`]) and the compile step
-//! ([`compile`]) that turns it into the [`Config`] snapshot that the server,
+//! Configuration: the file's schema ([`File`], in `file.rs`), its typed
+//! values (`values.rs`), the rules it must follow (`check.rs`) and the
+//! compile step (`compile.rs`) that turns it into the [`Config`] snapshot
+//! that the server,
 //! reload and the request path read. Nothing outside this module reads the
 //! file or resolv.conf.
 //!
@@ -11,10 +12,10 @@
 
 mod check;
 mod compile;
-pub mod file;
+mod file;
 mod position;
-pub mod resolv_conf;
-pub mod values;
+mod resolv_conf;
+mod values;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -25,10 +26,13 @@ use ipnet::IpNet;
 
 use crate::cache::TtlPolicy;
 use check::Invalid;
-pub use file::{File, LogFormat, Policy, PoolConfig, Transport};
+pub use file::{
+    CacheConfig, File, LogConfig, LogFormat, MetricsConfig, Policy, PoolConfig, ServerConfig,
+    Transport, ZoneConfig,
+};
 use position::Document;
-pub use resolv_conf::nameservers as resolv_conf_nameservers;
-pub use values::LogFilter;
+pub use resolv_conf::{ResolvConfError, nameservers as resolv_conf_nameservers};
+pub use values::{BadValue, DnsAddr, HttpListen, LogFilter, ZoneName};
 
 /// The configuration in force: what `nodens serve` runs with, compiled
 /// from the file (or the built-in defaults) once per load.
@@ -168,32 +172,34 @@ impl Config {
         })
     }
 
-    /// Parses, checks and compiles configuration text.
+    /// Parses, checks and compiles configuration text; compiling reads the
+    /// resolv.conf of each zone that lists no upstreams.
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
         let file = File::parse(text)?;
-        file.compile()
-            .map_err(|invalid| error_at(&Document::new(text), invalid))
+        file.compile().map_err(|invalid| error_at(text, invalid))
     }
 }
 
 impl File {
     /// Parses and checks configuration text, without compiling it.
     pub fn parse(text: &str) -> Result<File, ConfigError> {
-        let doc = Document::new(text);
         let mut file: File = toml::from_str(text).map_err(|e| ConfigError {
             file: None,
-            position: e.span().map(|s| doc.line_col(s.start)),
+            position: e.span().map(|s| position::line_col(text, s.start)),
             message: e.message().trim_end().to_string(),
         })?;
         if file.zones.is_empty() {
             file.zones.push(file::ZoneConfig::root());
         }
-        file.check().map_err(|invalid| error_at(&doc, invalid))?;
+        file.check().map_err(|invalid| error_at(text, invalid))?;
         Ok(file)
     }
 }
 
-fn error_at(doc: &Document<'_>, invalid: Invalid) -> ConfigError {
+/// The error for a broken rule, positioned in `text` (parsed again for its
+/// spans only now, when there is an error to place).
+fn error_at(text: &str, invalid: Invalid) -> ConfigError {
+    let doc = Document::new(text);
     let (span, message) = match invalid {
         Invalid::At(span, message) => (Some(span), message),
         Invalid::Key(path, message) => (doc.locate(&path), message),
@@ -329,6 +335,17 @@ mod tests {
         let text = "[[zone]]\nname = \"a\"\nupstreams = [\"127.0.0.1\"]\nhealth_check = \"0s\"\n";
         let e = Config::parse(text).unwrap_err();
         assert_eq!(e.position.unwrap().0, 4, "{e}");
+    }
+
+    #[test]
+    fn a_key_left_out_is_located_through_its_table() {
+        use position::Step::{Index, Key};
+        let text = "[server]\nworkers = 1\n\n[[zone]]\nname = \"a\"\n";
+        let doc = Document::new(text);
+        let at = |path: &[position::Step<'_>]| doc.locate(path).map(|s| doc.line_col(s.start).0);
+        assert_eq!(at(&[Key("server"), Key("query_timeout")]), Some(1));
+        assert_eq!(at(&[Key("zone"), Index(0), Key("resolv_conf")]), Some(4));
+        assert_eq!(at(&[Key("cache"), Key("capacity")]), None);
     }
 
     #[test]

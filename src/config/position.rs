@@ -39,13 +39,18 @@ impl<'t> Document<'t> {
         for step in path {
             let value: &Spanned<DeValue<'_>> = match (*step, array) {
                 (Step::Key(key), None) => {
-                    let (k, v) = table.iter().find(|(k, _)| k.get_ref().as_ref() == key)?;
+                    let Some((k, v)) = table.iter().find(|(k, _)| k.get_ref().as_ref() == key)
+                    else {
+                        return found;
+                    };
                     found = Some(k.span());
                     v
                 }
                 (Step::Index(i), Some(items)) => {
                     let items: &[Spanned<DeValue<'_>>] = items;
-                    let v = items.get(i)?;
+                    let Some(v) = items.get(i) else {
+                        return found;
+                    };
                     found = Some(v.span());
                     v
                 }
@@ -63,9 +68,14 @@ impl<'t> Document<'t> {
 
     /// 1-based line and column of a byte offset.
     pub(super) fn line_col(&self, offset: usize) -> (usize, usize) {
-        let before = &self.text[..offset.min(self.text.len())];
-        let line = before.matches('\n').count() + 1;
-        let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-        (line, col)
+        line_col(self.text, offset)
     }
+}
+
+/// 1-based line and column of a byte offset in `text`.
+pub(super) fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    (line, col)
 }

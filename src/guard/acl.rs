@@ -31,12 +31,12 @@ pub struct Acl {
 }
 
 impl Acl {
-    pub fn new(allowed: Vec<IpNet>) -> Acl {
+    pub fn new(allowed: &[IpNet]) -> Acl {
         let mut acl = Acl {
             v4: Vec::new(),
             v6: Vec::new(),
         };
-        for net in allowed {
+        for &net in allowed {
             match net {
                 IpNet::V4(n) => acl
                     .v4
@@ -79,7 +79,7 @@ mod tests {
 
     #[test]
     fn default_serves_pod_ranges_only() {
-        let acl = Acl::new(default_allow());
+        let acl = Acl::new(&default_allow());
         for ok in [
             "127.0.0.1",
             "10.244.1.7",
@@ -107,7 +107,7 @@ mod tests {
 
     #[test]
     fn everyone() {
-        let acl = Acl::new(vec!["0.0.0.0/0".parse().unwrap(), "::/0".parse().unwrap()]);
+        let acl = Acl::new(&["0.0.0.0/0".parse().unwrap(), "::/0".parse().unwrap()]);
         assert!(acl.allows("8.8.8.8".parse().unwrap()));
         assert!(acl.allows("2001:db8::1".parse().unwrap()));
     }

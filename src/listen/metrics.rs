@@ -2,12 +2,7 @@
 
 use prometheus::{IntCounter, IntGauge};
 
-use crate::label_set;
-use crate::metrics::{Counters, Registry};
-
-label_set! {
-    pub struct ReasonLabels { reason = "reason" }
-}
+use crate::metrics::{Counters, ReasonLabels, Registry};
 
 pub struct ListenMetrics {
     pub tcp_connections: IntGauge,

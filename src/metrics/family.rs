@@ -36,12 +36,6 @@ impl LabelValue for &str {
     }
 }
 
-impl LabelValue for String {
-    fn label_value(&self) -> &str {
-        self
-    }
-}
-
 /// Declares label structs, one per metric family:
 ///
 /// ```ignore
@@ -56,14 +50,13 @@ impl LabelValue for String {
 /// exposition, and the field order is the label order. The family of
 /// `RequestLabels` is `Counters<RequestLabels<'static>>` (or `Gauges`,
 /// `Histograms`).
-#[macro_export]
 macro_rules! label_set {
     ($($(#[$doc:meta])* $vis:vis struct $name:ident {
         $($field:ident $(: $ty:ty)? = $label:literal),+ $(,)?
     })+) => {$(
         $(#[$doc])*
         #[derive(Clone, Copy, Debug)]
-        $vis struct $name<'a> { $(pub $field: $crate::label_set!(@type 'a $($ty)?)),+ }
+        $vis struct $name<'a> { $(pub $field: $crate::metrics::family::label_set!(@type 'a $($ty)?)),+ }
 
         impl $crate::metrics::family::LabelSet for $name<'static> {
             const NAMES: &'static [&'static str] = &[$($label),+];
@@ -80,6 +73,7 @@ macro_rules! label_set {
     (@type $lt:lifetime) => { &$lt str };
     (@type $lt:lifetime $ty:ty) => { $ty };
 }
+pub(crate) use label_set;
 
 /// A Prometheus metric vector whose children are picked by a `L` label struct.
 pub struct Family<L, B: MetricVecBuilder> {

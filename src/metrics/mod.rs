@@ -13,7 +13,7 @@ pub mod family;
 use prometheus::core::Collector;
 use prometheus::{Encoder, IntCounter, IntGauge, TextEncoder, exponential_buckets};
 
-use crate::label_set;
+pub(crate) use family::label_set;
 pub use family::{Counters, Gauges, Histograms, LabelSet, LabelValue, LabelValues};
 
 /// CoreDNS's `view` label; nodens has no views, so it is always empty.
@@ -30,6 +30,10 @@ impl Default for Registry {
 
 label_set! {
     struct BuildLabels { version = "version" }
+    /// A `reason` alone (why a query or connection was turned away).
+    pub struct ReasonLabels { reason = "reason" }
+    /// A `result` alone ("success", "failure").
+    pub struct ResultLabels { result = "result" }
 }
 
 impl Registry {

@@ -4,21 +4,21 @@
 use std::net::IpAddr;
 use std::time::Instant;
 
-use super::Settings;
+use super::{MissJob, Settings};
 use super::metrics::ServeMetrics;
 use crate::listen::Handled;
 use crate::wire::{build, query, rcode};
 
 /// `None` when the client may go on; otherwise what to do with the packet.
 #[inline]
-pub fn admit<M>(
+pub(super) fn admit(
     settings: &Settings,
     metrics: &ServeMetrics,
     packet: &[u8],
     client: IpAddr,
     now: Instant,
     out: &mut Vec<u8>,
-) -> Option<Handled<M>> {
+) -> Option<Handled<MissJob>> {
     if !settings.acl.allows(client) {
         return Some(refuse(metrics, packet, "source not allowed", out));
     }
@@ -33,12 +33,12 @@ pub fn admit<M>(
 
 /// REFUSED for a client that may not ask (the question echoed if it can be
 /// read); nothing for what is not a query at all.
-fn refuse<M>(
+fn refuse(
     metrics: &ServeMetrics,
     packet: &[u8],
     reason: &'static str,
     out: &mut Vec<u8>,
-) -> Handled<M> {
+) -> Handled<MissJob> {
     metrics.rejected(reason);
     let (question_end, edns) = match query::parse(packet) {
         Ok(q) => (Some(q.name_end + 4), q.edns),

@@ -5,27 +5,27 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::stats::ZoneStats;
-use super::{Listener, Settings, Shared, reply_limit};
+use super::{ListenerView, Settings, Shared, reply_limit};
 use crate::cache::{Entry, Freshness, KeyRef, Kind, Lookup};
 use crate::listen::Proto;
 use crate::upstream::Zone;
 use crate::wire::query::Query;
 
 /// A query past parsing and routing, as the later stages see it.
-pub struct Request<'r, 'q> {
-    pub query: &'r Query<'q>,
-    pub key: &'r KeyRef<'r>,
-    pub zone: &'r Arc<Zone>,
-    pub settings: &'r Arc<Settings>,
-    pub stats: &'r ZoneStats,
-    pub proto: Proto,
-    pub started: Instant,
+pub(super) struct Request<'r, 'q> {
+    pub(super) query: &'r Query<'q>,
+    pub(super) key: &'r KeyRef<'r>,
+    pub(super) zone: &'r Arc<Zone>,
+    pub(super) settings: &'r Arc<Settings>,
+    pub(super) stats: &'r ZoneStats,
+    pub(super) proto: Proto,
+    pub(super) started: Instant,
 }
 
 impl Request<'_, '_> {
     /// Writes the reply from a cached entry and counts it.
     #[inline]
-    pub fn reply_from(
+    pub(super) fn reply_from(
         &self,
         entry: &Entry,
         freshness: Freshness,
@@ -45,7 +45,7 @@ impl Request<'_, '_> {
 }
 
 /// What the cache had.
-pub enum Cached {
+pub(super) enum Cached {
     /// A fresh entry; the reply is written.
     Answered,
     /// Only an expired entry, still within `stale_max_age`.
@@ -58,7 +58,7 @@ impl Shared {
     pub(super) fn answer_from_cache(
         self: &Arc<Self>,
         request: &Request<'_, '_>,
-        listener: &Listener,
+        listener: &ListenerView,
         out: &mut Vec<u8>,
     ) -> Cached {
         let settings = request.settings;

@@ -4,10 +4,12 @@
 
 use prometheus::{IntCounter, IntGauge};
 
-use crate::label_set;
+use crate::metrics::label_set;
 use crate::listen::Proto;
-use crate::metrics::{Counters, Histograms, Registry, duration_buckets, size_buckets};
-pub use crate::wire::{QTYPE_LABELS, qtype_label, qtype_slot};
+pub use crate::cache::metrics::CacheKindLabels;
+use crate::metrics::{
+    Counters, Histograms, ReasonLabels, Registry, duration_buckets, size_buckets,
+};
 
 label_set! {
     /// `coredns_dns_requests_total`.
@@ -27,11 +29,6 @@ label_set! {
     pub struct DoLabels { server = "server", view = "view", zone = "zone" }
     /// The cache plugin's per-zone counters (its label is `zones`).
     pub struct CacheLabels { server = "server", zones = "zones", view = "view" }
-    /// `coredns_cache_hits_total`: `type` is "success" or "denial".
-    pub struct CacheKindLabels {
-        server = "server", kind = "type", zones = "zones", view = "view",
-    }
-    pub struct ReasonLabels { reason = "reason" }
 }
 
 /// CoreDNS's `plugin` label on responses: which plugin wrote the reply. In

@@ -10,7 +10,7 @@ use std::time::Instant;
 use super::hit::Request;
 use super::metrics::CacheLabels;
 use super::stats::ListenerStats;
-use super::{Listener, Settings, Shared, reply_limit};
+use super::{ListenerView, Settings, Shared, reply_limit};
 use crate::cache::{Entry, Freshness, Key, Kind, Lookup};
 use crate::inflight::Role;
 use crate::listen::{Handled, Proto};
@@ -67,7 +67,7 @@ impl Shared {
         request.stats.cache_miss();
         let settings = request.settings;
         let Some(ticket) =
-            MissTicket::take(&self.misses_in_flight, settings.server.max_misses_in_flight)
+            MissTicket::take(&self.misses_in_flight, settings.max_misses_in_flight)
         else {
             self.metrics.rejected("too many misses in flight");
             let Some(stale) = stale else {
@@ -96,10 +96,10 @@ impl Shared {
     }
 
     /// Resolves a miss and writes the reply into `out`.
-    pub async fn resolve(self: &Arc<Self>, job: MissJob, listener: &Listener, out: &mut Vec<u8>) {
+    pub(super) async fn answer_miss(self: &Arc<Self>, job: MissJob, listener: &ListenerView, out: &mut Vec<u8>) {
         let query = job.query.get();
         self.metrics.inflight.inc();
-        let deadline = job.started + job.settings.server.query_timeout;
+        let deadline = job.started + job.settings.query_timeout;
         let fetched = tokio::time::timeout_at(
             deadline.into(),
             self.fetch(&job.key, &job.zone, &job.settings, deadline),

@@ -17,13 +17,13 @@
 //! A new stage (cluster-name rules, search-path speculation) goes between
 //! route and hit, in a file of its own.
 
-pub mod admit;
-pub mod hit;
+mod admit;
+mod hit;
 pub mod metrics;
-pub mod miss;
-pub mod prefetch;
-pub mod route;
-pub mod settings;
+mod miss;
+mod prefetch;
+mod route;
+mod settings;
 pub mod stats;
 
 use std::net::IpAddr;
@@ -60,8 +60,8 @@ pub struct Shared {
     misses_in_flight: Arc<AtomicUsize>,
 }
 
-/// A listener as the request path sees it.
-pub type Listener = ListenerInfo<StatsSlot>;
+/// A listener as the request path sees it: who it is, and its metric handles.
+pub type ListenerView = ListenerInfo<StatsSlot>;
 
 impl Shared {
     /// Call on the main runtime (see `tasks`).
@@ -70,7 +70,7 @@ impl Shared {
         metrics: Arc<ServeMetrics>,
         upstream_metrics: &Arc<UpstreamMetrics>,
     ) -> Shared {
-        let tasks = Tasks::new();
+        let tasks = Tasks::on_current_runtime();
         let settings = Settings::build(config, upstream_metrics, tasks.upkeep(), None);
         Shared {
             settings: ArcSwap::from_pointee(settings),
@@ -100,7 +100,7 @@ impl Shared {
 /// 16-bit length limit (an upstream's largest answer plus our OPT is over it).
 fn reply_limit(proto: Proto, query: &query::Query<'_>, settings: &Settings) -> usize {
     match proto {
-        Proto::Udp => query.udp_limit(settings.server.max_udp_payload),
+        Proto::Udp => query.udp_limit(settings.max_udp_payload),
         Proto::Tcp => u16::MAX as usize,
     }
 }
@@ -115,7 +115,7 @@ impl Service for Shared {
         self: &Arc<Self>,
         packet: &[u8],
         client: IpAddr,
-        listener: &Listener,
+        listener: &ListenerView,
         proto: Proto,
         out: &mut Vec<u8>,
     ) -> Handled<MissJob> {
@@ -163,12 +163,12 @@ impl Service for Shared {
         self.miss(&request, all_stats, stale, out)
     }
 
-    async fn resolve(self: &Arc<Self>, miss: MissJob, listener: &Listener, out: &mut Vec<u8>) {
-        Shared::resolve(self, miss, listener, out).await;
+    async fn resolve(self: &Arc<Self>, miss: MissJob, listener: &ListenerView, out: &mut Vec<u8>) {
+        self.answer_miss(miss, listener, out).await;
     }
 
     fn tcp_limits(&self) -> TcpLimits {
-        self.settings.load().server.tcp
+        self.settings.load().tcp
     }
 
     fn tasks(&self) -> &Tasks {

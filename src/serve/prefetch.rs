@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::hit::Request;
 use super::metrics::CacheLabels;
-use super::{Listener, Shared};
+use super::{ListenerView, Shared};
 use crate::cache::{Entry, Kind};
 use crate::metrics::VIEW;
 
@@ -18,7 +18,7 @@ impl Shared {
         self: &Arc<Self>,
         entry: &Arc<Entry>,
         request: &Request<'_, '_>,
-        listener: &Listener,
+        listener: &ListenerView,
     ) {
         if entry.kind == Kind::Failure {
             return;
@@ -51,7 +51,7 @@ impl Shared {
             })
             .inc();
         let refresh = async move {
-            let deadline = Instant::now() + settings.server.query_timeout;
+            let deadline = Instant::now() + settings.query_timeout;
             this.fetch(&key, &zone, &settings, deadline).await;
         };
         self.tasks.spawn_query_on_main(refresh);

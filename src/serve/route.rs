@@ -1,25 +1,25 @@
 //! Routing: the zone a name belongs to (longest suffix, in
 //! `upstream::Router`); a name in no zone is REFUSED here.
 
-use super::Listener;
+use super::{ListenerView, MissJob};
 use super::metrics::{
-    PLUGIN_NONE, RequestLabels, ResponseLabels, ServeMetrics, ZONE_DROPPED, qtype_label,
+    PLUGIN_NONE, RequestLabels, ResponseLabels, ServeMetrics, ZONE_DROPPED,
 };
 use crate::listen::{Handled, Proto};
 use crate::metrics::VIEW;
 use crate::wire::query::Query;
-use crate::wire::{build, rcode, rcode_name};
+use crate::wire::{build, qtype_label, rcode, rcode_name};
 
 /// REFUSED for a name no zone covers, counted under CoreDNS's "dropped"
 /// zone. Rare (the default zone is the root), so the series are resolved
 /// on each call.
-pub fn refuse_unrouted<M>(
+pub(super) fn refuse_unrouted(
     metrics: &ServeMetrics,
     query: &Query<'_>,
-    listener: &Listener,
+    listener: &ListenerView,
     proto: Proto,
     out: &mut Vec<u8>,
-) -> Handled<M> {
+) -> Handled<MissJob> {
     metrics.rejected("no zone for the name");
     metrics
         .requests

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::config::{CacheSettings, Config, ServerSettings};
+use std::time::Duration;
+
+use crate::config::{CacheSettings, Config, TcpLimits};
 use crate::guard::{Acl, RateLimiter};
 use crate::tasks::Upkeep;
 use crate::upstream::Router;
@@ -14,10 +16,13 @@ pub struct Settings {
     /// Changes on every reload; per-listener metric handles follow it.
     pub generation: u64,
     pub router: Router,
-    pub server: ServerSettings,
-    pub cache: CacheSettings,
     pub acl: Acl,
     pub rate_limit: Option<RateLimiter>,
+    pub max_udp_payload: u16,
+    pub query_timeout: Duration,
+    pub max_misses_in_flight: usize,
+    pub tcp: TcpLimits,
+    pub cache: CacheSettings,
 }
 
 impl Settings {
@@ -33,13 +38,16 @@ impl Settings {
         Settings {
             generation: GENERATION.fetch_add(1, Ordering::Relaxed),
             router: Router::build(&config.zones, metrics, upkeep, previous.map(|p| &p.router)),
-            server: config.server.clone(),
-            cache: config.cache.clone(),
-            acl: Acl::new(config.server.allow.clone()),
+            acl: Acl::new(&config.server.allow),
             rate_limit: config
                 .server
                 .rate_limit
                 .map(|r| RateLimiter::new(r.per_second, r.burst)),
+            max_udp_payload: config.server.max_udp_payload,
+            query_timeout: config.server.query_timeout,
+            max_misses_in_flight: config.server.max_misses_in_flight,
+            tcp: config.server.tcp,
+            cache: config.cache.clone(),
         }
     }
 }

@@ -13,11 +13,12 @@ use arc_swap::ArcSwapOption;
 use prometheus::{Histogram, IntCounter};
 
 use super::metrics::{
-    CacheKindLabels, CacheLabels, DoLabels, PLUGIN_CACHE, PLUGIN_NONE, QTYPE_LABELS, RequestLabels,
-    ResponseLabels, ServeMetrics, SizeLabels, ZoneLabels, qtype_label, qtype_slot,
+    CacheKindLabels, CacheLabels, DoLabels, PLUGIN_CACHE, PLUGIN_NONE, RequestLabels,
+    ResponseLabels, ServeMetrics, SizeLabels, ZoneLabels,
 };
 use crate::listen::Proto;
 use crate::metrics::VIEW;
+use crate::wire::{QTYPE_LABELS, qtype_label, qtype_slot};
 
 /// Query type slots: one per labelled type, and "other".
 const TYPES: usize = QTYPE_LABELS.len() + 1;
@@ -176,7 +177,7 @@ impl ZoneStats {
     }
 
     /// The labels of the cache plugin's per-zone counters.
-    pub fn cache_labels(&self) -> CacheLabels<'_> {
+    fn cache_labels(&self) -> CacheLabels<'_> {
         CacheLabels {
             server: &self.server,
             zones: &self.zone,
@@ -206,8 +207,8 @@ pub struct StatsSlot(ArcSwapOption<ListenerStats>);
 pub type StatsGuard = arc_swap::Guard<Option<Arc<ListenerStats>>>;
 
 impl StatsSlot {
-    /// The stats for settings `generation`, built from `zone_names` (the
-    /// settings' zones, in index order) on the first query after a reload.
+    /// The stats for settings `generation`, made by `build` (one per zone
+    /// of those settings, in index order) on the first query after a reload.
     #[inline]
     pub fn current(&self, generation: u64, build: impl FnOnce() -> Vec<ZoneStats>) -> StatsGuard {
         let guard = self.0.load();
@@ -226,8 +227,8 @@ impl StatsSlot {
 /// The stats of `listener` for the current settings, built on the first
 /// query after a reload.
 #[inline]
-pub fn for_listener(
-    listener: &super::Listener,
+pub(super) fn for_listener(
+    listener: &super::ListenerView,
     settings: &super::Settings,
     metrics: &Arc<ServeMetrics>,
 ) -> StatsGuard {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::time::Instant;
 
-use super::metrics::{PROXY_NAME, ProxyLabels, ResultLabels};
+use super::metrics::{PROXY_NAME, ProxyLabels, ToResultLabels};
 use super::{Upstream, udp};
 use crate::wire::build;
 use crate::wire::response::Case;
@@ -68,7 +68,7 @@ async fn probe_until_up(upstream: Weak<Upstream>) {
         let result = if answered { "success" } else { "failure" };
         up.metrics
             .health_checks
-            .get(&ResultLabels {
+            .get(&ToResultLabels {
                 to: &up.label,
                 result,
             })

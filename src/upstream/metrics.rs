@@ -3,7 +3,7 @@
 
 use prometheus::{Histogram, IntCounter};
 
-use crate::label_set;
+use crate::metrics::label_set;
 use crate::metrics::{Counters, Gauges, Histograms, Registry, duration_buckets};
 use crate::wire::rcode_name;
 
@@ -16,9 +16,9 @@ label_set! {
     pub struct ProxyProtoLabels { proxy_name = "proxy_name", to = "to", proto = "proto" }
     pub struct ProxyRcodeLabels { proxy_name = "proxy_name", to = "to", rcode = "rcode" }
     pub struct ErrorLabels { to = "to", error = "error" }
-    pub struct ResultLabels { to = "to", result = "result" }
+    pub struct ToResultLabels { to = "to", result = "result" }
     pub struct StateLabels { to = "to", state = "state" }
-    pub struct ReasonLabels { to = "to", reason = "reason" }
+    pub struct ToReasonLabels { to = "to", reason = "reason" }
 }
 
 pub struct UpstreamMetrics {
@@ -28,16 +28,16 @@ pub struct UpstreamMetrics {
     pub errors: Counters<ErrorLabels<'static>>,
     pub inflight: Gauges<ToLabels<'static>>,
     pub healthy: Gauges<ToLabels<'static>>,
-    pub health_checks: Counters<ResultLabels<'static>>,
+    pub health_checks: Counters<ToResultLabels<'static>>,
     pub proxy_healthcheck_failures: Counters<ProxyLabels<'static>>,
     pub pool_connections: Gauges<StateLabels<'static>>,
     pub pool_dials: Counters<ToLabels<'static>>,
     pub pool_dial_failures: Counters<ToLabels<'static>>,
-    pub pool_closed: Counters<ReasonLabels<'static>>,
+    pub pool_closed: Counters<ToReasonLabels<'static>>,
     pub queue_length: Gauges<ToLabels<'static>>,
     pub queue_capacity: Gauges<ToLabels<'static>>,
     pub queue_wait: Histograms<ToLabels<'static>>,
-    pub queue_rejected: Counters<ReasonLabels<'static>>,
+    pub queue_rejected: Counters<ToReasonLabels<'static>>,
 }
 
 impl UpstreamMetrics {

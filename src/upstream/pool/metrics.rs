@@ -6,7 +6,7 @@ use std::sync::Arc;
 use prometheus::{Histogram, IntCounter, IntGauge};
 
 use crate::config::PoolConfig;
-use crate::upstream::metrics::{ReasonLabels, StateLabels, ToLabels, UpstreamMetrics};
+use crate::upstream::metrics::{ToReasonLabels, StateLabels, ToLabels, UpstreamMetrics};
 
 /// The handles of one pool's series, resolved when the pool is made.
 pub(super) struct PoolMetrics {
@@ -39,7 +39,7 @@ impl PoolMetrics {
             .get(&one)
             .set(config.max_queue as i64);
         let state = |state| StateLabels { to, state };
-        let rejected = |reason| ReasonLabels { to, reason };
+        let rejected = |reason| ToReasonLabels { to, reason };
         let (reused, fresh) = metrics.conn_reuse(to, "tcp");
         PoolMetrics {
             idle: metrics.pool_connections.get(&state("idle")),
@@ -60,7 +60,7 @@ impl PoolMetrics {
     }
 
     pub(super) fn closed(&self, reason: &str) {
-        let labels = ReasonLabels {
+        let labels = ToReasonLabels {
             to: &self.label,
             reason,
         };

@@ -181,17 +181,8 @@ impl Pool {
                 answer,
             };
             let result = match slot.send(request) {
+                Ok(()) => self.wait_for(answered, deadline).await,
                 Err(e) => Err(e),
-                Ok(()) => {
-                    self.inner.m.inflight.inc();
-                    let answer = timeout_at(deadline, answered).await;
-                    self.inner.m.inflight.dec();
-                    match answer {
-                        Err(_) => Err(ExchangeError::Timeout),
-                        Ok(Err(_)) => Err(ExchangeError::Closed),
-                        Ok(Ok(result)) => result,
-                    }
-                }
             };
             match result {
                 Err(ExchangeError::Closed)
@@ -201,6 +192,24 @@ impl Pool {
                 }
                 other => return other,
             }
+        }
+    }
+}
+
+impl Pool {
+    /// Waits until `deadline` for the answer to a query handed to a connection.
+    async fn wait_for(
+        &self,
+        answered: oneshot::Receiver<Result<Vec<u8>, ExchangeError>>,
+        deadline: Instant,
+    ) -> Result<Vec<u8>, ExchangeError> {
+        self.inner.m.inflight.inc();
+        let answer = timeout_at(deadline, answered).await;
+        self.inner.m.inflight.dec();
+        match answer {
+            Err(_) => Err(ExchangeError::Timeout),
+            Ok(Err(_)) => Err(ExchangeError::Closed),
+            Ok(Ok(result)) => result,
         }
     }
 }
