@@ -4,8 +4,8 @@
 use std::net::IpAddr;
 use std::time::Instant;
 
-use super::{MissJob, Settings};
 use super::metrics::ServeMetrics;
+use super::{MissJob, Settings};
 use crate::listen::Handled;
 use crate::wire::{build, query, rcode};
 

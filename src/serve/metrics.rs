@@ -4,9 +4,9 @@
 
 use prometheus::{IntCounter, IntGauge};
 
-use crate::metrics::label_set;
-use crate::listen::Proto;
 pub use crate::cache::metrics::CacheKindLabels;
+use crate::listen::Proto;
+use crate::metrics::label_set;
 use crate::metrics::{
     Counters, Histograms, ReasonLabels, Registry, duration_buckets, size_buckets,
 };

@@ -66,8 +66,7 @@ impl Shared {
     ) -> Handled<MissJob> {
         request.stats.cache_miss();
         let settings = request.settings;
-        let Some(ticket) =
-            MissTicket::take(&self.misses_in_flight, settings.max_misses_in_flight)
+        let Some(ticket) = MissTicket::take(&self.misses_in_flight, settings.max_misses_in_flight)
         else {
             self.metrics.rejected("too many misses in flight");
             let Some(stale) = stale else {
@@ -96,7 +95,12 @@ impl Shared {
     }
 
     /// Resolves a miss and writes the reply into `out`.
-    pub(super) async fn answer_miss(self: &Arc<Self>, job: MissJob, listener: &ListenerView, out: &mut Vec<u8>) {
+    pub(super) async fn answer_miss(
+        self: &Arc<Self>,
+        job: MissJob,
+        listener: &ListenerView,
+        out: &mut Vec<u8>,
+    ) {
         let query = job.query.get();
         self.metrics.inflight.inc();
         let deadline = job.started + job.settings.query_timeout;

@@ -1,10 +1,8 @@
 //! Routing: the zone a name belongs to (longest suffix, in
 //! `upstream::Router`); a name in no zone is REFUSED here.
 
+use super::metrics::{PLUGIN_NONE, RequestLabels, ResponseLabels, ServeMetrics, ZONE_DROPPED};
 use super::{ListenerView, MissJob};
-use super::metrics::{
-    PLUGIN_NONE, RequestLabels, ResponseLabels, ServeMetrics, ZONE_DROPPED,
-};
 use crate::listen::{Handled, Proto};
 use crate::metrics::VIEW;
 use crate::wire::query::Query;
