@@ -61,7 +61,9 @@ impl Net {
     pub fn alloc() -> Net {
         std::fs::create_dir_all(LOCK_DIR).unwrap_or_else(|e| panic!("mkdir {LOCK_DIR}: {e}"));
         let count = u32::from(LAST - FIRST) + 1;
-        let start = std::process::id().wrapping_mul(7) + NEXT.fetch_add(1, Ordering::Relaxed);
+        let start = std::process::id()
+            .wrapping_mul(7)
+            .wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed));
         wait_until(Duration::from_secs(60), "a free loopback block", || {
             (0..count).find_map(|i| {
                 let n = FIRST + ((start + i) % count) as u8;
