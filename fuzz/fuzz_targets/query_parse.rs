@@ -97,7 +97,7 @@ fn accepted(data: &[u8], q: &Query<'_>) {
     assert_eq!(owned.dnssec_ok(), q.dnssec_ok());
     assert_eq!(owned.checking_disabled(), q.checking_disabled());
 
-    // REFUSED for a name outside every zone (handler.rs), as a client sees it.
+    // REFUSED for a name outside every zone (serve/route.rs), as a client sees it.
     let mut out = Vec::new();
     build::reply_with_rcode(
         data,

@@ -170,7 +170,7 @@ fn run(params: &[u8], msg: &[u8]) {
         );
     }
 
-    // The entry, as handler.rs builds it on a miss.
+    // The entry, as serve/miss.rs builds it on a miss.
     let max_ttl = MAX_TTL[((policy_bits >> 2) & 7) as usize];
     let policy = TtlPolicy {
         min_ttl: MIN_TTL[(policy_bits & 3) as usize].min(max_ttl),

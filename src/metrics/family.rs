@@ -1,6 +1,6 @@
 //! Metric families with typed labels.
 //!
-//! A family's labels are a struct declared with [`label_set!`]: the label
+//! A family's labels are a struct declared with `label_set!`: the label
 //! names and their order are written once, next to the field names, so a
 //! call site names each value and a wrong order cannot compile. Resolving a
 //! child series (`get`) hashes its values and takes a lock; the request path

@@ -4,13 +4,13 @@
 //! runs on the listener's thread and answers everything it can without
 //! waiting:
 //!
-//! 1. [`admit`]: the allow list and the per-client rate limit;
+//! 1. `admit`: the allow list and the per-client rate limit;
 //! 2. parse: a malformed query gets FORMERR/NOTIMP (or nothing);
-//! 3. [`route`]: the zone of the name, REFUSED if none;
-//! 4. [`hit`]: a fresh cache entry is the reply (and may start a
-//!    [`prefetch`]);
-//! 5. [`miss`]: everything else becomes a [`MissJob`], run as a task by the
-//!    listener ([`Shared::resolve`]): coalesce with identical misses, ask
+//! 3. `route`: the zone of the name, REFUSED if none;
+//! 4. `hit`: a fresh cache entry is the reply (and may start a
+//!    `prefetch`);
+//! 5. `miss`: everything else becomes a [`MissJob`], run as a task by the
+//!    listener (`Service::resolve`): coalesce with identical misses, ask
 //!    the zone's upstreams, store, reply; serve stale if every upstream
 //!    failed.
 //!
