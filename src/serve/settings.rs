@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-
 use std::time::Duration;
 
 use crate::config::{CacheSettings, Config, TcpLimits};
