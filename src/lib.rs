@@ -18,6 +18,7 @@ pub mod listen;
 pub mod log_limit;
 pub mod logging;
 pub mod metrics;
+pub mod node;
 pub mod privileges;
 pub mod serve;
 pub mod server;

@@ -5,9 +5,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use nodens::config::Config;
+use nodens::config::{Config, File, NodeConfig};
 use nodens::server::Server;
-use nodens::{cpus, limits, logging, privileges};
+use nodens::{cpus, limits, logging, node, privileges};
 
 /// mimalloc rather than glibc's malloc: with misses allocated and freed on
 /// each UDP worker's thread among long-lived cache entries, glibc's
@@ -32,9 +32,35 @@ enum Command {
         /// The TOML configuration file (see docs/configuration.md).
         #[arg(short, long)]
         config: Option<PathBuf>,
+        /// Leave the node interface and rules in place on exit (for the
+        /// process that takes over).
+        #[arg(long)]
+        keep_rules: bool,
+    },
+    /// The node setup ([node] in the configuration): what is in place, or remove it.
+    Node {
+        #[command(subcommand)]
+        action: NodeAction,
     },
     /// Check a configuration file and exit: 0 if valid, 1 with the line of the error if not.
     CheckConfig { file: PathBuf },
+}
+
+#[derive(Subcommand)]
+enum NodeAction {
+    /// Print the interface, its addresses and the rules; exit 0 if all that
+    /// the configuration asks for is in place, 1 if not.
+    Status {
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Remove the interface and nodens's rules from every backend found
+    /// (after a crash, or a process stopped with --keep-rules).
+    Teardown {
+        /// Read the interface name from this configuration (default: nodelocaldns).
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -49,11 +75,103 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Serve { config } => serve(config),
+        Command::Serve { config, keep_rules } => serve(config, keep_rules),
+        Command::Node { action } => node_command(action),
     }
 }
 
-fn serve(path: Option<PathBuf>) -> ExitCode {
+fn node_command(action: NodeAction) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cannot start a runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = match action {
+        NodeAction::Status { config } => runtime.block_on(node_status(&config)),
+        NodeAction::Teardown { config } => runtime.block_on(node_teardown(config.as_deref())),
+    };
+    result.unwrap_or_else(|e| {
+        eprintln!("{e:#}");
+        ExitCode::FAILURE
+    })
+}
+
+async fn node_status(path: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let config = Config::load(path)?;
+    let Some(plan) = &config.node else {
+        println!(
+            "node setup is off in {} ([node] setup = false)",
+            path.display()
+        );
+        return Ok(ExitCode::FAILURE);
+    };
+    let status = node::status(plan).await?;
+    let link = &status.link;
+    let addresses: Vec<String> = link.addresses.iter().map(|a| a.to_string()).collect();
+    println!(
+        "interface {}: {}{}{}",
+        plan.interface,
+        if link.exists { "present" } else { "absent" },
+        if link.exists && !link.up {
+            ", down"
+        } else {
+            ""
+        },
+        link.kind
+            .as_deref()
+            .map(|k| format!(" ({k})"))
+            .unwrap_or_default(),
+    );
+    println!("addresses: {}", addresses.join(" "));
+    for missing in &status.missing_addresses {
+        println!("missing address: {missing}");
+    }
+    println!(
+        "rules ({}): {}",
+        status.backend,
+        if status.rules_in_place {
+            "in place"
+        } else {
+            "missing or changed"
+        }
+    );
+    Ok(if status.complete() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+async fn node_teardown(path: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
+    let interface = match path {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)?;
+            File::parse(&text)
+                .map_err(|mut e| {
+                    e.file = Some(p.to_owned());
+                    e
+                })?
+                .node
+                .interface
+        }
+        None => NodeConfig::default().interface,
+    };
+    let removed = node::teardown_everything(&interface).await?;
+    if removed.is_empty() {
+        println!("nothing to remove");
+    }
+    for what in removed {
+        println!("removed {what}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn serve(path: Option<PathBuf>, keep_rules: bool) -> ExitCode {
     let config = match &path {
         Some(p) => match Config::load(p) {
             Ok(c) => c,
@@ -99,8 +217,9 @@ fn serve(path: Option<PathBuf>) -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        let server = Server::start(config, path, workers, log).await?;
-        privileges::keep_only_bind_in_this_thread();
+        let node_setup = config.node.is_some();
+        let server = Server::start(config, path, workers, log, keep_rules).await?;
+        privileges::keep_only_in_this_thread(node_setup);
         server.run().await
     });
     match result {

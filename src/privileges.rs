@@ -8,7 +8,9 @@
 //!   workers and the runtime's threads) keep nothing;
 //! - the main thread, which binds new listen addresses on reload, keeps
 //!   `CAP_NET_BIND_SERVICE` only, in its effective, permitted and bounding
-//!   sets.
+//!   sets; with node setup on (`[node] setup = true`) also `CAP_NET_ADMIN`
+//!   and `CAP_NET_RAW`, for the netlink requests and the `nft`/`iptables`
+//!   runs that keep the interface and rules in place (done on that thread).
 //!
 //! Threads share one address space, so this is a bound on what a thread
 //! is allowed by the kernel, not isolation between them: the container's
@@ -40,25 +42,27 @@ pub fn drop_all_in_this_thread() {
     }
 }
 
-/// Keeps only `CAP_NET_BIND_SERVICE` in the calling thread (the main one).
-pub fn keep_only_bind_in_this_thread() {
-    let keep = Capability::CAP_NET_BIND_SERVICE;
+/// Keeps only `CAP_NET_BIND_SERVICE` in the calling thread (the main one),
+/// and with `node_setup` also `CAP_NET_ADMIN` and `CAP_NET_RAW`.
+pub fn keep_only_in_this_thread(node_setup: bool) {
+    let mut keep = vec![Capability::CAP_NET_BIND_SERVICE];
+    if node_setup {
+        keep.extend([Capability::CAP_NET_ADMIN, Capability::CAP_NET_RAW]);
+    }
     // The bounding set first: dropping from it needs CAP_SETPCAP, which
     // goes with the effective set below.
     if let Ok(bounding) = caps::read(None, CapSet::Bounding) {
-        for cap in bounding.into_iter().filter(|c| *c != keep) {
+        for cap in bounding.into_iter().filter(|c| !keep.contains(c)) {
             if let Err(e) = caps::drop(None, CapSet::Bounding, cap) {
                 tracing::debug!("cannot drop {cap} from the bounding set: {e}");
                 break;
             }
         }
     }
-    let had = caps::has_cap(None, CapSet::Permitted, keep).unwrap_or(false);
-    let only: CapsHashSet = if had {
-        [keep].into_iter().collect()
-    } else {
-        CapsHashSet::new()
-    };
+    let only: CapsHashSet = keep
+        .into_iter()
+        .filter(|&cap| caps::has_cap(None, CapSet::Permitted, cap).unwrap_or(false))
+        .collect();
     for set in [CapSet::Effective, CapSet::Permitted, CapSet::Inheritable] {
         let wanted = if matches!(set, CapSet::Inheritable) {
             CapsHashSet::new()

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use prometheus::IntGauge;
@@ -18,6 +19,8 @@ use crate::http::{self, HttpState};
 use crate::listen::{ListenMetrics, Listener};
 use crate::logging::LogHandle;
 use crate::metrics::{Counters, Registry, ResultLabels};
+use crate::node::Node;
+use crate::node::metrics::NodeMetrics;
 use crate::serve::metrics::ServeMetrics;
 use crate::serve::{Settings, Shared};
 use crate::upstream::metrics::UpstreamMetrics;
@@ -30,6 +33,7 @@ pub struct Telemetry {
     pub upstream: Arc<UpstreamMetrics>,
     pub listen: Arc<ListenMetrics>,
     pub cache: CacheGauges,
+    pub node: Arc<NodeMetrics>,
     pub reloads: Counters<ResultLabels<'static>>,
     pub workers: IntGauge,
 }
@@ -43,6 +47,7 @@ impl Telemetry {
             upstream: Arc::new(UpstreamMetrics::register(&registry)),
             listen: Arc::new(ListenMetrics::register(&registry)),
             cache: CacheGauges::register(&registry, cache_server),
+            node: Arc::new(NodeMetrics::register(&registry)),
             reloads: registry.counters(
                 "nodens_config_reloads_total",
                 "Configuration reloads (SIGHUP), by result.",
@@ -62,6 +67,10 @@ pub struct Server {
     listeners: HashMap<SocketAddr, Listener>,
     http: Option<(SocketAddr, CancellationToken)>,
     log: LogHandle,
+    /// The node setup, checked and repaired from the main loop (`run`).
+    node: Option<Node>,
+    /// `serve --keep-rules`: leave the node setup in place on exit.
+    keep_node: bool,
 }
 
 impl Server {
@@ -73,6 +82,7 @@ impl Server {
         config_path: Option<PathBuf>,
         workers: usize,
         log: LogHandle,
+        keep_node: bool,
     ) -> Result<Server> {
         let telemetry = Arc::new(Telemetry::register(format!("dns://{}", config.listen[0])));
         telemetry.workers.set(workers as i64);
@@ -91,7 +101,11 @@ impl Server {
             listeners: HashMap::new(),
             http: None,
             log,
+            node: None,
+            keep_node,
         };
+        // The interface first: the listeners bind to the addresses it holds.
+        server.apply_node(&config).await?;
         server.apply_listeners(&config.listen)?;
         server.apply_http(config.http_listen).await?;
         server.shared.ready.store(true, Ordering::Relaxed);
@@ -104,10 +118,23 @@ impl Server {
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
         loop {
+            // Node repairs run here, on the main thread: the one that keeps
+            // CAP_NET_ADMIN when node setup is on (see `privileges`).
+            let repair_in = self
+                .node
+                .as_ref()
+                .map_or(Duration::from_secs(3600), Node::reconcile_interval);
             tokio::select! {
                 _ = hup.recv() => self.reload().await,
                 _ = term.recv() => break,
                 _ = int.recv() => break,
+                () = tokio::time::sleep(repair_in), if self.node.is_some() => {
+                    if let Some(node) = &self.node
+                        && let Err(e) = node.reconcile().await
+                    {
+                        tracing::error!("node: cannot repair: {e}");
+                    }
+                }
             }
         }
         self.shutdown().await;
@@ -152,7 +179,8 @@ impl Server {
         if config.workers != self.config.workers {
             tracing::warn!("server.workers changes take effect at the next restart");
         }
-        // Listeners first: if a new address cannot be bound, nothing else changes.
+        self.apply_node(&config).await?;
+        // Listeners next: if a new address cannot be bound, nothing else changes.
         self.apply_listeners(&config.listen)?;
         self.apply_http(config.http_listen).await?;
         self.shared.cache.set_capacity(config.cache.capacity);
@@ -226,6 +254,23 @@ impl Server {
         Ok(())
     }
 
+    /// Sets up the node as `config` asks, if that changed: the interface
+    /// and its addresses, the rules (replaced whole), the reconciler.
+    async fn apply_node(&mut self, config: &Config) -> Result<()> {
+        if self.node.as_ref().map(Node::plan) == config.node.as_ref() {
+            return Ok(());
+        }
+        let Some(plan) = config.node.clone() else {
+            self.node = None;
+            return Ok(());
+        };
+        let node = Node::set_up(plan, self.telemetry.node.clone())
+            .await
+            .context("node setup")?;
+        self.node = Some(node);
+        Ok(())
+    }
+
     /// Stops reading, answers what is in flight (up to `shutdown_grace`), exits.
     async fn shutdown(mut self) {
         tracing::info!("shutting down: draining queries in flight");
@@ -245,6 +290,13 @@ impl Server {
         }
         if let Some((_, stop)) = self.http.take() {
             stop.cancel();
+        }
+        if let Some(node) = self.node.take() {
+            if self.keep_node || node.keep_on_exit() {
+                tracing::info!("node: interface and rules kept for the next process");
+            } else if let Err(e) = node.tear_down().await {
+                tracing::error!("node: cannot remove the interface and rules: {e}");
+            }
         }
         tracing::info!("stopped");
     }

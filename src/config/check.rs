@@ -29,6 +29,7 @@ impl File {
     pub(super) fn check(&self) -> Result<(), Invalid> {
         self.check_server()?;
         self.check_cache()?;
+        self.check_node()?;
         self.check_zones()
     }
 
@@ -98,6 +99,45 @@ impl File {
             ));
         }
         Ok(())
+    }
+
+    fn check_node(&self) -> Result<(), Invalid> {
+        let node = &self.node;
+        if !node.setup {
+            return Ok(());
+        }
+        let name = &node.interface;
+        if name.is_empty() || name.len() > 15 || name.contains(['/', ' ', '\t']) {
+            return Err(key(
+                &["node", "interface"],
+                format!(
+                    "node.interface: `{name}` is not an interface name (1 to 15 characters, no `/` or space)"
+                ),
+            ));
+        }
+        if node.reconcile_interval.is_zero() {
+            return Err(key(
+                &["node", "reconcile_interval"],
+                "node.reconcile_interval: must be more than 0",
+            ));
+        }
+        if self.node_addresses().is_empty() {
+            return Err(key(
+                &["node", "setup"],
+                "node.setup: no listen address to hold (loopback and 0.0.0.0/:: are not put on the interface)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The listen addresses the node interface holds: not loopback, not unspecified.
+    pub(super) fn node_addresses(&self) -> Vec<std::net::SocketAddr> {
+        self.server
+            .listen
+            .iter()
+            .map(|a| a.get_ref().0)
+            .filter(|a| !a.ip().is_loopback() && !a.ip().is_unspecified())
+            .collect()
     }
 
     fn check_zones(&self) -> Result<(), Invalid> {

@@ -8,8 +8,8 @@ use std::time::Duration;
 use super::check::Invalid;
 use super::file::{File, ZoneConfig};
 use super::{
-    CacheSettings, Config, LogSettings, RateLimit, ServerSettings, TcpLimits, UpstreamSettings,
-    ZonePlan, resolv_conf,
+    CacheSettings, Config, LogSettings, NodePlan, RateLimit, ServerSettings, TcpLimits,
+    UpstreamSettings, ZonePlan, resolv_conf,
 };
 use crate::cache::TtlPolicy;
 
@@ -65,6 +65,14 @@ impl File {
                 prefetch_percent: self.cache.prefetch_percent,
             },
             http_listen: self.metrics.listen.0,
+            node: self.node.setup.then(|| NodePlan {
+                interface: self.node.interface.clone(),
+                link_kind: self.node.link_kind,
+                backend: self.node.backend,
+                reconcile_interval: self.node.reconcile_interval,
+                keep_on_exit: self.node.keep_on_exit,
+                addresses: self.node_addresses(),
+            }),
             log: LogSettings {
                 level: self.log.level.clone(),
                 format: self.log.format,

@@ -21,8 +21,61 @@ pub struct File {
     pub cache: CacheConfig,
     pub metrics: MetricsConfig,
     pub log: LogConfig,
+    pub node: NodeConfig,
     #[serde(rename = "zone")]
     pub zones: Vec<ZoneConfig>,
+}
+
+/// How nodens sits on the node: an interface holding the listen addresses
+/// and the rules that keep their DNS out of conntrack (docs/node.md).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NodeConfig {
+    /// `nodens serve` creates the interface and the rules at start.
+    pub setup: bool,
+    /// The interface that holds the listen addresses.
+    pub interface: String,
+    pub link_kind: LinkKind,
+    pub backend: Backend,
+    /// How often the interface and rules are checked and repaired.
+    #[serde(with = "humantime_serde")]
+    pub reconcile_interval: Duration,
+    /// Leave the interface and rules in place on exit (for a handover).
+    pub keep_on_exit: bool,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            setup: false,
+            interface: "nodelocaldns".into(),
+            link_kind: LinkKind::Auto,
+            backend: Backend::Auto,
+            reconcile_interval: Duration::from_secs(10),
+            keep_on_exit: false,
+        }
+    }
+}
+
+/// The kind of link that holds the addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkKind {
+    /// `dummy`, as NodeLocal DNSCache uses; `ifb` where the kernel has no dummy.
+    Auto,
+    Dummy,
+    /// An intermediate functional block: holds addresses like a dummy.
+    Ifb,
+}
+
+/// Which firewall interface writes the rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    /// nftables when `nft` works, iptables otherwise.
+    Auto,
+    Nftables,
+    Iptables,
 }
 
 #[derive(Debug, Clone, Deserialize)]

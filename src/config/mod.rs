@@ -27,8 +27,8 @@ use ipnet::IpNet;
 use crate::cache::TtlPolicy;
 use check::Invalid;
 pub use file::{
-    CacheConfig, File, LogConfig, LogFormat, MetricsConfig, Policy, PoolConfig, ServerConfig,
-    Transport, ZoneConfig,
+    Backend, CacheConfig, File, LinkKind, LogConfig, LogFormat, MetricsConfig, NodeConfig, Policy,
+    PoolConfig, ServerConfig, Transport, ZoneConfig,
 };
 use position::Document;
 pub use resolv_conf::{ResolvConfError, nameservers as resolv_conf_nameservers};
@@ -47,6 +47,8 @@ pub struct Config {
     /// The HTTP server for /metrics, /health and /ready, if any.
     pub http_listen: Option<SocketAddr>,
     pub log: LogSettings,
+    /// The node setup, when `[node] setup = true`.
+    pub node: Option<NodePlan>,
     /// Forwarding zones, in file order, with their upstream addresses.
     pub zones: Vec<ZonePlan>,
 }
@@ -97,6 +99,19 @@ pub struct CacheSettings {
 pub struct LogSettings {
     pub level: LogFilter,
     pub format: LogFormat,
+}
+
+/// What `[node]` asks for (see `node`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodePlan {
+    pub interface: String,
+    pub link_kind: LinkKind,
+    pub backend: Backend,
+    pub reconcile_interval: Duration,
+    pub keep_on_exit: bool,
+    /// The listen addresses the interface holds, and whose port-53 traffic
+    /// the rules take out of conntrack.
+    pub addresses: Vec<SocketAddr>,
 }
 
 /// One forwarding zone, ready to be built.

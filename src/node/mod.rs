@@ -1,0 +1,252 @@
+//! On the node: the interface that holds the listen addresses (169.254.20.10,
+//! the cluster DNS Service IP) and the rules that keep their DNS traffic out
+//! of conntrack, set up at start, repaired while running, removed on exit
+//! (docs/node.md).
+
+pub mod iptables;
+pub mod link;
+pub mod metrics;
+pub mod nft;
+pub mod rules;
+
+use std::sync::Arc;
+
+use crate::config::{Backend, NodePlan};
+use metrics::{BackendLabels, NodeMetrics, WhatLabels};
+use rules::Rule;
+
+/// Why the node could not be set up, checked or cleaned.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("netlink: {0}")]
+    Netlink(#[from] rtnetlink::Error),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("nftables: {0}")]
+    Nftables(#[from] nftables::helper::NftablesError),
+    #[error("iptables: {0}")]
+    Iptables(String),
+    #[error("neither nft nor iptables can be run here")]
+    NoFirewall,
+}
+
+fn iptables_error(e: Box<dyn std::error::Error>) -> NodeError {
+    NodeError::Iptables(e.to_string())
+}
+
+/// The firewall interface that carries the rules.
+pub enum Firewall {
+    Nftables,
+    Iptables(iptables::Iptables),
+}
+
+impl Firewall {
+    /// The backend `backend` asks for; `auto` prefers nftables.
+    pub fn choose(backend: Backend) -> Result<Firewall, NodeError> {
+        let ipt = || iptables::Iptables::detect().map(Firewall::Iptables);
+        match backend {
+            Backend::Nftables => Ok(Firewall::Nftables),
+            Backend::Iptables => ipt().ok_or(NodeError::NoFirewall),
+            Backend::Auto if nft::available() => Ok(Firewall::Nftables),
+            Backend::Auto => ipt().ok_or(NodeError::NoFirewall),
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Firewall::Nftables => "nftables",
+            Firewall::Iptables(_) => "iptables",
+        }
+    }
+
+    pub fn apply(&self, rules: &[Rule]) -> Result<(), NodeError> {
+        match self {
+            Firewall::Nftables => Ok(nft::apply(rules)?),
+            Firewall::Iptables(ipt) => ipt.apply(rules).map_err(iptables_error),
+        }
+    }
+
+    pub fn matches(&self, rules: &[Rule]) -> Result<bool, NodeError> {
+        match self {
+            Firewall::Nftables => Ok(nft::matches(rules)?),
+            Firewall::Iptables(ipt) => ipt.matches(rules).map_err(iptables_error),
+        }
+    }
+
+    pub fn remove(&self) -> Result<(), NodeError> {
+        match self {
+            Firewall::Nftables => Ok(nft::remove()?),
+            Firewall::Iptables(ipt) => ipt.remove().map_err(iptables_error),
+        }
+    }
+}
+
+/// The node setup of a running server. Its work (netlink requests, `nft`
+/// and `iptables` runs) is done on the main thread, the one that keeps
+/// `CAP_NET_ADMIN` when node setup is on.
+pub struct Node {
+    plan: NodePlan,
+    rules: Vec<Rule>,
+    firewall: Firewall,
+    metrics: Arc<NodeMetrics>,
+}
+
+impl Node {
+    /// Creates the interface and writes the rules; call before the
+    /// listeners bind (their addresses must exist).
+    pub async fn set_up(plan: NodePlan, metrics: Arc<NodeMetrics>) -> Result<Node, NodeError> {
+        let firewall = Firewall::choose(plan.backend)?;
+        let rules = rules::rules_for(&plan.addresses);
+        let wanted = &plan;
+        let steps = link::with_netlink(|handle| async move {
+            link::ensure(
+                &handle,
+                &wanted.interface,
+                wanted.link_kind,
+                &wanted.addresses,
+            )
+            .await
+        })
+        .await?;
+        for step in steps {
+            tracing::info!(interface = %plan.interface, "node: {step}");
+        }
+        firewall.apply(&rules)?;
+        tracing::info!(
+            interface = %plan.interface,
+            backend = firewall.name(),
+            rules = rules.len(),
+            "node: interface and rules in place"
+        );
+        let node = Node {
+            plan,
+            rules,
+            firewall,
+            metrics,
+        };
+        node.metrics.interface_present.set(1);
+        node.rules_gauge().set(1);
+        Ok(node)
+    }
+
+    fn rules_gauge(&self) -> prometheus::IntGauge {
+        self.metrics.rules_present.get(&BackendLabels {
+            backend: self.firewall.name(),
+        })
+    }
+
+    /// Puts back whatever is missing: the interface, its addresses, the rules.
+    pub async fn reconcile(&self) -> Result<(), NodeError> {
+        let plan = &self.plan;
+        let steps = link::with_netlink(|handle| async move {
+            link::ensure(&handle, &plan.interface, plan.link_kind, &plan.addresses).await
+        })
+        .await;
+        match steps {
+            Ok(steps) if steps.is_empty() => self.metrics.interface_present.set(1),
+            Ok(steps) => {
+                self.metrics.interface_present.set(1);
+                self.repaired("interface", &steps.join(", "));
+            }
+            Err(e) => {
+                self.metrics.interface_present.set(0);
+                return Err(e);
+            }
+        }
+        if self.firewall.matches(&self.rules)? {
+            self.rules_gauge().set(1);
+            return Ok(());
+        }
+        self.rules_gauge().set(0);
+        self.firewall.apply(&self.rules)?;
+        self.rules_gauge().set(1);
+        self.repaired("rules", self.firewall.name());
+        Ok(())
+    }
+
+    fn repaired(&self, what: &'static str, detail: &str) {
+        self.metrics.repairs.get(&WhatLabels { what }).inc();
+        tracing::warn!(
+            interface = %self.plan.interface,
+            "node: {what} missing or changed by someone else: restored ({detail})"
+        );
+    }
+
+    /// Removes the rules and the interface.
+    pub async fn tear_down(&self) -> Result<(), NodeError> {
+        self.firewall.remove()?;
+        let name = &self.plan.interface;
+        link::with_netlink(|handle| async move { link::remove(&handle, name).await }).await?;
+        self.metrics.interface_present.set(0);
+        self.rules_gauge().set(0);
+        tracing::info!(interface = %self.plan.interface, "node: interface and rules removed");
+        Ok(())
+    }
+
+    pub fn keep_on_exit(&self) -> bool {
+        self.plan.keep_on_exit
+    }
+
+    /// How often [`Node::reconcile`] should run.
+    pub fn reconcile_interval(&self) -> std::time::Duration {
+        self.plan.reconcile_interval
+    }
+
+    pub fn plan(&self) -> &NodePlan {
+        &self.plan
+    }
+}
+
+/// Removes an interface called `interface` and nodens's rules from every
+/// backend found here, whatever the configuration says now: for
+/// `nodens node teardown` after a crash. Returns what was removed.
+pub async fn teardown_everything(interface: &str) -> Result<Vec<String>, NodeError> {
+    let mut removed = Vec::new();
+    if nft::available() && nft::exists()? {
+        nft::remove()?;
+        removed.push("nftables table inet nodens".to_string());
+    }
+    if let Some(ipt) = iptables::Iptables::detect()
+        && ipt.exists().map_err(iptables_error)?
+    {
+        ipt.remove().map_err(iptables_error)?;
+        removed.push(format!("iptables ({}) chains NODENS-*", ipt.flavour));
+    }
+    if link::with_netlink(|handle| async move { link::remove(&handle, interface).await }).await? {
+        removed.push(format!("link {interface}"));
+    }
+    Ok(removed)
+}
+
+/// What `nodens node status` reports.
+pub struct Status {
+    pub link: link::LinkState,
+    pub backend: &'static str,
+    pub rules_in_place: bool,
+    pub missing_addresses: Vec<std::net::IpAddr>,
+}
+
+impl Status {
+    pub fn complete(&self) -> bool {
+        self.link.exists && self.link.up && self.missing_addresses.is_empty() && self.rules_in_place
+    }
+}
+
+/// The state of the node against `plan`.
+pub async fn status(plan: &NodePlan) -> Result<Status, NodeError> {
+    let firewall = Firewall::choose(plan.backend)?;
+    let name = &plan.interface;
+    let link = link::with_netlink(|handle| async move { link::state(&handle, name).await }).await?;
+    let missing_addresses = plan
+        .addresses
+        .iter()
+        .map(|a| a.ip())
+        .filter(|ip| !link.addresses.contains(ip))
+        .collect();
+    Ok(Status {
+        rules_in_place: firewall.matches(&rules::rules_for(&plan.addresses))?,
+        backend: firewall.name(),
+        link,
+        missing_addresses,
+    })
+}
