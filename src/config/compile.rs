@@ -13,6 +13,29 @@ use super::{
 };
 use crate::cache::TtlPolicy;
 
+/// The address Kubernetes gives a Service in a pod's environment:
+/// `KUBE_DNS_UPSTREAM_SERVICE_HOST` and `..._SERVICE_PORT` for
+/// `kube-dns-upstream` (port 53 when the port is not set). Read at each
+/// load; Kubernetes fixes a pod's environment at its start, so following a
+/// Service that changes needs the API (a later area, `kube/`).
+fn service_address(service: &str) -> Result<std::net::SocketAddr, String> {
+    let prefix = service.to_ascii_uppercase().replace(['-', '.'], "_");
+    let host_var = format!("{prefix}_SERVICE_HOST");
+    let host = std::env::var(&host_var)
+        .map_err(|_| format!("upstream_service `{service}`: {host_var} is not set"))?;
+    let ip: std::net::IpAddr = host
+        .parse()
+        .map_err(|_| format!("upstream_service `{service}`: {host_var}=`{host}` is not an IP"))?;
+    let port_var = format!("{prefix}_SERVICE_PORT");
+    let port = match std::env::var(&port_var) {
+        Ok(p) => p
+            .parse()
+            .map_err(|_| format!("upstream_service `{service}`: {port_var}=`{p}` is not a port"))?,
+        Err(_) => 53,
+    };
+    Ok(std::net::SocketAddr::new(ip, port))
+}
+
 /// Whole seconds, saturating: TTLs are 32-bit on the wire.
 fn secs(d: Duration) -> u32 {
     d.as_secs().min(u32::MAX.into()) as u32
@@ -83,11 +106,15 @@ impl File {
 
     fn compile_zone(&self, index: usize, z: &ZoneConfig) -> Result<ZonePlan, Invalid> {
         let name = z.name.get_ref().0.clone();
-        let upstreams = if z.upstreams.is_empty() {
+        let upstreams = if !z.upstreams.is_empty() {
+            z.upstreams.iter().map(|u| u.get_ref().0).collect()
+        } else if let Some(service) = &z.upstream_service {
+            vec![service_address(service).map_err(|e| {
+                self.zone_error(index, "upstream_service", format!("zone {name}: {e}"))
+            })?]
+        } else {
             resolv_conf::nameservers(&z.resolv_conf)
                 .map_err(|e| self.zone_error(index, "resolv_conf", format!("zone {name}: {e}")))?
-        } else {
-            z.upstreams.iter().map(|u| u.get_ref().0).collect()
         };
         Ok(ZonePlan {
             name,

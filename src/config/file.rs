@@ -233,6 +233,11 @@ pub struct ZoneConfig {
     pub upstreams: Vec<Spanned<DnsAddr>>,
     #[serde(default = "default_resolv_conf")]
     pub resolv_conf: PathBuf,
+    /// A Kubernetes Service whose address Kubernetes puts in the
+    /// environment (`<NAME>_SERVICE_HOST`, `<NAME>_SERVICE_PORT`), as
+    /// node-cache's `-upstreamsvc`; used when `upstreams` is empty.
+    #[serde(default)]
+    pub upstream_service: Option<String>,
     #[serde(default)]
     pub policy: Policy,
     /// How long to wait for one upstream before trying the next.
@@ -347,6 +352,7 @@ impl ZoneConfig {
             name: Spanned::new(0..0, ZoneName(".".into())),
             upstreams: Vec::new(),
             resolv_conf: default_resolv_conf(),
+            upstream_service: None,
             policy: Policy::default(),
             upstream_timeout: default_upstream_timeout(),
             min_ttl: Duration::ZERO,
