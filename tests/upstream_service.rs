@@ -51,5 +51,8 @@ fn a_missing_service_variable_names_the_line() {
         stderr.contains(&format!("{}:8:", path.display())),
         "no line 8 (upstream_service) in: {stderr}"
     );
-    assert!(stderr.contains("KUBE_DNS_UPSTREAM_SERVICE_HOST"), "{stderr}");
+    assert!(
+        stderr.contains("KUBE_DNS_UPSTREAM_SERVICE_HOST"),
+        "{stderr}"
+    );
 }
