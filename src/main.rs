@@ -36,6 +36,9 @@ enum Command {
         /// process that takes over).
         #[arg(long)]
         keep_rules: bool,
+        /// Set by the fail-open supervisor on the server it starts.
+        #[arg(long, hide = true)]
+        supervised: bool,
     },
     /// The node setup ([node] in the configuration): what is in place, or remove it.
     Node {
@@ -75,7 +78,11 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Serve { config, keep_rules } => serve(config, keep_rules),
+        Command::Serve {
+            config,
+            keep_rules,
+            supervised,
+        } => serve(config, keep_rules, supervised),
         Command::Node { action } => node_command(action),
     }
 }
@@ -171,7 +178,7 @@ async fn node_teardown(path: Option<&std::path::Path>) -> anyhow::Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
-fn serve(path: Option<PathBuf>, keep_rules: bool) -> ExitCode {
+fn serve(path: Option<PathBuf>, keep_rules: bool, supervised: bool) -> ExitCode {
     let config = match &path {
         Some(p) => match Config::load(p) {
             Ok(c) => c,
@@ -189,6 +196,21 @@ fn serve(path: Option<PathBuf>, keep_rules: bool) -> ExitCode {
         },
     };
     let log = logging::init(&config.log);
+    if let Some(path) = &path
+        && !supervised
+        && config.node.as_ref().is_some_and(|n| n.fail_open)
+    {
+        return match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => runtime.block_on(node::supervisor::supervise(&config, path, keep_rules)),
+            Err(e) => {
+                tracing::error!("cannot start the supervisor's runtime: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Err(e) = limits::disable_transparent_huge_pages() {
         tracing::warn!("cannot opt out of transparent huge pages: {e}");
     }

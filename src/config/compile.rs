@@ -94,6 +94,7 @@ impl File {
                 backend: self.node.backend,
                 reconcile_interval: self.node.reconcile_interval,
                 keep_on_exit: self.node.keep_on_exit,
+                fail_open: self.node.fail_open,
                 addresses: self.node_addresses(),
             }),
             log: LogSettings {

@@ -42,6 +42,10 @@ pub struct NodeConfig {
     pub reconcile_interval: Duration,
     /// Leave the interface and rules in place on exit (for a handover).
     pub keep_on_exit: bool,
+    /// Run the server under a small supervisor process that withdraws the
+    /// interface and rules when the server dies or stops answering, so the
+    /// pods' queries to the cluster DNS Service IP reach the cluster DNS.
+    pub fail_open: bool,
 }
 
 impl Default for NodeConfig {
@@ -53,6 +57,7 @@ impl Default for NodeConfig {
             backend: Backend::Auto,
             reconcile_interval: Duration::from_secs(10),
             keep_on_exit: false,
+            fail_open: true,
         }
     }
 }

@@ -109,6 +109,7 @@ pub struct NodePlan {
     pub backend: Backend,
     pub reconcile_interval: Duration,
     pub keep_on_exit: bool,
+    pub fail_open: bool,
     /// The listen addresses the interface holds, and whose port-53 traffic
     /// the rules take out of conntrack.
     pub addresses: Vec<SocketAddr>,

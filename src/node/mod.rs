@@ -8,6 +8,7 @@ pub mod link;
 pub mod metrics;
 pub mod nft;
 pub mod rules;
+pub mod supervisor;
 
 use std::sync::Arc;
 
