@@ -22,9 +22,10 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::config::{Config, NodePlan};
 
 /// How often the server is probed, and how long a probe waits.
-const PROBE_EVERY: Duration = Duration::from_millis(500);
-/// Missed probes in a row after which the server counts as hung.
-const MISSES: u32 = 3;
+const PROBE_EVERY: Duration = Duration::from_millis(250);
+/// Missed probes in a row after which the server counts as hung: a second
+/// without an answer to a query it answers without any upstream.
+const MISSES: u32 = 4;
 
 /// A query the server answers itself, whatever its upstreams do: opcode
 /// STATUS, answered NOTIMP by the parse stage.

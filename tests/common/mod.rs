@@ -41,7 +41,7 @@ pub use fixture::{
 };
 pub use http::http_get;
 pub use net::Net;
-pub use netns::{euid, in_netns, require_root};
+pub use netns::{Netns, euid, in_netns, require_root, run_ok};
 pub use nodens::Nodens;
 pub use proc::Proc;
 pub use prom::{Sample, has_series, parse_metrics, sum_metric};

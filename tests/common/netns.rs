@@ -55,3 +55,57 @@ pub fn in_netns<T: Send>(name: &str, f: impl FnOnce() -> T + Send) -> T {
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })
 }
+
+/// A network namespace a test makes for itself, with `lo` up; deleted on
+/// drop (also when the test panics), and with it its interfaces and rules.
+pub struct Netns {
+    pub name: String,
+}
+
+/// Runs `cmd`, panicking with its stderr if it fails; returns its stdout.
+pub fn run_ok(cmd: &mut std::process::Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+impl Netns {
+    /// `nodens-TAG-PID-RANDOM`, so parallel tests never share a name.
+    pub fn create(tag: &str) -> Netns {
+        let name = format!(
+            "nodens-{tag}-{}-{:04x}",
+            std::process::id(),
+            super::random_u64() as u16
+        );
+        run_ok(std::process::Command::new(super::tool("ip")).args(["netns", "add", &name]));
+        let ns = Netns { name };
+        ns.run(&["ip", "link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// The prefix that runs a command inside the namespace.
+    pub fn exec(&self) -> [&str; 4] {
+        ["ip", "netns", "exec", &self.name]
+    }
+
+    /// Runs `args` inside the namespace; panics if it fails.
+    pub fn run(&self, args: &[&str]) -> String {
+        run_ok(
+            std::process::Command::new(super::tool("ip"))
+                .args(["netns", "exec", &self.name])
+                .args(args),
+        )
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}

@@ -1,0 +1,188 @@
+//! Fail-open: when the server dies or hangs, queries to the cluster DNS
+//! Service IP are answered by the cluster DNS within 2 seconds.
+//!
+//! Two namespaces the test makes: a "node" where nodens holds the Service
+//! IP 10.96.0.10 on its interface, with a kube-proxy-like DNAT of that IP to
+//! the cluster DNS, and a "cluster DNS" namespace, reached over a veth,
+//! where CoreDNS answers `test.` on 10.77.0.2:53. A client in the node asks
+//! 10.96.0.10 every 50 ms while the server is killed (SIGKILL) or frozen
+//! (SIGSTOP): the time to the first answer after that is the gap.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const SERVICE_IP: &str = "10.96.0.10";
+const CLUSTER_DNS: &str = "10.77.0.2:53";
+
+struct Lab {
+    node: Netns,
+    _dns: Netns,
+    core: CoreDns,
+    nodens: Nodens,
+}
+
+impl Lab {
+    fn start() -> Lab {
+        let node = Netns::create("fo-node");
+        let dns = Netns::create("fo-dns");
+        let (a, b) = (
+            format!("fo{:x}a", random_u64() as u16),
+            format!("fo{:x}b", random_u64() as u16),
+        );
+        run_ok(std::process::Command::new("ip").args([
+            "link", "add", &a, "netns", &node.name, "type", "veth", "peer", "name", &b, "netns",
+            &dns.name,
+        ]));
+        node.run(&["ip", "addr", "add", "10.77.0.1/24", "dev", &a]);
+        node.run(&["ip", "link", "set", &a, "up"]);
+        node.run(&["ip", "route", "add", "default", "via", "10.77.0.2"]);
+        dns.run(&["ip", "addr", "add", "10.77.0.2/24", "dev", &b]);
+        dns.run(&["ip", "link", "set", &b, "up"]);
+        // kube-proxy: the Service IP DNATed to the cluster DNS.
+        for proto in ["udp", "tcp"] {
+            node.run(&[
+                "iptables",
+                "-w",
+                "5",
+                "-t",
+                "nat",
+                "-A",
+                "OUTPUT",
+                "-d",
+                SERVICE_IP,
+                "-p",
+                proto,
+                "--dport",
+                "53",
+                "-j",
+                "DNAT",
+                "--to-destination",
+                CLUSTER_DNS,
+            ]);
+        }
+        let core = CoreDns::launch(
+            &dns.exec(),
+            CLUSTER_DNS.parse().unwrap(),
+            &[("test.", test_zone(""))],
+        );
+        in_netns(&dns.name, || core.wait_ready());
+        let toml = format!(
+            "[server]\nlisten = [\"{SERVICE_IP}:53\"]\nworkers = 1\n\
+             [metrics]\nlisten = \"127.0.0.1:9253\"\n\
+             [node]\nsetup = true\n\
+             [[zone]]\nname = \".\"\nupstreams = [\"{CLUSTER_DNS}\"]\n"
+        );
+        let mut nodens = Nodens::launch(&toml, &node.exec());
+        in_netns(&node.name, || nodens.wait_ready());
+        Lab {
+            node,
+            _dns: dns,
+            core,
+            nodens,
+        }
+    }
+
+    /// The server process under the supervisor (`nodens serve --supervised`).
+    fn server_pid(&self) -> i32 {
+        let out = run_ok(
+            std::process::Command::new("pgrep").args(["-P", &self.nodens.proc.pid().to_string()]),
+        );
+        out.trim().parse().expect("one server process")
+    }
+
+    /// Whether 10.96.0.10 answers www.test. A within 200 ms. The client
+    /// socket is bound to 0.0.0.0 (the harness's binds to loopback): once
+    /// nodens is withdrawn the query leaves the node, from 10.77.0.1.
+    fn answered(&self) -> bool {
+        let service: SocketAddr = format!("{SERVICE_IP}:53").parse().unwrap();
+        let query = Q::new("www.test.", Rt::A).to_bytes();
+        in_netns(&self.node.name, || {
+            let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+            socket
+                .set_read_timeout(Some(Duration::from_millis(200)))
+                .unwrap();
+            let mut buf = [0u8; 1500];
+            socket.send_to(&query, service).is_ok()
+                && socket.recv_from(&mut buf).is_ok_and(|(n, from)| {
+                    from == service
+                        && Reply::parse(buf[..n].to_vec(), Duration::ZERO).a()
+                            == vec![ipv4("192.0.2.1")]
+                })
+        })
+    }
+
+    /// Sends `signal` to the server and returns how long until 10.96.0.10
+    /// answers again (asking every 50 ms, for at most 6 s).
+    fn gap_after(&self, signal: libc::c_int) -> Option<Duration> {
+        assert!(self.answered(), "not answered before the fault");
+        let pid = self.server_pid();
+        let start = Instant::now();
+        // SAFETY: kill(2) on the server's pid.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+        while start.elapsed() < Duration::from_secs(6) {
+            if self.answered() {
+                return Some(start.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+fn check_gap(signal: libc::c_int, what: &str) {
+    let mut lab = Lab::start();
+    let gap = lab.gap_after(signal).unwrap_or_else(|| {
+        let debug = [
+            lab.node.run(&["ip", "-o", "addr"]),
+            lab.node.run(&["ip", "route"]),
+            lab.node.run(&["iptables-save"]),
+            lab.node.run(&["nft", "list", "ruleset"]),
+            lab.node
+                .run(&["dig", "+time=1", "+tries=1", "@10.96.0.10", "www.test"]),
+        ];
+        panic!("no answer within 6 s after {what}: {debug:#?}")
+    });
+    eprintln!("answered again {gap:?} after {what}");
+    assert!(
+        gap <= Duration::from_secs(2),
+        "{gap:?} without answers after {what}"
+    );
+    // The answer came from the cluster DNS, over the DNAT.
+    assert!(
+        lab.core
+            .wait_queries("www.test.", "A", 1, Duration::from_secs(5))
+            >= 1
+    );
+    // The supervisor withdrew the interface, and exits with the server's status.
+    let status = lab
+        .nodens
+        .proc
+        .wait_exit(Duration::from_secs(10))
+        .expect("supervisor exit");
+    assert!(!status.success(), "{status:?}");
+    let links = lab.node.run(&["ip", "-o", "link"]);
+    assert!(
+        !links.contains("nodelocaldns"),
+        "interface left behind: {links}"
+    );
+}
+
+#[test]
+fn a_killed_server_fails_open_within_two_seconds() {
+    if !require_root("a_killed_server_fails_open_within_two_seconds") {
+        return;
+    }
+    check_gap(libc::SIGKILL, "SIGKILL");
+}
+
+#[test]
+fn a_hung_server_fails_open_within_two_seconds() {
+    if !require_root("a_hung_server_fails_open_within_two_seconds") {
+        return;
+    }
+    check_gap(libc::SIGSTOP, "SIGSTOP");
+}
