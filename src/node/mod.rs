@@ -74,6 +74,26 @@ impl Firewall {
         }
     }
 
+    /// Removes nodens's rules from the other backend, left there by a run
+    /// configured with it (two rule sets would otherwise sit side by side).
+    pub fn remove_others(&self) -> Result<(), NodeError> {
+        match self {
+            Firewall::Nftables => {
+                if let Some(ipt) = iptables::Iptables::detect()
+                    && ipt.exists().map_err(iptables_error)?
+                {
+                    ipt.remove().map_err(iptables_error)?;
+                }
+            }
+            Firewall::Iptables(_) => {
+                if nft::available() && nft::exists()? {
+                    nft::remove()?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     pub fn remove(&self) -> Result<(), NodeError> {
         match self {
             Firewall::Nftables => Ok(nft::remove()?),
@@ -112,7 +132,12 @@ impl Node {
         for step in steps {
             tracing::info!(interface = %plan.interface, "node: {step}");
         }
+        firewall.remove_others()?;
         firewall.apply(&rules)?;
+        // The repair counters exist from the start, at 0.
+        for what in ["interface", "rules"] {
+            metrics.repairs.get(&WhatLabels { what });
+        }
         tracing::info!(
             interface = %plan.interface,
             backend = firewall.name(),

@@ -18,6 +18,7 @@ mod fixture;
 mod http;
 mod net;
 mod netns;
+mod node;
 mod nodens;
 mod proc;
 mod prom;
@@ -42,6 +43,11 @@ pub use fixture::{
 pub use http::http_get;
 pub use net::Net;
 pub use netns::{Netns, euid, in_netns, require_root, run_ok};
+pub use node::{
+    HOOKS, Hook, IptSave, Link, NftTable, NodeNs, NodeSection, RuleWant, Side, Verdict,
+    ipt_comment, ipt_rule_matches, nft_comment, nft_rule_matches, output_within, split_quoted,
+    strip_counters, wanted_rules,
+};
 pub use nodens::Nodens;
 pub use proc::Proc;
 pub use prom::{Sample, has_series, parse_metrics, sum_metric};
