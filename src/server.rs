@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cache::metrics::CacheGauges;
 use crate::config::Config;
 use crate::http::{self, HttpState};
+use crate::listen::handover::{self, Inherited};
 use crate::listen::{ListenMetrics, Listener};
 use crate::logging::LogHandle;
 use crate::metrics::{Counters, Registry, ResultLabels};
@@ -71,6 +72,10 @@ pub struct Server {
     node: Option<Node>,
     /// `serve --keep-rules`: leave the node setup in place on exit.
     keep_node: bool,
+    /// Sockets taken over from the previous process, until served.
+    inherited: Inherited,
+    /// Where the next process asks for our sockets.
+    handover: Option<tokio::net::UnixListener>,
 }
 
 impl Server {
@@ -103,10 +108,28 @@ impl Server {
             log,
             node: None,
             keep_node,
+            inherited: Inherited::default(),
+            handover: None,
         };
+        let predecessor = match &config.server.handover_socket {
+            Some(path) => handover::take_over(path)
+                .with_context(|| format!("taking over through {}", path.display()))?,
+            None => None,
+        };
+        let confirm = predecessor.map(|(inherited, stream)| {
+            server.inherited = inherited;
+            stream
+        });
         // The interface first: the listeners bind to the addresses it holds.
         server.apply_node(&config).await?;
         server.apply_listeners(&config.listen)?;
+        if let Some(stream) = confirm {
+            handover::confirm(stream).context("handover: telling the previous process")?;
+            tracing::info!("handover: took over; the previous process drains and stops reading");
+        }
+        if let Some(path) = &config.server.handover_socket {
+            server.handover = Some(listen_for_successor(path)?);
+        }
         server.apply_http(config.http_listen).await?;
         server.shared.ready.store(true, Ordering::Relaxed);
         Ok(server)
@@ -128,6 +151,12 @@ impl Server {
                 _ = hup.recv() => self.reload().await,
                 _ = term.recv() => break,
                 _ = int.recv() => break,
+                accepted = accept(&self.handover), if self.handover.is_some() => {
+                    match accepted {
+                        Ok(stream) => self.hand_over(stream).await,
+                        Err(e) => tracing::warn!("handover: accept failed: {e}"),
+                    }
+                }
                 () = tokio::time::sleep(repair_in), if self.node.is_some() => {
                     if let Some(node) = &self.node
                         && let Err(e) = node.reconcile().await
@@ -190,12 +219,55 @@ impl Server {
         Ok(())
     }
 
+    /// Gives our sockets to the process that asked for them; once it says
+    /// it serves them, stops reading (what is in flight is still answered),
+    /// leaves the node setup to it, and waits, not ready, for SIGTERM.
+    async fn hand_over(&mut self, stream: tokio::net::UnixStream) {
+        let sockets: Vec<_> = self.listeners.values().flat_map(Listener::sockets).collect();
+        let given = match stream.into_std() {
+            Ok(mut stream) => tokio::task::spawn_blocking(move || {
+                stream.set_nonblocking(false)?;
+                handover::give(&mut stream, &sockets)
+            })
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e))),
+            Err(e) => Err(e),
+        };
+        match given {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!("handover: the other side did not take over; still serving");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!("handover failed, still serving: {e}");
+                return;
+            }
+        }
+        tracing::info!("handover: the new process serves our sockets; stopping reading");
+        self.shared.ready.store(false, Ordering::Relaxed);
+        for (_, l) in self.listeners.drain() {
+            l.stop();
+        }
+        // The new process owns the node setup and the handover path now.
+        self.node = None;
+        self.handover = None;
+        self.keep_node = true;
+    }
+
     /// Starts listeners for new addresses and stops those no longer wanted.
     fn apply_listeners(&mut self, wanted: &[SocketAddr]) -> Result<()> {
         let mut started = Vec::new();
         for &addr in wanted {
             if !self.listeners.contains_key(&addr) {
-                match Listener::start(addr, self.workers, &self.shared, &self.telemetry.listen) {
+                let inherited = self.inherited.take(addr);
+                match Listener::start(
+                    addr,
+                    self.workers,
+                    inherited,
+                    &self.shared,
+                    &self.telemetry.listen,
+                ) {
                     Ok(l) => started.push(l),
                     Err(e) => {
                         started.into_iter().for_each(Listener::stop);
@@ -299,6 +371,29 @@ impl Server {
             }
         }
         tracing::info!("stopped");
+    }
+}
+
+/// Listens on `path` for the process that will replace this one; a socket
+/// file left there (by the process this one replaced, or a crash) is
+/// replaced.
+fn listen_for_successor(path: &Path) -> Result<tokio::net::UnixListener> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("removing {}", path.display())),
+    }
+    tokio::net::UnixListener::bind(path)
+        .with_context(|| format!("listening for a handover on {}", path.display()))
+}
+
+async fn accept(listener: &Option<tokio::net::UnixListener>) -> std::io::Result<tokio::net::UnixStream> {
+    match listener {
+        Some(l) => l.accept().await.map(|(stream, _)| stream),
+        None => std::future::pending().await,
     }
 }
 

@@ -125,6 +125,10 @@ pub struct ServerConfig {
     /// On SIGTERM, how long in-flight queries may take to finish.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// A Unix socket path where this process hands its listening sockets
+    /// to the process that replaces it, and where a new process asks for
+    /// them (zero-loss handover; docs/node.md). Unset: no handover.
+    pub handover_socket: Option<PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -147,6 +151,7 @@ impl Default for ServerConfig {
             client_rate_burst: 0,
             max_misses_in_flight: 2048,
             shutdown_grace: Duration::from_secs(5),
+            handover_socket: None,
         }
     }
 }

@@ -63,6 +63,7 @@ pub struct ServerSettings {
     pub rate_limit: Option<RateLimit>,
     pub max_misses_in_flight: usize,
     pub shutdown_grace: Duration,
+    pub handover_socket: Option<PathBuf>,
 }
 
 /// The client TCP bounds (see docs/security.md).

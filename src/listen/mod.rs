@@ -7,6 +7,7 @@
 //! way round.
 
 mod batch;
+pub mod handover;
 pub mod metrics;
 pub mod tcp;
 pub mod udp;
@@ -105,20 +106,32 @@ pub trait Service: Send + Sync + Sized + 'static {
 pub struct Listener {
     pub addr: SocketAddr,
     udp: udp::UdpWorkers,
+    /// A second descriptor of the TCP listening socket, for a handover.
+    tcp: std::net::TcpListener,
     tcp_stop: CancellationToken,
 }
 
 impl Listener {
-    /// Binds UDP and TCP on `addr`; fails if either cannot be bound.
+    /// Binds UDP and TCP on `addr` (or serves the sockets `inherited` from
+    /// the process this one takes over from); fails if either cannot be bound.
     pub fn start<S: Service>(
         addr: SocketAddr,
         workers: usize,
+        inherited: (Vec<std::net::UdpSocket>, Option<std::net::TcpListener>),
         service: &Arc<S>,
         metrics: &Arc<ListenMetrics>,
     ) -> std::io::Result<Listener> {
         let info = Arc::new(ListenerInfo::new(addr));
-        let tcp_listener = tcp::bind(addr)?;
-        let udp = udp::UdpWorkers::start(addr, workers, service, &info)?;
+        let (inherited_udp, inherited_tcp) = inherited;
+        let tcp_listener = match inherited_tcp {
+            Some(listener) => {
+                listener.set_nonblocking(true)?;
+                listener
+            }
+            None => tcp::bind(addr)?,
+        };
+        let tcp_copy = tcp_listener.try_clone()?;
+        let udp = udp::UdpWorkers::start(addr, workers, inherited_udp, service, &info)?;
         let tcp_stop = CancellationToken::new();
         let upkeep = service.tasks().upkeep();
         let tcp_listener = {
@@ -136,8 +149,26 @@ impl Listener {
         Ok(Listener {
             addr,
             udp,
+            tcp: tcp_copy,
             tcp_stop,
         })
+    }
+
+    /// Every socket of this listener, named, for a handover.
+    pub fn sockets(&self) -> Vec<(handover::Named, std::os::fd::RawFd)> {
+        use std::os::fd::AsRawFd;
+        let name = |kind| handover::Named {
+            addr: self.addr,
+            kind,
+        };
+        let mut all: Vec<_> = self
+            .udp
+            .sockets()
+            .iter()
+            .map(|s| (name(handover::Kind::Udp), s.as_raw_fd()))
+            .collect();
+        all.push((name(handover::Kind::Tcp), self.tcp.as_raw_fd()));
+        all
     }
 
     /// Stops reading new queries; queries in flight still get their answers.

@@ -37,6 +37,9 @@ const SEND_WAIT: Duration = Duration::from_secs(1);
 
 pub struct UdpWorkers {
     stop: Arc<AtomicBool>,
+    /// A second descriptor for each worker's socket, to hand the sockets
+    /// to the process that takes over (`handover`).
+    sockets: Vec<UdpSocket>,
 }
 
 fn bind(addr: SocketAddr) -> std::io::Result<UdpSocket> {
@@ -57,20 +60,31 @@ fn bind(addr: SocketAddr) -> std::io::Result<UdpSocket> {
 }
 
 impl UdpWorkers {
+    /// One worker per socket: the `inherited` ones (from the process this
+    /// one takes over from), and new ones up to `workers`.
     pub fn start<S: Service>(
         addr: SocketAddr,
         workers: usize,
+        mut inherited: Vec<UdpSocket>,
         service: &Arc<S>,
         info: &Arc<ListenerInfo<S::PerListener>>,
     ) -> std::io::Result<UdpWorkers> {
         let stop = Arc::new(AtomicBool::new(false));
-        for i in 0..workers.max(1) {
+        let mut sockets = Vec::new();
+        for i in 0..workers.max(1).max(inherited.len()) {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
             let socket = {
                 let _entered = runtime.enter();
-                let socket = bind(addr)?;
+                let socket = match inherited.pop() {
+                    Some(socket) => {
+                        socket.set_read_timeout(Some(STOP_POLL))?;
+                        socket
+                    }
+                    None => bind(addr)?,
+                };
+                sockets.push(socket.try_clone()?);
                 // SAFETY: the UdpSocket owns its descriptor, which stays open
                 // and the same until the AsyncFd that owns the socket is dropped.
                 Arc::new(unsafe { AsyncFd::register(socket) }?)
@@ -89,7 +103,12 @@ impl UdpWorkers {
                 .name(format!("udp-{i}"))
                 .spawn(move || worker.run())?;
         }
-        Ok(UdpWorkers { stop })
+        Ok(UdpWorkers { stop, sockets })
+    }
+
+    /// The workers' sockets, for a handover.
+    pub fn sockets(&self) -> &[UdpSocket] {
+        &self.sockets
     }
 
     /// Tells the workers to stop reading; each answers the misses it has in
