@@ -1,7 +1,6 @@
 //! The HTTP endpoints: /metrics (Prometheus text), /health (the process
 //! answers) and /ready (serving, not draining).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -16,11 +15,6 @@ pub struct HttpState {
     /// Renders the metrics page (refreshing scrape-time gauges first).
     pub metrics: Box<dyn Fn() -> String + Send + Sync>,
     pub ready: Arc<AtomicBool>,
-}
-
-/// Binds the HTTP listener; separate so that a bad address fails startup.
-pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(addr).await
 }
 
 /// Serves the endpoints on `listener` until `stop` fires.

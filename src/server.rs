@@ -66,7 +66,9 @@ pub struct Server {
     config_path: Option<PathBuf>,
     workers: usize,
     listeners: HashMap<SocketAddr, Listener>,
-    http: Option<(SocketAddr, CancellationToken)>,
+    /// The HTTP address, its stop token, and a second descriptor of its
+    /// listening socket (handed over with the DNS sockets).
+    http: Option<(SocketAddr, CancellationToken, std::net::TcpListener)>,
     log: LogHandle,
     /// The node setup, checked and repaired from the main loop (`run`).
     node: Option<Node>,
@@ -123,14 +125,16 @@ impl Server {
         // The interface first: the listeners bind to the addresses it holds.
         server.apply_node(&config).await?;
         server.apply_listeners(&config.listen)?;
+        server.apply_http(config.http_listen).await?;
+        if let Some(path) = &config.server.handover_socket {
+            server.handover = Some(listen_for_successor(path)?);
+        }
+        // Only now, with everything serving: until the previous process
+        // hears `ready` it keeps reading, so a start that fails loses nothing.
         if let Some(stream) = confirm {
             handover::confirm(stream).context("handover: telling the previous process")?;
             tracing::info!("handover: took over; the previous process drains and stops reading");
         }
-        if let Some(path) = &config.server.handover_socket {
-            server.handover = Some(listen_for_successor(path)?);
-        }
-        server.apply_http(config.http_listen).await?;
         server.shared.ready.store(true, Ordering::Relaxed);
         Ok(server)
     }
@@ -223,7 +227,19 @@ impl Server {
     /// it serves them, stops reading (what is in flight is still answered),
     /// leaves the node setup to it, and waits, not ready, for SIGTERM.
     async fn hand_over(&mut self, stream: tokio::net::UnixStream) {
-        let sockets: Vec<_> = self.listeners.values().flat_map(Listener::sockets).collect();
+        let mut sockets: Vec<_> = self
+            .listeners
+            .values()
+            .flat_map(Listener::sockets)
+            .collect();
+        if let Some((addr, _, listener)) = &self.http {
+            use std::os::fd::AsRawFd;
+            let name = handover::Named {
+                addr: *addr,
+                kind: handover::Kind::Http,
+            };
+            sockets.push((name, listener.as_raw_fd()));
+        }
         let given = match stream.into_std() {
             Ok(mut stream) => tokio::task::spawn_blocking(move || {
                 stream.set_nonblocking(false)?;
@@ -253,6 +269,9 @@ impl Server {
         self.node = None;
         self.handover = None;
         self.keep_node = true;
+        if let Some((_, stop, _)) = self.http.take() {
+            stop.cancel();
+        }
     }
 
     /// Starts listeners for new addresses and stops those no longer wanted.
@@ -294,15 +313,20 @@ impl Server {
     }
 
     async fn apply_http(&mut self, listen: Option<SocketAddr>) -> Result<()> {
-        if self.http.as_ref().map(|(addr, _)| *addr) == listen {
+        if self.http.as_ref().map(|(addr, _, _)| *addr) == listen {
             return Ok(());
         }
         let new = match listen {
             None => None,
             Some(addr) => {
-                let listener = http::bind(addr)
-                    .await
-                    .with_context(|| format!("cannot serve metrics on {addr}"))?;
+                let std_listener = match self.inherited.take_http(addr) {
+                    Some(inherited) => inherited,
+                    None => std::net::TcpListener::bind(addr)
+                        .with_context(|| format!("cannot serve metrics on {addr}"))?,
+                };
+                std_listener.set_nonblocking(true)?;
+                let copy = std_listener.try_clone()?;
+                let listener = tokio::net::TcpListener::from_std(std_listener)?;
                 let stop = CancellationToken::new();
                 let (shared, telemetry) = (self.shared.clone(), self.telemetry.clone());
                 let state = Arc::new(HttpState {
@@ -317,10 +341,10 @@ impl Server {
                     .upkeep()
                     .spawn(http::serve(listener, state, stop.clone()));
                 tracing::info!(%addr, "serving /metrics, /health and /ready");
-                Some((addr, stop))
+                Some((addr, stop, copy))
             }
         };
-        if let Some((_, old)) = std::mem::replace(&mut self.http, new) {
+        if let Some((_, old, _)) = std::mem::replace(&mut self.http, new) {
             old.cancel();
         }
         Ok(())
@@ -360,7 +384,7 @@ impl Server {
                 "shutdown grace period over with queries still in flight"
             );
         }
-        if let Some((_, stop)) = self.http.take() {
+        if let Some((_, stop, _)) = self.http.take() {
             stop.cancel();
         }
         if let Some(node) = self.node.take() {
@@ -390,7 +414,9 @@ fn listen_for_successor(path: &Path) -> Result<tokio::net::UnixListener> {
         .with_context(|| format!("listening for a handover on {}", path.display()))
 }
 
-async fn accept(listener: &Option<tokio::net::UnixListener>) -> std::io::Result<tokio::net::UnixStream> {
+async fn accept(
+    listener: &Option<tokio::net::UnixListener>,
+) -> std::io::Result<tokio::net::UnixStream> {
     match listener {
         Some(l) => l.accept().await.map(|(stream, _)| stream),
         None => std::future::pending().await,

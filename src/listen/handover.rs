@@ -5,7 +5,8 @@
 //! 1. The running nodens listens on `[server] handover_socket`.
 //! 2. A new nodens connects at start and says `nodens-handover 1`.
 //! 3. The old one sends every listening socket (each UDP worker's, each TCP
-//!    listener) in one message, with a JSON list naming them.
+//!    listener, the HTTP listener) in one message, with a JSON list naming
+//!    them.
 //! 4. The new one serves on them (both now read the same sockets) and says
 //!    `ready`; the old one stops reading, answers what it has in flight,
 //!    keeps the node setup in place, and waits, not ready, for SIGTERM.
@@ -33,6 +34,8 @@ const MAX_FDS: usize = 250;
 pub enum Kind {
     Udp,
     Tcp,
+    /// The /metrics, /health, /ready listener.
+    Http,
 }
 
 /// What one passed descriptor is.
@@ -47,6 +50,7 @@ pub struct Named {
 pub struct Inherited {
     udp: HashMap<SocketAddr, Vec<UdpSocket>>,
     tcp: HashMap<SocketAddr, TcpListener>,
+    http: HashMap<SocketAddr, TcpListener>,
 }
 
 impl Inherited {
@@ -59,8 +63,9 @@ impl Inherited {
         )
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.udp.is_empty() && self.tcp.is_empty()
+    /// The HTTP listener for `addr`, if the previous process had it.
+    pub fn take_http(&mut self, addr: SocketAddr) -> Option<TcpListener> {
+        self.http.remove(&addr)
     }
 }
 
@@ -99,7 +104,10 @@ pub fn take_over(path: &Path) -> std::io::Result<Option<(Inherited, UnixStream)>
         if let ControlMessageOwned::ScmRights(raw) = cmsg {
             // SAFETY: the kernel installed these descriptors in this process
             // for this message; nothing else owns them.
-            fds.extend(raw.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+            fds.extend(
+                raw.into_iter()
+                    .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+            );
         }
     }
     let len = message.bytes;
@@ -122,6 +130,9 @@ pub fn take_over(path: &Path) -> std::io::Result<Option<(Inherited, UnixStream)>
                 .push(UdpSocket::from(fd)),
             Kind::Tcp => {
                 inherited.tcp.insert(name.addr, TcpListener::from(fd));
+            }
+            Kind::Http => {
+                inherited.http.insert(name.addr, TcpListener::from(fd));
             }
         }
     }
@@ -146,7 +157,9 @@ pub fn give(stream: &mut UnixStream, sockets: &[(Named, RawFd)]) -> std::io::Res
         return Ok(false);
     }
     if sockets.len() > MAX_FDS {
-        return Err(std::io::Error::other("handover: too many sockets for one message"));
+        return Err(std::io::Error::other(
+            "handover: too many sockets for one message",
+        ));
     }
     let names: Vec<Named> = sockets.iter().map(|(n, _)| *n).collect();
     let payload = serde_json::to_vec(&names).map_err(std::io::Error::other)?;
