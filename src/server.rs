@@ -14,6 +14,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 use crate::cache::metrics::CacheGauges;
+use crate::cache::snapshot;
 use crate::config::Config;
 use crate::http::{self, HttpState};
 use crate::listen::handover::{self, Inherited};
@@ -114,8 +115,14 @@ impl Server {
             handover: None,
         };
         let predecessor = match &config.server.handover_socket {
-            Some(path) => handover::take_over(path)
-                .with_context(|| format!("taking over through {}", path.display()))?,
+            Some(path) => {
+                let cache = &server.shared.cache;
+                let load = |input: &mut dyn std::io::Read| {
+                    snapshot::read(cache, std::time::Instant::now(), input)
+                };
+                handover::take_over(path, load)
+                    .with_context(|| format!("taking over through {}", path.display()))?
+            }
             None => None,
         };
         let confirm = predecessor.map(|(inherited, stream)| {
@@ -131,8 +138,8 @@ impl Server {
         }
         // Only now, with everything serving: until the previous process
         // hears `ready` it keeps reading, so a start that fails loses nothing.
-        if let Some(stream) = confirm {
-            handover::confirm(stream).context("handover: telling the previous process")?;
+        if let Some(mut stream) = confirm {
+            handover::confirm(&mut stream).context("handover: telling the previous process")?;
             tracing::info!("handover: took over; the previous process drains and stops reading");
         }
         server.shared.ready.store(true, Ordering::Relaxed);
@@ -240,10 +247,15 @@ impl Server {
             };
             sockets.push((name, listener.as_raw_fd()));
         }
+        let shared = self.shared.clone();
+        let stale_max_age = self.config.cache.stale_max_age;
+        let send_cache = move |out: &mut dyn std::io::Write| {
+            snapshot::write(&shared.cache, std::time::Instant::now(), stale_max_age, out)
+        };
         let given = match stream.into_std() {
             Ok(mut stream) => tokio::task::spawn_blocking(move || {
                 stream.set_nonblocking(false)?;
-                handover::give(&mut stream, &sockets)
+                handover::give(&mut stream, &sockets, send_cache)
             })
             .await
             .unwrap_or_else(|e| Err(std::io::Error::other(e))),

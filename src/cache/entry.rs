@@ -62,6 +62,20 @@ pub struct Entry {
     pub prefetch_started: AtomicBool,
 }
 
+/// An entry's contents, for writing it out and reading it back.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Parts<'a> {
+    pub kind: Kind,
+    pub rcode: u16,
+    pub wire: &'a [u8],
+    pub ttl_offsets: &'a [u16],
+    pub question_end: u16,
+    pub additional_start: u16,
+    pub age: Duration,
+    pub lifetime: Duration,
+    pub original_ttl: u32,
+}
+
 /// How a reply is rendered from an entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Freshness {
@@ -206,6 +220,46 @@ impl Entry {
     /// payload.
     pub fn weight(&self) -> usize {
         std::mem::size_of::<Entry>() + self.wire.len() + self.ttl_offsets.len() * 2 + BOOKKEEPING
+    }
+
+    /// The entry as plain parts, for a cache snapshot.
+    pub(crate) fn parts(&self, now: Instant) -> Parts<'_> {
+        Parts {
+            kind: self.kind,
+            rcode: self.rcode,
+            wire: &self.wire,
+            ttl_offsets: &self.ttl_offsets,
+            question_end: self.question_end,
+            additional_start: self.additional_start,
+            age: self.age(now),
+            lifetime: self.lifetime,
+            original_ttl: self.original_ttl,
+        }
+    }
+
+    /// An entry from a snapshot's parts, `age` old at `now`; `None` unless
+    /// every offset lies inside the message (a snapshot is input).
+    pub(crate) fn from_parts(p: Parts<'_>, now: Instant) -> Option<Entry> {
+        let len = p.wire.len();
+        let sound = len >= HEADER_LEN
+            && usize::from(p.question_end) >= HEADER_LEN
+            && p.question_end <= p.additional_start
+            && usize::from(p.additional_start) <= len
+            && p.ttl_offsets.iter().all(|&at| usize::from(at) + 4 <= len)
+            && p.rcode < 16;
+        sound.then(|| Entry {
+            kind: p.kind,
+            rcode: p.rcode,
+            wire: p.wire.into(),
+            ttl_offsets: p.ttl_offsets.into(),
+            question_end: p.question_end,
+            additional_start: p.additional_start,
+            stored_at: now.checked_sub(p.age).unwrap_or(now),
+            lifetime: p.lifetime,
+            original_ttl: p.original_ttl,
+            hits: AtomicU32::new(0),
+            prefetch_started: AtomicBool::new(false),
+        })
     }
 
     pub fn is_cacheable(&self) -> bool {

@@ -71,6 +71,20 @@ impl Key {
         }
     }
 
+    /// A key from a snapshot: the folded name, type, class and flags.
+    pub(crate) fn from_parts(name: &[u8], qtype: u16, qclass: u16, flags: u8) -> Key {
+        Key {
+            name: name.into(),
+            qtype,
+            qclass,
+            flags,
+        }
+    }
+
+    pub(crate) fn flags(&self) -> u8 {
+        self.flags
+    }
+
     /// The folded question name in wire form.
     pub fn name(&self) -> &[u8] {
         &self.name

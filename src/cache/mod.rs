@@ -13,6 +13,7 @@
 pub mod entry;
 pub mod key;
 pub mod metrics;
+pub mod snapshot;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

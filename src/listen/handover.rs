@@ -7,7 +7,9 @@
 //! 3. The old one sends every listening socket (each UDP worker's, each TCP
 //!    listener, the HTTP listener) in one message, with a JSON list naming
 //!    them.
-//! 4. The new one serves on them (both now read the same sockets) and says
+//! 4. Then it writes its cache on the same stream (`cache::snapshot`), and
+//!    the new one loads it before serving: it starts warm.
+//! 5. The new one serves on the sockets (both now read them) and says
 //!    `ready`; the old one stops reading, answers what it has in flight,
 //!    keeps the node setup in place, and waits, not ready, for SIGTERM.
 
@@ -72,7 +74,10 @@ impl Inherited {
 /// The new process's side: takes the sockets of the nodens listening on
 /// `path`, if there is one. The returned stream says `ready` with
 /// [`confirm`] once the sockets are served.
-pub fn take_over(path: &Path) -> std::io::Result<Option<(Inherited, UnixStream)>> {
+pub fn take_over(
+    path: &Path,
+    load_cache: impl FnOnce(&mut dyn std::io::Read) -> std::io::Result<usize>,
+) -> std::io::Result<Option<(Inherited, UnixStream)>> {
     let mut stream = match UnixStream::connect(path) {
         Ok(s) => s,
         // Nobody there: a first start.
@@ -120,6 +125,11 @@ pub fn take_over(path: &Path) -> std::io::Result<Option<(Inherited, UnixStream)>
             fds.len()
         )));
     }
+    let loaded = load_cache(&mut BufReader::new(stream.try_clone()?));
+    match loaded {
+        Ok(n) => tracing::info!(entries = n, "handover: cache received"),
+        Err(e) => tracing::warn!("handover: cache not (all) received: {e}"),
+    }
     let mut inherited = Inherited::default();
     for (name, fd) in names.into_iter().zip(fds) {
         match name.kind {
@@ -140,14 +150,18 @@ pub fn take_over(path: &Path) -> std::io::Result<Option<(Inherited, UnixStream)>
 }
 
 /// Tells the previous process that its sockets are served here now.
-pub fn confirm(mut stream: UnixStream) -> std::io::Result<()> {
+pub fn confirm(stream: &mut UnixStream) -> std::io::Result<()> {
     stream.write_all(READY)
 }
 
 /// The old process's side, for one new process on `stream`: checks its
 /// greeting, sends `sockets`, and waits for `ready`. Blocking; true when
 /// the new process took over.
-pub fn give(stream: &mut UnixStream, sockets: &[(Named, RawFd)]) -> std::io::Result<bool> {
+pub fn give(
+    stream: &mut UnixStream,
+    sockets: &[(Named, RawFd)],
+    send_cache: impl FnOnce(&mut dyn Write) -> std::io::Result<usize>,
+) -> std::io::Result<bool> {
     stream.set_read_timeout(Some(STEP_TIMEOUT))?;
     stream.set_write_timeout(Some(STEP_TIMEOUT))?;
     let mut reader = BufReader::new(stream.try_clone()?);
@@ -172,6 +186,10 @@ pub fn give(stream: &mut UnixStream, sockets: &[(Named, RawFd)]) -> std::io::Res
         None,
     )
     .map_err(std::io::Error::from)?;
+    let mut out = std::io::BufWriter::new(stream.try_clone()?);
+    let sent = send_cache(&mut out)?;
+    out.flush()?;
+    tracing::info!(entries = sent, "handover: cache sent");
     let mut ready = String::new();
     reader.read_line(&mut ready)?;
     Ok(ready.as_bytes() == READY)
