@@ -115,6 +115,9 @@ pub fn take_over(
             );
         }
     }
+    // The list came in the same segment as the descriptors, and a Unix
+    // stream read stops after a segment that carried descriptors, so these
+    // bytes are the list alone (the cache follows in later segments).
     let len = message.bytes;
     let names: Vec<Named> = serde_json::from_slice(&payload[..len])
         .map_err(|e| std::io::Error::other(format!("handover: bad list of sockets: {e}")))?;
