@@ -32,7 +32,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -52,48 +51,18 @@ const CONN_HITS: &str = "coredns_proxy_conn_cache_hits_total";
 
 // ---- the namespace and its firewall -----------------------------------------
 
-/// A network namespace with lo up; deleted on drop, so also when the test
-/// panics (its iptables rules go with it).
-struct Netns {
-    name: String,
+/// The test's firewall in its namespace (the namespace, with its rules, is
+/// deleted on drop, so also when the test panics).
+trait Firewall {
+    fn iptables(&self, args: &[&str]) -> String;
+    fn rule(&self, op: &str);
+    fn dropped(&self) -> u64;
 }
 
-fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).to_string()
-}
-
-impl Netns {
-    fn create() -> Netns {
-        let name = format!(
-            "nodens-tf-{}-{:04x}",
-            std::process::id(),
-            random_u64() as u16
-        );
-        run(Command::new(tool("ip")).args(["netns", "add", &name]));
-        let ns = Netns { name };
-        run(Command::new(tool("ip")).args(["-n", &ns.name, "link", "set", "lo", "up"]));
-        ns
-    }
-
-    /// The prefix that runs a command inside the namespace.
-    fn exec(&self) -> [&str; 4] {
-        ["ip", "netns", "exec", &self.name]
-    }
-
+impl Firewall for Netns {
     /// `iptables -w 5 ARGS` inside the namespace (the lock wait is bounded).
     fn iptables(&self, args: &[&str]) -> String {
-        let mut cmd = Command::new(tool("ip"));
-        cmd.args(["netns", "exec", &self.name])
-            .arg(tool("iptables"))
-            .args(["-w", "5"])
-            .args(args);
-        run(&mut cmd)
+        self.run(&[&["iptables", "-w", "5"], args].concat())
     }
 
     /// `op` ("-I" inserts, "-D" deletes) the rule dropping UDP to port 5300 on input.
@@ -110,14 +79,6 @@ impl Netns {
             .unwrap_or_else(|| panic!("no DROP udp dpt:5300 rule in INPUT:\n{out}"));
         let packets = line.split_whitespace().next().and_then(|n| n.parse().ok());
         packets.unwrap_or_else(|| panic!("packet count in {line:?}"))
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .output();
     }
 }
 
@@ -186,7 +147,7 @@ fn tcp_fallback_answers_when_udp_to_the_upstream_is_lost() {
         return;
     }
     // Declared first, dropped last: the processes die before the namespace goes.
-    let ns = Netns::create();
+    let ns = Netns::create("tf");
     let core = CoreDns::launch(
         &ns.exec(),
         UPSTREAM.parse().unwrap(),
