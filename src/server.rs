@@ -79,6 +79,9 @@ pub struct Server {
     inherited: Inherited,
     /// Where the next process asks for our sockets.
     handover: Option<tokio::net::UnixListener>,
+    /// Set once our sockets went to a new process: nothing is served or
+    /// reloaded any more, SIGTERM is awaited.
+    handed_over: bool,
 }
 
 impl Server {
@@ -113,6 +116,7 @@ impl Server {
             keep_node,
             inherited: Inherited::default(),
             handover: None,
+            handed_over: false,
         };
         let predecessor = match &config.server.handover_socket {
             Some(path) => {
@@ -183,6 +187,10 @@ impl Server {
 
     /// Re-reads the configuration file. An invalid file changes nothing.
     async fn reload(&mut self) {
+        if self.handed_over {
+            tracing::info!("SIGHUP: handed over to a new process; nothing to reload");
+            return;
+        }
         let Some(path) = self.config_path.clone() else {
             tracing::info!("SIGHUP: running on built-in defaults, nothing to reload");
             return;
@@ -281,6 +289,7 @@ impl Server {
         self.node = None;
         self.handover = None;
         self.keep_node = true;
+        self.handed_over = true;
         if let Some((_, stop, _)) = self.http.take() {
             stop.cancel();
         }
