@@ -15,7 +15,8 @@ use std::process::{Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::tools::{random_u64, tool};
+use super::netns::Netns;
+use super::tools::tool;
 
 /// How long any one command run by these helpers may take.
 const COMMAND_DEADLINE: Duration = Duration::from_secs(20);
@@ -59,38 +60,22 @@ pub fn output_within(mut cmd: Command, timeout: Duration) -> Output {
     }
 }
 
-/// A network namespace with lo up, deleted on drop (panic or not), with
-/// whatever nodens put in it. Declare it before the processes run inside
-/// it, so they die first.
-pub struct NodeNs {
-    pub name: String,
+/// The shared [`Netns`] guard (deleted on drop, panic or not, with whatever
+/// nodens put in it), plus the readers the node tests need. Declare it
+/// before the processes run inside it, so they die first.
+pub struct NodeNs(Netns);
+
+impl std::ops::Deref for NodeNs {
+    type Target = Netns;
+    fn deref(&self) -> &Netns {
+        &self.0
+    }
 }
 
 impl NodeNs {
     /// A fresh namespace `nodens-<tag>-<pid>-<random>`.
     pub fn create(tag: &str) -> NodeNs {
-        let name = format!(
-            "nodens-{tag}-{}-{:04x}",
-            std::process::id(),
-            random_u64() as u16
-        );
-        let ip = tool("ip");
-        let mut add = Command::new(&ip);
-        add.args(["netns", "add", &name]);
-        let out = output_within(add, COMMAND_DEADLINE);
-        assert!(
-            out.status.success(),
-            "ip netns add {name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let ns = NodeNs { name };
-        ns.run("ip", &["link", "set", "lo", "up"]);
-        ns
-    }
-
-    /// The prefix that runs a command inside the namespace.
-    pub fn exec(&self) -> [&str; 4] {
-        ["ip", "netns", "exec", &self.name]
+        NodeNs(Netns::create(tag))
     }
 
     /// `prog ARGS` (found on PATH) inside the namespace, whatever its exit status.
@@ -188,14 +173,6 @@ impl NodeNs {
             self.run("ip", &["link", "del", "nodensprobe0"]);
         }
         ok
-    }
-}
-
-impl Drop for NodeNs {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .output();
     }
 }
 
