@@ -64,6 +64,13 @@ enum NodeAction {
         #[arg(short, long)]
         config: Option<PathBuf>,
     },
+    /// Watch the server from outside its container and withdraw the node
+    /// setup when it stops answering (fail-open when the whole container is
+    /// killed); runs until SIGTERM.
+    Guard {
+        #[arg(short, long)]
+        config: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -101,6 +108,7 @@ fn node_command(action: NodeAction) -> ExitCode {
     let result = match action {
         NodeAction::Status { config } => runtime.block_on(node_status(&config)),
         NodeAction::Teardown { config } => runtime.block_on(node_teardown(config.as_deref())),
+        NodeAction::Guard { config } => runtime.block_on(node_guard(&config)),
     };
     result.unwrap_or_else(|e| {
         eprintln!("{e:#}");
@@ -152,6 +160,18 @@ async fn node_status(path: &std::path::Path) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+async fn node_guard(path: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let config = Config::load(path)?;
+    let _log = logging::init(&config.log);
+    let Some(plan) = &config.node else {
+        anyhow::bail!(
+            "node setup is off in {} ([node] setup = false): nothing to guard",
+            path.display()
+        );
+    };
+    Ok(node::guard::guard(plan).await)
 }
 
 async fn node_teardown(path: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {

@@ -6,7 +6,9 @@
 //! the cluster DNS, and a "cluster DNS" namespace, reached over a veth,
 //! where CoreDNS answers `test.` on 10.77.0.2:53. A client in the node asks
 //! 10.96.0.10 every 50 ms while the server is killed (SIGKILL) or frozen
-//! (SIGSTOP): the time to the first answer after that is the gap.
+//! (SIGSTOP): the time to the first answer after that is the gap. The third
+//! test kills the supervisor and the server together, as an OOM kill of the
+//! whole container does, with `nodens node guard` watching from outside.
 
 mod common;
 
@@ -23,6 +25,7 @@ struct Lab {
     _dns: Netns,
     core: CoreDns,
     nodens: Nodens,
+    toml: String,
 }
 
 impl Lab {
@@ -83,7 +86,23 @@ impl Lab {
             _dns: dns,
             core,
             nodens,
+            toml,
         }
+    }
+
+    /// Starts nodens again with the same configuration, and waits until it serves.
+    fn restart(&mut self) {
+        self.nodens = Nodens::launch(&self.toml, &self.node.exec());
+        let nodens = &mut self.nodens;
+        in_netns(&self.node.name, || nodens.wait_ready());
+    }
+
+    /// `nodens node guard` on the same configuration, in the node namespace.
+    fn guard(&self) -> Proc {
+        let mut cmd = wrapped_command(&self.node.exec(), &nodens_bin());
+        cmd.args(["node", "guard", "--config"])
+            .arg(&self.nodens.config_path);
+        Proc::spawn("guard", cmd)
     }
 
     /// The server process under the supervisor (`nodens serve --supervised`).
@@ -118,11 +137,17 @@ impl Lab {
     /// Sends `signal` to the server and returns how long until 10.96.0.10
     /// answers again (asking every 50 ms, for at most 6 s).
     fn gap_after(&self, signal: libc::c_int) -> Option<Duration> {
+        self.gap_after_signals(&[(self.server_pid(), signal)])
+    }
+
+    /// Like `gap_after`, with each signal sent to its pid in turn.
+    fn gap_after_signals(&self, signals: &[(i32, libc::c_int)]) -> Option<Duration> {
         assert!(self.answered(), "not answered before the fault");
-        let pid = self.server_pid();
         let start = Instant::now();
-        // SAFETY: kill(2) on the server's pid.
-        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+        for &(pid, signal) in signals {
+            // SAFETY: kill(2) on a pid of this test's processes.
+            assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+        }
         while start.elapsed() < Duration::from_secs(6) {
             if self.answered() {
                 return Some(start.elapsed());
@@ -131,21 +156,25 @@ impl Lab {
         }
         None
     }
+
+    /// What the node looks like, for a failure message.
+    fn debug(&self) -> Vec<String> {
+        vec![
+            self.node.run(&["ip", "-o", "addr"]),
+            self.node.run(&["ip", "route"]),
+            self.node.run(&["iptables-save"]),
+            self.node.run(&["nft", "list", "ruleset"]),
+            self.node
+                .run(&["dig", "+time=1", "+tries=1", "@10.96.0.10", "www.test"]),
+        ]
+    }
 }
 
 fn check_gap(signal: libc::c_int, what: &str) {
     let mut lab = Lab::start();
-    let gap = lab.gap_after(signal).unwrap_or_else(|| {
-        let debug = [
-            lab.node.run(&["ip", "-o", "addr"]),
-            lab.node.run(&["ip", "route"]),
-            lab.node.run(&["iptables-save"]),
-            lab.node.run(&["nft", "list", "ruleset"]),
-            lab.node
-                .run(&["dig", "+time=1", "+tries=1", "@10.96.0.10", "www.test"]),
-        ];
-        panic!("no answer within 6 s after {what}: {debug:#?}")
-    });
+    let gap = lab
+        .gap_after(signal)
+        .unwrap_or_else(|| panic!("no answer within 6 s after {what}: {:#?}", lab.debug()));
     eprintln!("answered again {gap:?} after {what}");
     assert!(
         gap <= Duration::from_secs(2),
@@ -185,4 +214,64 @@ fn a_hung_server_fails_open_within_two_seconds() {
         return;
     }
     check_gap(libc::SIGSTOP, "SIGSTOP");
+}
+
+#[test]
+fn the_guard_fails_open_when_the_whole_container_is_killed() {
+    if !require_root("the_guard_fails_open_when_the_whole_container_is_killed") {
+        return;
+    }
+    let mut lab = Lab::start();
+    let mut guard = lab.guard();
+    guard.wait_for_line(0, Duration::from_secs(10), "watching", |l| {
+        l.contains("guard: watching the server")
+    });
+    // An OOM kill of the container: the supervisor and the server at once.
+    let (supervisor, server) = (lab.nodens.proc.pid() as i32, lab.server_pid());
+    let gap = lab
+        .gap_after_signals(&[(supervisor, libc::SIGKILL), (server, libc::SIGKILL)])
+        .unwrap_or_else(|| panic!("no answer within 6 s after the kill: {:#?}", lab.debug()));
+    eprintln!("answered again {gap:?} after killing the supervisor and the server");
+    assert!(gap <= Duration::from_secs(2), "{gap:?} without answers");
+    assert!(
+        lab.core
+            .wait_queries("www.test.", "A", 1, Duration::from_secs(5))
+            >= 1,
+        "the answer did not come from the cluster DNS"
+    );
+    let withdrew = |g: &Proc| {
+        g.lines()
+            .iter()
+            .filter(|l| l.contains("withdrew the node setup"))
+            .count()
+    };
+    assert_eq!(withdrew(&guard), 1, "{:#?}", guard.lines());
+    let links = lab.node.run(&["ip", "-o", "link"]);
+    assert!(!links.contains("nodelocaldns"), "interface left: {links}");
+
+    // The kubelet starts the container again: the new server takes the
+    // traffic back and the guard watches it.
+    let from = guard.line_count();
+    lab.restart();
+    guard.wait_for_line(from, Duration::from_secs(10), "watching again", |l| {
+        l.contains("guard: watching the server")
+    });
+    assert!(lab.answered());
+    assert!(lab.node.run(&["ip", "-o", "addr"]).contains("10.96.0.10"));
+
+    // A clean stop removes the setup itself; the guard stands down and
+    // withdraws nothing, so it cannot race a server that is starting.
+    let from = guard.line_count();
+    assert!(lab.nodens.terminate().success());
+    guard.wait_for_line(from, Duration::from_secs(10), "standing down", |l| {
+        l.contains("removed or made again")
+    });
+    assert_eq!(withdrew(&guard), 1, "{:#?}", guard.lines());
+    assert!(guard.is_alive(), "the guard exited: {:#?}", guard.lines());
+    guard.signal(libc::SIGTERM);
+    assert!(
+        guard
+            .wait_exit(Duration::from_secs(5))
+            .is_some_and(|s| s.success())
+    );
 }

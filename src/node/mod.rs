@@ -3,10 +3,12 @@
 //! of conntrack, set up at start, repaired while running, removed on exit
 //! (docs/node.md).
 
+pub mod guard;
 pub mod iptables;
 pub mod link;
 pub mod metrics;
 pub mod nft;
+mod probe;
 pub mod rules;
 pub mod supervisor;
 

@@ -7,47 +7,20 @@
 //! Then it exits with the server's status, and the kubelet restarts the pod,
 //! whose new server takes the traffic back.
 //!
-//! The supervisor is small and long-lived (a memory cgroup's OOM killer
-//! picks the server, by far the larger), holds no sockets, and keeps the
-//! capabilities to remove what the server set up.
+//! The supervisor is small and long-lived, holds no sockets, and keeps the
+//! capabilities to remove what the server set up. When the OOM killer takes
+//! the whole container (cgroup v2 `memory.oom.group`, which the kubelet sets
+//! since Kubernetes 1.28), the supervisor dies with the server: the guard
+//! (`guard.rs`), run in a container of its own, covers that case.
 
-use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
 
+use super::probe::{MISSES, PROBE_EVERY, answers};
 use crate::config::{Config, NodePlan};
-
-/// How often the server is probed, and how long a probe waits.
-const PROBE_EVERY: Duration = Duration::from_millis(250);
-/// Missed probes in a row after which the server counts as hung: a second
-/// without an answer to a query it answers without any upstream.
-const MISSES: u32 = 4;
-
-/// A query the server answers itself, whatever its upstreams do: opcode
-/// STATUS, answered NOTIMP by the parse stage.
-const PROBE: [u8; 12] = [0x4e, 0x50, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0];
-
-/// Whether the server at `addr` answers a probe within [`PROBE_EVERY`].
-fn answers(addr: SocketAddr) -> bool {
-    let bind: SocketAddr = if addr.is_ipv4() {
-        ([0, 0, 0, 0], 0).into()
-    } else {
-        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
-    };
-    let Ok(socket) = UdpSocket::bind(bind) else {
-        return false;
-    };
-    let mut buf = [0u8; 512];
-    socket.set_read_timeout(Some(PROBE_EVERY)).is_ok()
-        && socket.send_to(&PROBE, addr).is_ok()
-        && socket
-            .recv_from(&mut buf)
-            .is_ok_and(|(n, from)| from == addr && n >= 2 && buf[..2] == PROBE[..2])
-}
 
 /// Runs `nodens serve --supervised` as a child and watches it (see the
 /// module docs). Returns the server's exit code.
@@ -153,12 +126,12 @@ pub async fn supervise(config: &Config, path: &Path, keep_rules: bool) -> ExitCo
 }
 
 /// Removes the interface and the rules, so the cluster DNS takes the traffic.
-async fn withdraw(plan: &NodePlan) {
+pub(super) async fn withdraw(plan: &NodePlan) {
     match super::teardown_everything(&plan.interface).await {
         Ok(removed) => tracing::warn!(
             removed = ?removed,
-            "supervisor: withdrew the node setup: queries to its addresses now go where they would without nodens"
+            "withdrew the node setup: queries to its addresses now go where they would without nodens"
         ),
-        Err(e) => tracing::error!("supervisor: cannot withdraw the node setup: {e}"),
+        Err(e) => tracing::error!("cannot withdraw the node setup: {e}"),
     }
 }

@@ -1,0 +1,33 @@
+//! The liveness probe the supervisor and the guard send: a query the server
+//! answers itself, whatever its upstreams do.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::time::Duration;
+
+/// How often the server is probed, and how long a probe waits.
+pub(super) const PROBE_EVERY: Duration = Duration::from_millis(250);
+/// Missed probes in a row after which the server counts as hung: a second
+/// without an answer to a query it answers without any upstream.
+pub(super) const MISSES: u32 = 4;
+
+/// A query the server answers itself, whatever its upstreams do: opcode
+/// STATUS, answered NOTIMP by the parse stage.
+const PROBE: [u8; 12] = [0x4e, 0x50, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+
+/// Whether the server at `addr` answers a probe within [`PROBE_EVERY`].
+pub(super) fn answers(addr: SocketAddr) -> bool {
+    let bind: SocketAddr = if addr.is_ipv4() {
+        ([0, 0, 0, 0], 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let Ok(socket) = UdpSocket::bind(bind) else {
+        return false;
+    };
+    let mut buf = [0u8; 512];
+    socket.set_read_timeout(Some(PROBE_EVERY)).is_ok()
+        && socket.send_to(&PROBE, addr).is_ok()
+        && socket
+            .recv_from(&mut buf)
+            .is_ok_and(|(n, from)| from == addr && n >= 2 && buf[..2] == PROBE[..2])
+}
