@@ -23,6 +23,7 @@ use crate::logging::LogHandle;
 use crate::metrics::{Counters, Registry, ResultLabels};
 use crate::node::Node;
 use crate::node::metrics::NodeMetrics;
+use crate::node::presence::Presence;
 use crate::serve::metrics::ServeMetrics;
 use crate::serve::{Settings, Shared};
 use crate::upstream::metrics::UpstreamMetrics;
@@ -82,7 +83,14 @@ pub struct Server {
     /// Set once our sockets went to a new process: nothing is served or
     /// reloaded any more, SIGTERM is awaited.
     handed_over: bool,
+    /// Our claim on the node setup, held until exit (see `node::presence`).
+    presence: Option<Presence>,
 }
+
+/// How long a starting server waits for the previous one (or a withdraw)
+/// to let go of the node setup: a stopping nodens drains for up to its
+/// `shutdown_grace` first.
+const PRESENCE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Server {
     /// Binds everything the configuration asks for; an address that cannot
@@ -117,6 +125,7 @@ impl Server {
             inherited: Inherited::default(),
             handover: None,
             handed_over: false,
+            presence: None,
         };
         let predecessor = match &config.server.handover_socket {
             Some(path) => {
@@ -133,6 +142,18 @@ impl Server {
             server.inherited = inherited;
             stream
         });
+        if let Some(plan) = &config.node {
+            if confirm.is_some() {
+                // The previous process holds the claim until it exits.
+                claim_when_free(server.shared.tasks.upkeep(), plan.interface.clone());
+            } else {
+                server.presence = Some(
+                    Presence::claim(&plan.interface, PRESENCE_PATIENCE)
+                        .await
+                        .context("node setup")?,
+                );
+            }
+        }
         // The interface first: the listeners bind to the addresses it holds.
         server.apply_node(&config).await?;
         server.apply_listeners(&config.listen)?;
@@ -449,4 +470,24 @@ fn log_zones(shared: &Shared) {
         let ups: Vec<&str> = zone.upstreams.iter().map(|u| u.label.as_str()).collect();
         tracing::info!(zone = %zone.name, upstreams = ?ups, "forwarding zone");
     }
+}
+
+/// After a handover: claims the node setup once the previous process has
+/// exited, and holds the claim until this one does.
+fn claim_when_free(upkeep: &crate::tasks::Upkeep, interface: String) {
+    upkeep.spawn(async move {
+        loop {
+            match Presence::try_claim(&interface) {
+                Ok(Some(claim)) => {
+                    let _held = claim;
+                    std::future::pending::<()>().await;
+                }
+                Ok(None) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+                Err(e) => {
+                    tracing::warn!("node: cannot claim the node setup: {e}");
+                    return;
+                }
+            }
+        }
+    });
 }

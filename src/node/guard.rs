@@ -5,38 +5,55 @@
 //! kubelet since Kubernetes 1.28) takes it too, and the interface and rules
 //! stay behind with nothing listening. `nodens node guard`, run as a second
 //! container of the same pod (its own memory cgroup, the same host network),
-//! probes the server as the supervisor does and withdraws the node setup
-//! when a server it has seen answering stops answering.
+//! withdraws the node setup when it is in place but no nodens is alive to
+//! serve it.
 //!
-//! It only acts on a server it has seen: it arms once the interface exists
-//! and the probe is answered, and disarms when the interface goes away or is
-//! made again (a clean stop removed it, or a new server set it up). So it
-//! never removes the setup of a server that is starting, and it never
-//! touches anything on its own exit.
+//! "Alive" is the server's claim on the node setup (`presence.rs`), which the
+//! kernel drops the instant the process dies: no probe timeout, and a server
+//! that is starting (it claims before it sets anything up) is never taken for
+//! a dead one. The probe is asked too, for the moment of a handover when the
+//! new process serves but has not yet claimed. A hung server is still alive:
+//! that is the supervisor's case (it kills it).
 
 use std::process::ExitCode;
 
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::link;
-use super::probe::{MISSES, PROBE_EVERY, answers};
-use super::supervisor::withdraw;
+use super::presence::Presence;
+use super::probe::{PROBE_EVERY, answers};
 use crate::config::NodePlan;
 
-/// The index of the interface, if it exists.
-async fn interface_index(plan: &NodePlan) -> Option<u32> {
+/// Whether the interface exists.
+async fn interface_exists(plan: &NodePlan) -> bool {
     let name = &plan.interface;
     match link::with_netlink(|handle| async move { link::state(&handle, name).await }).await {
-        Ok(state) if state.exists => Some(state.index),
-        Ok(_) => None,
+        Ok(state) => state.exists,
         Err(e) => {
             tracing::warn!("guard: cannot read the interface {name}: {e}");
-            None
+            false
         }
     }
 }
 
-/// Watches the server of `plan` until SIGTERM or SIGINT (see the module docs).
+/// Whether the node setup is in place with no nodens to serve it.
+async fn abandoned(plan: &NodePlan) -> bool {
+    if !interface_exists(plan).await {
+        return false;
+    }
+    match Presence::held(&plan.interface) {
+        Ok(true) => return false,
+        Ok(false) => {}
+        Err(e) => tracing::warn!("guard: cannot tell whether a server holds the node setup: {e}"),
+    }
+    let target = plan.addresses[0];
+    !tokio::task::spawn_blocking(move || answers(target))
+        .await
+        .unwrap_or(false)
+}
+
+/// Watches the node setup of `plan` until SIGTERM or SIGINT (see the module
+/// docs). It changes nothing on its way out.
 pub async fn guard(plan: &NodePlan) -> ExitCode {
     let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),
@@ -45,41 +62,16 @@ pub async fn guard(plan: &NodePlan) -> ExitCode {
         tracing::error!("guard: cannot handle signals");
         return ExitCode::FAILURE;
     };
-    let target = plan.addresses[0];
-    tracing::info!(%target, interface = %plan.interface, "guard: waiting for a server to watch");
+    tracing::info!(interface = %plan.interface, "guard: watching the node setup");
     let mut ticks = tokio::time::interval(PROBE_EVERY);
-    // The interface index of the server being watched.
-    let mut watching: Option<u32> = None;
-    let mut misses = 0;
     loop {
         tokio::select! {
             _ = term.recv() => return ExitCode::SUCCESS,
             _ = int.recv() => return ExitCode::SUCCESS,
             _ = ticks.tick() => {
-                let index = interface_index(plan).await;
-                let ok = tokio::task::spawn_blocking(move || answers(target)).await.unwrap_or(false);
-                match watching {
-                    None if ok && index.is_some() => {
-                        watching = index;
-                        misses = 0;
-                        tracing::info!(%target, "guard: watching the server");
-                    }
-                    None => {}
-                    // Checked before the probe's answer: without the
-                    // interface, the answer may come from the cluster DNS.
-                    Some(watched) if index != Some(watched) => {
-                        tracing::info!("guard: the interface was removed or made again; waiting for a server");
-                        watching = None;
-                    }
-                    Some(_) if ok => misses = 0,
-                    Some(_) => {
-                        misses += 1;
-                        if misses >= MISSES {
-                            tracing::error!(%target, misses, "guard: the server stopped answering");
-                            withdraw(plan).await;
-                            watching = None;
-                        }
-                    }
+                if abandoned(plan).await {
+                    tracing::error!(interface = %plan.interface, "guard: the node setup is in place but no nodens is alive to serve it");
+                    super::withdraw(&plan.interface, "guard").await;
                 }
             }
         }

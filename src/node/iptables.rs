@@ -73,6 +73,14 @@ fn command(cmd: &'static str) -> IPTables {
     }
 }
 
+/// Whether `chain` exists in `table`. Not the crate's `chain_exists`: that
+/// lists with `-L`, which without `-n` looks up a name for every address in
+/// the chain's rules (DNS queries from the node, seconds of timeouts), and
+/// `-n` cannot be set for the `-S` listings used everywhere else.
+fn chain_present(ipt: &IPTables, table: &str, chain: &str) -> Result<bool> {
+    Ok(ipt.list_chains(table)?.iter().any(|c| c == chain))
+}
+
 /// Counts `KUBE-` lines in a `*-save` output; 0 if the command is missing.
 fn kube_rules(save: &str) -> usize {
     Command::new(save)
@@ -129,7 +137,7 @@ impl Iptables {
                 continue;
             }
             for (table, builtin, chain) in CHAINS {
-                if !ipt.chain_exists(table, chain)? {
+                if !chain_present(ipt, table, chain)? {
                     ipt.new_chain(table, chain)?;
                 }
                 ipt.flush_chain(table, chain)?;
@@ -152,7 +160,7 @@ impl Iptables {
                 continue;
             }
             for (table, builtin, chain) in CHAINS {
-                if !ipt.chain_exists(table, chain)? {
+                if !chain_present(ipt, table, chain)? {
                     return Ok(false);
                 }
                 let jumps = ipt
@@ -187,7 +195,7 @@ impl Iptables {
     pub fn exists(&self) -> Result<bool> {
         for (ipt, _) in self.families() {
             for (table, _, chain) in CHAINS {
-                if ipt.chain_exists(table, chain)? {
+                if chain_present(ipt, table, chain)? {
                     return Ok(true);
                 }
             }
@@ -206,7 +214,7 @@ impl Iptables {
 
 fn remove_family(ipt: &IPTables) -> Result<()> {
     for (table, builtin, chain) in CHAINS {
-        if ipt.chain_exists(table, chain)? {
+        if chain_present(ipt, table, chain)? {
             ipt.delete_all(table, builtin, &jump(chain))?;
             ipt.flush_chain(table, chain)?;
             ipt.delete_chain(table, chain)?;

@@ -15,9 +15,6 @@ use crate::config::LinkKind;
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct LinkState {
     pub exists: bool,
-    /// The kernel's index for the link (0 when it does not exist): a link
-    /// deleted and made again has a new one.
-    pub index: u32,
     pub up: bool,
     pub kind: Option<String>,
     pub addresses: Vec<IpAddr>,
@@ -81,7 +78,6 @@ pub async fn state(handle: &Handle, name: &str) -> Result<LinkState, rtnetlink::
     });
     Ok(LinkState {
         exists: true,
-        index: link.header.index,
         up: link.header.flags.contains(LinkFlags::Up),
         kind,
         addresses: addresses(handle, link.header.index).await?,

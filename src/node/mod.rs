@@ -8,6 +8,7 @@ pub mod iptables;
 pub mod link;
 pub mod metrics;
 pub mod nft;
+pub mod presence;
 mod probe;
 pub mod rules;
 pub mod supervisor;
@@ -244,6 +245,36 @@ pub async fn teardown_everything(interface: &str) -> Result<Vec<String>, NodeErr
         removed.push(format!("link {interface}"));
     }
     Ok(removed)
+}
+
+/// Removes the interface and the rules so the cluster DNS takes the
+/// traffic: what the supervisor and the guard do when the server is gone.
+/// Not while another nodens holds the node setup (a successor that took
+/// over, a server starting): the claim is held for the time of the removal,
+/// so a starting server waits for it instead of interleaving with it.
+pub async fn withdraw(interface: &str, who: &str) {
+    let claim = match presence::Presence::try_claim(interface) {
+        Ok(Some(claim)) => Some(claim),
+        Ok(None) => {
+            tracing::info!(
+                interface,
+                "{who}: another nodens holds the node setup; leaving it in place"
+            );
+            return;
+        }
+        Err(e) => {
+            tracing::warn!("{who}: cannot tell who holds the node setup ({e}); withdrawing");
+            None
+        }
+    };
+    match teardown_everything(interface).await {
+        Ok(removed) => tracing::warn!(
+            removed = ?removed,
+            "{who}: withdrew the node setup: queries to its addresses now go where they would without nodens"
+        ),
+        Err(e) => tracing::error!("{who}: cannot withdraw the node setup: {e}"),
+    }
+    drop(claim);
 }
 
 /// What `nodens node status` reports.

@@ -20,7 +20,7 @@ use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::probe::{MISSES, PROBE_EVERY, answers};
-use crate::config::{Config, NodePlan};
+use crate::config::Config;
 
 /// Runs `nodens serve --supervised` as a child and watches it (see the
 /// module docs). Returns the server's exit code.
@@ -92,7 +92,7 @@ pub async fn supervise(config: &Config, path: &Path, keep_rules: bool) -> ExitCo
                     Ok(s) => s,
                     Err(e) => {
                         tracing::error!("supervisor: lost the server: {e}");
-                        withdraw(&plan).await;
+                        super::withdraw(&plan.interface, "supervisor").await;
                         return ExitCode::FAILURE;
                     }
                 };
@@ -100,7 +100,7 @@ pub async fn supervise(config: &Config, path: &Path, keep_rules: bool) -> ExitCo
                     return ExitCode::SUCCESS;
                 }
                 tracing::error!(%status, "supervisor: server died");
-                withdraw(&plan).await;
+                super::withdraw(&plan.interface, "supervisor").await;
                 let code = status.code().unwrap_or(1).clamp(1, 255);
                 return ExitCode::from(code as u8);
             }
@@ -115,23 +115,14 @@ pub async fn supervise(config: &Config, path: &Path, keep_rules: bool) -> ExitCo
                 } else if armed {
                     misses += 1;
                     if misses >= MISSES {
+                        // Its death releases its claim on the node setup;
+                        // the withdraw follows in the wait arm above.
                         tracing::error!(%target, misses, "supervisor: server stopped answering; killing it");
-                        withdraw(&plan).await;
                         forward(libc::SIGKILL);
+                        stopping = true;
                     }
                 }
             }
         }
-    }
-}
-
-/// Removes the interface and the rules, so the cluster DNS takes the traffic.
-pub(super) async fn withdraw(plan: &NodePlan) {
-    match super::teardown_everything(&plan.interface).await {
-        Ok(removed) => tracing::warn!(
-            removed = ?removed,
-            "withdrew the node setup: queries to its addresses now go where they would without nodens"
-        ),
-        Err(e) => tracing::error!("cannot withdraw the node setup: {e}"),
     }
 }
