@@ -5,37 +5,47 @@ simulated node, under the same load, through the same faults.
 Namespaces (made here, removed on exit): a "pod" (veth to the node), the "node"
 (the cache under test holds 169.254.20.10 and the Service IP 10.96.0.10 on its
 interface; a kube-proxy-like DNAT sends 10.96.0.10 and the upstream Service IP
-10.96.0.11 to two "cluster DNS" namespaces, each a CoreDNS). The pod asks
-10.96.0.10. All traffic stays inside these namespaces.
+10.96.0.11 to two "cluster DNS" namespaces, each a CoreDNS, half and half). The
+pod asks 10.96.0.10. All traffic stays inside these namespaces.
 
-Per cache, it measures:
-  steady    dnsperf from the pod, RATE q/s for SECS s (90 % one name, 10 % names
-            never asked): answered, lost, conntrack entries on the node
-  kill      kill -9 of the cache: seconds until the pod is answered again (asking
-            every 50 ms, for at most 15 s; node-cache is not restarted)
-  upgrades  UPGRADES upgrades under the same load: nodens hands over to a new
-            process (handover_socket); node-cache is stopped and started again (what
-            a rolling update does to it). Lost queries, and queries the cluster DNS
-            received in the 5 s after each upgrade.
+The load (dnsperf in the pod, RATE q/s): 90 % names from a popular set of 1,000
+(`p<k>.pop.lab.test`, a wildcard, TTL 300), 10 % names never asked before
+(`<n>.miss.lab.test`, NXDOMAIN). Each cache must be in the path: after the first
+phase the cluster DNS must have seen each popular name about once, not 90 % of
+the load, or the run stops.
 
-Writes results.json into OUT.
+Per cache:
+  steady    SECS s of load: answered, lost, conntrack entries for the pods' DNS
+  race      RACE lookups from the pod, each a new socket sending A and AAAA from
+            two threads at the same instant (what glibc and musl do in parallel):
+            conntrack clash_resolve, insert_failed, drop, entries; first with no
+            cache in the path (kube-proxy DNAT only), then through the cache
+  upgrades  UPGRADES upgrades 10 s apart under load: nodens hands over to a new
+            process; node-cache is stopped and started again (what a rolling
+            update does to it). Lost queries; popular-name queries the cluster DNS
+            received in the 10 s after each (a warm start makes them ~0)
+  kill      kill -9 under load: the server only (nodens: its supervisor
+            withdraws), the whole container (nodens: supervisor and server,
+            `nodens node guard` withdraws); node-cache: its process. Seconds
+            until the pod is answered again (asking every 50 ms, for at most
+            15 s; nothing is restarted) and lost queries
+  restarts  (nodens) RESTARTS starts, stopped in turn by SIGTERM, SIGKILL of the
+            server and SIGKILL of the whole container, half on each backend:
+            rule and address counts after each start, and what is left after
+            `nodens node teardown`
 
-STATUS: work in progress, its numbers are not yet valid. The first run showed that
-node-cache, started here with -setupinterface=false -setupiptables=true, wrote no
-iptables rules in the namespace, so the pod's queries bypassed it through the DNAT;
-that must be understood (and the run made to check that each cache is really in the
-path) before any comparison is published.
+Writes results.json and series.json into OUT, and the plot (node.png) into DOCS.
 """
 import json
 import os
 import random
+import re
 import shutil
 import signal
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 PID = os.getpid()
@@ -43,21 +53,28 @@ NS = {k: f"nl-{k}-{PID}" for k in ("pod", "node", "dns1", "dns2")}
 RATE = int(os.environ.get("RATE", "5000"))
 SECS = int(os.environ.get("SECS", "10"))
 UPGRADES = int(os.environ.get("UPGRADES", "10"))
+UPGRADE_EVERY = int(os.environ.get("UPGRADE_EVERY", "10"))
+RACE = int(os.environ.get("RACE", "5000"))
+RACER = ""
+RESTARTS = int(os.environ.get("RESTARTS", "100"))
 NODENS = os.environ["NODENS"]
 NODE_CACHE = os.environ.get("NODE_CACHE", "")
 COREDNS = os.environ["COREDNS"]
 OUT = os.environ["OUT"]
+DOCS = os.environ.get("DOCS", "")
 TMP = tempfile.mkdtemp(prefix="nodens-lab-node-")
 PROCS = []
+POPULAR = 1000
+SERVICE = "10.96.0.10"
 
 
 def log(msg):
     print(f"{time.strftime('%H:%M:%S')} lab: {msg}", file=sys.stderr, flush=True)
 
 
-def sh(*args, ns=None, check=True, capture=True):
+def sh(*args, ns=None, check=True):
     cmd = (["ip", "netns", "exec", NS[ns]] if ns else []) + list(args)
-    r = subprocess.run(cmd, capture_output=capture, text=True, timeout=60)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     if check and r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
     return r.stdout
@@ -79,6 +96,8 @@ def cleanup():
     shutil.rmtree(TMP, ignore_errors=True)
 
 
+# ---- the simulated cluster ------------------------------------------------------
+
 def topology():
     for n in NS.values():
         sh("ip", "netns", "add", n)
@@ -99,7 +118,7 @@ def topology():
     # locally generated packets are routed before the DNAT picks a backend.
     sh("ip", "route", "add", "10.96.0.0/16", "via", "10.77.1.2", ns="node")
     # kube-proxy: both Service IPs to the two cluster DNS pods, half each.
-    for svc in ("10.96.0.10", "10.96.0.11"):
+    for svc in (SERVICE, "10.96.0.11"):
         for chain in ("PREROUTING", "OUTPUT"):
             for proto in ("udp", "tcp"):
                 base = ["iptables", "-w", "5", "-t", "nat", "-A", chain, "-d", svc, "-p", proto, "--dport", "53"]
@@ -107,7 +126,7 @@ def topology():
                    "-j", "DNAT", "--to-destination", "10.77.1.2:53", ns="node")
                 sh(*base, "-j", "DNAT", "--to-destination", "10.77.2.2:53", ns="node")
     zone = ("$ORIGIN lab.test.\n@ 300 IN SOA ns hostmaster 1 3600 600 86400 30\n@ 300 IN NS ns\n"
-            "ns 300 IN A 10.77.1.2\nwww 300 IN A 192.0.2.1\n")
+            "ns 300 IN A 10.77.1.2\nwww 300 IN A 192.0.2.1\n*.pop 300 IN A 192.0.2.2\n")
     with open(os.path.join(TMP, "db.lab"), "w") as f:
         f.write(zone)
     for k, ip in (("dns1", "10.77.1.2"), ("dns2", "10.77.2.2")):
@@ -115,103 +134,241 @@ def topology():
         with open(cf, "w") as f:
             f.write(f"lab.test:53 {{\n bind {ip}\n file {TMP}/db.lab\n log\n}}\n")
         spawn(k, COREDNS, "-conf", cf, ns=k)
-    wait_answer("10.77.1.2", "pod")
-    wait_answer("10.77.2.2", "pod")
+    for ip in ("10.77.1.2", "10.77.2.2"):
+        if first_answer(ip, 15) < 0:
+            raise RuntimeError(f"cluster DNS {ip} does not answer")
 
 
-def probe_script(server, seconds, signal_pid=None, sig=None):
-    """Runs in the pod namespace (a child process): optionally signals a pid,
-    then asks every 50 ms; prints the seconds to the first answer or -1."""
-    code = f"""
-import os, socket, struct, random, time, signal
+PROBE = """
+import os, socket, struct, random, sys, time
+server, seconds, pids, sig = sys.argv[1], float(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('0.0.0.0', 0))
 def q():
     qid = random.randint(0, 65535)
     pkt = struct.pack('>HHHHHH', qid, 0x0100, 1, 0, 0, 0) + b'\\x03www\\x03lab\\x04test\\x00' + struct.pack('>HH', 1, 1)
     s.settimeout(0.2)
     try:
-        s.sendto(pkt, ('{server}', 53))
+        s.sendto(pkt, (server, 53))
         while True:
             d, _ = s.recvfrom(1500)
             if struct.unpack('>H', d[:2])[0] == qid: return True
     except OSError: return False
 t0 = time.time()
-{f'os.kill({signal_pid}, {sig})' if signal_pid else ''}
-while time.time() - t0 < {seconds}:
+for pid in filter(None, pids.split(',')): os.kill(int(pid), sig)
+while time.time() - t0 < seconds:
     if q(): print(round(time.time() - t0, 3)); break
     time.sleep(0.05)
 else: print(-1)
 """
-    out = subprocess.run(["ip", "netns", "exec", NS["pod"], sys.executable, "-c", code],
+
+
+def first_answer(server, seconds, kill=(), sig=signal.SIGKILL):
+    """From the pod: sends `sig` to each pid in `kill`, then asks every 50 ms.
+    Returns the seconds until the first answer, or -1."""
+    out = subprocess.run(["ip", "netns", "exec", NS["pod"], sys.executable, "-c", PROBE, server, str(seconds),
+                          ",".join(map(str, kill)), str(int(sig))],
                          capture_output=True, text=True, timeout=seconds + 10)
     return float(out.stdout.strip() or -1)
 
 
-def wait_answer(server, ns, seconds=15):
-    code = probe_script(server, seconds) if ns == "pod" else None
-    if code is None or code < 0:
-        raise RuntimeError(f"{server} does not answer from {ns}")
+class ClusterLog:
+    """Counts the queries the two cluster DNS servers logged, read as they grow,
+    sampled every 0.25 s into a series (time, all, popular names)."""
+
+    def __init__(self):
+        self.files = {k: open(os.path.join(OUT, f"{k}.log")) for k in ("dns1", "dns2")}
+        self.total = self.popular = 0
+        self.series = []
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        threading.Thread(target=self.run, daemon=True).start()
+
+    def read(self):
+        with self.lock:
+            for f in self.files.values():
+                for line in f.readlines():
+                    if ".lab.test." in line and '"' in line:
+                        self.total += 1
+                        self.popular += ".pop.lab.test." in line
+            return self.total, self.popular
+
+    def run(self):
+        while not self.stop.is_set():
+            t, p = self.read()
+            self.series.append((time.time(), t, p))
+            time.sleep(0.25)
+
+    def counts_at(self, when):
+        """(all, popular) at the last sample at or before `when`."""
+        best = (0, 0)
+        for t, a, p in self.series:
+            if t > when:
+                break
+            best = (a, p)
+        return best
 
 
-def dnsperf(seconds, rate):
-    data = os.path.join(TMP, "queries")
-    with open(data, "w") as f:
+def query_file(name, seconds, rate):
+    """The queries of one load: popular names, and names no load asked before."""
+    path = os.path.join(TMP, f"queries-{name}")
+    rnd = random.Random(name)
+    with open(path, "w") as f:
         for i in range(rate * seconds):
-            f.write("www.lab.test A\n" if i % 10 else f"n{i}-{PID}-{random.getrandbits(32)}.lab.test A\n")
-    return spawn("dnsperf", "dnsperf", "-s", "10.96.0.10", "-d", data, "-Q", str(rate), "-l", str(seconds),
-                 "-c", "4", "-t", "2", ns="pod")
+            if i % 10:
+                f.write(f"p{rnd.randrange(POPULAR)}.pop.lab.test A\n")
+            else:
+                f.write(f"m{i}-{name}-{PID}-{rnd.getrandbits(32):x}.miss.lab.test A\n")
+    return path
 
 
-def dnsperf_result(p):
-    p.wait(timeout=SECS * 6 + 60)
-    text = open(os.path.join(OUT, "dnsperf.log")).read().split("Statistics:")[-1]
-    sent = int(text.split("Queries sent:")[1].split()[0])
-    lost = int(text.split("Queries lost:")[1].split()[0])
-    return sent, lost
+class Load:
+    """dnsperf from the pod, `seconds` long at RATE q/s, each query once."""
+
+    def __init__(self, name, seconds):
+        self.name, self.seconds = name, seconds
+        self.log = os.path.join(OUT, f"dnsperf-{name}.log")
+        self.started = time.time()
+        f = open(self.log, "w")
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", NS["pod"], "dnsperf", "-s", SERVICE, "-d", query_file(name, seconds, RATE),
+             "-Q", str(RATE), "-l", str(seconds), "-c", "4", "-q", "20000", "-t", "2", "-S", "1", "-O", "suppress=timeout"],
+            stdout=f, stderr=subprocess.STDOUT)
+        PROCS.append(self.proc)
+
+    def result(self):
+        self.proc.wait(timeout=self.seconds + 60)
+        text = open(self.log).read()
+        stats = text.split("Statistics:")[-1]
+        sent = int(stats.split("Queries sent:")[1].split()[0])
+        lost = int(stats.split("Queries lost:")[1].split()[0])
+        per_second = [(float(t), float(q)) for t, q in re.findall(r"^(\d{9,}\.\d+): ([\d.]+)$", text, re.M)]
+        return {"sent": sent, "lost": lost, "answered_per_second": per_second}
 
 
-def conntrack_count():
-    return int(sh("cat", "/proc/sys/net/netfilter/nf_conntrack_count", ns="node").strip() or 0)
+def conntrack_stats():
+    """The node's conntrack counters, summed over CPUs."""
+    lines = sh("cat", "/proc/net/stat/nf_conntrack", ns="node").split("\n")
+    names = lines[0].split()
+    sums = dict.fromkeys(names, 0)
+    for line in lines[1:]:
+        for n, v in zip(names, line.split()):
+            sums[n] += int(v, 16)
+    return sums
 
 
-def cluster_queries():
-    n = 0
-    for k in ("dns1", "dns2"):
-        n += sum(1 for l in open(os.path.join(OUT, f"{k}.log")) if "lab.test." in l)
-    return n
+def build_racer():
+    racer = os.path.join(TMP, "racer")
+    subprocess.run(["cc", "-O2", "-pthread", "-o", racer, os.path.join(os.path.dirname(__file__), "racer.c")],
+                   check=True)
+    return racer
+
+
+def service_flows():
+    """The node's conntrack entries for DNS to the Service IP, by source port."""
+    table = sh("cat", "/proc/net/nf_conntrack", ns="node")
+    return {l.split("sport=")[1].split()[0] for l in table.split("\n")
+            if f"dst={SERVICE} " in l and "dport=53 " in l and "sport=" in l}
+
+
+def race(label):
+    before, flows = conntrack_stats(), service_flows()
+    out = subprocess.run(["ip", "netns", "exec", NS["pod"], RACER, str(RACE), SERVICE],
+                         capture_output=True, text=True, timeout=RACE + 60)
+    after = conntrack_stats()
+    r = {"lookups": RACE, "unanswered_within_1s": int(out.stdout.strip() or -1)}
+    for k in ("clashres", "insert_failed", "drop", "early_drop"):
+        r[k] = after[k] - before[k]
+    r["new_service_entries"] = len(service_flows() - flows)
+    log(f"race {label}: {r}")
+    return r
 
 
 # ---- the caches -------------------------------------------------------------
 
-def nodens_config():
-    path = os.path.join(TMP, "nodens.toml")
-    with open(path, "w") as f:
+def nodens_config(backend="auto"):
+    """The config file for `backend`, written once: a process may be reading it."""
+    path = os.path.join(TMP, f"nodens-{backend}.toml")
+    if os.path.exists(path):
+        return path
+    with open(path + ".new", "w") as f:
         f.write(f"""[server]
-listen = ["169.254.20.10:53", "10.96.0.10:53"]
+listen = ["169.254.20.10:53", "{SERVICE}:53"]
 handover_socket = "{TMP}/handover.sock"
 [metrics]
 listen = "127.0.0.1:9253"
 [node]
 setup = true
+backend = "{backend}"
 [[zone]]
 name = "."
-upstreams = ["10.96.0.11:53"]
+upstream_service = "kube-dns-upstream"
 """)
+    os.rename(path + ".new", path)
     return path
 
 
-def start_nodens():
-    return spawn("nodens", NODENS, "serve", "--config", nodens_config(), ns="node")
+class NodensCache:
+    name = "nodens"
+
+    def __init__(self):
+        self.proc = None
+        self.guard = spawn("nodens-guard", NODENS, "node", "guard", "--config", nodens_config(), ns="node")
+
+    def start(self, backend="auto"):
+        self.proc = spawn("nodens", NODENS, "serve", "--config", nodens_config(backend), ns="node")
+        return self.proc
+
+    def server_pid(self):
+        out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True).stdout.split()
+        # The supervisor runs under `ip netns exec`, which execs it: same pid.
+        return int(out[0]) if out else None
+
+    def took_over(self):
+        return open(os.path.join(OUT, "nodens.log")).read().count("handover: took over")
+
+    def upgrade(self):
+        before = self.took_over()
+        old = self.proc
+        self.start()
+        deadline = time.time() + 10
+        while time.time() < deadline and self.took_over() == before:
+            time.sleep(0.05)
+        if self.took_over() == before:
+            raise RuntimeError("the new nodens did not take over")
+        old.send_signal(signal.SIGTERM)
+        old.wait(timeout=20)
+
+    def kills(self):
+        return [("server", lambda: [self.server_pid()]),
+                ("container", lambda: [self.proc.pid, self.server_pid()])]
+
+    def after_kill(self):
+        self.proc.wait(timeout=10)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=20)
+
+    def close(self):
+        self.stop()
+        self.guard.send_signal(signal.SIGTERM)
+        self.guard.wait(timeout=10)
+        sh(NODENS, "node", "teardown", ns="node")
 
 
-def server_pid(supervisor):
-    out = subprocess.run(["pgrep", "-P", str(supervisor.pid)], capture_output=True, text=True).stdout.split()
-    return int(out[0]) if out else supervisor.pid
+class NodeCache:
+    """The real node-cache. No dummy link type in this kernel, so its addresses
+    are put on an ifb link by hand (-setupinterface=false); its iptables rules
+    are its own (-setupiptables). It writes them only once CoreDNS's pidfile
+    exists (-pidfile), or else after -syncinterval (60 s in the upstream
+    manifest): until then queries to the Service IP bypass it."""
+    name = "node-cache"
 
-
-def nodecache_config():
-    path = os.path.join(TMP, "Corefile.base")
-    block = """{zone}:53 {{
+    def __init__(self):
+        self.proc = None
+        self.corefile = os.path.join(TMP, "Corefile.base")
+        block = """{zone}:53 {{
     errors
     cache {{
         success 9984 30
@@ -219,122 +376,289 @@ def nodecache_config():
     }}
     reload
     loop
-    bind 169.254.20.10 10.96.0.10
-    forward . 10.96.0.11 {{
+    bind 169.254.20.10 {service}
+    forward . __PILLAR__CLUSTER__DNS__ {{
         force_tcp
     }}
     prometheus :9253
-    health 169.254.20.10:8080
-}}
+{health}}}
 """
-    with open(path, "w") as f:
-        f.write(block.format(zone="lab.test"))
-        f.write(block.format(zone=".").replace("    health 169.254.20.10:8080\n", "").replace("    prometheus :9253\n", ""))
-    return path
+        with open(self.corefile, "w") as f:
+            f.write(block.format(zone="lab.test", service=SERVICE, health="    health 169.254.20.10:8080\n"))
+            f.write(block.format(zone=".", service=SERVICE, health="").replace("    prometheus :9253\n", ""))
+
+    def start(self):
+        if "nodelocaldns" not in sh("ip", "-o", "link", ns="node"):
+            sh("ip", "link", "add", "nodelocaldns", "type", "ifb", ns="node")
+            sh("ip", "link", "set", "nodelocaldns", "up", ns="node")
+            for ip in ("169.254.20.10/32", f"{SERVICE}/32"):
+                sh("ip", "addr", "add", ip, "dev", "nodelocaldns", ns="node")
+        pidfile = os.path.join(TMP, "node-cache.pid")
+        if os.path.exists(pidfile):
+            os.unlink(pidfile)
+        self.proc = spawn("node-cache", NODE_CACHE, "-localip", f"169.254.20.10,{SERVICE}",
+                          "-basecorefile", self.corefile, "-conf", os.path.join(TMP, "Corefile"),
+                          "-setupinterface=false", "-setupiptables=true", "-health-port", "8080",
+                          "-upstreamsvc", "kube-dns-upstream", "-pidfile", pidfile, ns="node")
+        # Its rules come once CoreDNS runs: wait for them, or the pod's queries
+        # would bypass it.
+        deadline = time.time() + 20
+        while time.time() < deadline and rule_count("node-cache") < 8:
+            time.sleep(0.1)
+        return self.proc
+
+    def upgrade(self):
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=30)
+        self.start()
+
+    def kills(self):
+        return [("process", lambda: [self.proc.pid])]
+
+    def after_kill(self):
+        self.proc.wait(timeout=10)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=30)
+
+    def close(self):
+        self.stop()
+        # Rules a killed node-cache left behind, and the link made by hand.
+        for table in ("raw", "filter"):
+            for line in sh("iptables-save", "-t", table, ns="node").split("\n"):
+                if line.startswith("-A ") and "NodeLocal DNS Cache" in line:
+                    sh("iptables", "-w", "5", "-t", table, *shlex_split("-D " + line[3:]), ns="node", check=False)
+        sh("ip", "link", "del", "nodelocaldns", ns="node", check=False)
 
 
-def start_nodecache():
-    # No dummy link type in this kernel: node-cache's -setupinterface needs it, so
-    # its addresses are put on an ifb link by hand (and its iptables rules are its own).
-    if "nodelocaldns" not in sh("ip", "-o", "link", ns="node"):
-        sh("ip", "link", "add", "nodelocaldns", "type", "ifb", ns="node")
-        sh("ip", "link", "set", "nodelocaldns", "up", ns="node")
-        for ip in ("169.254.20.10/32", "10.96.0.10/32"):
-            sh("ip", "addr", "add", ip, "dev", "nodelocaldns", ns="node")
-    base = nodecache_config()
-    return spawn("node-cache", NODE_CACHE, "-localip", "169.254.20.10,10.96.0.10", "-basecorefile", base,
-                 "-conf", os.path.join(TMP, "Corefile"), "-setupinterface=false", "-setupiptables=true",
-                 "-health-port", "8080", "-upstreamsvc", "kube-dns-upstream", ns="node")
+def shlex_split(s):
+    import shlex
+    return shlex.split(s)
 
 
-def remove_nodecache_leftovers():
-    subprocess.run(["ip", "netns", "exec", NS["node"], "ip", "link", "del", "nodelocaldns"], capture_output=True)
+def rule_count(who):
+    """Rules in the node: node-cache's (its comments) or nodens's (every backend)."""
+    if who == "node-cache":
+        text = sh("iptables-save", ns="node", check=False)
+        return sum(1 for l in text.split("\n") if l.startswith("-A") and "NodeLocal DNS Cache" in l)
+    n = 0
+    nft = sh("nft", "list", "ruleset", ns="node", check=False)
+    n += sum(1 for l in nft.split("\n") if 'comment "nodens:' in l)
+    for save in ("iptables-legacy-save", "iptables-nft-save"):
+        if shutil.which(save):
+            text = sh(save, ns="node", check=False)
+            n += sum(1 for l in text.split("\n") if l.startswith("-A NODENS-") and "nodens:" in l)
+    return n
+
+
+def jumps():
+    """nodens's jumps from built-in chains (exactly one each when in place)."""
+    n = 0
+    for save in ("iptables-legacy-save", "iptables-nft-save"):
+        if shutil.which(save):
+            n += sum(1 for l in sh(save, ns="node", check=False).split("\n")
+                     if re.match(r"-A (PREROUTING|INPUT|OUTPUT) ", l) and "-j NODENS-" in l)
+    return n
+
+
+def addresses():
+    """IPv4 addresses on the interface."""
+    text = sh("ip", "-o", "addr", "show", "dev", "nodelocaldns", ns="node", check=False)
+    return sum(1 for l in text.split("\n") if " inet " in l)
 
 
 # ---- scenarios -----------------------------------------------------------------
 
-def run_cache(name, start, upgrade, stop_all):
-    log(f"{name}: start")
-    proc = start()
-    wait_answer("10.96.0.10", "pod")
+def window_counts(cluster, start, seconds):
+    a0, p0 = cluster.counts_at(start)
+    a1, p1 = cluster.counts_at(start + seconds)
+    return a1 - a0, p1 - p0
+
+
+def run_cache(cache, cluster):
     r = {}
-    ct0 = conntrack_count()
-    p = dnsperf(SECS, RATE)
-    sent, lost = dnsperf_result(p)
-    r["steady"] = {"sent": sent, "lost": lost, "conntrack_entries": conntrack_count() - ct0}
-    log(f"{name}: steady {r['steady']}")
+    log(f"{cache.name}: start")
+    cache.start()
+    if first_answer(SERVICE, 20) < 0:
+        raise RuntimeError(f"{cache.name} does not answer")
+    # steady
+    flows = service_flows()
+    t0 = time.time()
+    load = Load(f"{cache.name}-steady", SECS)
+    res = load.result()
+    time.sleep(0.5)
+    total, popular = window_counts(cluster, t0, time.time() - t0)
+    r["steady"] = {"sent": res["sent"], "lost": res["lost"], "cluster_dns_queries": total,
+                   "cluster_dns_popular_queries": popular,
+                   "new_service_conntrack_entries": len(service_flows() - flows)}
+    log(f"{cache.name}: steady {r['steady']}")
+    scrape = subprocess.run(["ip", "netns", "exec", NS["node"], sys.executable, "-c",
+                             "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:9253/metrics').read().decode())"],
+                            capture_output=True, text=True, timeout=20)
+    open(os.path.join(OUT, f"metrics-{cache.name}-steady.txt"), "w").write(scrape.stdout)
+    if popular > 2 * POPULAR:
+        raise RuntimeError(f"{cache.name} is not in the path: the cluster DNS saw {popular} popular-name queries")
+    # The same again, warm: the steady-state rate of queries at the cluster DNS.
+    t0 = time.time()
+    res = Load(f"{cache.name}-warm", SECS).result()
+    time.sleep(0.5)
+    total, popular = window_counts(cluster, t0 + 0.5, SECS)
+    r["warm"] = {"sent": res["sent"], "lost": res["lost"], "cluster_dns_queries_per_10s": total * 10 // SECS,
+                 "cluster_dns_popular_queries_per_10s": popular * 10 // SECS}
+    log(f"{cache.name}: warm {r['warm']}")
+    r["race"] = race(f"through {cache.name}")
     # upgrades under load
-    p = dnsperf(SECS * 3, RATE)
-    time.sleep(1)
-    extra = []
-    for i in range(UPGRADES):
-        before = cluster_queries()
-        proc = upgrade(proc)
-        time.sleep(max(0.2, (SECS * 3 - 2) / UPGRADES - 0.2))
-        extra.append(cluster_queries() - before)
-    sent, lost = dnsperf_result(p)
-    r["upgrades"] = {"count": UPGRADES, "sent": sent, "lost": lost, "cluster_dns_queries_between_upgrades": extra}
-    log(f"{name}: upgrades {r['upgrades']}")
+    length = UPGRADES * UPGRADE_EVERY + 5
+    load = Load(f"{cache.name}-upgrades", length)
+    time.sleep(2)
+    marks = []
+    for _ in range(UPGRADES):
+        marks.append(time.time())
+        cache.upgrade()
+        time.sleep(max(0.0, marks[-1] + UPGRADE_EVERY - time.time()))
+    res = load.result()
+    time.sleep(0.5)
+    after = [window_counts(cluster, m, UPGRADE_EVERY) for m in marks]
+    r["upgrades"] = {"count": UPGRADES, "sent": res["sent"], "lost": res["lost"],
+                     "cluster_dns_queries_10s_after": [a for a, _ in after],
+                     "cluster_dns_popular_queries_10s_after": [p for _, p in after],
+                     "marks": [m - load.started for m in marks], "started": load.started,
+                     "answered_per_second": res["answered_per_second"]}
+    log(f"{cache.name}: upgrades lost {res['lost']} of {res['sent']}, popular after: {[p for _, p in after]}")
     # kill -9
-    wait_answer("10.96.0.10", "pod")
-    target = server_pid(proc) if name == "nodens" else proc.pid
-    gap = probe_script("10.96.0.10", 15, target, int(signal.SIGKILL))
-    r["kill"] = {"seconds_to_answer": gap}
-    log(f"{name}: kill -9 -> {gap}")
-    stop_all(proc)
+    r["kill"] = {}
+    for what, pids in cache.kills():
+        if cache.proc.poll() is not None:
+            cache.start()
+        if first_answer(SERVICE, 20) < 0:
+            raise RuntimeError(f"{cache.name} does not answer before the kill")
+        load = Load(f"{cache.name}-kill-{what}", 8)
+        time.sleep(2)
+        killed_at = time.time() - load.started
+        gap = first_answer(SERVICE, 15, kill=pids())
+        res = load.result()
+        cache.after_kill()
+        left = rule_count(cache.name)
+        r["kill"][what] = {"seconds_to_answer": gap, "sent": res["sent"], "lost": res["lost"],
+                           "rules_left": left, "addresses_left": addresses(), "killed_at": killed_at,
+                           "started": load.started, "answered_per_second": res["answered_per_second"]}
+        log(f"{cache.name}: kill -9 ({what}) -> answered after {gap} s, lost {res['lost']}, rules left {left}")
+    cache.close()
     return r
 
 
-def took_over_count():
-    return open(os.path.join(OUT, "nodens.log")).read().count("handover: took over")
+def restarts(cache):
+    """Start, check, stop in one of three ways; RESTARTS times."""
+    seen = []
+    ways = ["SIGTERM", "SIGKILL server", "SIGKILL container"]
+    for i in range(RESTARTS):
+        backend = "nftables" if i < RESTARTS // 2 else "iptables"
+        cache.start(backend)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if subprocess.run(["ip", "netns", "exec", NS["node"], NODENS, "node", "status", "--config",
+                               nodens_config(backend)], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.05)
+        else:
+            raise RuntimeError(f"restart {i}: node setup not in place")
+        seen.append({"backend": backend, "rules": rule_count("nodens"), "jumps": jumps(),
+                     "addresses": addresses()})
+        way = ways[i % 3]
+        if way == "SIGTERM":
+            cache.stop()
+        else:
+            pids = [cache.server_pid()] if way == "SIGKILL server" else [cache.proc.pid, cache.server_pid()]
+            for p in pids:
+                os.kill(p, signal.SIGKILL)
+            # Started again at once, as the kubelet does: the new server's
+            # setup must not race the supervisor's or the guard's withdraw.
+            cache.proc.wait(timeout=10)
+    sh(NODENS, "node", "teardown", ns="node")
+    left = {"rules": rule_count("nodens"), "jumps": jumps(),
+            "link": "nodelocaldns" in sh("ip", "-o", "link", ns="node")}
+    per_backend = {}
+    for s in seen:
+        per_backend.setdefault(s["backend"], set()).add((s["rules"], s["jumps"], s["addresses"]))
+    r = {"count": RESTARTS, "stops": ways,
+         "distinct_after_start": {b: [{"rules": a, "jumps": j, "addresses": d} for a, j, d in sorted(v)]
+                                  for b, v in per_backend.items()},
+         "left_after_teardown": left}
+    log(f"restarts: {r}")
+    return r
 
 
-def nodens_upgrade(proc):
-    before = took_over_count()
-    new = start_nodens()
-    deadline = time.time() + 10
-    while time.time() < deadline and took_over_count() == before:
-        time.sleep(0.05)
-    if took_over_count() == before:
-        raise RuntimeError("the new nodens did not take over")
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=20)
-    return new
-
-
-def nodecache_upgrade(proc):
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=30)
-    new = start_nodecache()
-    return new
-
-
-def stop(proc):
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    subprocess.run([NODENS, "node", "teardown"], capture_output=True)
+def plot(results, png):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(3, 1, figsize=(10, 11))
+    colors = {"nodens": "tab:blue", "node-cache": "tab:orange"}
+    for name, r in results["caches"].items():
+        u = r["upgrades"]
+        xs = [t - u["started"] for t, _ in u["answered_per_second"]]
+        axes[0].plot(xs, [q for _, q in u["answered_per_second"]], color=colors[name], label=name)
+        pts = [(t - u["started"], p) for t, _, p in results["series"]]
+        rate = [(b[0], (b[1] - a[1]) / max(b[0] - a[0], 1e-3)) for a, b in zip(pts, pts[1:])
+                if 0 <= b[0] <= u["marks"][-1] + UPGRADE_EVERY + 5 and b[0] - a[0] > 0]
+        # The series is in absolute time; shift it to this phase.
+        axes[1].plot([x for x, _ in rate], [y for _, y in rate], color=colors[name], label=name)
+        for m in u["marks"]:
+            for ax in axes[:2]:
+                ax.axvline(m, color=colors[name], alpha=0.25, linestyle="--")
+        for what, k in r["kill"].items():
+            xs = [t - k["started"] - k["killed_at"] for t, _ in k["answered_per_second"]]
+            axes[2].plot(xs, [q for _, q in k["answered_per_second"]], marker="o",
+                         color=colors[name], linestyle="-" if what != "container" else ":",
+                         label=f"{name}: kill -9 of the {what}")
+    axes[0].set_title(f"{UPGRADES} upgrades under {RATE} q/s: answers the pod received per second")
+    axes[0].set_ylabel("answers/s")
+    axes[1].set_title("popular-name queries the cluster DNS received per second (cold cache after an upgrade)")
+    axes[1].set_ylabel("queries/s")
+    axes[2].set_title("kill -9 at t=0 (nothing restarted): answers the pod received per second")
+    axes[2].set_ylabel("answers/s")
+    axes[2].set_xlabel("seconds")
+    for ax in axes:
+        ax.legend(loc="best", fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(png, dpi=80)
 
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    results = {}
+    for f in os.listdir(OUT):
+        if f.endswith(".log"):
+            os.unlink(os.path.join(OUT, f))
+    results = {"rate": RATE, "caches": {}}
     try:
+        global RACER
+        RACER = build_racer()
         topology()
         os.environ["KUBE_DNS_UPSTREAM_SERVICE_HOST"] = "10.96.0.11"
-        results["nodens"] = run_cache("nodens", start_nodens, nodens_upgrade, stop)
-        sh(NODENS, "node", "teardown", ns="node")
-        if NODE_CACHE:
-            results["node-cache"] = run_cache("node-cache", start_nodecache, nodecache_upgrade,
-                                              lambda p: (stop(p), remove_nodecache_leftovers()))
+        os.environ["KUBE_DNS_UPSTREAM_SERVICE_PORT"] = "53"
+        cluster = ClusterLog()
+        results["race_without_cache"] = race("without a cache")
+        caches = [NodensCache()] + ([NodeCache()] if NODE_CACHE else [])
+        for cache in caches:
+            results["caches"][cache.name] = run_cache(cache, cluster)
+        results["restarts"] = restarts(NodensCache())
+        cluster.stop.set()
+        results["series"] = cluster.series
     finally:
         cleanup()
     with open(os.path.join(OUT, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
-    print(json.dumps(results, indent=1))
+    if DOCS:
+        plot(results, os.path.join(DOCS, "node.png"))
+    summary = {k: v for k, v in results.items() if k != "series"}
+    for c in summary.get("caches", {}).values():
+        c["upgrades"].pop("answered_per_second", None)
+        for k in c["kill"].values():
+            k.pop("answered_per_second", None)
+    print(json.dumps(summary, indent=1))
 
 
 if __name__ == "__main__":
