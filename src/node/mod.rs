@@ -136,7 +136,11 @@ impl Node {
             tracing::info!(interface = %plan.interface, "node: {step}");
         }
         firewall.remove_others()?;
-        firewall.apply(&rules)?;
+        // Rules left in place (a handover, a killed predecessor) are kept as
+        // they are: rewriting iptables chains opens a moment without them.
+        if !firewall.matches(&rules)? {
+            firewall.apply(&rules)?;
+        }
         // The repair counters exist from the start, at 0.
         for what in ["interface", "rules"] {
             metrics.repairs.get(&WhatLabels { what });
