@@ -634,6 +634,51 @@ def plot(results, png):
     fig.savefig(png, dpi=80)
 
 
+def report(results):
+    """The result tables, in Markdown, as docs/lab/node.md shows them."""
+    caches = results["caches"]
+    names = list(caches)
+    per10 = RATE  # never-asked names per 10 s: 10 % of RATE q/s
+
+    def row(label, f):
+        return f"| {label} | " + " | ".join(f(caches[n]) for n in names) + " |"
+
+    def kill(c, what):
+        k = c["kill"].get(what)
+        if not k:
+            return "-"
+        gap = (f"answered again after {k['seconds_to_answer']} s" if k["seconds_to_answer"] >= 0
+               else "no answer for 15 s (not restarted)")
+        return f"{gap}; {k['lost']:,} of {k['sent']:,} lost; rules left {k['rules_left']}"
+
+    def upgrades_popular(c):
+        p = c["upgrades"]["cluster_dns_popular_queries_10s_after"]
+        return f"{min(p):,}-{max(p):,} ({100 * max(p) / per10:.0f} % of the miss rate at most)"
+
+    lines = ["| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names),
+             row("steady 10 s: lost of sent", lambda c: f"{c['steady']['lost']} of {c['steady']['sent']:,}"),
+             row("popular-name queries at the cluster DNS, first 10 s", lambda c: f"{c['steady']['cluster_dns_popular_queries']:,}"),
+             row("conntrack entries for the pod's DNS", lambda c: str(c["steady"]["new_service_conntrack_entries"])),
+             row(f"{UPGRADES} upgrades 10 s apart: lost of sent",
+                 lambda c: f"{c['upgrades']['lost']} of {c['upgrades']['sent']:,}"),
+             row("popular-name queries at the cluster DNS in the 10 s after each upgrade", upgrades_popular),
+             row("kill -9 of the server process", lambda c: kill(c, "server") if "server" in c["kill"] else kill(c, "process")),
+             row("kill -9 of the whole container", lambda c: kill(c, "container") if "container" in c["kill"] else "as above")]
+    race = ["| | no cache (DNAT only) | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    rows = [("lookups", "lookups"), ("clash_resolve", "clashres"), ("insert_failed", "insert_failed"),
+            ("drop", "drop"), ("new conntrack entries", "new_service_entries"),
+            ("lookups missing an answer after 1 s", "unanswered_within_1s")]
+    for label, key in rows:
+        race.append(f"| {label} | {results['race_without_cache'][key]:,} | "
+                    + " | ".join(f"{caches[n]['race'][key]:,}" for n in names) + " |")
+    text = "\n".join(lines) + "\n\n" + "\n".join(race) + "\n"
+    if "restarts" in results:
+        r = results["restarts"]
+        text += "\nrestarts: " + json.dumps(r["distinct_after_start"]) + "; after teardown: " + json.dumps(
+            r["left_after_teardown"]) + "\n"
+    return text
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     for f in os.listdir(OUT):
@@ -660,6 +705,8 @@ def main():
         json.dump(results, f, indent=1)
     if DOCS:
         plot(results, os.path.join(DOCS, "node.png"))
+    with open(os.path.join(OUT, "results.md"), "w") as f:
+        f.write(report(results))
     summary = {k: v for k, v in results.items() if k != "series"}
     for c in summary.get("caches", {}).values():
         c["upgrades"].pop("answered_per_second", None)
@@ -669,4 +716,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 2:  # lab.py OUT/results.json: the tables again
+        print(report(json.load(open(sys.argv[1]))))
+    else:
+        main()

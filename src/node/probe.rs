@@ -25,9 +25,13 @@ pub(super) fn answers(addr: SocketAddr) -> bool {
         return false;
     };
     let mut buf = [0u8; 512];
+    // Connected, so a closed port is an immediate "connection refused"
+    // (from the ICMP error) rather than a wait for the timeout, and only
+    // `addr` can answer.
     socket.set_read_timeout(Some(PROBE_EVERY)).is_ok()
-        && socket.send_to(&PROBE, addr).is_ok()
+        && socket.connect(addr).is_ok()
+        && socket.send(&PROBE).is_ok()
         && socket
-            .recv_from(&mut buf)
-            .is_ok_and(|(n, from)| from == addr && n >= 2 && buf[..2] == PROBE[..2])
+            .recv(&mut buf)
+            .is_ok_and(|n| n >= 2 && buf[..2] == PROBE[..2])
 }
