@@ -30,11 +30,12 @@ struct Lab {
 
 impl Lab {
     fn start() -> Lab {
-        Lab::start_with("auto")
+        Lab::start_with("auto", "")
     }
 
-    /// The lab with nodens's rules in `backend`.
-    fn start_with(backend: &str) -> Lab {
+    /// The lab with nodens's rules in `backend`, and `server` added to the
+    /// `[server]` section.
+    fn start_with(backend: &str, server: &str) -> Lab {
         let node = Netns::create("fo-node");
         let dns = Netns::create("fo-dns");
         let (a, b) = (
@@ -79,7 +80,7 @@ impl Lab {
         );
         in_netns(&dns.name, || core.wait_ready());
         let toml = format!(
-            "[server]\nlisten = [\"{SERVICE_IP}:53\"]\nworkers = 1\n\
+            "[server]\nlisten = [\"{SERVICE_IP}:53\"]\nworkers = 1\n{server}\n\
              [metrics]\nlisten = \"127.0.0.1:9253\"\n\
              [node]\nsetup = true\nbackend = \"{backend}\"\n\
              [[zone]]\nname = \".\"\nupstreams = [\"{CLUSTER_DNS}\"]\n"
@@ -117,10 +118,7 @@ impl Lab {
 
     /// The server process under the supervisor (`nodens serve --supervised`).
     fn server_pid(&self) -> i32 {
-        let out = run_ok(
-            std::process::Command::new("pgrep").args(["-P", &self.nodens.proc.pid().to_string()]),
-        );
-        out.trim().parse().expect("one server process")
+        server_of(&self.nodens)
     }
 
     /// Whether 10.96.0.10 answers www.test. A within 200 ms. The client
@@ -178,6 +176,13 @@ impl Lab {
                 .run(&["dig", "+time=1", "+tries=1", "@10.96.0.10", "www.test"]),
         ]
     }
+}
+
+/// The server process under a supervisor.
+fn server_of(nodens: &Nodens) -> i32 {
+    let out =
+        run_ok(std::process::Command::new("pgrep").args(["-P", &nodens.proc.pid().to_string()]));
+    out.trim().parse().expect("one server process")
 }
 
 fn check_gap(signal: libc::c_int, what: &str) {
@@ -296,7 +301,7 @@ fn a_kill_and_an_immediate_restart_never_race() {
     // never interleave with the new server's setup (each start serves, and
     // `nodens node status` finds everything in place). With iptables, the
     // backend where a chain removed under a new server's feet fails its setup.
-    let mut lab = Lab::start_with("iptables");
+    let mut lab = Lab::start_with("iptables", "");
     let mut guard = lab.guard();
     guard.wait_for_line(0, Duration::from_secs(10), "watching", |l| {
         l.contains("guard: watching the node setup")
@@ -354,4 +359,40 @@ fn a_kill_and_an_immediate_restart_never_race() {
         .filter(|l| l.contains("another nodens holds the node setup"))
         .count();
     eprintln!("supervisors that found a new server's claim: {left_alone} of 5");
+}
+
+#[test]
+fn a_successor_keeps_the_node_when_its_predecessor_dies() {
+    if !require_root("a_successor_keeps_the_node_when_its_predecessor_dies") {
+        return;
+    }
+    // The old server is killed after handing over and before its SIGTERM
+    // (an OOM kill in a rollout): its supervisor must not withdraw the node
+    // setup that the new process now serves.
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("handover.sock");
+    let mut lab = Lab::start_with("auto", &format!("handover_socket = {:?}", socket));
+    let mut old = lab.restart();
+    lab.nodens
+        .proc
+        .wait_for_line(0, Duration::from_secs(10), "took over", |l| {
+            l.contains("handover: took over")
+        });
+    let from = old.proc.line_count();
+    // SAFETY: kill(2) on the old server's pid.
+    assert_eq!(unsafe { libc::kill(server_of(&old), libc::SIGKILL) }, 0);
+    assert!(old.proc.wait_exit(Duration::from_secs(10)).is_some());
+    let said = old.proc.lines()[from..].join("\n");
+    assert!(
+        said.contains("leaving the node setup in place") || said.contains("leaving it in place"),
+        "the old supervisor did not leave the node setup alone: {said}"
+    );
+    assert!(!said.contains("withdrew"), "{said}");
+    assert!(
+        lab.answered(),
+        "the new process does not answer: {:#?}",
+        lab.debug()
+    );
+    let links = lab.node.run(&["ip", "-o", "addr"]);
+    assert!(links.contains("10.96.0.10"), "address withdrawn: {links}");
 }

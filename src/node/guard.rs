@@ -11,9 +11,9 @@
 //! "Alive" is the server's claim on the node setup (`presence.rs`), which the
 //! kernel drops the instant the process dies: no probe timeout, and a server
 //! that is starting (it claims before it sets anything up) is never taken for
-//! a dead one. The probe is asked too, for the moment of a handover when the
-//! new process serves but has not yet claimed. A hung server is still alive:
-//! that is the supervisor's case (it kills it).
+//! a dead one. The withdraw also asks the probe, for the moment of a handover
+//! when the new process serves but has not yet claimed. A hung server is
+//! still alive: that is the supervisor's case (it kills it).
 
 use std::process::ExitCode;
 
@@ -21,7 +21,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use super::link;
 use super::presence::Presence;
-use super::probe::{PROBE_EVERY, answers};
+use super::probe::PROBE_EVERY;
 use crate::config::NodePlan;
 
 /// Whether the interface exists.
@@ -36,20 +36,19 @@ async fn interface_exists(plan: &NodePlan) -> bool {
     }
 }
 
-/// Whether the node setup is in place with no nodens to serve it.
+/// Whether the node setup is in place with no nodens holding it. (The
+/// withdraw itself still leaves it if something answers on its address.)
 async fn abandoned(plan: &NodePlan) -> bool {
     if !interface_exists(plan).await {
         return false;
     }
     match Presence::held(&plan.interface) {
-        Ok(true) => return false,
-        Ok(false) => {}
-        Err(e) => tracing::warn!("guard: cannot tell whether a server holds the node setup: {e}"),
+        Ok(held) => !held,
+        Err(e) => {
+            tracing::warn!("guard: cannot tell whether a server holds the node setup: {e}");
+            false
+        }
     }
-    let target = plan.addresses[0];
-    !tokio::task::spawn_blocking(move || answers(target))
-        .await
-        .unwrap_or(false)
 }
 
 /// Watches the node setup of `plan` until SIGTERM or SIGINT (see the module
@@ -70,8 +69,8 @@ pub async fn guard(plan: &NodePlan) -> ExitCode {
             _ = int.recv() => return ExitCode::SUCCESS,
             _ = ticks.tick() => {
                 if abandoned(plan).await {
-                    tracing::error!(interface = %plan.interface, "guard: the node setup is in place but no nodens is alive to serve it");
-                    super::withdraw(&plan.interface, "guard").await;
+                    tracing::error!(interface = %plan.interface, "guard: the node setup is in place but no nodens holds it");
+                    super::withdraw(plan, "guard").await;
                 }
             }
         }

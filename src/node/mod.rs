@@ -253,10 +253,12 @@ pub async fn teardown_everything(interface: &str) -> Result<Vec<String>, NodeErr
 
 /// Removes the interface and the rules so the cluster DNS takes the
 /// traffic: what the supervisor and the guard do when the server is gone.
-/// Not while another nodens holds the node setup (a successor that took
-/// over, a server starting): the claim is held for the time of the removal,
-/// so a starting server waits for it instead of interleaving with it.
-pub async fn withdraw(interface: &str, who: &str) {
+/// Not while another nodens holds the node setup (a server starting) or
+/// still answers on its address (a successor serving the sockets it took
+/// over, before it could claim): the claim is held for the time of the
+/// removal, so a starting server waits for it instead of interleaving.
+pub async fn withdraw(plan: &NodePlan, who: &str) {
+    let interface = plan.interface.as_str();
     let claim = match presence::Presence::try_claim(interface) {
         Ok(Some(claim)) => Some(claim),
         Ok(None) => {
@@ -271,6 +273,14 @@ pub async fn withdraw(interface: &str, who: &str) {
             None
         }
     };
+    let target = plan.addresses[0];
+    if tokio::task::spawn_blocking(move || probe::answers(target))
+        .await
+        .unwrap_or(false)
+    {
+        tracing::info!(%target, "{who}: a nodens still answers; leaving the node setup in place");
+        return;
+    }
     match teardown_everything(interface).await {
         Ok(removed) => tracing::warn!(
             removed = ?removed,

@@ -92,7 +92,7 @@ pub async fn supervise(config: &Config, path: &Path, keep_rules: bool) -> ExitCo
                     Ok(s) => s,
                     Err(e) => {
                         tracing::error!("supervisor: lost the server: {e}");
-                        super::withdraw(&plan.interface, "supervisor").await;
+                        super::withdraw(&plan, "supervisor").await;
                         return ExitCode::FAILURE;
                     }
                 };
@@ -100,7 +100,7 @@ pub async fn supervise(config: &Config, path: &Path, keep_rules: bool) -> ExitCo
                     return ExitCode::SUCCESS;
                 }
                 tracing::error!(%status, "supervisor: server died");
-                super::withdraw(&plan.interface, "supervisor").await;
+                super::withdraw(&plan, "supervisor").await;
                 let code = status.code().unwrap_or(1).clamp(1, 255);
                 return ExitCode::from(code as u8);
             }
