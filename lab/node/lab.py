@@ -605,8 +605,10 @@ def plot(results, png):
     colors = {"nodens": "tab:blue", "node-cache": "tab:orange"}
     for name, r in results["caches"].items():
         u = r["upgrades"]
-        xs = [t - u["started"] for t, _ in u["answered_per_second"]]
-        axes[0].plot(xs, [q for _, q in u["answered_per_second"]], color=colors[name], label=name)
+        # dnsperf's first status line is its start, at 0 q/s.
+        served = u["answered_per_second"][1:]
+        axes[0].plot([t - u["started"] for t, _ in served], [q for _, q in served], color=colors[name],
+                     label=name)
         pts = [(t - u["started"], p) for t, _, p in results["series"]]
         rate = [(b[0], (b[1] - a[1]) / max(b[0] - a[0], 1e-3)) for a, b in zip(pts, pts[1:])
                 if 0 <= b[0] <= u["marks"][-1] + UPGRADE_EVERY + 5 and b[0] - a[0] > 0]
@@ -616,12 +618,14 @@ def plot(results, png):
             for ax in axes[:2]:
                 ax.axvline(m, color=colors[name], alpha=0.25, linestyle="--")
         for what, k in r["kill"].items():
-            xs = [t - k["started"] - k["killed_at"] for t, _ in k["answered_per_second"]]
-            axes[2].plot(xs, [q for _, q in k["answered_per_second"]], marker="o",
+            served = k["answered_per_second"][1:]
+            xs = [t - k["started"] - k["killed_at"] for t, _ in served]
+            axes[2].plot(xs, [q for _, q in served], marker="o",
                          color=colors[name], linestyle="-" if what != "container" else ":",
                          label=f"{name}: kill -9 of the {what}")
     axes[0].set_title(f"{UPGRADES} upgrades under {RATE} q/s: answers the pod received per second")
     axes[0].set_ylabel("answers/s")
+    axes[0].set_ylim(bottom=0)
     axes[1].set_title("popular-name queries the cluster DNS received per second (after an upgrade: bypass, cold cache)")
     axes[1].set_ylabel("queries/s")
     axes[2].set_title("kill -9 at t=0 (nothing restarted): answers the pod received per second")
@@ -653,7 +657,8 @@ def report(results):
 
     def upgrades_popular(c):
         p = c["upgrades"]["cluster_dns_popular_queries_10s_after"]
-        return f"{min(p):,}-{max(p):,} ({100 * max(p) / per10:.0f} % of the miss rate at most)"
+        spread = f"{min(p):,}" if min(p) == max(p) else f"{min(p):,}-{max(p):,}"
+        return f"{spread} ({100 * max(p) / per10:.0f} % of the steady miss rate at most)"
 
     lines = ["| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names),
              row("steady 10 s: lost of sent", lambda c: f"{c['steady']['lost']} of {c['steady']['sent']:,}"),
@@ -716,7 +721,10 @@ def main():
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 2:  # lab.py OUT/results.json: the tables again
-        print(report(json.load(open(sys.argv[1]))))
+    if len(sys.argv) == 2:  # lab.py OUT/results.json: the tables (and with DOCS, the plot) again
+        saved = json.load(open(sys.argv[1]))
+        print(report(saved))
+        if DOCS:
+            plot(saved, os.path.join(DOCS, "node.png"))
     else:
         main()
