@@ -64,9 +64,9 @@ enum NodeAction {
         #[arg(short, long)]
         config: Option<PathBuf>,
     },
-    /// Watch the server from outside its container and withdraw the node
-    /// setup when it stops answering (fail-open when the whole container is
-    /// killed); runs until SIGTERM.
+    /// Watch the node setup from outside the server's container and withdraw
+    /// it when no nodens is alive to serve it (fail-open when the whole
+    /// container is killed); runs until SIGTERM.
     Guard {
         #[arg(short, long)]
         config: PathBuf,

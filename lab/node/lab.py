@@ -307,7 +307,23 @@ upstream_service = "kube-dns-upstream"
     return path
 
 
-class NodensCache:
+class Cache:
+    """What the scenarios do to either cache: `start`, `upgrade`, `kills` and
+    `close` are each cache's own."""
+    name = ""
+    stop_grace = 20
+    proc = None
+
+    def after_kill(self):
+        self.proc.wait(timeout=10)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=self.stop_grace)
+
+
+class NodensCache(Cache):
     name = "nodens"
 
     def __init__(self):
@@ -342,14 +358,6 @@ class NodensCache:
         return [("server", lambda: [self.server_pid()]),
                 ("container", lambda: [self.proc.pid, self.server_pid()])]
 
-    def after_kill(self):
-        self.proc.wait(timeout=10)
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=20)
-
     def close(self):
         self.stop()
         self.guard.send_signal(signal.SIGTERM)
@@ -357,13 +365,14 @@ class NodensCache:
         sh(NODENS, "node", "teardown", ns="node")
 
 
-class NodeCache:
+class NodeCache(Cache):
     """The real node-cache. No dummy link type in this kernel, so its addresses
     are put on an ifb link by hand (-setupinterface=false); its iptables rules
     are its own (-setupiptables). It writes them only once CoreDNS's pidfile
     exists (-pidfile), or else after -syncinterval (60 s in the upstream
     manifest): until then queries to the Service IP bypass it."""
     name = "node-cache"
+    stop_grace = 30
 
     def __init__(self):
         self.proc = None
@@ -414,14 +423,6 @@ class NodeCache:
 
     def kills(self):
         return [("process", lambda: [self.proc.pid])]
-
-    def after_kill(self):
-        self.proc.wait(timeout=10)
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=30)
 
     def close(self):
         self.stop()
