@@ -318,13 +318,16 @@ fn a_kill_and_an_immediate_restart_never_race() {
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
         previous.push(lab.restart());
-        let status = std::process::Command::new("ip")
-            .args(["netns", "exec", &lab.node.name])
-            .arg(nodens_bin())
-            .args(["node", "status", "--config"])
-            .arg(&lab.nodens.config_path)
-            .output()
-            .unwrap();
+        let node_status = || {
+            std::process::Command::new("ip")
+                .args(["netns", "exec", &lab.node.name])
+                .arg(nodens_bin())
+                .args(["node", "status", "--config"])
+                .arg(&lab.nodens.config_path)
+                .output()
+                .unwrap()
+        };
+        let status = node_status();
         // A withdraw may still be finishing the moment the server is ready;
         // the server waits for it before its setup, so give status a moment.
         let mut complete = status.status.success();
@@ -333,14 +336,7 @@ fn a_kill_and_an_immediate_restart_never_race() {
                 break;
             }
             std::thread::sleep(Duration::from_millis(100));
-            complete = std::process::Command::new("ip")
-                .args(["netns", "exec", &lab.node.name])
-                .arg(nodens_bin())
-                .args(["node", "status", "--config"])
-                .arg(&lab.nodens.config_path)
-                .status()
-                .unwrap()
-                .success();
+            complete = node_status().status.success();
         }
         assert!(
             complete,
