@@ -9,6 +9,7 @@
 
 pub mod cache;
 pub mod config;
+pub mod convert;
 pub mod cpus;
 pub mod guard;
 pub mod http;

@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 
 use nodens::config::{Config, File, NodeConfig};
 use nodens::server::Server;
-use nodens::{cpus, limits, logging, node, privileges};
+use nodens::{convert, cpus, limits, logging, node, privileges};
 
 /// mimalloc rather than glibc's malloc: with misses allocated and freed on
 /// each UDP worker's thread among long-lived cache entries, glibc's
@@ -47,6 +47,38 @@ enum Command {
     },
     /// Check a configuration file and exit: 0 if valid, 1 with the line of the error if not.
     CheckConfig { file: PathBuf },
+    /// Convert a NodeLocal DNSCache Corefile into a nodens configuration: the
+    /// TOML on stdout (or -o), what has no translation on stderr with its line.
+    /// Exit 0 when converted (with or without warnings), 1 on an error (nothing
+    /// written), 2 with --strict when something was not translated.
+    ConvertCorefile(ConvertArgs),
+}
+
+#[derive(clap::Args)]
+struct ConvertArgs {
+    /// The Corefile (`-` for stdin), e.g. the node-local-dns ConfigMap's.
+    file: PathBuf,
+    /// Write the configuration here instead of stdout.
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// The value of __PILLAR__LOCAL__DNS__ (the node-local address, e.g. 169.254.20.10).
+    #[arg(long, value_name = "IP")]
+    local_dns: Option<String>,
+    /// The value of __PILLAR__DNS__SERVER__ (the kube-dns Service IP; "" in IPVS mode).
+    #[arg(long, value_name = "IP")]
+    dns_server: Option<String>,
+    /// The value of __PILLAR__DNS__DOMAIN__ (e.g. cluster.local).
+    #[arg(long, value_name = "DOMAIN")]
+    domain: Option<String>,
+    /// The Service __PILLAR__CLUSTER__DNS__ stands for (node-cache's -upstreamsvc).
+    #[arg(long, value_name = "NAME", default_value = "kube-dns-upstream")]
+    upstream_service: String,
+    /// The resolv.conf __PILLAR__UPSTREAM__SERVERS__ stands for.
+    #[arg(long, value_name = "PATH", default_value = "/etc/resolv.conf")]
+    resolv_conf: PathBuf,
+    /// Exit 2 when something was not translated (the configuration is still written).
+    #[arg(long)]
+    strict: bool,
 }
 
 #[derive(Subcommand)]
@@ -91,7 +123,81 @@ fn main() -> ExitCode {
             supervised,
         } => serve(config, keep_rules, supervised),
         Command::Node { action } => node_command(action),
+        Command::ConvertCorefile(args) => convert_corefile(args),
     }
+}
+
+fn convert_corefile(args: ConvertArgs) -> ExitCode {
+    use std::io::{Read, Write};
+    let stdin = args.file.as_os_str() == "-";
+    let name = if stdin {
+        "<stdin>".to_string()
+    } else {
+        args.file.display().to_string()
+    };
+    let mut text = String::new();
+    let read = if stdin {
+        std::io::stdin().read_to_string(&mut text).map(|_| ())
+    } else {
+        std::fs::read_to_string(&args.file).map(|t| text = t)
+    };
+    if let Err(e) = read {
+        eprintln!("{name}: cannot read: {e}");
+        return ExitCode::FAILURE;
+    }
+    let options = convert::Options {
+        local_dns: args.local_dns,
+        dns_server: args.dns_server,
+        domain: args.domain,
+        upstream_service: args.upstream_service,
+        resolv_conf: args.resolv_conf,
+        source_name: name.clone(),
+    };
+    let conversion = match convert::convert(&text, &options, &|v| std::env::var(v).ok()) {
+        Ok(c) => c,
+        Err(e) => {
+            match e.line {
+                Some(line) => eprintln!("{name}:{line}: {}", e.message),
+                None => eprintln!("{name}: {}", e.message),
+            }
+            return ExitCode::FAILURE;
+        }
+    };
+    let written = match &args.output {
+        Some(path) => std::fs::write(path, &conversion.toml),
+        None => std::io::stdout().write_all(conversion.toml.as_bytes()),
+    };
+    if let Err(e) = written {
+        let to = args
+            .output
+            .as_ref()
+            .map_or("stdout".into(), |p| p.display().to_string());
+        eprintln!("cannot write {to}: {e}");
+        return ExitCode::FAILURE;
+    }
+    for (kind, findings) in [
+        ("not translated", &conversion.untranslated),
+        ("note", &conversion.notes),
+    ] {
+        for f in findings {
+            let also = match &f.lines[1..] {
+                [] => String::new(),
+                [one] => format!(" (also line {one})"),
+                more => format!(
+                    " (also lines {})",
+                    more.iter()
+                        .map(|l| l.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
+            eprintln!("{name}:{}: {kind}: {}{also}", f.lines[0], f.message);
+        }
+    }
+    if args.strict && !conversion.untranslated.is_empty() {
+        return ExitCode::from(2);
+    }
+    ExitCode::SUCCESS
 }
 
 fn node_command(action: NodeAction) -> ExitCode {

@@ -1,0 +1,551 @@
+//! A reader for Corefiles: the Caddyfile syntax CoreDNS (and so node-cache)
+//! reads, written here because no maintained Rust crate parses it. Only the
+//! syntax: server blocks with their keys, directives with their arguments and
+//! nested blocks, quotes, comments and environment references. What the
+//! directives mean is `convert`'s business.
+//!
+//! The rules follow Caddy v1's lexer, which CoreDNS uses: tokens are split
+//! on white space; `"` quotes a token (which may span lines, `\"` inside);
+//! `#` outside quotes starts a comment to the end of the line; a `{` that
+//! ends a line opens a block and a `}` token closes one; `{$VAR}` and
+//! `{%VAR%}` are replaced by the environment variable inside any token.
+//! Every error names the line it is about; nothing here panics on input.
+
+use std::fmt;
+
+/// One token and the line it starts on (1-based).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Token {
+    pub text: String,
+    pub line: usize,
+    /// Written in quotes: never a brace, even if it reads `{`.
+    quoted: bool,
+    /// The line the token ends on (a quoted token may span lines).
+    end_line: usize,
+}
+
+impl Token {
+    /// The same token (line, quoting) with other text: a substituted value.
+    pub fn with_text(&self, text: impl Into<String>) -> Token {
+        Token {
+            text: text.into(),
+            ..self.clone()
+        }
+    }
+}
+
+/// A directive (`forward . 10.0.0.10 { force_tcp }`) or a line inside a
+/// directive's block (`force_tcp`): a name, arguments, and an optional block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Directive {
+    pub name: Token,
+    pub args: Vec<Token>,
+    /// The lines of its `{ ... }`, if it has one.
+    pub block: Option<Vec<Directive>>,
+}
+
+impl Directive {
+    pub fn line(&self) -> usize {
+        self.name.line
+    }
+
+    /// The arguments as text.
+    pub fn arg_texts(&self) -> Vec<&str> {
+        self.args.iter().map(|t| t.text.as_str()).collect()
+    }
+}
+
+/// A server block: its keys (`cluster.local:53`, `.:53`) and directives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerBlock {
+    pub keys: Vec<Token>,
+    pub directives: Vec<Directive>,
+}
+
+impl ServerBlock {
+    pub fn line(&self) -> usize {
+        self.keys.first().map_or(0, |k| k.line)
+    }
+}
+
+/// A parsed Corefile: its server blocks in file order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Corefile {
+    pub blocks: Vec<ServerBlock>,
+}
+
+/// Input that is not a Corefile, with the line at fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyntaxError {
+    pub line: usize,
+    pub message: String,
+}
+
+impl fmt::Display for SyntaxError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}: {}", self.line, self.message)
+    }
+}
+
+impl std::error::Error for SyntaxError {}
+
+fn error<T>(line: usize, message: impl Into<String>) -> Result<T, SyntaxError> {
+    Err(SyntaxError {
+        line,
+        message: message.into(),
+    })
+}
+
+/// Parses Corefile text; `env` gives the value of `{$VAR}` references (an
+/// unset variable is an error: CoreDNS would put an empty string there,
+/// which for a conversion only hides a mistake).
+pub fn parse(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Corefile, SyntaxError> {
+    let mut tokens = lex(text)?;
+    for t in &mut tokens {
+        t.text = expand_env(&t.text, t.line, env)?;
+    }
+    let lines = split_lines(tokens);
+    Parser { lines, at: 0 }.corefile()
+}
+
+/// Splits the text into tokens.
+fn lex(text: &str) -> Result<Vec<Token>, SyntaxError> {
+    let mut tokens = Vec::new();
+    let mut line = 1;
+    let mut chars = text.chars().peekable();
+    while let Some(&c) = chars.peek() {
+        if c == '\n' {
+            line += 1;
+            chars.next();
+        } else if c.is_whitespace() {
+            chars.next();
+        } else if c == '#' {
+            while chars.next_if(|&c| c != '\n').is_some() {}
+        } else if c == '"' {
+            chars.next();
+            let start = line;
+            let mut value = String::new();
+            loop {
+                match chars.next() {
+                    None => return error(start, "a quote opened here is never closed"),
+                    Some('"') => break,
+                    Some('\\') if chars.peek() == Some(&'"') => {
+                        chars.next();
+                        value.push('"');
+                    }
+                    Some(c) => {
+                        if c == '\n' {
+                            line += 1;
+                        }
+                        value.push(c);
+                    }
+                }
+            }
+            tokens.push(Token {
+                text: value,
+                line: start,
+                quoted: true,
+                end_line: line,
+            });
+        } else {
+            let mut value = String::new();
+            while let Some(c) = chars.next_if(|&c| !c.is_whitespace() && c != '#') {
+                value.push(c);
+            }
+            tokens.push(Token {
+                text: value,
+                line,
+                quoted: false,
+                end_line: line,
+            });
+        }
+    }
+    Ok(tokens)
+}
+
+/// Replaces `{$VAR}` and `{%VAR%}` (Caddy v1's two spellings).
+fn expand_env(
+    text: &str,
+    line: usize,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, SyntaxError> {
+    let mut out = String::new();
+    let mut rest = text;
+    loop {
+        let next = [("{$", "}"), ("{%", "%}")]
+            .iter()
+            .filter_map(|&(open, close)| rest.find(open).map(|i| (i, open, close)))
+            .min_by_key(|&(i, _, _)| i);
+        let Some((i, open, close)) = next else {
+            out.push_str(rest);
+            return Ok(out);
+        };
+        out.push_str(&rest[..i]);
+        let after = &rest[i + open.len()..];
+        let Some(end) = after.find(close) else {
+            return error(line, format!("`{open}` without a closing `{close}`"));
+        };
+        let name = &after[..end];
+        if name.is_empty() {
+            return error(line, format!("`{open}{close}` names no variable"));
+        }
+        match env(name) {
+            Some(value) => out.push_str(&value),
+            None => {
+                return error(
+                    line,
+                    format!(
+                        "environment variable {name} is not set (referenced as {open}{name}{close})"
+                    ),
+                );
+            }
+        }
+        rest = &after[end + close.len()..];
+    }
+}
+
+/// Groups tokens by the line they start on: a token belongs to the
+/// previous one's line unless it starts after that token ended.
+fn split_lines(tokens: Vec<Token>) -> Vec<Vec<Token>> {
+    let mut lines: Vec<Vec<Token>> = Vec::new();
+    let mut last_end = 0;
+    for t in tokens {
+        let end = t.end_line;
+        match lines.last_mut() {
+            Some(current) if t.line == last_end => current.push(t),
+            _ => lines.push(vec![t]),
+        }
+        last_end = end;
+    }
+    lines
+}
+
+fn is_open(t: &Token) -> bool {
+    !t.quoted && t.text == "{"
+}
+
+fn is_close(t: &Token) -> bool {
+    !t.quoted && t.text == "}"
+}
+
+struct Parser {
+    lines: Vec<Vec<Token>>,
+    at: usize,
+}
+
+impl Parser {
+    fn corefile(mut self) -> Result<Corefile, SyntaxError> {
+        let mut blocks = Vec::new();
+        while self.at < self.lines.len() {
+            blocks.push(self.server_block(blocks.is_empty())?);
+        }
+        Ok(Corefile { blocks })
+    }
+
+    /// Keys (continued on the next line after a trailing comma), then a
+    /// `{ ... }`, or, for a file that is one block, every following line.
+    fn server_block(&mut self, first: bool) -> Result<ServerBlock, SyntaxError> {
+        let start = self.lines[self.at][0].line;
+        let mut keys = Vec::new();
+        let opened = loop {
+            let Some(line) = self.lines.get(self.at).cloned() else {
+                return error(start, "server block keys without a block");
+            };
+            self.at += 1;
+            let mut opened = false;
+            for (i, t) in line.iter().enumerate() {
+                if is_open(t) {
+                    if i + 1 != line.len() {
+                        return error(t.line, "`{` must end its line");
+                    }
+                    opened = true;
+                } else if is_close(t) {
+                    return error(t.line, "`}` without a block to close");
+                } else {
+                    keys.extend(t.text.split(',').filter(|k| !k.is_empty()).map(|k| Token {
+                        text: k.to_string(),
+                        ..t.clone()
+                    }));
+                }
+            }
+            let continued = line.last().is_some_and(|t| t.text.ends_with(','));
+            if opened || !continued {
+                break opened;
+            }
+        };
+        if keys.is_empty() {
+            return error(start, "a block with no server keys (zone and port)");
+        }
+        let directives = if opened {
+            self.body(start)?
+        } else if first {
+            // A file that is one server block may leave out the braces.
+            let body = self.body_to_end()?;
+            if self.at < self.lines.len() {
+                return error(
+                    self.lines[self.at][0].line,
+                    "a second server block: without braces the whole file is one block",
+                );
+            }
+            body
+        } else {
+            return error(start, "server keys not followed by `{`");
+        };
+        Ok(ServerBlock { keys, directives })
+    }
+
+    /// Directives up to the `}` that closes the block opened on `opened_at`.
+    fn body(&mut self, opened_at: usize) -> Result<Vec<Directive>, SyntaxError> {
+        let mut directives = Vec::new();
+        loop {
+            let Some(line) = self.lines.get(self.at).cloned() else {
+                return error(opened_at, "the block opened here is never closed");
+            };
+            self.at += 1;
+            if let Some((directive, closed)) = self.directive(line)? {
+                directives.push(directive);
+                if closed {
+                    return Ok(directives);
+                }
+            } else {
+                return Ok(directives);
+            }
+        }
+    }
+
+    /// Every remaining line, for a file without braces; stops at nothing.
+    fn body_to_end(&mut self) -> Result<Vec<Directive>, SyntaxError> {
+        let mut directives = Vec::new();
+        while let Some(line) = self.lines.get(self.at).cloned() {
+            self.at += 1;
+            match self.directive(line)? {
+                Some((d, false)) => directives.push(d),
+                _ => {
+                    return error(
+                        self.lines[self.at - 1][0].line,
+                        "`}` without a block to close",
+                    );
+                }
+            }
+        }
+        Ok(directives)
+    }
+
+    /// One line as a directive. `None` if the line is a lone `}` (the block
+    /// ends); `Some((d, true))` if the line ended with a `}` that closes the
+    /// enclosing block after `d`.
+    fn directive(&mut self, line: Vec<Token>) -> Result<Option<(Directive, bool)>, SyntaxError> {
+        let mut tokens = line.into_iter();
+        let name = tokens.next().expect("lines are never empty");
+        if is_close(&name) {
+            if let Some(t) = tokens.next() {
+                return error(t.line, format!("`{}` after a closing `}}`", t.text));
+            }
+            return Ok(None);
+        }
+        if is_open(&name) {
+            return error(name.line, "a block `{` with no directive before it");
+        }
+        let mut args = Vec::new();
+        let mut block = None;
+        let mut closes = false;
+        let rest: Vec<Token> = tokens.collect();
+        for (i, t) in rest.iter().enumerate() {
+            let last = i + 1 == rest.len();
+            if is_open(t) {
+                if !last {
+                    return error(t.line, "`{` must end its line");
+                }
+                block = Some(self.body(t.line)?);
+            } else if is_close(t) {
+                if !last {
+                    return error(t.line, "`}` must end its line");
+                }
+                closes = true;
+            } else {
+                args.push(t.clone());
+            }
+        }
+        Ok(Some((Directive { name, args, block }, closes)))
+    }
+}
+
+/// A Go duration (`30s`, `1m30s`, `1.5s`, `500ms`), as CoreDNS's plugins
+/// read them; a bare number is not one.
+pub fn go_duration(text: &str) -> Option<std::time::Duration> {
+    let mut total = 0f64;
+    let mut rest = text;
+    if rest.is_empty() {
+        return None;
+    }
+    if rest == "0" {
+        return Some(std::time::Duration::ZERO);
+    }
+    while !rest.is_empty() {
+        let number_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let number: f64 = rest[..number_end].parse().ok()?;
+        rest = &rest[number_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_end] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        rest = &rest[unit_end..];
+        total += number * scale;
+    }
+    std::time::Duration::try_from_secs_f64(total).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn parse_ok(text: &str) -> Corefile {
+        parse(text, &no_env).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn parse_err(text: &str) -> SyntaxError {
+        parse(text, &no_env).expect_err("should not parse")
+    }
+
+    #[test]
+    fn blocks_directives_and_nested_blocks() {
+        let c = parse_ok(
+            "# head\ncluster.local:53 in-addr.arpa:53 {\n  errors\n  cache {\n    success 9984 30 # cap ttl\n  }\n  forward . 10.0.0.10 {\n    force_tcp\n  }\n}\n.:53 {\n  forward . /etc/resolv.conf\n}\n",
+        );
+        assert_eq!(c.blocks.len(), 2);
+        let b = &c.blocks[0];
+        let keys: Vec<&str> = b.keys.iter().map(|k| k.text.as_str()).collect();
+        assert_eq!(keys, ["cluster.local:53", "in-addr.arpa:53"]);
+        assert_eq!(b.line(), 2);
+        assert_eq!(b.directives.len(), 3);
+        let cache = &b.directives[1];
+        assert_eq!(cache.name.text, "cache");
+        assert_eq!(cache.line(), 4);
+        let inner = cache.block.as_ref().unwrap();
+        assert_eq!(inner[0].name.text, "success");
+        assert_eq!(inner[0].arg_texts(), ["9984", "30"]);
+        assert_eq!(inner[0].line(), 5);
+        let fwd = &b.directives[2];
+        assert_eq!(fwd.arg_texts(), [".", "10.0.0.10"]);
+        assert_eq!(fwd.block.as_ref().unwrap()[0].name.text, "force_tcp");
+        assert_eq!(c.blocks[1].directives[0].line(), 12);
+    }
+
+    #[test]
+    fn quotes_comments_and_commas() {
+        let c = parse_ok(
+            "a.:53,\nb.:53 {\n  hosts \"x # not a comment\" \"two\nlines\" {\n  }\n  log#comment\n}\n",
+        );
+        let keys: Vec<&str> = c.blocks[0].keys.iter().map(|k| k.text.as_str()).collect();
+        assert_eq!(keys, ["a.:53", "b.:53"]);
+        let d = &c.blocks[0].directives;
+        assert_eq!(d[0].arg_texts(), ["x # not a comment", "two\nlines"]);
+        assert_eq!(d[0].block.as_ref().map(Vec::len), Some(0));
+        assert_eq!(d[1].name.text, "log");
+        assert_eq!(d[1].line(), 6);
+    }
+
+    #[test]
+    fn a_quoted_brace_is_an_argument() {
+        let c = parse_ok(".:53 {\n  template \"{\" x\n}\n");
+        assert_eq!(c.blocks[0].directives[0].arg_texts(), ["{", "x"]);
+    }
+
+    #[test]
+    fn environment_references() {
+        let env = |name: &str| (name == "DOMAIN").then(|| "cluster.local".to_string());
+        let c = parse("{$DOMAIN}:53 {\n  bind {%DOMAIN%}x\n}\n", &env).unwrap();
+        assert_eq!(c.blocks[0].keys[0].text, "cluster.local:53");
+        assert_eq!(c.blocks[0].directives[0].args[0].text, "cluster.localx");
+        let e = parse(".:53 {\n  bind {$NOPE}\n}\n", &env).unwrap_err();
+        assert_eq!(e.line, 2, "{e}");
+        assert!(e.message.contains("NOPE"), "{e}");
+        assert_eq!(
+            parse(".:53 {\n\n bind {$DOMAIN\n}\n", &env)
+                .unwrap_err()
+                .line,
+            3
+        );
+    }
+
+    #[test]
+    fn one_block_without_braces() {
+        let c = parse_ok(".:53\nforward . 10.0.0.1\ncache 30\n");
+        assert_eq!(c.blocks.len(), 1);
+        assert_eq!(c.blocks[0].directives.len(), 2);
+        assert_eq!(c.blocks[0].directives[1].line(), 3);
+    }
+
+    #[test]
+    fn bad_input_names_the_line() {
+        let cases: &[(&str, usize)] = &[
+            (".:53 {\n  errors\n", 1),
+            (".:53 {\n  cache {\n    success 1\n}\n", 1),
+            (".:53 {\n}\n}\n", 3),
+            (".:53 {\n  bind \"10.0.0.1\n}\n", 2),
+            (".:53 { errors\n}\n", 1),
+            (".:53 {\n  forward . { force_tcp\n  }\n}\n", 2),
+            (".:53 {\n  {\n  }\n}\n", 2),
+            (".:53 {\n  errors } log\n}\n", 2),
+            ("{\n}\n", 1),
+            (".:53 {\n}\nx.:53\n", 3),
+            (".:53\nerrors\n}\n", 3),
+        ];
+        for (text, line) in cases {
+            let e = parse_err(text);
+            assert_eq!(e.line, *line, "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn no_input_panics() {
+        // Every prefix of a real Corefile, and some noise: an error or a
+        // parse, never a panic.
+        let text = include_str!("../../tests/fixtures/corefile/nodelocaldns-template.Corefile");
+        for end in (0..text.len()).filter(|&i| text.is_char_boundary(i)) {
+            let _ = parse(&text[..end], &no_env);
+        }
+        for noise in [
+            "}",
+            "{",
+            "\"",
+            "{$",
+            "{$}",
+            "#",
+            "a {\n{\n",
+            "\u{0}{\n}",
+            "a\"b",
+        ] {
+            let _ = parse(noise, &no_env);
+        }
+    }
+
+    #[test]
+    fn go_durations() {
+        use std::time::Duration;
+        assert_eq!(go_duration("30s"), Some(Duration::from_secs(30)));
+        assert_eq!(go_duration("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(go_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(go_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(go_duration("2h"), Some(Duration::from_secs(7200)));
+        assert_eq!(go_duration("0"), Some(Duration::ZERO));
+        assert_eq!(go_duration("30"), None);
+        assert_eq!(go_duration("s"), None);
+        assert_eq!(go_duration("1d"), None);
+        assert_eq!(go_duration(""), None);
+    }
+}

@@ -1,0 +1,188 @@
+//! The TOML text of a [`Plan`]: only what differs from nodens' defaults,
+//! each value with a comment saying which Corefile line it comes from, so
+//! the file can be reviewed against the Corefile side by side.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use super::Options;
+use super::translate::{Plan, Upstream, ZoneOut};
+
+/// Bytes of cache per CoreDNS cache entry: a stored answer (at most
+/// `max_udp_payload`, 1232 bytes, typically 100 to 300) with its key and
+/// bookkeeping, rounded up so the converted cache holds at least as many.
+const BYTES_PER_ENTRY: u64 = 1024;
+const MIB: u64 = 1 << 20;
+
+/// A TOML string, quoted and escaped.
+fn quote(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+/// `30s`, `2h`, `1500ms`: what nodens' duration values read.
+fn duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    if d.subsec_nanos() == 0 {
+        match secs {
+            0 => "0s".into(),
+            s if s % 3600 == 0 => format!("{}h", s / 3600),
+            s if s % 60 == 0 && s >= 300 => format!("{}m", s / 60),
+            s => format!("{s}s"),
+        }
+    } else {
+        format!("{}ms", d.as_nanos().div_ceil(1_000_000))
+    }
+}
+
+fn quoted_list<T: ToString>(items: &[T]) -> String {
+    let items: Vec<String> = items.iter().map(|i| quote(&i.to_string())).collect();
+    format!("[{}]", items.join(", "))
+}
+
+pub(super) fn emit(plan: &Plan, options: &Options) -> String {
+    let mut out = String::new();
+    let w = &mut out;
+    let _ = writeln!(
+        w,
+        "# nodens configuration converted from {} by `nodens convert-corefile`.\n\
+         # Check it where it runs: nodens check-config FILE. Options: docs/configuration.md;\n\
+         # moving from node-local-dns: docs/migration.md.",
+        options.source_name.replace('\n', " ")
+    );
+    server(w, plan);
+    cache(w, plan);
+    metrics(w, plan);
+    for zone in &plan.zones {
+        self::zone(w, zone);
+    }
+    out
+}
+
+fn server(w: &mut String, plan: &Plan) {
+    let _ = writeln!(w, "\n[server]\nlisten = {}", quoted_list(&plan.listen));
+    if let Some(n) = plan.max_misses_in_flight {
+        let _ = writeln!(
+            w,
+            "max_misses_in_flight = {n}   # the sum of forward's max_concurrent"
+        );
+    }
+    if plan.node_setup {
+        let _ = writeln!(
+            w,
+            "\n# node-cache's -setupinterface -setupiptables: the interface nodelocaldns holds the\n\
+             # listen addresses and rules take their DNS out of conntrack (docs/node.md).\n\
+             [node]\nsetup = true"
+        );
+    }
+}
+
+fn cache(w: &mut String, plan: &Plan) {
+    let c = &plan.cache;
+    let _ = writeln!(w, "\n[cache]");
+    if c.entries > 0 {
+        let mib = (c.entries * BYTES_PER_ENTRY).div_ceil(MIB);
+        let _ = writeln!(
+            w,
+            "capacity = \"{mib} MiB\"   # the Corefile's caches held {} entries (success + denial); 1 KiB each",
+            c.entries
+        );
+    }
+    if let Some((ttl, line)) = c.servfail_ttl {
+        let _ = writeln!(
+            w,
+            "servfail_ttl = {}   # line {line}",
+            quote(&duration(ttl))
+        );
+    }
+    if let Some(((hits, percent), line)) = c.prefetch {
+        let _ = writeln!(w, "prefetch_min_hits = {hits}   # line {line}");
+        let _ = writeln!(w, "prefetch_percent = {percent}");
+    }
+    if let Some((age, line)) = c.stale_max_age {
+        let _ = writeln!(
+            w,
+            "stale_max_age = {}   # serve_stale, line {line}",
+            quote(&duration(age))
+        );
+    }
+}
+
+fn metrics(w: &mut String, plan: &Plan) {
+    let chosen = plan.metrics.or(plan.health);
+    let Some((addr, line)) = chosen else {
+        let _ = writeln!(
+            w,
+            "\n# No prometheus or health in the Corefile: nodens' default [metrics] listen, 127.0.0.1:9253."
+        );
+        return;
+    };
+    let _ = writeln!(
+        w,
+        "\n[metrics]\n# /metrics, /health and /ready, all on this one address (line {line})."
+    );
+    if let Some((health, hline)) = plan.health
+        && health != addr
+    {
+        let _ = writeln!(
+            w,
+            "# The Corefile had health on {health} (line {hline}): move the liveness probe here."
+        );
+    }
+    let _ = writeln!(w, "listen = {}", quote(&addr.to_string()));
+}
+
+fn zone(w: &mut String, z: &ZoneOut) {
+    let _ = writeln!(
+        w,
+        "\n[[zone]]   # line {}\nname = {}",
+        z.line,
+        quote(&z.name)
+    );
+    match &z.upstream {
+        Upstream::Addresses(a) => {
+            let _ = writeln!(w, "upstreams = {}", quoted_list(a));
+        }
+        Upstream::Service(s) => {
+            let _ = writeln!(
+                w,
+                "upstream_service = {}   # __PILLAR__CLUSTER__DNS__ (node-cache's -upstreamsvc)",
+                quote(s)
+            );
+        }
+        Upstream::ResolvConf(p, pillar) => {
+            let why = if *pillar {
+                "   # __PILLAR__UPSTREAM__SERVERS__: the node's resolvers"
+            } else {
+                ""
+            };
+            let _ = writeln!(w, "resolv_conf = {}{why}", quote(&p.display().to_string()));
+        }
+    }
+    if z.force_tcp {
+        let _ = writeln!(w, "transport = \"force_tcp\"");
+    }
+    if let Some((policy, why)) = z.policy {
+        let _ = writeln!(w, "policy = {}   # {why}", quote(policy));
+    }
+    let durations = [
+        ("min_ttl", z.min_ttl),
+        ("max_ttl", z.max_ttl),
+        ("negative_max_ttl", z.negative_max_ttl),
+        ("health_check", z.health_check),
+    ];
+    for (key, value) in durations {
+        if let Some(d) = value {
+            let _ = writeln!(w, "{key} = {}", quote(&duration(d)));
+        }
+    }
+    if let Some(n) = z.max_fails {
+        let _ = writeln!(w, "max_fails = {n}");
+    }
+    if let Some(idle) = z.idle_timeout {
+        let _ = writeln!(
+            w,
+            "\n[zone.pool]\nidle_timeout = {}   # forward's expire",
+            quote(&duration(idle))
+        );
+    }
+}
