@@ -1,0 +1,217 @@
+/*
+ * dnsload: asks a DNS server at a fixed rate for a bounded time and says
+ * which queries were lost and how long the longest stretch without answers
+ * was. Built static (gcc -O2 -static) so it runs in the busybox client image.
+ *
+ *   dnsload -s 10.96.0.10 -r 200 -d 60 [-t 1000] [-p 53] name [name ...]
+ *
+ * Queries go out evenly spaced (rate per second), type A, names in turn, each
+ * from one of 16 UDP sockets in turn (a resolver uses a fresh port per
+ * lookup; 16 keep conntrack entries few but not one). A query unanswered
+ * after the timeout (-t, ms) is lost. Every second a line
+ *   t=12 sent=200 answered=200 servfail=0
+ * and at the end one summary line
+ *   summary sent=N answered=N lost=N servfail=N longest_gap_ms=N first_lost_ms=N last_lost_ms=N
+ * where longest_gap_ms is the longest time between the sending of two
+ * queries that were answered with every query sent between them lost: how
+ * long a client saw no answer. Exits 0 whatever was lost (the caller judges).
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SOCKETS 16
+#define MAX_QUERIES (1 << 22)
+
+struct query {
+	uint64_t sent_us;
+	int64_t answered_us; /* -1 while waiting */
+	uint8_t rcode;
+};
+
+static struct query *queries;
+static uint32_t *by_id[SOCKETS]; /* id -> query index + 1, per socket */
+
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static size_t encode_query(uint8_t *buf, uint16_t id, const char *name)
+{
+	size_t n = 0;
+	buf[n++] = id >> 8;
+	buf[n++] = id & 0xff;
+	buf[n++] = 0x01; /* RD */
+	buf[n++] = 0x00;
+	buf[n++] = 0; buf[n++] = 1; /* QDCOUNT */
+	memset(buf + n, 0, 6);
+	n += 6;
+	const char *p = name;
+	while (*p) {
+		const char *dot = strchr(p, '.');
+		size_t len = dot ? (size_t)(dot - p) : strlen(p);
+		if (len == 0 || len > 63)
+			break;
+		buf[n++] = len;
+		memcpy(buf + n, p, len);
+		n += len;
+		p += len;
+		if (*p == '.')
+			p++;
+	}
+	buf[n++] = 0;
+	buf[n++] = 0; buf[n++] = 1; /* A */
+	buf[n++] = 0; buf[n++] = 1; /* IN */
+	return n;
+}
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: dnsload -s SERVER -r RATE -d SECONDS [-t TIMEOUT_MS] [-p PORT] NAME...\n");
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	const char *server = NULL;
+	long rate = 0, seconds = 0, timeout_ms = 1000, port = 53;
+	int opt;
+	while ((opt = getopt(argc, argv, "s:r:d:t:p:")) != -1) {
+		switch (opt) {
+		case 's': server = optarg; break;
+		case 'r': rate = atol(optarg); break;
+		case 'd': seconds = atol(optarg); break;
+		case 't': timeout_ms = atol(optarg); break;
+		case 'p': port = atol(optarg); break;
+		default: usage();
+		}
+	}
+	if (!server || rate <= 0 || seconds <= 0 || optind >= argc || rate * seconds > MAX_QUERIES)
+		usage();
+	char **names = argv + optind;
+	int name_count = argc - optind;
+
+	struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(port)};
+	if (inet_pton(AF_INET, server, &addr.sin_addr) != 1)
+		usage();
+	int fds[SOCKETS];
+	struct pollfd pfds[SOCKETS];
+	for (int i = 0; i < SOCKETS; i++) {
+		fds[i] = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+		if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&addr, sizeof addr) < 0) {
+			perror("socket");
+			return 1;
+		}
+		pfds[i].fd = fds[i];
+		pfds[i].events = POLLIN;
+		by_id[i] = calloc(65536, sizeof(uint32_t));
+	}
+	long total = rate * seconds;
+	queries = calloc(total, sizeof *queries);
+	srand(getpid() ^ now_us());
+
+	uint64_t start = now_us();
+	uint64_t interval = 1000000 / rate;
+	uint64_t end = start + seconds * 1000000 + timeout_ms * 1000;
+	long sent = 0, report_sec = 1;
+	long sec_sent = 0, sec_answered = 0, sec_servfail = 0;
+	uint8_t buf[1500];
+
+	for (;;) {
+		uint64_t t = now_us();
+		while (sent < total && start + sent * interval <= t) {
+			int s = sent % SOCKETS;
+			uint16_t id = rand() & 0xffff;
+			size_t len = encode_query(buf, id, names[sent % name_count]);
+			queries[sent].sent_us = t;
+			queries[sent].answered_us = -1;
+			by_id[s][id] = sent + 1;
+			if (send(fds[s], buf, len, 0) < 0 && errno != ECONNREFUSED && errno != EAGAIN)
+				perror("send");
+			sent++;
+			sec_sent++;
+		}
+		if (t >= start + report_sec * 1000000) {
+			printf("t=%ld sent=%ld answered=%ld servfail=%ld\n", report_sec, sec_sent, sec_answered, sec_servfail);
+			fflush(stdout);
+			sec_sent = sec_answered = sec_servfail = 0;
+			report_sec++;
+		}
+		if (t >= end)
+			break;
+		uint64_t next = sent < total ? start + sent * interval : end;
+		int wait_ms = next > t ? (int)((next - t + 999) / 1000) : 0;
+		if (wait_ms > 50)
+			wait_ms = 50;
+		if (poll(pfds, SOCKETS, wait_ms) <= 0)
+			continue;
+		t = now_us();
+		for (int s = 0; s < SOCKETS; s++) {
+			if (!(pfds[s].revents & POLLIN))
+				continue;
+			for (;;) {
+				ssize_t n = recv(fds[s], buf, sizeof buf, 0);
+				if (n < 0)
+					break;
+				if (n < 12)
+					continue;
+				uint16_t id = (buf[0] << 8) | buf[1];
+				uint32_t idx = by_id[s][id];
+				if (!idx)
+					continue;
+				struct query *q = &queries[idx - 1];
+				by_id[s][id] = 0;
+				if (q->answered_us >= 0 || t - q->sent_us > (uint64_t)timeout_ms * 1000)
+					continue;
+				q->answered_us = t;
+				q->rcode = buf[3] & 0x0f;
+				sec_answered++;
+				if (q->rcode == 2)
+					sec_servfail++;
+			}
+		}
+	}
+
+	long answered = 0, lost = 0, servfail = 0;
+	/* The start counts as an answer: losses from the first query on are a gap too. */
+	int64_t first_lost = -1, last_lost = -1, gap = 0, last_ok = 0;
+	for (long i = 0; i < total; i++) {
+		int64_t at = (int64_t)(queries[i].sent_us - start);
+		if (queries[i].answered_us >= 0) {
+			answered++;
+			if (queries[i].rcode == 2)
+				servfail++;
+			if (at - last_ok > gap)
+				gap = at - last_ok;
+			last_ok = at;
+		} else {
+			lost++;
+			if (first_lost < 0)
+				first_lost = at;
+			last_lost = at;
+		}
+	}
+	/* Lost at the very end with nothing answered after: a gap to the end. */
+	if (total > 0 && queries[total - 1].answered_us < 0) {
+		int64_t at = (int64_t)(queries[total - 1].sent_us - start);
+		if (at - last_ok > gap)
+			gap = at - last_ok;
+	}
+	printf("summary sent=%ld answered=%ld lost=%ld servfail=%ld longest_gap_ms=%lld first_lost_ms=%lld last_lost_ms=%lld\n",
+	       total, answered, lost, servfail, (long long)(gap / 1000),
+	       (long long)(first_lost < 0 ? -1 : first_lost / 1000),
+	       (long long)(last_lost < 0 ? -1 : last_lost / 1000));
+	return 0;
+}
