@@ -123,3 +123,148 @@ pub fn convert(
         notes: plan.notes.into_findings(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(text: &str) -> Result<Conversion, ConvertError> {
+        convert(text, &Options::default(), &|_| None)
+    }
+
+    fn ok(text: &str) -> Conversion {
+        run(text).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Whether something about `line` saying `words` was listed as not translated.
+    fn listed(c: &Conversion, line: usize, words: &str) -> bool {
+        c.untranslated
+            .iter()
+            .any(|f| f.lines.contains(&line) && f.message.contains(words))
+    }
+
+    #[test]
+    fn options_without_equivalent_are_listed() {
+        let c = ok(".:53 {\n\
+                    bind 127.0.0.1 except 127.0.0.2\n\
+                    cache 30 example.org {\n\
+                      denial 100 5 1\n\
+                      serve_stale 1h immediate\n\
+                      disable success\n\
+                    }\n\
+                    forward . 127.0.0.1:5300 {\n\
+                      tls_servername dns.example\n\
+                      max_fails 0\n\
+                      policy round_robin\n\
+                    }\n\
+                    health {\n\
+                      lameduck 5s\n\
+                    }\n\
+                  }\n");
+        for (line, word) in [
+            (2, "except"),
+            (3, "ZONES"),
+            (4, "MINTTL"),
+            (5, "immediate"),
+            (6, "disable"),
+            (9, "tls_servername"),
+            (10, "max_fails 0"),
+            (14, "lameduck"),
+        ] {
+            assert!(listed(&c, line, word), "line {line}: {:?}", c.untranslated);
+        }
+        assert!(c.toml.contains("policy = \"random\""), "{}", c.toml);
+        assert!(c.notes.iter().any(|n| n.message.contains("round_robin")));
+    }
+
+    #[test]
+    fn blocks_nodens_cannot_serve_are_listed() {
+        let c = ok("tls://secure.example:853 {\n  forward . 127.0.0.1\n}\n\
+                    hosts.example:53 {\n  hosts /etc/hosts\n}\n\
+                    (common) {\n  errors\n}\n\
+                    10.0.0.0/8:53 {\n  forward . 127.0.0.1:5300\n}\n\
+                    10.0.0.0/8:53 {\n  forward . 127.0.0.1:5301\n}\n\
+                    .:53 {\n  forward . tls://9.9.9.9 {\n    tls_servername dns.quad9.net\n  }\n}\n");
+        assert!(listed(&c, 1, "tls://"), "{:?}", c.untranslated);
+        assert!(listed(&c, 4, "no `forward`"), "{:?}", c.untranslated);
+        assert!(listed(&c, 7, "import"), "{:?}", c.untranslated);
+        assert!(
+            listed(&c, 13, "10.in-addr.arpa again"),
+            "{:?}",
+            c.untranslated
+        );
+        assert!(listed(&c, 17, "plain DNS"), "{:?}", c.untranslated);
+        assert!(c.toml.contains("name = \"10.in-addr.arpa\""), "{}", c.toml);
+        assert!(!c.toml.contains("name = \".\""), "{}", c.toml);
+    }
+
+    #[test]
+    fn zones_sharing_a_server_share_its_pool() {
+        let c = ok(
+            "a.:53 {\n  bind 127.0.0.1\n  forward . 127.0.0.1:5300 {\n    expire 5s\n  }\n}\n\
+                    b.:53 {\n  bind 127.0.0.1\n  forward . 127.0.0.1:5300 {\n    expire 20s\n  }\n}\n",
+        );
+        assert!(listed(&c, 7, "one pool per server"), "{:?}", c.untranslated);
+        assert_eq!(
+            c.toml.matches("idle_timeout = \"5s\"").count(),
+            2,
+            "{}",
+            c.toml
+        );
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let cases: &[(&str, usize, &str)] = &[
+            (
+                ".:53 {\n  forward . 127.0.0.1 /etc/resolv.conf\n}\n",
+                2,
+                "mixes",
+            ),
+            (
+                ".:53 {\n  forward . not-an-address\n}\n",
+                2,
+                "not an address",
+            ),
+            (".:53 {\n\n  forward\n}\n", 3, "without arguments"),
+            (
+                "a.:53 b.:54 {\n  forward . 127.0.0.1\n}\n",
+                1,
+                "share a port",
+            ),
+            (
+                ".:53 {\n  bind __PILLAR__NEW__THING__\n}\n",
+                2,
+                "not a NodeLocal DNSCache variable",
+            ),
+            (".:53 {\n  bind {$NODE_IP}\n}\n", 2, "NODE_IP"),
+        ];
+        for (text, line, words) in cases {
+            let e = run(text).expect_err(text);
+            assert_eq!(e.line, Some(*line), "{text:?}: {e}");
+            assert!(e.message.contains(words), "{text:?}: {e}");
+        }
+        let e = run("a.:53 {\n  hosts\n}\n").unwrap_err();
+        assert_eq!(e.line, None);
+        assert!(e.message.contains("nothing nodens could serve"), "{e}");
+    }
+
+    #[test]
+    fn every_fixture_converts_to_a_valid_file() {
+        let options = Options {
+            local_dns: Some("169.254.20.10".into()),
+            dns_server: Some("10.96.0.10".into()),
+            domain: Some("cluster.local".into()),
+            ..Options::default()
+        };
+        for text in [
+            include_str!("../../tests/fixtures/corefile/nodelocaldns-template.Corefile"),
+            include_str!("../../tests/fixtures/corefile/nodelocaldns-substituted.Corefile"),
+            include_str!("../../tests/fixtures/corefile/gke.Corefile"),
+            include_str!("../../tests/fixtures/corefile/custom-plugins.Corefile"),
+        ] {
+            let c = convert(text, &options, &|_| None).unwrap_or_else(|e| panic!("{e}"));
+            File::parse(&c.toml).unwrap_or_else(|e| panic!("{e}\n{}", c.toml));
+        }
+    }
+}
