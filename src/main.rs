@@ -76,6 +76,10 @@ struct ConvertArgs {
     /// The resolv.conf __PILLAR__UPSTREAM__SERVERS__ stands for.
     #[arg(long, value_name = "PATH", default_value = "/etc/resolv.conf")]
     resolv_conf: PathBuf,
+    /// Write [server] handover_socket = PATH (the Helm chart's upgrades hand
+    /// over on /run/nodens/handover.sock).
+    #[arg(long, value_name = "PATH")]
+    handover_socket: Option<PathBuf>,
     /// Exit 2 when something was not translated (the configuration is still written).
     #[arg(long)]
     strict: bool,
@@ -151,6 +155,7 @@ fn convert_corefile(args: ConvertArgs) -> ExitCode {
         domain: args.domain,
         upstream_service: args.upstream_service,
         resolv_conf: args.resolv_conf,
+        handover_socket: args.handover_socket,
         source_name: name.clone(),
     };
     let conversion = match convert::convert(&text, &options, &|v| std::env::var(v).ok()) {

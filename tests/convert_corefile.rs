@@ -221,13 +221,25 @@ fn substituted_configmap() {
     let dir = tempfile::tempdir().unwrap();
     let resolv = resolv_conf(dir.path(), "127.0.0.9");
     let path = fixture("nodelocaldns-substituted.Corefile");
-    let run = convert(&path, &["--resolv-conf", resolv.to_str().unwrap()]);
+    let run = convert(
+        &path,
+        &[
+            "--resolv-conf",
+            resolv.to_str().unwrap(),
+            "--handover-socket",
+            "/run/nodens/handover.sock",
+        ],
+    );
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     check_config(&run.toml);
     let t = run.table();
     assert_eq!(
         strings(&t["server"]["listen"]),
         ["169.254.20.10:53", "10.96.0.10:53"]
+    );
+    assert_eq!(
+        t["server"]["handover_socket"].as_str(),
+        Some("/run/nodens/handover.sock")
     );
     assert_kubernetes_zones(&t, &resolv);
     assert!(!run.stderr.contains("not translated"), "{}", run.stderr);

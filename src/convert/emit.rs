@@ -49,7 +49,7 @@ pub(super) fn emit(plan: &Plan, options: &Options) -> String {
          # moving from node-local-dns: docs/migration.md.",
         options.source_name.replace('\n', " ")
     );
-    server(w, plan);
+    server(w, plan, options);
     cache(w, plan);
     metrics(w, plan);
     for zone in &plan.zones {
@@ -58,8 +58,15 @@ pub(super) fn emit(plan: &Plan, options: &Options) -> String {
     out
 }
 
-fn server(w: &mut String, plan: &Plan) {
+fn server(w: &mut String, plan: &Plan, options: &Options) {
     let _ = writeln!(w, "\n[server]\nlisten = {}", quoted_list(&plan.listen));
+    if let Some(path) = &options.handover_socket {
+        let _ = writeln!(
+            w,
+            "handover_socket = {}   # zero-loss upgrades (docs/node.md)",
+            quote(&path.display().to_string())
+        );
+    }
     if let Some(n) = plan.max_misses_in_flight {
         let _ = writeln!(
             w,

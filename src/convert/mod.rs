@@ -36,6 +36,9 @@ pub struct Options {
     pub upstream_service: String,
     /// The resolv.conf `__PILLAR__UPSTREAM__SERVERS__` stands for.
     pub resolv_conf: PathBuf,
+    /// `[server] handover_socket` to write: the converter cannot know it
+    /// from a Corefile, and the Helm chart's upgrades need it.
+    pub handover_socket: Option<PathBuf>,
     /// Shown in the header of the output.
     pub source_name: String,
 }
@@ -48,6 +51,7 @@ impl Default for Options {
             domain: None,
             upstream_service: "kube-dns-upstream".into(),
             resolv_conf: PathBuf::from("/etc/resolv.conf"),
+            handover_socket: None,
             source_name: "Corefile".into(),
         }
     }
