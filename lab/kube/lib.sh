@@ -1,0 +1,74 @@
+# Shared by lab/kube/{build,up,down,smoke}: versions, cache paths, the cluster's fixed
+# addresses. Sourced, not run.
+for d in /usr/local/sbin /usr/sbin /sbin /usr/local/go/bin "$HOME/go/bin"; do
+  [[ -d $d && ":$PATH:" != *":$d:"* ]] && PATH="$PATH:$d"
+done
+export PATH
+
+K8S_VERSION=${K8S_VERSION:-v1.33.13}
+HELM_VERSION=${HELM_VERSION:-v3.22.0}
+NODENS_CACHE=${NODENS_CACHE:-$HOME/.cache/nodens}
+GOVERSION=$(go env GOVERSION 2>/dev/null || echo nogo)
+COREDNS_BIN=${COREDNS_BIN:-$(go env GOPATH 2>/dev/null)/bin/coredns}
+
+K8S_DIR=$NODENS_CACHE/k8s-$K8S_VERSION-$GOVERSION
+HELM_DIR=$NODENS_CACHE/helm-$HELM_VERSION-$GOVERSION
+CRI_CLEAN=$NODENS_CACHE/cri-clean-$K8S_VERSION-$GOVERSION/cri-clean
+
+PAUSE_IMAGE=registry.k8s.io/pause:3.10-nodens
+BUSYBOX_IMAGE=docker.io/library/busybox:nodens
+COREDNS_IMAGE=registry.k8s.io/coredns/coredns:v1.13.2-nodens
+
+# The image cache is keyed on what goes into the images.
+images_key() {
+  local here
+  here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+  {
+    echo "$PAUSE_IMAGE $BUSYBOX_IMAGE $COREDNS_IMAGE"
+    sha256sum "$here/../../deploy/image/oci-archive" "$here/pause.c" "$here/build"
+    sha256sum /bin/busybox 2>/dev/null || echo no-busybox
+    sha256sum "$COREDNS_BIN" 2>/dev/null || echo no-coredns
+  } | sha256sum | cut -c1-16
+}
+IMAGES_DIR=$NODENS_CACHE/images-$(images_key)
+
+# The cluster (one per machine: fixed names, addresses and paths).
+KUBE_STATE=${KUBE_STATE:-/run/nodens-kube}      # everything up writes, removed by down
+KUBE_ENV=$KUBE_STATE/env                         # sourced by other scripts
+ETCD_DATA=/dev/shm/nodens-kube-etcd
+NODE_NAME=nodens-node
+NODE_LINK=nodens-node0                           # a bridge with no ports holding NODE_IP/32
+NODE_IP=172.31.255.1
+AUTH_IP=172.31.255.53                            # the test authoritative server (NSD), same link
+AUTH_PORT=53
+EXT_ZONE=ext.test                                # served by AUTH_IP, forwarded to by CoreDNS
+EXT_WWW_IP=172.31.255.80                         # www.ext.test (an address nothing answers on)
+POD_CIDR=10.244.0.0/24
+SERVICE_CIDR=10.96.0.0/16
+CLUSTER_DNS=10.96.0.10
+CLUSTER_DOMAIN=cluster.local
+CNI_BRIDGE=nodens-cni0
+APISERVER_PORT=6443
+ETCD_CLIENT_PORT=23790
+ETCD_PEER_PORT=23800
+CONTAINERD_SOCK=$KUBE_STATE/containerd/containerd.sock
+
+# Saved by up, restored by down (the kubelet, the CNI bridge and kube-proxy may set them).
+SAVED_SYSCTLS="vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
+  kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.ip_forward
+  net.ipv4.conf.all.forwarding net.ipv4.conf.default.forwarding net.ipv6.conf.all.forwarding
+  net.ipv6.conf.default.forwarding net.ipv4.conf.all.route_localnet
+  net.bridge.bridge-nf-call-iptables net.bridge.bridge-nf-call-ip6tables
+  net.netfilter.nf_conntrack_max net.netfilter.nf_conntrack_tcp_timeout_established
+  net.netfilter.nf_conntrack_tcp_timeout_close_wait"
+# Paths outside KUBE_STATE that the cluster may create; down removes those that did not exist.
+SHARED_PATHS="/var/log/pods /var/log/containers /var/lib/cni /var/lib/kubelet /opt/containerd
+  /etc/cni /run/containerd /var/lib/containerd /etc/kubernetes"
+
+print_paths() {
+  local v
+  for v in K8S_VERSION HELM_VERSION NODENS_CACHE K8S_DIR HELM_DIR CRI_CLEAN IMAGES_DIR \
+    COREDNS_BIN KUBE_STATE KUBE_ENV; do
+    printf '%s=%q\n' "$v" "${!v}"
+  done
+}
