@@ -254,6 +254,14 @@ mod tests {
     }
 
     #[test]
+    fn no_prefix_of_a_fixture_panics() {
+        let text = include_str!("../../tests/fixtures/corefile/custom-plugins.Corefile");
+        for end in (0..text.len()).filter(|&i| text.is_char_boundary(i)) {
+            let _ = run(&text[..end]);
+        }
+    }
+
+    #[test]
     fn every_fixture_converts_to_a_valid_file() {
         let options = Options {
             local_dns: Some("169.254.20.10".into()),
