@@ -5,7 +5,9 @@
 //! [`inflight`] coalescing) → [`upstream`] (UDP then TCP) → [`cache`]
 //! insert → reply. [`config`] compiles the file into the settings every
 //! area reads; [`server`] wires the areas together and handles signals;
-//! [`tasks`] says where work runs. docs/architecture.md has the map.
+//! [`tasks`] says where work runs. [`convert`] is not on the request path:
+//! it turns a NodeLocal DNSCache Corefile into a configuration file
+//! (`nodens convert-corefile`). docs/architecture.md has the map.
 
 pub mod cache;
 pub mod config;
