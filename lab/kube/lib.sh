@@ -56,6 +56,7 @@ CONTAINERD_SOCK=$KUBE_STATE/containerd/containerd.sock
 # Saved by up, restored by down (the kubelet, the CNI bridge and kube-proxy may set them).
 SAVED_SYSCTLS="vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
   kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.ip_forward
+  net.ipv4.conf.all.accept_redirects
   net.ipv4.conf.all.forwarding net.ipv4.conf.default.forwarding net.ipv6.conf.all.forwarding
   net.ipv6.conf.default.forwarding net.ipv4.conf.all.route_localnet
   net.bridge.bridge-nf-call-iptables net.bridge.bridge-nf-call-ip6tables
@@ -64,6 +65,9 @@ SAVED_SYSCTLS="vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on
 # Paths outside KUBE_STATE that the cluster may create; down removes those that did not exist.
 SHARED_PATHS="/var/log/pods /var/log/containers /var/lib/cni /var/lib/kubelet /opt/containerd
   /etc/cni /run/containerd /var/lib/containerd /etc/kubernetes"
+
+# Netfilter accounting objects kube-proxy creates (deleted by down unless there before up).
+KUBE_NFACCT="ct_state_invalid_dropped_pkts localhost_nps_accepted_pkts"
 
 print_paths() {
   local v
