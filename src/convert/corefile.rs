@@ -402,7 +402,10 @@ pub fn go_duration(text: &str) -> Option<std::time::Duration> {
         rest = &rest[unit_end..];
         total += number * scale;
     }
-    std::time::Duration::try_from_secs_f64(total).ok()
+    // Go's durations are int64 nanoseconds: nothing longer parses there.
+    (total <= i64::MAX as f64 / 1e9)
+        .then(|| std::time::Duration::try_from_secs_f64(total).ok())
+        .flatten()
 }
 
 #[cfg(test)]
@@ -546,6 +549,7 @@ mod tests {
         assert_eq!(go_duration("30"), None);
         assert_eq!(go_duration("s"), None);
         assert_eq!(go_duration("1d"), None);
+        assert_eq!(go_duration("3000000h"), None);
         assert_eq!(go_duration(""), None);
     }
 }

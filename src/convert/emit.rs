@@ -87,7 +87,7 @@ fn cache(w: &mut String, plan: &Plan) {
     let c = &plan.cache;
     let _ = writeln!(w, "\n[cache]");
     if c.entries > 0 {
-        let mib = (c.entries * BYTES_PER_ENTRY).div_ceil(MIB);
+        let mib = c.entries.saturating_mul(BYTES_PER_ENTRY).div_ceil(MIB);
         let _ = writeln!(
             w,
             "capacity = \"{mib} MiB\"   # the Corefile's caches held {} entries (success + denial); 1 KiB each",

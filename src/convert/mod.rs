@@ -182,6 +182,32 @@ mod tests {
     }
 
     #[test]
+    fn values_nodens_would_refuse_are_listed_not_written() {
+        let c = ok(".:53 {\n\
+                    bind 127.0.0.1\n\
+                    cache {\n\
+                      success 100 10 60\n\
+                    }\n\
+                    forward . 127.0.0.1:5300 {\n\
+                      expire 0s\n\
+                      health_check 0s\n\
+                      max_concurrent 0\n\
+                    }\n\
+                  }\n");
+        assert!(listed(&c, 1, "MINTTL above"), "{:?}", c.untranslated);
+        assert!(listed(&c, 7, "above 0"), "{:?}", c.untranslated);
+        assert!(listed(&c, 8, "above 0"), "{:?}", c.untranslated);
+        for absent in [
+            "min_ttl",
+            "idle_timeout",
+            "health_check",
+            "max_misses_in_flight",
+        ] {
+            assert!(!c.toml.contains(absent), "{absent} written:\n{}", c.toml);
+        }
+    }
+
+    #[test]
     fn blocks_nodens_cannot_serve_are_listed() {
         let c = ok("tls://secure.example:853 {\n  forward . 127.0.0.1\n}\n\
                     hosts.example:53 {\n  hosts /etc/hosts\n}\n\
@@ -242,6 +268,16 @@ mod tests {
                 "not a NodeLocal DNSCache variable",
             ),
             (".:53 {\n  bind {$NODE_IP}\n}\n", 2, "NODE_IP"),
+            (
+                ".:53 {\n  bind 127.0.0.1\n  forward . 127.0.0.1\n}\n",
+                3,
+                "forwarding loop",
+            ),
+            (
+                ".:53 {\n  forward . 127.0.0.1:53\n}\n",
+                2,
+                "forwarding loop",
+            ),
         ];
         for (text, line, words) in cases {
             let e = run(text).expect_err(text);

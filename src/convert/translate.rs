@@ -23,6 +23,8 @@ const COREDNS_CACHE_ENTRIES: u64 = 9984;
 const DEFAULT_IDLE: Duration = Duration::from_secs(10);
 const DEFAULT_MAX_FAILS: u32 = 2;
 const DEFAULT_HEALTH_CHECK: Duration = Duration::from_millis(500);
+/// nodens' `max_ttl` default, for the `min_ttl <= max_ttl` rule.
+const DEFAULT_MAX_TTL: Duration = Duration::from_secs(3600);
 
 /// Findings, one per message, each with every line it was seen on.
 #[derive(Debug, Default)]
@@ -84,6 +86,8 @@ pub(super) struct ZoneOut {
     /// The server block it comes from.
     pub line: usize,
     pub upstream: Upstream,
+    /// The `forward` it comes from.
+    pub forward_line: usize,
     pub force_tcp: bool,
     /// `"random"` or `"sequential"` and why, when not nodens' default.
     pub policy: Option<(&'static str, &'static str)>,
@@ -180,6 +184,22 @@ pub(super) fn translate(corefile: &Corefile, options: &Options) -> Result<Plan, 
                 metrics.port()
             ),
         );
+    }
+    for zone in &plan.zones {
+        let Upstream::Addresses(addresses) = &zone.upstream else {
+            continue;
+        };
+        let own = addresses.iter().find(|a| {
+            plan.listen
+                .iter()
+                .any(|l| l.port() == a.port() && (l.ip() == a.ip() || l.ip().is_unspecified()))
+        });
+        if let Some(a) = own {
+            return Err(ConvertError::at(
+                zone.forward_line,
+                format!("forward to {a}: one of the listen addresses, a forwarding loop"),
+            ));
+        }
     }
     plan.node_setup = plan
         .listen
@@ -363,7 +383,7 @@ fn translate_block(
             ),
         }
     }
-    let Some((upstream, _)) = out.forward.clone() else {
+    let Some((upstream, forward_line)) = out.forward.clone() else {
         let names: Vec<&str> = keys.zones.iter().map(|(n, _)| n.as_str()).collect();
         plan.untranslated.add(
             block.line(),
@@ -392,6 +412,15 @@ fn translate_block(
             .map(|ip| SocketAddr::new(*ip, keys.port))
             .collect()
     };
+    if let Some(min) = out.min_ttl
+        && min > out.max_ttl.unwrap_or(DEFAULT_MAX_TTL)
+    {
+        plan.untranslated.add(
+            block.line(),
+            "cache success MINTTL above its TTL: nodens needs min_ttl <= max_ttl; min_ttl left out",
+        );
+        out.min_ttl = None;
+    }
     let mut added = false;
     for (name, line) in &keys.zones {
         if let Some(earlier) = plan.zones.iter().find(|z| &z.name == name) {
@@ -410,6 +439,7 @@ fn translate_block(
             name: name.clone(),
             line: *line,
             upstream: upstream.clone(),
+            forward_line,
             force_tcp: out.force_tcp,
             policy,
             max_fails: out.max_fails,
@@ -596,6 +626,12 @@ fn forward_option(option: &Directive, out: &mut BlockOut, plan: &mut Plan) {
     match option.name.text.as_str() {
         "force_tcp" => out.force_tcp = true,
         "prefer_udp" => out.force_tcp = false,
+        "expire" | "health_check" if args.first().and_then(|a| go_duration(a)) == Some(Duration::ZERO) => {
+            plan.untranslated.add(
+                line,
+                format!("forward {}: nodens needs a duration above 0", describe(option)),
+            );
+        }
         "expire" => out.idle_timeout = duration(plan),
         "health_check" => {
             out.health_check = duration(plan);
@@ -625,9 +661,10 @@ fn forward_option(option: &Directive, out: &mut BlockOut, plan: &mut Plan) {
             }
             _ => plan.untranslated.add(line, format!("forward {}: unknown policy", describe(option))),
         },
-        "max_concurrent" => match args.first().and_then(|a| a.parse::<u64>().ok()) {
+        "max_concurrent" => match args.first().and_then(|a| a.parse::<u32>().ok()) {
+            Some(0) => {}
             Some(n) => {
-                *plan.max_misses_in_flight.get_or_insert(0) += n;
+                *plan.max_misses_in_flight.get_or_insert(0) += u64::from(n);
                 plan.notes.add(
                     line,
                     "forward max_concurrent: nodens bounds misses in flight for the whole server (server.max_misses_in_flight, the sum); beyond it a miss gets a stale answer or none, where CoreDNS answered REFUSED",
@@ -648,8 +685,9 @@ fn cache(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
     out.cached = true;
     let args = d.arg_texts();
     if let Some(ttl) = args.first() {
-        match ttl.parse::<u64>() {
+        match ttl.parse::<u32>() {
             Ok(secs) => {
+                let secs = u64::from(secs);
                 out.max_ttl = Some(Duration::from_secs(secs));
                 out.negative_max_ttl = Some(Duration::from_secs(secs));
                 if args.len() > 1 {
@@ -669,12 +707,15 @@ fn cache(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
         let args = option.arg_texts();
         let seconds = |i: usize| {
             args.get(i)
-                .and_then(|a| a.parse::<u64>().ok())
-                .map(Duration::from_secs)
+                .and_then(|a| a.parse::<u32>().ok())
+                .map(|s| Duration::from_secs(s.into()))
         };
         match option.name.text.as_str() {
             "success" => {
-                success = args.first().and_then(|a| a.parse().ok()).unwrap_or(success);
+                success = args
+                    .first()
+                    .and_then(|a| a.parse::<u32>().ok())
+                    .map_or(success, u64::from);
                 if let Some(ttl) = seconds(1) {
                     out.max_ttl = Some(ttl);
                 }
@@ -683,7 +724,10 @@ fn cache(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
                 }
             }
             "denial" => {
-                denial = args.first().and_then(|a| a.parse().ok()).unwrap_or(denial);
+                denial = args
+                    .first()
+                    .and_then(|a| a.parse::<u32>().ok())
+                    .map_or(denial, u64::from);
                 if let Some(ttl) = seconds(1) {
                     out.negative_max_ttl = Some(ttl);
                 }
@@ -739,7 +783,7 @@ fn cache(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
             ),
         }
     }
-    plan.cache.entries += success + denial;
+    plan.cache.entries = plan.cache.entries.saturating_add(success + denial);
 }
 
 /// `prefetch AMOUNT [DURATION] [PERCENTAGE%]`.
