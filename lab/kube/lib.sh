@@ -66,6 +66,11 @@ SAVED_SYSCTLS="vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on
 SHARED_PATHS="/var/log/pods /var/log/containers /var/lib/cni /var/lib/kubelet /opt/containerd
   /etc/cni /run/containerd /var/lib/containerd /etc/kubernetes"
 
+# What nodens's node mode (installed on the cluster by its chart) adds to the node: down
+# removes them too unless they were there before up.
+NODENS_LINKS="nodelocaldns"
+NODENS_CHAINS_RE='NODENS-(INPUT|OUTPUT|PREROUTING)'
+
 # Netfilter accounting objects kube-proxy creates (deleted by down unless there before up).
 KUBE_NFACCT="ct_state_invalid_dropped_pkts localhost_nps_accepted_pkts"
 
