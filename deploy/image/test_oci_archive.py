@@ -139,6 +139,17 @@ class OciArchiveTest(unittest.TestCase):
         self.assertEqual(a.layer_files["app"], open(self.bin, "rb").read())
         self.assertEqual([m.mode for m in a.layer if m.name == "app"], [0o700])
 
+    def test_dir_at_root_and_symlinked_dir(self):
+        out = os.path.join(self.d, "r.tar")
+        os.symlink("etc", os.path.join(self.d, "etc-link"))
+        run("--name", "example.test/r:1", "--out", out, "--dir", self.tree + ":/",
+            "--dir", os.path.join(self.d, "etc-link") + ":/lib")
+        a = Archive(out)
+        by = {m.name: m for m in a.layer}
+        self.assertEqual(sorted(by), ["a.conf", "lib", "link.conf", "sub", "sub/b.conf"])
+        self.assertTrue(by["lib"].issym())
+        self.assertEqual(by["lib"].linkname, "etc")
+
     def test_rejects_bad_input(self):
         out = os.path.join(self.d, "bad.tar")
         for args in (["--file", self.bin + ":relative/path"],
