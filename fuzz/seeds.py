@@ -354,6 +354,23 @@ resolvs = {
     "no_nameserver": b"search example.com\noptions rotate timeout:1 attempts:2\n",
 }
 
+# Corefiles: the real NodeLocal DNSCache ones of tests/fixtures/corefile/ (each
+# cites its source) and one with the rest of the syntax the reader knows.
+FIXTURES = os.path.join(HERE, "..", "tests", "fixtures", "corefile")
+corefiles = {}
+for fixture in sorted(os.listdir(FIXTURES)):
+    with open(os.path.join(FIXTURES, fixture), "rb") as f:
+        corefiles[fixture.removesuffix(".Corefile")] = f.read()
+corefiles["syntax_mix"] = (
+    b'.:53 {\n  bind {$IP} "127.0.0.2"\n  cache 30 {\n    prefetch 2 1m 15%\n'
+    b"    serve_stale\n    servfail 3s\n  }\n"
+    b"  forward . dns://127.0.0.1:5300 10.0.0.0:53 {\n    policy round_robin\n    max_fails 3\n  }\n}\n"
+    b"10.0.0.0/8:53, 172.16.0.0/16:53 {\n  forward . /etc/resolv.conf\n}\n"
+)
+# Found by the fuzzer: a key whose zone name nodens writes with a \DDD escape,
+# which did not read back (now refused with its line).
+corefiles["regression_escaped_zone"] = b"a\x7fb:53 {\n  forward . 127.0.0.1:5300\n}\n"
+
 
 def write(target, items):
     d = os.path.join(CORPUS, target)
@@ -369,3 +386,4 @@ write("response_walk", responses)
 write("config_parse", configs)
 write("resolv_conf", resolvs)
 write("response_walk", {"regression_" + k: v for k, v in regressions.items()})
+write("corefile_convert", corefiles)

@@ -278,6 +278,11 @@ mod tests {
                 2,
                 "forwarding loop",
             ),
+            (
+                "a\u{7f}b:53 {\n  forward . 127.0.0.1:5300\n}\n",
+                1,
+                "not a zone name",
+            ),
         ];
         for (text, line, words) in cases {
             let e = run(text).expect_err(text);

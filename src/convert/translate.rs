@@ -278,6 +278,17 @@ fn keys(block: &ServerBlock, plan: &mut Plan) -> Result<Option<Keys>, ConvertErr
             "" => ".".to_string(),
             n => n.to_string(),
         };
+        // A name with bytes nodens writes as `\DDD` escapes does not read
+        // back as a zone name: refuse it here rather than write it.
+        if shown.parse::<ZoneName>().ok().as_ref() != Some(&normal) {
+            return Err(ConvertError::at(
+                key.line,
+                format!(
+                    "`{}`: not a zone name nodens can write (`{shown}`)",
+                    key.text
+                ),
+            ));
+        }
         zones.push((shown, key.line));
     }
     Ok(Some(Keys {
