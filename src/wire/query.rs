@@ -133,6 +133,20 @@ fn formerr(reason: &'static str, question_end: Option<usize>) -> Reject {
     }
 }
 
+/// The rejection reason of the liveness probe (`node::probe`): counted on
+/// its own, so its steady four a second do not read as a misbehaving client.
+pub const STATUS_PROBE: &str = "status probe";
+
+/// Opcode STATUS (2) and a bare header: the shape of the fail-open probe.
+fn is_status_probe(packet: &[u8]) -> bool {
+    let flags = read_u16(packet, 2);
+    (flags & flag::OPCODE_MASK) >> 11 == 2
+        && packet.len() == HEADER_LEN
+        && (4..HEADER_LEN)
+            .step_by(2)
+            .all(|at| read_u16(packet, at) == 0)
+}
+
 /// Validates a client query.
 pub fn parse(packet: &[u8]) -> Result<Query<'_>, Reject> {
     if packet.len() < HEADER_LEN {
@@ -147,7 +161,11 @@ pub fn parse(packet: &[u8]) -> Result<Query<'_>, Reject> {
     if opcode != 0 {
         return Err(Reject::Answer {
             rcode: rcode::NOTIMP,
-            reason: "opcode not supported",
+            reason: if is_status_probe(packet) {
+                STATUS_PROBE
+            } else {
+                "opcode not supported"
+            },
             question_end: None,
             edns: edns_of_any(packet),
         });
@@ -403,6 +421,16 @@ mod tests {
                 ..
             })
         ));
+        let reason_of = |packet: &[u8]| parse(packet).err().map(|r| r.reason());
+        assert_eq!(reason_of(&notify), Some("opcode not supported"));
+        let probe = [0x4e, 0x50, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        assert_eq!(reason_of(&probe), Some(STATUS_PROBE));
+        let mut status_with_question = query(b"\x01a\x00", 1, &[], 0);
+        status_with_question[2] |= 2 << 3;
+        assert_eq!(
+            reason_of(&status_with_question),
+            Some("opcode not supported")
+        );
         let two_opt = query(b"\x01a\x00", 1, &[OPT_DO_4096, OPT_DO_4096].concat(), 2);
         assert!(matches!(
             parse(&two_opt),
