@@ -39,6 +39,7 @@ ETCD_DATA=/dev/shm/nodens-kube-etcd
 NODE_NAME=nodens-node
 NODE_LINK=nodens-node0                           # a bridge with no ports holding NODE_IP/32
 NODE_IP=172.31.255.1
+NODE_NET=172.31.255.0/24                         # routed to NODE_LINK: never leaves the machine
 AUTH_IP=172.31.255.53                            # the test authoritative server (NSD), same link
 AUTH_PORT=53
 EXT_ZONE=ext.test                                # served by AUTH_IP, forwarded to by CoreDNS
