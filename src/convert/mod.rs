@@ -82,6 +82,9 @@ pub struct Conversion {
 pub struct ConvertError {
     pub line: Option<usize>,
     pub message: String,
+    /// The converter's own output failed the configuration check: a bug in
+    /// the converter, never something the Corefile can be blamed for.
+    pub output_refused: bool,
 }
 
 impl ConvertError {
@@ -89,6 +92,7 @@ impl ConvertError {
         ConvertError {
             line: Some(line),
             message: message.into(),
+            output_refused: false,
         }
     }
 }
@@ -119,6 +123,7 @@ pub fn convert(
     // its resolv.conf): a conversion that fails them is a converter bug.
     File::parse(&toml).map_err(|e| ConvertError {
         line: None,
+        output_refused: true,
         message: format!("the converted configuration does not pass the check ({e}):\n{toml}"),
     })?;
     Ok(Conversion {

@@ -172,6 +172,7 @@ pub(super) fn translate(corefile: &Corefile, options: &Options) -> Result<Plan, 
         return Err(ConvertError {
             line: None,
             message: "no server block forwards anywhere: nothing nodens could serve".into(),
+            output_refused: false,
         });
     }
     if let (Some((metrics, _)), Some((health, line))) = (plan.metrics, plan.health)
