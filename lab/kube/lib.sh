@@ -46,6 +46,9 @@ EXT_ZONE=ext.test                                # served by AUTH_IP, forwarded 
 EXT_WWW_IP=172.31.255.80                         # www.ext.test (an address nothing answers on)
 POD_CIDR=10.244.0.0/24
 SERVICE_CIDR=10.96.0.0/16
+# A second, IPv6 Service range (the API server only): Services that ask for IPv6
+# (the chart's IPv6 and dual-stack presets) validate; pods stay IPv4-only.
+SERVICE_CIDR6=fd00:10:96::/112
 CLUSTER_DNS=10.96.0.10
 CLUSTER_DOMAIN=cluster.local
 CNI_BRIDGE=nodens-cni0
