@@ -182,6 +182,14 @@ async fn ask_udp(
         upstream.case.preserved();
     }
     msg[HEADER_LEN..HEADER_LEN + question.len()].copy_from_slice(question);
+    if randomised {
+        let name_len = question.len() - 4;
+        crate::wire::response::restore_owner_case(
+            &mut msg,
+            &sent[..name_len],
+            &question[..name_len],
+        );
+    }
     Ok(msg)
 }
 

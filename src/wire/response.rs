@@ -129,6 +129,37 @@ pub fn with_question(msg: &[u8], question: &[u8]) -> Vec<u8> {
     full
 }
 
+/// After a 0x20 exchange: rewrites every record owner name written out in
+/// full in the randomised spelling `sent` (a wire name) back to `asked`,
+/// the spelling the cache stores. Servers that write owner names literally
+/// instead of pointing at the question (CoreDNS does) would otherwise hand
+/// the random case on to every client. Owner names reached through
+/// pointers need nothing: they read the question, already restored. Stops
+/// quietly at anything malformed ([`layout`] judges the message later).
+pub fn restore_owner_case(msg: &mut [u8], sent: &[u8], asked: &[u8]) {
+    debug_assert_eq!(sent.len(), asked.len());
+    let Ok(question_end) = name::parse_uncompressed(msg, HEADER_LEN) else {
+        return;
+    };
+    let records: usize = [6, 8, 10]
+        .iter()
+        .map(|&at| read_u16(msg, at) as usize)
+        .sum();
+    let mut at = question_end + 4;
+    for _ in 0..records {
+        if msg.get(at..at + sent.len()) == Some(sent) {
+            msg[at..at + asked.len()].copy_from_slice(asked);
+        }
+        let Ok(name_end) = name::skip(msg, at) else {
+            return;
+        };
+        if name_end + 10 > msg.len() {
+            return;
+        }
+        at = name_end + 10 + read_u16(msg, name_end + 8) as usize;
+    }
+}
+
 /// Walks every record of a response that [`check_answers`] accepted.
 pub fn layout(msg: &[u8]) -> Result<Layout, ResponseError> {
     let question_end =
@@ -263,6 +294,27 @@ mod tests {
         m.extend([0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0, 30]);
         m.extend([0, 0, 41, 4, 0xd0, 0, 0, 0, 0, 0, 0]);
         m
+    }
+
+    #[test]
+    fn restores_literal_owner_names_to_the_asked_case() {
+        let sent = b"\x03wWw\x01T\x00";
+        let asked = b"\x03www\x01t\x00";
+        let mut m = vec![0xab, 0xcd, 0x81, 0x80, 0, 1, 0, 2, 0, 0, 0, 0];
+        m.extend(b"\x03www\x01t\x00\x00\x01\x00\x01");
+        // One owner written in full in the sent spelling, one other name.
+        m.extend(sent);
+        m.extend(b"\x00\x01\x00\x01\x00\x00\x01\x2c\x00\x04\x01\x02\x03\x04");
+        m.extend(b"\x03wWx\x01T\x00");
+        m.extend(b"\x00\x01\x00\x01\x00\x00\x01\x2c\x00\x04\x01\x02\x03\x05");
+        let before = m.clone();
+        restore_owner_case(&mut m, sent, asked);
+        assert_eq!(&m[23..30], asked, "owner in the sent spelling restored");
+        assert_eq!(m[44..51], before[44..51], "another name left alone");
+        assert!(layout(&m).is_ok());
+        // Truncated input: no panic, nothing beyond the break touched.
+        let mut cut = before[..30].to_vec();
+        restore_owner_case(&mut cut, sent, asked);
     }
 
     #[test]
