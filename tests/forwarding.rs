@@ -146,6 +146,43 @@ fn client_id_and_question_case_preserved() {
     );
 }
 
+/// An upstream that writes owner names out in full, in the case it was
+/// asked (CoreDNS's `whoami`, like its `kubernetes` plugin), would hand
+/// 0x20's random case on to clients: owners come back in the client's
+/// spelling instead, whole (the A record) or as a tail (`_udp.<name>`).
+#[test]
+fn random_case_never_reaches_answer_owner_names() {
+    let net = Net::alloc();
+    let core = CoreDns::start_with_blocks(
+        net.upstream(0),
+        &[("test.", test_zone(""))],
+        &[("who.test.", "whoami")],
+    );
+    let nodens = Nodens::start(&Cfg::new(&net).zone(Zone::new("test.", &[core.addr])));
+    for name in [
+        "a-long-name-with-many-letters.who.test.",
+        "A-Long-Name-With-Many-Letters.Who.Test.",
+        "a-long-name-with-many-letters.who.test.",
+    ] {
+        let r = udp_query(nodens.dns, &Q::new(name, Rt::A));
+        // whoami puts both records in the additional section.
+        let owners: Vec<String> = r
+            .msg
+            .additionals()
+            .iter()
+            .map(|rr| rr.name().to_string())
+            .collect();
+        // Spelled as asked, or (from the cache) as the first client asked.
+        let first = "a-long-name-with-many-letters.who.test.";
+        assert!(
+            [name, first]
+                .iter()
+                .any(|n| owners == vec![n.to_string(), format!("_udp.{n}")]),
+            "owners spelled as a client asked, not in a random case: {owners:?}"
+        );
+    }
+}
+
 /// `x.sub.test.` goes to the `sub.test.` zone's upstream (longest suffix),
 /// everything else under `test.` to the other one.
 #[test]

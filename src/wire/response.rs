@@ -129,13 +129,15 @@ pub fn with_question(msg: &[u8], question: &[u8]) -> Vec<u8> {
     full
 }
 
-/// After a 0x20 exchange: rewrites every record owner name written out in
-/// full in the randomised spelling `sent` (a wire name) back to `asked`,
-/// the spelling the cache stores. Servers that write owner names literally
-/// instead of pointing at the question (CoreDNS does) would otherwise hand
-/// the random case on to every client. Owner names reached through
-/// pointers need nothing: they read the question, already restored. Stops
-/// quietly at anything malformed ([`layout`] judges the message later).
+/// After a 0x20 exchange: wherever a record's owner name spells the
+/// randomised question `sent` (a wire name) out in full, as the whole name
+/// or as its tail (`_udp.<question>`), it is rewritten to `asked`, the
+/// spelling the cache stores. Servers that write owner names literally
+/// instead of pointing at the question (CoreDNS's `kubernetes` and `whoami`
+/// plugins do) would otherwise hand the random case on to every client.
+/// Names reached through pointers need nothing: the question they read is
+/// already restored. Stops quietly at anything malformed ([`layout`]
+/// judges the message later).
 pub fn restore_owner_case(msg: &mut [u8], sent: &[u8], asked: &[u8]) {
     debug_assert_eq!(sent.len(), asked.len());
     let Ok(question_end) = name::parse_uncompressed(msg, HEADER_LEN) else {
@@ -147,8 +149,17 @@ pub fn restore_owner_case(msg: &mut [u8], sent: &[u8], asked: &[u8]) {
         .sum();
     let mut at = question_end + 4;
     for _ in 0..records {
-        if msg.get(at..at + sent.len()) == Some(sent) {
-            msg[at..at + asked.len()].copy_from_slice(asked);
+        // The owner's literal labels, up to a pointer or the root.
+        let mut label = at;
+        while let Some(&len) = msg.get(label) {
+            if msg.get(label..label + sent.len()) == Some(sent) {
+                msg[label..label + asked.len()].copy_from_slice(asked);
+                break;
+            }
+            if len == 0 || len & 0xc0 != 0 {
+                break;
+            }
+            label += 1 + len as usize;
         }
         let Ok(name_end) = name::skip(msg, at) else {
             return;
@@ -302,15 +313,22 @@ mod tests {
         let asked = b"\x03www\x01t\x00";
         let mut m = vec![0xab, 0xcd, 0x81, 0x80, 0, 1, 0, 2, 0, 0, 0, 0];
         m.extend(b"\x03www\x01t\x00\x00\x01\x00\x01");
-        // One owner written in full in the sent spelling, one other name.
+        // An owner written in full in the sent spelling, one with a label
+        // in front of it, one other name.
+        m[7] = 3;
         m.extend(sent);
         m.extend(b"\x00\x01\x00\x01\x00\x00\x01\x2c\x00\x04\x01\x02\x03\x04");
         m.extend(b"\x03wWx\x01T\x00");
         m.extend(b"\x00\x01\x00\x01\x00\x00\x01\x2c\x00\x04\x01\x02\x03\x05");
+        m.extend(b"\x04_udp");
+        m.extend(sent);
+        m.extend(b"\x00\x01\x00\x01\x00\x00\x01\x2c\x00\x04\x01\x02\x03\x06");
         let before = m.clone();
         restore_owner_case(&mut m, sent, asked);
         assert_eq!(&m[23..30], asked, "owner in the sent spelling restored");
         assert_eq!(m[44..51], before[44..51], "another name left alone");
+        assert_eq!(&m[70..77], asked, "the tail of a longer owner restored");
+        assert_eq!(&m[65..70], b"\x04_udp");
         assert!(layout(&m).is_ok());
         // Truncated input: no panic, nothing beyond the break touched.
         let mut cut = before[..30].to_vec();
