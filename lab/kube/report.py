@@ -46,7 +46,8 @@ def plot(results, path):
             run = results.get(f"{name}/{what}")
             if not run:
                 continue
-            points = run["per_second"]
+            # The last line covers only the wait for late answers: no queries.
+            points = [p for p in run["per_second"] if p["sent"] > 0]
             ax.plot([p["t"] for p in points], [p["answered"] for p in points], style, label=name)
         ax.set_title(label)
         ax.set_xlabel("seconds")
