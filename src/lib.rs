@@ -23,6 +23,7 @@ pub mod logging;
 pub mod metrics;
 pub mod node;
 pub mod privileges;
+pub mod search;
 pub mod serve;
 pub mod server;
 pub mod tasks;

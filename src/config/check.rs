@@ -19,6 +19,14 @@ fn key(path: &[&'static str], message: impl Into<String>) -> Invalid {
     Invalid::Key(path.iter().map(|k| Key(k)).collect(), message.into())
 }
 
+/// An error at a value's span, or at its key when the value is a default.
+fn at_or_key(span: Range<usize>, path: &[&'static str], message: &str) -> Invalid {
+    match span_of(span) {
+        Some(span) => Invalid::At(span, message.into()),
+        None => key(path, message),
+    }
+}
+
 /// A span from the schema, or none for a value that is not in the file.
 fn span_of(span: Range<usize>) -> Option<Range<usize>> {
     (!span.is_empty()).then_some(span)
@@ -30,7 +38,42 @@ impl File {
         self.check_server()?;
         self.check_cache()?;
         self.check_node()?;
+        self.check_cluster()?;
         self.check_zones()
+    }
+
+    fn check_cluster(&self) -> Result<(), Invalid> {
+        let c = &self.cluster;
+        if c.domain.get_ref().0 == "." {
+            return Err(at_or_key(
+                c.domain.span(),
+                &["cluster", "domain"],
+                "cluster.domain: the root cannot be the cluster domain",
+            ));
+        }
+        for s in &c.cloud_suffix {
+            let text = s.suffix.get_ref();
+            let labels: Vec<&str> = text.trim_end_matches('.').split('.').collect();
+            let plain = text.replace('*', "x");
+            if text.trim_end_matches('.').is_empty()
+                || labels.iter().any(|l| l.contains('*') && *l != "*")
+                || crate::wire::name::from_text(&plain).is_err()
+            {
+                return Err(Invalid::At(
+                    s.suffix.span(),
+                    format!(
+                        "cluster.cloud_suffix: `{text}` is not a suffix (labels, `*` for any one label)"
+                    ),
+                ));
+            }
+            if *s.max_labels.get_ref() == 0 {
+                return Err(Invalid::At(
+                    s.max_labels.span(),
+                    "cluster.cloud_suffix.max_labels: must be at least 1".into(),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn check_server(&self) -> Result<(), Invalid> {

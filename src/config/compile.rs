@@ -7,11 +7,14 @@ use std::time::Duration;
 
 use super::check::Invalid;
 use super::file::{File, ZoneConfig};
+use super::values::ZoneName;
 use super::{
     CacheSettings, Config, LogSettings, NodePlan, RateLimit, ServerSettings, TcpLimits,
     UpstreamSettings, ZonePlan, resolv_conf,
 };
 use crate::cache::TtlPolicy;
+use crate::search::{CloudSuffix, ClusterRules};
+use crate::wire::name;
 
 /// The address Kubernetes gives a Service in a pod's environment:
 /// `KUBE_DNS_UPSTREAM_SERVICE_HOST` and `..._SERVICE_PORT` for
@@ -98,12 +101,32 @@ impl File {
                 fail_open: self.node.fail_open,
                 addresses: self.node_addresses(),
             }),
+            cluster: self.compile_cluster(),
             log: LogSettings {
                 level: self.log.level.clone(),
                 format: self.log.format,
             },
             zones,
         })
+    }
+
+    fn compile_cluster(&self) -> ClusterRules {
+        let c = &self.cluster;
+        let wire = |z: &ZoneName| name::from_text(&z.0).expect("a checked zone name");
+        ClusterRules::new(
+            wire(c.domain.get_ref()),
+            c.local_nxdomain,
+            c.nxdomain_cut,
+            &c.disable_rules
+                .iter()
+                .map(|r| *r.get_ref())
+                .collect::<Vec<_>>(),
+            c.exceptions.iter().map(|e| wire(e.get_ref())).collect(),
+            c.cloud_suffix
+                .iter()
+                .map(|s| CloudSuffix::new(s.suffix.get_ref(), *s.max_labels.get_ref()))
+                .collect(),
+        )
     }
 
     fn compile_zone(&self, index: usize, z: &ZoneConfig) -> Result<ZonePlan, Invalid> {

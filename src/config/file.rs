@@ -22,8 +22,55 @@ pub struct File {
     pub metrics: MetricsConfig,
     pub log: LogConfig,
     pub node: NodeConfig,
+    pub cluster: ClusterConfig,
     #[serde(rename = "zone")]
     pub zones: Vec<ZoneConfig>,
+}
+
+/// The cluster's DNS schema: which names nodens answers NXDOMAIN itself
+/// (docs/configuration.md, `[cluster]`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// The kubelet's `clusterDomain`.
+    pub domain: Spanned<ZoneName>,
+    /// Answer NXDOMAIN for names under the cluster domain (and the cloud
+    /// suffixes) that the Kubernetes DNS schema rules out, with the zone's
+    /// SOA learned from the cluster DNS, without asking it.
+    pub local_nxdomain: bool,
+    /// A cached NXDOMAIN for a namespace or Service node under the cluster
+    /// domain answers every name below it (RFC 8020).
+    pub nxdomain_cut: bool,
+    /// Schema rules switched off, by name.
+    pub disable_rules: Vec<Spanned<crate::search::Rule>>,
+    /// Names at and below which nothing is answered locally (records added
+    /// by `rewrite`, `hosts` or a multicluster plugin).
+    pub exceptions: Vec<Spanned<ZoneName>>,
+    /// Cloud DNS suffixes in the pods' search lists, with the number of
+    /// labels their names have.
+    pub cloud_suffix: Vec<CloudSuffixConfig>,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            domain: Spanned::new(0..0, ZoneName("cluster.local.".into())),
+            local_nxdomain: true,
+            nxdomain_cut: true,
+            disable_rules: Vec::new(),
+            exceptions: Vec::new(),
+            cloud_suffix: Vec::new(),
+        }
+    }
+}
+
+/// `[[cluster.cloud_suffix]]`: names with more than `max_labels` labels
+/// left of `suffix` cannot exist. `*` in `suffix` matches one label.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CloudSuffixConfig {
+    pub suffix: Spanned<String>,
+    pub max_labels: Spanned<usize>,
 }
 
 /// How nodens sits on the node: an interface holding the listen addresses

@@ -49,6 +49,8 @@ pub struct Config {
     pub log: LogSettings,
     /// The node setup, when `[node] setup = true`.
     pub node: Option<NodePlan>,
+    /// The cluster DNS schema rules (`[cluster]`).
+    pub cluster: crate::search::ClusterRules,
     /// Forwarding zones, in file order, with their upstream addresses.
     pub zones: Vec<ZonePlan>,
 }

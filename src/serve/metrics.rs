@@ -29,6 +29,8 @@ label_set! {
     pub struct DoLabels { server = "server", view = "view", zone = "zone" }
     /// The cache plugin's per-zone counters (its label is `zones`).
     pub struct CacheLabels { server = "server", zones = "zones", view = "view" }
+    /// Local NXDOMAINs, by the schema rule that ruled the name out.
+    pub struct RuleLabels { rule = "rule" }
 }
 
 /// CoreDNS's `plugin` label on responses: which plugin wrote the reply. In
@@ -52,13 +54,16 @@ pub struct ServeMetrics {
     pub cache_prefetch: Counters<CacheLabels<'static>>,
     pub cache_served_stale: Counters<CacheLabels<'static>>,
     rejected: Counters<ReasonLabels<'static>>,
+    pub local_nxdomain: Counters<RuleLabels<'static>>,
+    pub nxdomain_cuts: IntCounter,
+    pub rule_without_soa: IntCounter,
     pub coalesced: IntCounter,
     pub inflight: IntGauge,
 }
 
 impl ServeMetrics {
     pub fn register(r: &Registry) -> ServeMetrics {
-        ServeMetrics {
+        let metrics = ServeMetrics {
             requests: r.counters(
                 "coredns_dns_requests_total",
                 "Counter of DNS requests made per zone, protocol and family.",
@@ -107,6 +112,18 @@ impl ServeMetrics {
                 "nodens_rejected_queries_total",
                 "Queries answered with an error or dropped before the cache, by reason.",
             ),
+            local_nxdomain: r.counters(
+                "nodens_search_local_nxdomain_total",
+                "NXDOMAIN answered without asking upstream for names the cluster DNS schema rules out, by rule.",
+            ),
+            nxdomain_cuts: r.counter(
+                "nodens_search_nxdomain_cut_total",
+                "NXDOMAIN answered from a cached NXDOMAIN of the namespace or Service node above the name (RFC 8020).",
+            ),
+            rule_without_soa: r.counter(
+                "nodens_search_rule_without_soa_total",
+                "Names a schema rule ruled out but forwarded, because the zone's SOA was not learned yet.",
+            ),
             coalesced: r.counter(
                 "nodens_coalesced_queries_total",
                 "Cache misses that joined an identical query already in flight instead of asking upstream.",
@@ -115,7 +132,14 @@ impl ServeMetrics {
                 "nodens_inflight_queries",
                 "Cache misses being resolved now.",
             ),
+        };
+        // Every rule's series from the start, so a dashboard sees zeros.
+        for rule in crate::search::Rule::ALL {
+            metrics
+                .local_nxdomain
+                .get(&RuleLabels { rule: rule.name() });
         }
+        metrics
     }
 
     /// A query answered with an error or dropped before the cache.

@@ -184,6 +184,7 @@ impl Shared {
                     Some(f) => {
                         let entry =
                             Arc::new(Entry::from_response(&f.msg, &f.layout, &zone.ttl, now));
+                        self.learn(&settings.cluster, key, zone, &entry, (&f.msg, &f.layout));
                         if entry.kind != Kind::Failure || !has_usable() {
                             self.cache.insert(key.clone(), entry.clone());
                         }

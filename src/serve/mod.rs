@@ -9,7 +9,9 @@
 //! 3. `route`: the zone of the name, REFUSED if none;
 //! 4. `hit`: a fresh cache entry is the reply (and may start a
 //!    `prefetch`);
-//! 5. `miss`: everything else becomes a [`MissJob`], run as a task by the
+//! 5. `local`: a name the cluster DNS schema rules out, or one below a
+//!    denied namespace or Service, is NXDOMAIN without asking upstream;
+//! 6. `miss`: everything else becomes a [`MissJob`], run as a task by the
 //!    listener (`Service::resolve`): coalesce with identical misses, ask
 //!    the zone's upstreams, store, reply; serve stale if every upstream
 //!    failed.
@@ -19,6 +21,7 @@
 
 mod admit;
 mod hit;
+mod local;
 pub mod metrics;
 mod miss;
 mod prefetch;
@@ -39,6 +42,7 @@ use crate::config::{Config, TcpLimits};
 use crate::inflight::InFlight;
 use crate::listen::{Handled, ListenerInfo, Proto, Service};
 use crate::metrics::Registry;
+use crate::search::Learned;
 use crate::tasks::Tasks;
 use crate::upstream::metrics::UpstreamMetrics;
 use crate::wire::{build, query};
@@ -52,6 +56,8 @@ pub struct Shared {
     pub settings: ArcSwap<Settings>,
     pub cache: Cache,
     pub inflight: InFlight,
+    /// SOAs and denied nodes the local-answer stage rests on.
+    pub learned: Learned,
     pub metrics: Arc<ServeMetrics>,
     pub tasks: Tasks,
     /// Cleared when shutdown starts.
@@ -76,6 +82,7 @@ impl Shared {
             settings: ArcSwap::from_pointee(settings),
             cache: Cache::new(config.cache.capacity),
             inflight: InFlight::default(),
+            learned: Learned::default(),
             metrics,
             tasks,
             ready: Arc::new(AtomicBool::new(false)),
@@ -160,6 +167,9 @@ impl Service for Shared {
             hit::Cached::Stale(entry) => Some(entry),
             hit::Cached::Miss => None,
         };
+        if self.answer_locally(&request, out) {
+            return Handled::Reply;
+        }
         self.miss(&request, all_stats, stale, out)
     }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::config::{CacheSettings, Config, TcpLimits};
 use crate::guard::{Acl, RateLimiter};
+use crate::search::ClusterRules;
 use crate::tasks::Upkeep;
 use crate::upstream::Router;
 use crate::upstream::metrics::UpstreamMetrics;
@@ -22,6 +23,8 @@ pub struct Settings {
     pub max_misses_in_flight: usize,
     pub tcp: TcpLimits,
     pub cache: CacheSettings,
+    /// The cluster DNS schema rules of the local-answer stage.
+    pub cluster: ClusterRules,
 }
 
 impl Settings {
@@ -47,6 +50,7 @@ impl Settings {
             max_misses_in_flight: config.server.max_misses_in_flight,
             tcp: config.server.tcp,
             cache: config.cache.clone(),
+            cluster: config.cluster.clone(),
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The few messages nodens writes itself: queries to upstreams, error
 //! replies to clients, and the OPT record it appends to its answers.
 
-use super::query::{Edns, Reject};
+use super::query::{Edns, Query, Reject};
+use super::soa::Soa;
 use super::{HEADER_LEN, flag, rcode, rtype, write_u16};
 
 /// The UDP payload size nodens advertises upstream and to clients
@@ -97,6 +98,30 @@ pub fn reply_with_rcode(
     }
     if let Some(e) = edns {
         push_opt(out, e.dnssec_ok, code, ede);
+        write_u16(out, 10, 1);
+    }
+}
+
+/// An NXDOMAIN nodens answers itself: the query's header and question, the
+/// zone's SOA in the authority section with `ttl` (RFC 2308 section 3), an
+/// OPT record when the client used EDNS. The SOA is left out only when it
+/// would not fit in `limit` (the client's UDP size).
+pub fn nxdomain(query: &Query<'_>, soa: &Soa, ttl: u32, limit: usize, out: &mut Vec<u8>) {
+    reply_with_rcode(
+        query.packet,
+        rcode::NXDOMAIN,
+        Some(query.name_end + 4),
+        None,
+        None,
+        out,
+    );
+    let opt_len = if query.edns.is_some() { 11 } else { 0 };
+    if out.len() + soa.wire_len() + opt_len <= limit {
+        soa.write(ttl, out);
+        write_u16(out, 8, 1);
+    }
+    if let Some(e) = query.edns {
+        push_opt(out, e.dnssec_ok, rcode::NXDOMAIN, None);
         write_u16(out, 10, 1);
     }
 }

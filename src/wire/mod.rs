@@ -10,6 +10,7 @@ pub mod framing;
 pub mod name;
 pub mod query;
 pub mod response;
+pub mod soa;
 
 pub const HEADER_LEN: usize = 12;
 

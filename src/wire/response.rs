@@ -40,6 +40,8 @@ pub struct Layout {
     /// The negative-caching TTL from an SOA in the authority section
     /// (RFC 2308 section 5: the smaller of the SOA's TTL and its MINIMUM).
     pub soa_negative_ttl: Option<u32>,
+    /// Where the first SOA record of the authority section starts.
+    pub authority_soa: Option<usize>,
     /// The bytes of the OPT record, if present.
     pub opt: Option<Range<usize>>,
     /// Total length of the records; bytes after this are ignored.
@@ -233,6 +235,7 @@ pub fn layout(msg: &[u8]) -> Result<Layout, ResponseError> {
                 }
             }
             if rrtype == rtype::SOA && section == Section::Authority {
+                out.authority_soa.get_or_insert(start);
                 let minimum = read_u32(msg, at - 4);
                 let negative = sane_ttl(read_u32(msg, ttl_at)).min(sane_ttl(minimum));
                 out.soa_negative_ttl =

@@ -184,6 +184,8 @@ pub struct Cfg {
     metrics: Table,
     log: Table,
     zones: Vec<Zone>,
+    /// Sections written as given, after the others (`[cluster]`).
+    extra: String,
 }
 
 impl Cfg {
@@ -194,6 +196,7 @@ impl Cfg {
             metrics: Table::default(),
             log: Table::default(),
             zones: Vec::new(),
+            extra: String::new(),
         };
         c.server.set("listen", vec![net.nodens()].toml());
         c.server.set("workers", 1usize.toml());
@@ -258,6 +261,14 @@ impl Cfg {
         self
     }
 
+    /// TOML text appended as it is: sections this builder has no setters
+    /// for (`[cluster]`, `[[cluster.cloud_suffix]]`).
+    pub fn raw(mut self, toml_text: &str) -> Cfg {
+        self.extra.push_str(toml_text);
+        self.extra.push('\n');
+        self
+    }
+
     pub fn zone(mut self, zone: Zone) -> Cfg {
         self.zones.push(zone);
         self
@@ -277,6 +288,7 @@ impl Cfg {
         for z in &self.zones {
             writeln!(s, "[[zone]]\n{}", z.table.lines()).unwrap();
         }
+        s.push_str(&self.extra);
         s
     }
 }

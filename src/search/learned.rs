@@ -1,0 +1,96 @@
+//! What the cluster DNS has told nodens that local answers rest on: the SOA
+//! records of the zones whose impossible names nodens answers (a local
+//! NXDOMAIN carries the same SOA and negative TTL the cluster DNS would
+//! have sent), and the namespace and service nodes it denied (RFC 8020: a
+//! denied node denies every name below it).
+//!
+//! Both tables are small and bounded; they are read on cache misses only.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::wire::soa::Soa;
+
+/// Zones whose SOA is remembered: the cluster domain plus a few cloud zones.
+const MAX_ZONES: usize = 64;
+/// Denied nodes remembered at once; when full, expired ones are dropped,
+/// and a new node is not remembered if none had expired.
+const MAX_DENIED_NODES: usize = 4096;
+
+/// A node the cluster DNS answered NXDOMAIN for.
+#[derive(Debug, Clone)]
+pub struct DeniedNode {
+    pub soa: Arc<Soa>,
+    expires: Instant,
+}
+
+impl DeniedNode {
+    /// Seconds the denial has left, for the TTL of a reply it makes.
+    pub fn ttl_left(&self, now: Instant) -> u32 {
+        self.expires.saturating_duration_since(now).as_secs() as u32
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Learned {
+    /// SOA records by their owner (lower-case wire form).
+    soas: Mutex<HashMap<Box<[u8]>, Arc<Soa>>>,
+    denied: Mutex<HashMap<Box<[u8]>, DeniedNode>>,
+}
+
+impl Learned {
+    /// Remembers (or refreshes) a zone's SOA.
+    pub fn learn_soa(&self, soa: Soa) {
+        let mut soas = self.soas.lock().expect("soa table");
+        if soas.len() >= MAX_ZONES && !soas.contains_key(soa.owner()) {
+            return;
+        }
+        soas.insert(soa.owner().into(), Arc::new(soa));
+    }
+
+    /// The SOA of zone `owner`, if one was learned.
+    pub fn soa(&self, owner: &[u8]) -> Option<Arc<Soa>> {
+        self.soas.lock().expect("soa table").get(owner).cloned()
+    }
+
+    /// The learned SOA of the closest zone above `name` (never the root),
+    /// given the offsets where each of its labels starts.
+    pub fn closest_soa(&self, name: &[u8]) -> Option<Arc<Soa>> {
+        let soas = self.soas.lock().expect("soa table");
+        crate::wire::name::label_starts(name)
+            .skip(1)
+            .map(|at| &name[at..])
+            .take_while(|zone| *zone != b"\x00")
+            .find_map(|zone| soas.get(zone).cloned())
+    }
+
+    /// Remembers that `node` does not exist for `ttl` from `now`.
+    pub fn deny(&self, node: &[u8], soa: Arc<Soa>, ttl: Duration, now: Instant) {
+        let mut denied = self.denied.lock().expect("denied table");
+        if denied.len() >= MAX_DENIED_NODES && !denied.contains_key(node) {
+            denied.retain(|_, d| d.expires > now);
+            if denied.len() >= MAX_DENIED_NODES {
+                return;
+            }
+        }
+        let expires = now + ttl;
+        denied.insert(node.into(), DeniedNode { soa, expires });
+    }
+
+    /// The denial of `node`, while it lasts.
+    pub fn denied(&self, node: &[u8], now: Instant) -> Option<DeniedNode> {
+        let denied = self.denied.lock().expect("denied table");
+        denied.get(node).filter(|d| d.expires > now).cloned()
+    }
+
+    /// Forgets a denial (the node was found to exist after all).
+    pub fn undeny(&self, node: &[u8]) {
+        self.denied.lock().expect("denied table").remove(node);
+    }
+
+    /// Denied nodes held now, expired ones included until they are pruned.
+    pub fn denied_count(&self) -> usize {
+        self.denied.lock().expect("denied table").len()
+    }
+}

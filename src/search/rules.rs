@@ -1,0 +1,432 @@
+//! Which names under the cluster domain (and under configured cloud
+//! suffixes) cannot exist, so that the search-list expansions a pod's
+//! resolver sends for an external name are answered NXDOMAIN at once.
+//!
+//! The rules follow the Kubernetes DNS specification (kubernetes/dns
+//! docs/specification.md) and what CoreDNS's `kubernetes` plugin answers
+//! (`parseRequest` and `findServices`/`findPods` in plugin/kubernetes),
+//! and are checked against it in tests/cluster_schema.rs. Under the zone
+//! `Z`, CoreDNS serves only:
+//!
+//! - `Z` itself, `dns-version.Z` (TXT) and `ns.dns.Z` (its own address);
+//! - `svc.Z`, `<ns>.svc.Z`, `<svc>.<ns>.svc.Z`,
+//!   `<endpoint>.<svc>.<ns>.svc.Z`, `_<port>._<proto>.<svc>.<ns>.svc.Z`;
+//! - `pod.Z`, `<ns>.pod.Z`, `<a-b-c-d>.<ns>.pod.Z` (and, because the pod
+//!   lookup ignores the labels left of the pod, up to two more labels).
+//!
+//! Everything else it answers NXDOMAIN, and so may nodens, without asking.
+//! A rule errs towards forwarding: a name is ruled out only when no
+//! configuration of the `kubernetes` plugin could answer it (but see
+//! [`Rule::SvcPortShape`] and multicluster).
+
+use super::names::{labels_left_of, suffix_at};
+
+/// A reason a name cannot exist; the `rule` label of
+/// `nodens_search_local_nxdomain_total`, and what `disable_rules` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rule {
+    /// The label left of the cluster domain is not `svc`, `pod`,
+    /// `dns-version` or `dns`: `api.example.com.cluster.local`.
+    ZoneChild,
+    /// Below `dns-version.Z`, or below `dns.Z` other than `ns.dns.Z`.
+    ReservedName,
+    /// Five or more labels left of `svc` or `pod`.
+    TooManyLabels,
+    /// Four labels left of `svc` whose second is not a protocol (`tcp`,
+    /// `udp`, `sctp`, with or without its underscore):
+    /// `api.example.com.<ns>.svc.Z`. CoreDNS reads those four labels as
+    /// port and protocol, and no Service port has another protocol. In a
+    /// multicluster zone they may be `<endpoint>.<cluster-id>` instead:
+    /// switch this rule off there.
+    SvcPortShape,
+    /// More labels left of a configured cloud suffix than its names have.
+    CloudSuffix,
+}
+
+impl Rule {
+    pub const ALL: [Rule; 5] = [
+        Rule::ZoneChild,
+        Rule::ReservedName,
+        Rule::TooManyLabels,
+        Rule::SvcPortShape,
+        Rule::CloudSuffix,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Rule::ZoneChild => "zone_child",
+            Rule::ReservedName => "reserved_name",
+            Rule::TooManyLabels => "too_many_labels",
+            Rule::SvcPortShape => "svc_port_shape",
+            Rule::CloudSuffix => "cloud_suffix",
+        }
+    }
+
+    fn bit(self) -> u8 {
+        1 << self as u8
+    }
+}
+
+/// A cloud DNS suffix whose names have at most `max_labels` labels left of
+/// it: AKS's `internal.cloudapp.net` (`<vm>.<vnet-id>.<region>`: 3), GCE's
+/// `c.<project>.internal` (`<vm>.<zone>`: 2) and `google.internal`
+/// (`metadata`: 1). A `*` label matches any one label.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloudSuffix {
+    /// Labels left to right, lower case; `None` for `*`.
+    labels: Vec<Option<Box<[u8]>>>,
+    max_labels: usize,
+}
+
+impl CloudSuffix {
+    /// `suffix` in text form ("c.*.internal"), already checked to be a name.
+    pub fn new(suffix: &str, max_labels: usize) -> CloudSuffix {
+        let labels = suffix
+            .trim_end_matches('.')
+            .split('.')
+            .filter(|l| !l.is_empty())
+            .map(|l| (l != "*").then(|| l.to_ascii_lowercase().into_bytes().into()))
+            .collect();
+        CloudSuffix { labels, max_labels }
+    }
+
+    /// The labels of `name` left of this suffix, if the name is under it.
+    fn labels_left(&self, name: &[u8]) -> Option<usize> {
+        let labels = labels_left_of(name, b"\x00");
+        if labels.len() <= self.labels.len() {
+            return None;
+        }
+        let left = labels.len() - self.labels.len();
+        let matches = self
+            .labels
+            .iter()
+            .zip(&labels[left..])
+            .all(|(want, have)| want.as_deref().is_none_or(|w| w == have.text));
+        matches.then_some(left)
+    }
+}
+
+/// The compiled `[cluster]` section: the rules in force.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterRules {
+    /// The cluster domain, lower-case wire form.
+    domain: Box<[u8]>,
+    local_nxdomain: bool,
+    nxdomain_cut: bool,
+    /// Bits of [`Rule`]s switched off.
+    disabled: u8,
+    /// Names (wire form) at and below which nothing is answered locally.
+    exceptions: Vec<Box<[u8]>>,
+    cloud_suffixes: Vec<CloudSuffix>,
+}
+
+impl ClusterRules {
+    /// `domain` is the cluster domain in lower-case wire form.
+    pub fn new(
+        domain: Vec<u8>,
+        local_nxdomain: bool,
+        nxdomain_cut: bool,
+        disabled: &[Rule],
+        exceptions: Vec<Vec<u8>>,
+        cloud_suffixes: Vec<CloudSuffix>,
+    ) -> ClusterRules {
+        ClusterRules {
+            domain: domain.into(),
+            local_nxdomain,
+            nxdomain_cut,
+            disabled: disabled.iter().fold(0, |bits, r| bits | r.bit()),
+            exceptions: exceptions.into_iter().map(Into::into).collect(),
+            cloud_suffixes,
+        }
+    }
+
+    pub fn domain(&self) -> &[u8] {
+        &self.domain
+    }
+
+    fn on(&self, rule: Rule) -> bool {
+        self.local_nxdomain && self.disabled & rule.bit() == 0
+    }
+
+    fn excepted(&self, name: &[u8]) -> bool {
+        self.exceptions.iter().any(|e| suffix_at(name, e).is_some())
+    }
+
+    /// The rule that rules `name` (lower-case wire form) out, if one does.
+    pub fn cannot_exist(&self, name: &[u8]) -> Option<Rule> {
+        if !self.local_nxdomain || self.excepted(name) {
+            return None;
+        }
+        if suffix_at(name, &self.domain).is_some() {
+            return self.cluster_rule(name).filter(|r| self.on(*r));
+        }
+        if self.on(Rule::CloudSuffix) {
+            let too_long = |s: &CloudSuffix| s.labels_left(name).is_some_and(|n| n > s.max_labels);
+            if self.cloud_suffixes.iter().any(too_long) {
+                return Some(Rule::CloudSuffix);
+            }
+        }
+        None
+    }
+
+    /// The schema rules for a name at or below the cluster domain.
+    fn cluster_rule(&self, name: &[u8]) -> Option<Rule> {
+        let labels = labels_left_of(name, &self.domain);
+        let (kind, left) = labels.split_last()?;
+        match kind.text {
+            b"svc" | b"pod" if left.len() >= 5 => Some(Rule::TooManyLabels),
+            b"svc" if left.len() == 4 => {
+                let protocol = left[1].text;
+                let protocol = protocol.strip_prefix(b"_").unwrap_or(protocol);
+                let known = [&b""[..], b"tcp", b"udp", b"sctp"].contains(&protocol);
+                (!known).then_some(Rule::SvcPortShape)
+            }
+            b"svc" | b"pod" => None,
+            b"dns-version" => (!left.is_empty()).then_some(Rule::ReservedName),
+            b"dns" => match left {
+                [] => None,
+                [only] if only.text == b"ns" => None,
+                _ => Some(Rule::ReservedName),
+            },
+            _ => Some(Rule::ZoneChild),
+        }
+    }
+
+    /// Whether a negative answer for `name` may teach the SOA that local
+    /// answers carry: for the cluster domain, only the domain's own SOA;
+    /// under a cloud suffix, the SOA of any zone above the name but the root.
+    pub fn may_learn_soa(&self, name: &[u8], soa_owner: &[u8]) -> bool {
+        if !self.local_nxdomain || soa_owner == b"\x00" {
+            return false;
+        }
+        if suffix_at(name, &self.domain).is_some() {
+            return soa_owner == &*self.domain;
+        }
+        self.cloud_suffixes
+            .iter()
+            .any(|s| s.labels_left(name).is_some())
+            && suffix_at(name, soa_owner).is_some()
+    }
+
+    /// Where in `name` the nodes start whose cached NXDOMAIN also denies
+    /// `name` (RFC 8020): its namespace node (`<ns>.svc.Z`, `<ns>.pod.Z`)
+    /// and service node (`<svc>.<ns>.svc.Z`), when `name` is below them.
+    /// Only these: CoreDNS answers NXDOMAIN for some nodes that have names
+    /// below them (`dns.Z` above `ns.dns.Z`, `_tcp.<svc>.<ns>.svc.Z` above
+    /// the SRV names), so a cut anywhere else would deny names that exist.
+    pub fn cut_points(&self, name: &[u8]) -> impl Iterator<Item = usize> {
+        let mut points = [None, None];
+        if self.nxdomain_cut && !self.excepted(name) && suffix_at(name, &self.domain).is_some() {
+            let labels = labels_left_of(name, &self.domain);
+            if let Some((kind, left)) = labels.split_last() {
+                let n = left.len();
+                if (kind.text == b"svc" || kind.text == b"pod") && n >= 2 {
+                    points[0] = Some(left[n - 1].at);
+                }
+                if kind.text == b"svc" && n >= 3 {
+                    points[1] = Some(left[n - 2].at);
+                }
+            }
+        }
+        points.into_iter().flatten()
+    }
+
+    /// Whether an NXDOMAIN for `name` is one [`ClusterRules::cut_points`]
+    /// would use.
+    pub fn is_cut_node(&self, name: &[u8]) -> bool {
+        if !self.nxdomain_cut || suffix_at(name, &self.domain).is_none() || self.excepted(name) {
+            return false;
+        }
+        let labels = labels_left_of(name, &self.domain);
+        matches!(labels.split_last(), Some((kind, left))
+            if (kind.text == b"svc" && (left.len() == 1 || left.len() == 2))
+                || (kind.text == b"pod" && left.len() == 1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::name::from_text;
+
+    fn rules() -> ClusterRules {
+        ClusterRules::new(
+            from_text("cluster.local").unwrap(),
+            true,
+            true,
+            &[],
+            vec![from_text("legacy.cluster.local").unwrap()],
+            vec![
+                CloudSuffix::new("internal.cloudapp.net", 3),
+                CloudSuffix::new("c.*.internal", 2),
+                CloudSuffix::new("google.internal", 1),
+            ],
+        )
+    }
+
+    fn verdict(r: &ClusterRules, name: &str) -> Option<Rule> {
+        r.cannot_exist(&from_text(name).unwrap())
+    }
+
+    #[test]
+    fn every_form_of_the_specification_may_exist() {
+        let r = rules();
+        for name in [
+            "cluster.local",
+            "svc.cluster.local",
+            "pod.cluster.local",
+            "dns-version.cluster.local",
+            "dns.cluster.local",
+            "ns.dns.cluster.local",
+            "team-a.svc.cluster.local",
+            "web.team-a.svc.cluster.local",
+            "db-0.db.team-a.svc.cluster.local",
+            "10-1-0-6.db.team-a.svc.cluster.local",
+            "_tcp.web.team-a.svc.cluster.local",
+            "_http._tcp.web.team-a.svc.cluster.local",
+            "http.tcp.web.team-a.svc.cluster.local",
+            "_dns._UDP.web.team-a.svc.cluster.local",
+            "_x._sctp.web.team-a.svc.cluster.local",
+            "team-a.pod.cluster.local",
+            "10-1-0-9.team-a.pod.cluster.local",
+            "x.10-1-0-9.team-a.pod.cluster.local",
+            "x.y.10-1-0-9.team-a.pod.cluster.local",
+            // other zones are not the schema's business
+            "api.example.com",
+            "cluster.local.example.com",
+            "local",
+            "vm1.abcd.bx.internal.cloudapp.net",
+            "vm1.us-central1-a.c.my-project.internal",
+            "metadata.google.internal",
+        ] {
+            let wire = from_text(name).unwrap().to_ascii_lowercase();
+            assert_eq!(r.cannot_exist(&wire), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn search_list_junk_is_ruled_out() {
+        let r = rules();
+        let cases = [
+            ("api.example.com.cluster.local", Rule::ZoneChild),
+            ("foo.bar.cluster.local", Rule::ZoneChild),
+            ("x.dns-version.cluster.local", Rule::ReservedName),
+            ("x.dns.cluster.local", Rule::ReservedName),
+            ("a.ns.dns.cluster.local", Rule::ReservedName),
+            (
+                "api.example.com.team-a.svc.cluster.local",
+                Rule::SvcPortShape,
+            ),
+            ("a.b.c.d.e.svc.cluster.local", Rule::TooManyLabels),
+            ("a.b.c.d.e.pod.cluster.local", Rule::TooManyLabels),
+            (
+                "api.example.com.abcd.bx.internal.cloudapp.net",
+                Rule::CloudSuffix,
+            ),
+            ("api.example.com.c.my-project.internal", Rule::CloudSuffix),
+            ("api.example.com.google.internal", Rule::CloudSuffix),
+        ];
+        for (name, rule) in cases {
+            assert_eq!(verdict(&r, name), Some(rule), "{name}");
+        }
+    }
+
+    #[test]
+    fn exceptions_and_switches() {
+        let r = rules();
+        assert_eq!(verdict(&r, "a.b.legacy.cluster.local"), None);
+        assert_eq!(verdict(&r, "legacy.cluster.local"), None);
+        let off = ClusterRules::new(
+            from_text("cluster.local").unwrap(),
+            true,
+            true,
+            &[Rule::SvcPortShape, Rule::CloudSuffix],
+            vec![],
+            vec![CloudSuffix::new("google.internal", 1)],
+        );
+        assert_eq!(verdict(&off, "api.example.com.ns.svc.cluster.local"), None);
+        assert_eq!(verdict(&off, "a.b.google.internal"), None);
+        assert_eq!(
+            verdict(&off, "api.example.com.cluster.local"),
+            Some(Rule::ZoneChild)
+        );
+        let none = ClusterRules::new(
+            from_text("cluster.local").unwrap(),
+            false,
+            true,
+            &[],
+            vec![],
+            vec![],
+        );
+        assert_eq!(verdict(&none, "api.example.com.cluster.local"), None);
+    }
+
+    #[test]
+    fn custom_cluster_domain() {
+        let r = ClusterRules::new(
+            from_text("k8s.corp.example").unwrap(),
+            true,
+            true,
+            &[],
+            vec![],
+            vec![],
+        );
+        assert_eq!(
+            verdict(&r, "api.example.com.k8s.corp.example"),
+            Some(Rule::ZoneChild)
+        );
+        assert_eq!(verdict(&r, "web.ns.svc.k8s.corp.example"), None);
+        assert_eq!(verdict(&r, "api.example.com.cluster.local"), None);
+    }
+
+    #[test]
+    fn cut_points_are_namespace_and_service_nodes() {
+        let r = rules();
+        let points = |name: &str| {
+            let wire = from_text(name).unwrap();
+            r.cut_points(&wire)
+                .map(|at| crate::wire::name::to_text(&wire[at..]))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            points("api.example.com.svc.cluster.local"),
+            ["com.svc.cluster.local.", "example.com.svc.cluster.local."]
+        );
+        assert_eq!(
+            points("_http._tcp.web.team-a.svc.cluster.local"),
+            ["team-a.svc.cluster.local.", "web.team-a.svc.cluster.local."]
+        );
+        assert_eq!(
+            points("x.team-a.pod.cluster.local"),
+            ["team-a.pod.cluster.local."]
+        );
+        assert!(points("web.team-a.svc.cluster.local").len() == 1);
+        assert!(points("team-a.svc.cluster.local").is_empty());
+        assert!(points("ns.dns.cluster.local").is_empty());
+        assert!(points("api.example.com").is_empty());
+        let node = |n: &str| r.is_cut_node(&from_text(n).unwrap());
+        assert!(node("com.svc.cluster.local"));
+        assert!(node("example.com.svc.cluster.local"));
+        assert!(node("team-a.pod.cluster.local"));
+        assert!(!node("dns.cluster.local"));
+        assert!(!node("_tcp.web.team-a.svc.cluster.local"));
+        assert!(!node("svc.cluster.local"));
+        assert!(!node("x.team-a.pod.cluster.local"));
+    }
+
+    #[test]
+    fn soa_learning_is_bounded_to_the_zone() {
+        let r = rules();
+        let w = |n: &str| from_text(n).unwrap();
+        assert!(r.may_learn_soa(&w("x.cluster.local"), &w("cluster.local")));
+        assert!(!r.may_learn_soa(&w("x.cluster.local"), &w("local")));
+        assert!(!r.may_learn_soa(&w("x.cluster.local"), &w(".")));
+        assert!(r.may_learn_soa(
+            &w("a.b.c.d.internal.cloudapp.net"),
+            &w("internal.cloudapp.net")
+        ));
+        assert!(!r.may_learn_soa(&w("a.b.c.d.internal.cloudapp.net"), &w("other.net")));
+        assert!(!r.may_learn_soa(&w("api.example.com"), &w("com")));
+    }
+}

@@ -1,0 +1,107 @@
+//! The local-answer stage, between the cache and upstream: a name the
+//! cluster DNS schema rules out, or one below a namespace or Service the
+//! cluster DNS has just denied (RFC 8020), is answered NXDOMAIN here with
+//! the zone's SOA, without an upstream query. This is where most of the
+//! `ndots:5` search-list expansions of an external name end.
+//!
+//! Only on a miss: the hit path pays nothing for it. A rule fires only
+//! once the cluster DNS has sent the zone's SOA (learned in [`learn`]), so
+//! the answer is the one it would have given, SOA and negative TTL alike.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::hit::Request;
+use super::metrics::RuleLabels;
+use super::{Shared, reply_limit};
+use crate::cache::{Entry, Key, Kind};
+use crate::search::ClusterRules;
+use crate::search::names::suffix_at;
+use crate::upstream::Zone;
+use crate::wire::response::Layout;
+use crate::wire::soa::Soa;
+use crate::wire::{build, class, rcode};
+
+impl Shared {
+    /// Writes a local NXDOMAIN into `out` when the name cannot exist.
+    pub(super) fn answer_locally(&self, request: &Request<'_, '_>, out: &mut Vec<u8>) -> bool {
+        if request.query.qclass != class::IN {
+            return false;
+        }
+        let rules = &request.settings.cluster;
+        let name = request.key.name;
+        let limit = reply_limit(request.proto, request.query, request.settings);
+        if let Some(rule) = rules.cannot_exist(name) {
+            let soa = if suffix_at(name, rules.domain()).is_some() {
+                self.learned.soa(rules.domain())
+            } else {
+                self.learned.closest_soa(name)
+            };
+            let Some(soa) = soa else {
+                self.metrics.rule_without_soa.inc();
+                return false;
+            };
+            let ttl = soa.negative_ttl().min(request.zone.ttl.negative_max_ttl);
+            build::nxdomain(request.query, &soa, ttl, limit, out);
+            self.metrics
+                .local_nxdomain
+                .get(&RuleLabels { rule: rule.name() })
+                .inc();
+            self.count_local_reply(request, out);
+            return true;
+        }
+        let now = request.started;
+        for at in rules.cut_points(name) {
+            if let Some(denied) = self.learned.denied(&name[at..], now) {
+                build::nxdomain(request.query, &denied.soa, denied.ttl_left(now), limit, out);
+                self.metrics.nxdomain_cuts.inc();
+                self.count_local_reply(request, out);
+                return true;
+            }
+        }
+        false
+    }
+
+    fn count_local_reply(&self, request: &Request<'_, '_>, out: &[u8]) {
+        let seconds = request.started.elapsed().as_secs_f64();
+        request
+            .stats
+            .reply(request.proto, rcode::NXDOMAIN, false, out.len(), seconds);
+    }
+
+    /// What an upstream answer teaches the local-answer stage: the zone's
+    /// SOA from a negative answer, and the NXDOMAIN of a namespace or
+    /// Service node (or that such a node exists after all).
+    pub(super) fn learn(
+        &self,
+        rules: &ClusterRules,
+        key: &Key,
+        zone: &Zone,
+        entry: &Entry,
+        response: (&[u8], &Layout),
+    ) {
+        let name = key.name();
+        if key.qclass() != class::IN || entry.kind == Kind::Failure {
+            return;
+        }
+        let (msg, layout) = response;
+        let denied = entry.rcode == rcode::NXDOMAIN && layout.answer_count == 0;
+        if !denied && rules.is_cut_node(name) {
+            self.learned.undeny(name);
+        }
+        if entry.kind != Kind::Denial || layout.answer_count > 0 {
+            return;
+        }
+        let Some(soa) = layout.authority_soa.and_then(|at| Soa::read(msg, at)) else {
+            return;
+        };
+        if rules.may_learn_soa(name, soa.owner()) {
+            self.learned.learn_soa(soa.clone());
+        }
+        if denied && rules.is_cut_node(name) && soa.owner() == rules.domain() {
+            let ttl = soa.negative_ttl().min(zone.ttl.negative_max_ttl);
+            let ttl = Duration::from_secs(ttl.into());
+            self.learned.deny(name, Arc::new(soa), ttl, Instant::now());
+        }
+    }
+}

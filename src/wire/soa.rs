@@ -1,0 +1,183 @@
+//! An SOA record lifted out of an upstream response, its names written out
+//! in full, so nodens can put it in negative answers it makes itself
+//! (RFC 2308 section 3: an NXDOMAIN carries the zone's SOA, whose TTL and
+//! MINIMUM tell the client how long to cache the denial).
+
+use super::name::{MAX_NAME_LEN, NameError};
+use super::{HEADER_LEN, read_u16, read_u32, rtype};
+
+/// Compression pointers followed while reading one name: more means a loop.
+const MAX_POINTERS: usize = 64;
+
+/// An SOA record with uncompressed names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Soa {
+    /// The zone, as an uncompressed wire name folded to lower case.
+    owner: Box<[u8]>,
+    class: u16,
+    ttl: u32,
+    /// MNAME and RNAME uncompressed, then the five 32-bit fields.
+    rdata: Box<[u8]>,
+}
+
+impl Soa {
+    /// Reads the SOA record that starts at `at` in `msg` (an owner name, then
+    /// type, class, TTL, RDLENGTH, RDATA). `None` if it is not a well-formed
+    /// SOA record.
+    pub fn read(msg: &[u8], at: usize) -> Option<Soa> {
+        let mut owner = Vec::with_capacity(32);
+        let at = expand_name(msg, at, &mut owner).ok()?;
+        let fixed = msg.get(at..at + 10)?;
+        if read_u16(fixed, 0) != rtype::SOA {
+            return None;
+        }
+        let class = read_u16(fixed, 2);
+        let ttl = read_u32(fixed, 4);
+        let rdata_start = at + 10;
+        let rdata_end = rdata_start + read_u16(fixed, 8) as usize;
+        if rdata_end > msg.len() {
+            return None;
+        }
+        let mut rdata = Vec::with_capacity(64);
+        let after_mname = expand_name(msg, rdata_start, &mut rdata).ok()?;
+        let after_rname = expand_name(msg, after_mname, &mut rdata).ok()?;
+        if after_rname + 20 != rdata_end {
+            return None;
+        }
+        rdata.extend_from_slice(&msg[after_rname..rdata_end]);
+        owner.make_ascii_lowercase();
+        Some(Soa {
+            owner: owner.into(),
+            class,
+            ttl,
+            rdata: rdata.into(),
+        })
+    }
+
+    /// The zone this SOA is the apex of (lower case, uncompressed wire form).
+    pub fn owner(&self) -> &[u8] {
+        &self.owner
+    }
+
+    /// How long a denial under this zone may be cached: the smaller of the
+    /// record's TTL and its MINIMUM field (RFC 2308 section 5).
+    pub fn negative_ttl(&self) -> u32 {
+        let minimum = read_u32(&self.rdata, self.rdata.len() - 4);
+        self.ttl.min(minimum)
+    }
+
+    /// Appends the record to `out` with `ttl` as its TTL.
+    pub fn write(&self, ttl: u32, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.owner);
+        out.extend_from_slice(&rtype::SOA.to_be_bytes());
+        out.extend_from_slice(&self.class.to_be_bytes());
+        out.extend_from_slice(&ttl.to_be_bytes());
+        out.extend_from_slice(&(self.rdata.len() as u16).to_be_bytes());
+        out.extend_from_slice(&self.rdata);
+    }
+
+    /// The bytes [`Soa::write`] appends.
+    pub fn wire_len(&self) -> usize {
+        self.owner.len() + 10 + self.rdata.len()
+    }
+}
+
+/// Appends the possibly compressed name at `start` to `out` uncompressed
+/// and returns the offset just past it in `msg`. Pointers must point
+/// backwards and past the header.
+pub fn expand_name(msg: &[u8], start: usize, out: &mut Vec<u8>) -> Result<usize, NameError> {
+    let mut at = start;
+    let mut end = None;
+    let mut written = 0usize;
+    let mut pointers = 0;
+    loop {
+        let len = *msg.get(at).ok_or(NameError::Truncated)? as usize;
+        match len & 0xc0 {
+            0x00 => {
+                let label = msg.get(at..at + 1 + len).ok_or(NameError::Truncated)?;
+                written += label.len();
+                if written > MAX_NAME_LEN {
+                    return Err(NameError::NameTooLong);
+                }
+                out.extend_from_slice(label);
+                at += 1 + len;
+                if len == 0 {
+                    return Ok(end.unwrap_or(at));
+                }
+            }
+            0xc0 => {
+                let second = *msg.get(at + 1).ok_or(NameError::Truncated)? as usize;
+                let target = ((len & 0x3f) << 8) | second;
+                if target >= at || target < HEADER_LEN {
+                    return Err(NameError::BadPointer);
+                }
+                pointers += 1;
+                if pointers > MAX_POINTERS {
+                    return Err(NameError::BadPointer);
+                }
+                end.get_or_insert(at + 2);
+                at = target;
+            }
+            _ => return Err(NameError::ReservedLabelType),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A response for `x.cluster.local. A` with the SOA of cluster.local in
+    /// the authority section, its names compressed against the question.
+    fn nxdomain_with_soa() -> Vec<u8> {
+        let mut m = vec![0, 1, 0x81, 0x83, 0, 1, 0, 0, 0, 1, 0, 0];
+        m.extend(b"\x01x\x07cluster\x05local\x00\x00\x01\x00\x01");
+        // owner: pointer to "cluster.local" at offset 14
+        m.extend([0xc0, 14]);
+        m.extend([0, 6, 0, 1, 0, 0, 0, 30]);
+        let rdata_at = m.len();
+        m.extend([0, 0]);
+        m.extend(b"\x02ns\x03dns\xc0\x0e"); // ns.dns.cluster.local
+        m.extend(b"\x0ahostmaster\xc0\x0e");
+        for v in [1u32, 7200, 1800, 86400, 5] {
+            m.extend(v.to_be_bytes());
+        }
+        let rdlen = (m.len() - rdata_at - 2) as u16;
+        m[rdata_at..rdata_at + 2].copy_from_slice(&rdlen.to_be_bytes());
+        m
+    }
+
+    #[test]
+    fn reads_compressed_soa_and_writes_it_whole() {
+        let msg = nxdomain_with_soa();
+        let soa = Soa::read(&msg, 12 + 21).expect("an SOA");
+        assert_eq!(soa.owner(), b"\x07cluster\x05local\x00");
+        assert_eq!(soa.negative_ttl(), 5);
+        let mut out = Vec::new();
+        soa.write(5, &mut out);
+        assert_eq!(out.len(), soa.wire_len());
+        // The written record reads back the same without the message.
+        let mut framed = vec![0; 12];
+        framed.extend(&out);
+        let again = Soa::read(&framed, 12).unwrap();
+        assert_eq!(again.owner(), soa.owner());
+        assert_eq!(again.rdata, soa.rdata);
+        assert_eq!(again.ttl, 5);
+    }
+
+    #[test]
+    fn refuses_what_is_not_a_whole_soa() {
+        let msg = nxdomain_with_soa();
+        // The question is not an SOA record.
+        assert!(Soa::read(&msg, 12).is_none());
+        // Cut short anywhere: never a panic, never an SOA.
+        for cut in 12..msg.len() {
+            assert!(Soa::read(&msg[..cut], 33).is_none(), "cut at {cut}");
+        }
+        // A forward pointer is refused.
+        let mut bad = msg.clone();
+        let at = 33 + 2 + 10 + 7; // the pointer inside MNAME
+        bad[at + 1] = 200;
+        assert!(Soa::read(&bad, 33).is_none());
+    }
+}
