@@ -52,6 +52,7 @@ pub(super) fn emit(plan: &Plan, options: &Options) -> String {
     server(w, plan, options);
     cache(w, plan);
     metrics(w, plan);
+    cluster(w, options);
     for zone in &plan.zones {
         self::zone(w, zone);
     }
@@ -81,6 +82,24 @@ fn server(w: &mut String, plan: &Plan, options: &Options) {
              [node]\nsetup = true"
         );
     }
+}
+
+/// The cluster domain of `[cluster]` (local NXDOMAIN for names the
+/// Kubernetes DNS schema rules out), when it is not the default.
+fn cluster(w: &mut String, options: &Options) {
+    let Some(domain) = options.domain.as_deref() else {
+        return;
+    };
+    let domain = domain.trim_end_matches('.');
+    if domain.eq_ignore_ascii_case("cluster.local") {
+        return;
+    }
+    let _ = writeln!(
+        w,
+        "\n# __PILLAR__DNS__DOMAIN__: names under it that cannot exist are answered locally.\n\
+         [cluster]\ndomain = {}",
+        quote(domain)
+    );
 }
 
 fn cache(w: &mut String, plan: &Plan) {

@@ -102,6 +102,23 @@ setup = true
 interface = {{ .Values.node.interface | toJson }}
 backend = {{ .Values.node.backend | toJson }}
 reconcile_interval = {{ .Values.node.reconcileInterval | toJson }}
+
+[cluster]
+domain = {{ .Values.clusterDomain | toJson }}
+local_nxdomain = {{ .Values.search.localNxdomain }}
+nxdomain_cut = {{ .Values.search.nxdomainCut }}
+{{- with .Values.search.exceptions }}
+exceptions = {{ toJson . }}
+{{- end }}
+{{- with .Values.search.disableRules }}
+disable_rules = {{ toJson . }}
+{{- end }}
+{{- range .Values.search.cloudSuffixes }}
+
+[[cluster.cloud_suffix]]
+suffix = {{ .suffix | toJson }}
+max_labels = {{ .maxLabels | int }}
+{{- end }}
 {{ include "nodens.clusterZone" (list .Values.clusterDomain .Values) }}
 {{- range .Values.upstream.reverseZones }}
 {{ include "nodens.clusterZone" (list . $.Values) }}
