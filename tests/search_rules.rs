@@ -295,14 +295,149 @@ fn a_denied_namespace_or_service_denies_the_names_below_it() {
     assert_eq!(core.count_queries("nope.team-a.svc.cluster.local.", "A"), 1);
     assert_eq!(nodens.metric("nodens_search_nxdomain_cut_total", &[]), 3.0);
 
-    // The cut lasts as long as the denial would be cached (MINIMUM 3 s).
+    // The cut lasts as long as the denial would be cached (MINIMUM 3 s);
+    // then the namespace node is asked again before the name itself.
     sleep_until(start, Duration::from_millis(3300));
     let later = udp_query(
         nodens.dns,
         &Q::new("www.example.com.svc.cluster.local.", Rt::A),
     );
     assert_eq!(later.rcode(), rcode::NXDOMAIN);
-    core.wait_queries("www.example.com.svc.cluster.local.", "A", 1, secs(5));
+    core.wait_queries("com.svc.cluster.local.", "A", 2, secs(5));
+    core.sync_log();
+    assert_eq!(
+        core.count_queries("www.example.com.svc.cluster.local.", "A"),
+        0
+    );
+    assert_eq!(
+        nodens.metric(
+            "nodens_search_namespace_checks_total",
+            &[("result", "denied")]
+        ),
+        1.0
+    );
+}
+
+/// `example.com` for the final name of a lookup.
+fn external_zone() -> String {
+    zone_file(
+        "example.com.",
+        "api 300 IN A 192.0.2.80\napi 300 IN AAAA 2001:db8::80\n",
+    )
+}
+
+/// A pod in namespace team-a looks up `api.example.com` the way glibc does
+/// with `search team-a.svc.cluster.local svc.cluster.local cluster.local
+/// abcd.bx.internal.cloudapp.net` and `ndots:5`: A and AAAA of each
+/// expansion in turn.
+fn pod_lookup(nodens: &Nodens) -> Vec<(Reply, Reply)> {
+    let expansions = [
+        "api.example.com.team-a.svc.cluster.local.",
+        "api.example.com.svc.cluster.local.",
+        "api.example.com.cluster.local.",
+        "api.example.com.abcd.bx.internal.cloudapp.net.",
+        "api.example.com.",
+    ];
+    expansions
+        .iter()
+        .map(|name| {
+            (
+                udp_query(nodens.dns, &Q::new(name, Rt::A)),
+                udp_query(nodens.dns, &Q::new(name, Rt::AAAA)),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_first_expansion_resolves_the_later_ones_ahead() {
+    let net = Net::alloc();
+    let core = CoreDns::start(
+        net.upstream(0),
+        &[
+            ("cluster.local.", cluster_zone()),
+            ("internal.cloudapp.net.", cloud_zone()),
+            ("example.com.", external_zone()),
+        ],
+    );
+    let cluster =
+        format!("[cluster]\nsearch_domains = [\"abcd.bx.internal.cloudapp.net\"]\n{CLOUD_SUFFIX}");
+    let start = |net: &Net, extra: &str| {
+        // `extra` goes into [cluster], before the cloud suffix table.
+        let text = cluster.replacen("[cluster]\n", &format!("[cluster]\n{extra}"), 1);
+        Nodens::start(
+            &Cfg::new(net)
+                .zone(Zone::new("cluster.local.", &[core.addr]))
+                .zone(Zone::new("internal.cloudapp.net.", &[core.addr]))
+                .zone(Zone::new("example.com.", &[core.addr]))
+                .raw(&text),
+        )
+    };
+    let nodens = start(&net, "");
+    // The zones' SOAs, as any earlier lookup on the node would have taught.
+    udp_query(nodens.dns, &Q::new("x.y.cluster.local.", Rt::A));
+    udp_query(
+        nodens.dns,
+        &Q::new("a.b.c.d.abcd.bx.internal.cloudapp.net.", Rt::A),
+    );
+    core.wait_queries("a.b.c.d.abcd.bx.internal.cloudapp.net.", "A", 1, secs(5));
+    core.sync_log();
+    let before = core.queries().len();
+
+    // The first expansion: answered locally, and the rest worked ahead.
+    let first = udp_query(
+        nodens.dns,
+        &Q::new("api.example.com.team-a.svc.cluster.local.", Rt::A),
+    );
+    assert_eq!(first.rcode(), rcode::NXDOMAIN);
+    core.wait_queries("api.example.com.", "A", 1, secs(5));
+    let replies = pod_lookup(&nodens);
+    let (a, aaaa) = &replies[4];
+    assert_eq!(a.a(), [ipv4("192.0.2.80")]);
+    assert_eq!(aaaa.rcode(), rcode::NOERROR);
+    for (name_a, name_aaaa) in &replies[..4] {
+        assert_eq!(name_a.rcode(), rcode::NXDOMAIN);
+        assert_eq!(name_aaaa.rcode(), rcode::NXDOMAIN);
+    }
+    core.sync_log();
+    let asked: Vec<String> = core.queries()[before..]
+        .iter()
+        .filter(|q| !q.name.starts_with("_sync"))
+        .map(|q| format!("{} {}", q.name, q.qtype))
+        .collect();
+    // The namespace `com` once, the final name's A and AAAA: nothing else.
+    assert!(
+        asked.len() <= 3,
+        "upstream queries for one lookup: {asked:?}"
+    );
+    assert!(
+        asked.contains(&"com.svc.cluster.local. A".to_string()),
+        "{asked:?}"
+    );
+    assert_eq!(core.count_queries("api.example.com.", "A"), 1);
+    assert!(nodens.metric("nodens_search_speculation_sent_total", &[]) >= 1.0);
+    assert!(nodens.metric("nodens_search_speculation_used_total", &[]) >= 1.0);
+
+    // Without speculation the client gets the same answers, one by one.
+    let net_b = Net::alloc();
+    let plain = start(&net_b, "speculate = false\n");
+    udp_query(plain.dns, &Q::new("x.y.cluster.local.", Rt::A));
+    udp_query(
+        plain.dns,
+        &Q::new("a.b.c.d.abcd.bx.internal.cloudapp.net.", Rt::A),
+    );
+    let without = pod_lookup(&plain);
+    for ((a1, b1), (a2, b2)) in replies.iter().zip(&without) {
+        for (x, y) in [(a1, a2), (b1, b2)] {
+            assert_eq!(x.rcode(), y.rcode());
+            assert_eq!(x.answer_set(), y.answer_set());
+            assert_eq!(x.authority_set(), y.authority_set());
+        }
+    }
+    assert_eq!(
+        plain.metric("nodens_search_speculation_sent_total", &[]),
+        0.0
+    );
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! zone's policy, AA and TC cleared. The offsets of every TTL field are kept,
 //! so a hit rewrites TTLs without parsing the message again.
 
-use std::sync::atomic::{AtomicBool, AtomicU32};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::wire::build::push_opt;
@@ -60,6 +60,8 @@ pub struct Entry {
     pub hits: AtomicU32,
     /// Set once a prefetch for this entry has been started.
     pub prefetch_started: AtomicBool,
+    /// Fetched by search-list speculation and not asked for yet.
+    speculative: AtomicBool,
 }
 
 /// An entry's contents, for writing it out and reading it back.
@@ -94,6 +96,18 @@ pub struct Rendered {
 }
 
 impl Entry {
+    /// Marks an entry fetched ahead of its asker (search-list speculation).
+    pub fn mark_speculative(&self) {
+        self.speculative.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the entry was speculative and not yet taken; clears the mark.
+    /// One relaxed load on a hit for entries that never were.
+    #[inline]
+    pub fn take_speculative(&self) -> bool {
+        self.speculative.load(Ordering::Relaxed) && self.speculative.swap(false, Ordering::Relaxed)
+    }
+
     /// Prepares an upstream response for the cache. Returns the entry and
     /// whether it may be cached at all (a zero lifetime still answers the
     /// clients that waited for it).
@@ -211,6 +225,7 @@ impl Entry {
             original_ttl: ttl,
             hits: AtomicU32::new(0),
             prefetch_started: AtomicBool::new(false),
+            speculative: AtomicBool::new(false),
         }
     }
 
@@ -259,6 +274,7 @@ impl Entry {
             original_ttl: p.original_ttl,
             hits: AtomicU32::new(0),
             prefetch_started: AtomicBool::new(false),
+            speculative: AtomicBool::new(false),
         })
     }
 

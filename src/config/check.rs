@@ -51,6 +51,15 @@ impl File {
                 "cluster.domain: the root cannot be the cluster domain",
             ));
         }
+        for d in &c.search_domains {
+            if d.get_ref().0 == "." {
+                return Err(at_or_key(
+                    d.span(),
+                    &["cluster", "search_domains"],
+                    "cluster.search_domains: the root is not a search domain",
+                ));
+            }
+        }
         for s in &c.cloud_suffix {
             let text = s.suffix.get_ref();
             let labels: Vec<&str> = text.trim_end_matches('.').split('.').collect();

@@ -13,6 +13,7 @@ use super::{
     UpstreamSettings, ZonePlan, resolv_conf,
 };
 use crate::cache::TtlPolicy;
+use crate::search::rules::SearchPlan;
 use crate::search::{CloudSuffix, ClusterRules};
 use crate::wire::name;
 
@@ -127,6 +128,16 @@ impl File {
                 .map(|s| CloudSuffix::new(s.suffix.get_ref(), *s.max_labels.get_ref()))
                 .collect(),
         )
+        .with_search(SearchPlan {
+            namespace_check: c.namespace_check,
+            speculate: c.speculate,
+            search_domains: c
+                .search_domains
+                .iter()
+                .map(|d| wire(d.get_ref()).into())
+                .collect(),
+            max_speculations: c.max_speculations,
+        })
     }
 
     fn compile_zone(&self, index: usize, z: &ZoneConfig) -> Result<ZonePlan, Invalid> {

@@ -49,6 +49,17 @@ pub struct ClusterConfig {
     /// Cloud DNS suffixes in the pods' search lists, with the number of
     /// labels their names have.
     pub cloud_suffix: Vec<CloudSuffixConfig>,
+    /// Before `X.<ns>.svc.<domain>` (X of two labels or more) goes
+    /// upstream, ask whether namespace `<ns>` exists, unless known.
+    pub namespace_check: bool,
+    /// Resolve the later search-list expansions of a lookup as soon as its
+    /// first expansion arrives.
+    pub speculate: bool,
+    /// The node's search domains, which the kubelet appends to each pod's
+    /// search list, in order (the cloud domains).
+    pub search_domains: Vec<Spanned<ZoneName>>,
+    /// Speculative upstream queries in flight at most.
+    pub max_speculations: usize,
 }
 
 impl Default for ClusterConfig {
@@ -60,6 +71,10 @@ impl Default for ClusterConfig {
             disable_rules: Vec::new(),
             exceptions: Vec::new(),
             cloud_suffix: Vec::new(),
+            namespace_check: true,
+            speculate: true,
+            search_domains: Vec::new(),
+            max_speculations: 256,
         }
     }
 }

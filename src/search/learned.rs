@@ -18,6 +18,12 @@ const MAX_ZONES: usize = 64;
 /// and a new node is not remembered if none had expired.
 const MAX_DENIED_NODES: usize = 4096;
 
+/// Namespaces remembered as existing, and for how long after the last
+/// answer that showed it: a namespace lives for months, and forgetting one
+/// costs a single extra query.
+const MAX_NAMESPACES: usize = 4096;
+const NAMESPACE_MEMORY: Duration = Duration::from_secs(600);
+
 /// A node the cluster DNS answered NXDOMAIN for.
 #[derive(Debug, Clone)]
 pub struct DeniedNode {
@@ -37,6 +43,8 @@ pub struct Learned {
     /// SOA records by their owner (lower-case wire form).
     soas: Mutex<HashMap<Box<[u8]>, Arc<Soa>>>,
     denied: Mutex<HashMap<Box<[u8]>, DeniedNode>>,
+    /// Namespace nodes an answer showed to exist, with when.
+    namespaces: Mutex<HashMap<Box<[u8]>, Instant>>,
 }
 
 impl Learned {
@@ -87,6 +95,30 @@ impl Learned {
     /// Forgets a denial (the node was found to exist after all).
     pub fn undeny(&self, node: &[u8]) {
         self.denied.lock().expect("denied table").remove(node);
+    }
+
+    /// Remembers that the namespace node `node` exists (an answer other
+    /// than NXDOMAIN was given for it or a name below it).
+    pub fn namespace_seen(&self, node: &[u8], now: Instant) {
+        let mut seen = self.namespaces.lock().expect("namespace table");
+        if let Some(at) = seen.get_mut(node) {
+            *at = now;
+            return;
+        }
+        if seen.len() >= MAX_NAMESPACES {
+            seen.retain(|_, at| now.saturating_duration_since(*at) < NAMESPACE_MEMORY);
+            if seen.len() >= MAX_NAMESPACES {
+                return;
+            }
+        }
+        seen.insert(node.into(), now);
+    }
+
+    /// Whether the namespace node `node` was seen to exist lately.
+    pub fn namespace_known(&self, node: &[u8], now: Instant) -> bool {
+        let seen = self.namespaces.lock().expect("namespace table");
+        seen.get(node)
+            .is_some_and(|at| now.saturating_duration_since(*at) < NAMESPACE_MEMORY)
     }
 
     /// Denied nodes held now, expired ones included until they are pruned.

@@ -19,7 +19,7 @@
 //! configuration of the `kubernetes` plugin could answer it (but see
 //! [`Rule::SvcPortShape`] and multicluster).
 
-use super::names::{labels_left_of, suffix_at};
+use super::names::{Label, labels_left_of, suffix_at};
 
 /// A reason a name cannot exist; the `rule` label of
 /// `nodens_search_local_nxdomain_total`, and what `disable_rules` names.
@@ -107,6 +107,14 @@ impl CloudSuffix {
     }
 }
 
+/// Whether a label can be the protocol of `_<port>._<proto>`: what CoreDNS
+/// matches against a Service port's protocol once it strips one underscore
+/// (an empty one matches any).
+fn is_protocol(label: &[u8]) -> bool {
+    let protocol = label.strip_prefix(b"_").unwrap_or(label);
+    [&b""[..], b"tcp", b"udp", b"sctp"].contains(&protocol)
+}
+
 /// The compiled `[cluster]` section: the rules in force.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterRules {
@@ -119,6 +127,35 @@ pub struct ClusterRules {
     /// Names (wire form) at and below which nothing is answered locally.
     exceptions: Vec<Box<[u8]>>,
     cloud_suffixes: Vec<CloudSuffix>,
+    search: SearchPlan,
+}
+
+/// How the search-list expansions of a pod's lookup are worked ahead.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SearchPlan {
+    /// Ask for the namespace node of `X.<ns>.svc.Z` first when nothing is
+    /// known of that namespace (see [`ClusterRules::namespace_to_check`]).
+    pub namespace_check: bool,
+    /// Resolve the later expansions as soon as the first arrives.
+    pub speculate: bool,
+    /// The node's search domains the kubelet appends to the pods' list,
+    /// in order (lower-case wire form).
+    pub search_domains: Vec<Box<[u8]>>,
+    /// Speculative upstream fetches in flight at most.
+    pub max_speculations: usize,
+}
+
+/// A query shaped like the first search-list expansion of a pod's lookup:
+/// `X.<ns>.svc.Z`, X of two labels or more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FirstExpansion {
+    /// Where `<ns>.svc.Z` starts: X is the name before it.
+    pub namespace_at: usize,
+    /// X has three labels or more, so the name is no later expansion of
+    /// another lookup (`api.example.com.svc.Z`, the second expansion of
+    /// `api.example.com`, has the same shape as the first of `api.example`
+    /// from namespace `com`).
+    pub certain: bool,
 }
 
 impl ClusterRules {
@@ -138,6 +175,67 @@ impl ClusterRules {
             disabled: disabled.iter().fold(0, |bits, r| bits | r.bit()),
             exceptions: exceptions.into_iter().map(Into::into).collect(),
             cloud_suffixes,
+            search: SearchPlan::default(),
+        }
+    }
+
+    /// The same rules with `search` as the expansion plan.
+    pub fn with_search(mut self, search: SearchPlan) -> ClusterRules {
+        self.search = search;
+        self
+    }
+
+    pub fn search(&self) -> &SearchPlan {
+        &self.search
+    }
+
+    /// The schema position of `name`: `svc` or `pod`, and the labels left of it.
+    fn under_kind<'a>(&self, name: &'a [u8]) -> Option<(&'static [u8], Vec<Label<'a>>)> {
+        let mut labels = labels_left_of(name, &self.domain);
+        let kind = labels.pop()?;
+        let kind: &'static [u8] = match kind.text {
+            b"svc" => b"svc",
+            b"pod" => b"pod",
+            _ => return None,
+        };
+        Some((kind, labels))
+    }
+
+    /// Where the namespace node (`<ns>.svc.Z`, `<ns>.pod.Z`) at or above
+    /// `name` starts.
+    pub fn namespace_node(&self, name: &[u8]) -> Option<usize> {
+        let (_, left) = self.under_kind(name)?;
+        left.last().map(|l| l.at)
+    }
+
+    /// The namespace node to ask for before `name` itself: for
+    /// `X.<ns>.svc.Z` with X of two labels or more, which is how the second
+    /// search expansion of an external name looks (`api.example.com.svc.Z`
+    /// asks for namespace `com`). One answer for the node settles every
+    /// such name below it (RFC 8020); the caller skips namespaces it knows.
+    pub fn namespace_to_check(&self, name: &[u8]) -> Option<usize> {
+        if !(self.search.namespace_check && self.nxdomain_cut) || self.excepted(name) {
+            return None;
+        }
+        match self.under_kind(name)? {
+            (b"svc", left) if left.len() >= 3 => left.last().map(|l| l.at),
+            _ => None,
+        }
+    }
+
+    /// Whether `name` looks like the first search expansion of a lookup.
+    pub fn first_expansion(&self, name: &[u8]) -> Option<FirstExpansion> {
+        if !self.search.speculate {
+            return None;
+        }
+        match self.under_kind(name)? {
+            // `_<port>._<proto>.<svc>.<ns>.svc.Z` is an SRV name, not a search expansion.
+            (b"svc", left) if left.len() == 4 && is_protocol(left[1].text) => None,
+            (b"svc", left) if left.len() >= 3 => Some(FirstExpansion {
+                namespace_at: left.last()?.at,
+                certain: left.len() >= 4,
+            }),
+            _ => None,
         }
     }
 
@@ -176,12 +274,7 @@ impl ClusterRules {
         let (kind, left) = labels.split_last()?;
         match kind.text {
             b"svc" | b"pod" if left.len() >= 5 => Some(Rule::TooManyLabels),
-            b"svc" if left.len() == 4 => {
-                let protocol = left[1].text;
-                let protocol = protocol.strip_prefix(b"_").unwrap_or(protocol);
-                let known = [&b""[..], b"tcp", b"udp", b"sctp"].contains(&protocol);
-                (!known).then_some(Rule::SvcPortShape)
-            }
+            b"svc" if left.len() == 4 => (!is_protocol(left[1].text)).then_some(Rule::SvcPortShape),
             b"svc" | b"pod" => None,
             b"dns-version" => (!left.is_empty()).then_some(Rule::ReservedName),
             b"dns" => match left {
@@ -413,6 +506,51 @@ mod tests {
         assert!(!node("_tcp.web.team-a.svc.cluster.local"));
         assert!(!node("svc.cluster.local"));
         assert!(!node("x.team-a.pod.cluster.local"));
+    }
+
+    #[test]
+    fn namespace_checks_and_first_expansions() {
+        let r = rules().with_search(SearchPlan {
+            namespace_check: true,
+            speculate: true,
+            search_domains: vec![],
+            max_speculations: 8,
+        });
+        let w = |n: &str| from_text(n).unwrap();
+        let check = |n: &str| {
+            let wire = w(n);
+            r.namespace_to_check(&wire)
+                .map(|at| crate::wire::name::to_text(&wire[at..]))
+        };
+        assert_eq!(
+            check("api.example.com.svc.cluster.local").as_deref(),
+            Some("com.svc.cluster.local.")
+        );
+        assert_eq!(
+            check("db-0.db.team-a.svc.cluster.local").as_deref(),
+            Some("team-a.svc.cluster.local.")
+        );
+        assert_eq!(check("web.team-a.svc.cluster.local"), None);
+        assert_eq!(check("x.team-a.pod.cluster.local"), None);
+        assert_eq!(check("api.example.com"), None);
+        let first = |n: &str| r.first_expansion(&w(n)).map(|f| f.certain);
+        assert_eq!(
+            first("api.example.com.team-a.svc.cluster.local"),
+            Some(true)
+        );
+        assert_eq!(first("web.other.team-a.svc.cluster.local"), Some(false));
+        assert_eq!(first("_http._tcp.web.team-a.svc.cluster.local"), None);
+        assert_eq!(first("web.team-a.svc.cluster.local"), None);
+        assert_eq!(first("api.example.com.cluster.local"), None);
+        let off = rules();
+        assert_eq!(
+            off.first_expansion(&w("api.example.com.ns.svc.cluster.local")),
+            None
+        );
+        assert_eq!(
+            off.namespace_to_check(&w("api.example.com.svc.cluster.local")),
+            None
+        );
     }
 
     #[test]

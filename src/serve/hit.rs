@@ -68,6 +68,9 @@ impl Shared {
         {
             Lookup::Fresh(entry) => {
                 request.stats.cache_hit(entry.kind == Kind::Success);
+                if entry.take_speculative() {
+                    self.metrics.speculation_used.inc();
+                }
                 if settings.cache.prefetch_min_hits > 0 {
                     self.maybe_prefetch(&entry, request, listener);
                 }

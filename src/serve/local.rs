@@ -13,11 +13,12 @@ use std::time::{Duration, Instant};
 
 use super::hit::Request;
 use super::metrics::RuleLabels;
-use super::{Shared, reply_limit};
+use super::{Settings, Shared, reply_limit};
 use crate::cache::{Entry, Key, Kind};
 use crate::search::ClusterRules;
 use crate::search::names::suffix_at;
 use crate::upstream::Zone;
+use crate::wire::query::Query;
 use crate::wire::response::Layout;
 use crate::wire::soa::Soa;
 use crate::wire::{build, class, rcode};
@@ -50,16 +51,57 @@ impl Shared {
             self.count_local_reply(request, out);
             return true;
         }
-        let now = request.started;
-        for at in rules.cut_points(name) {
+        if self.cut(
+            request.query,
+            name,
+            request.settings,
+            request.started,
+            limit,
+            out,
+        ) {
+            self.count_local_reply(request, out);
+            return true;
+        }
+        false
+    }
+
+    /// Writes an NXDOMAIN from a denied node above `name`, if there is one.
+    fn cut(
+        &self,
+        query: &Query<'_>,
+        name: &[u8],
+        settings: &Settings,
+        now: Instant,
+        limit: usize,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        for at in settings.cluster.cut_points(name) {
             if let Some(denied) = self.learned.denied(&name[at..], now) {
-                build::nxdomain(request.query, &denied.soa, denied.ttl_left(now), limit, out);
+                build::nxdomain(query, &denied.soa, denied.ttl_left(now), limit, out);
                 self.metrics.nxdomain_cuts.inc();
-                self.count_local_reply(request, out);
                 return true;
             }
         }
         false
+    }
+
+    /// After a namespace check denied the namespace of `name`: the cut's
+    /// NXDOMAIN (or SERVFAIL if the denial has already expired). Returns
+    /// the response code written.
+    pub(super) fn answer_from_cut(
+        &self,
+        query: &Query<'_>,
+        name: &[u8],
+        settings: &Settings,
+        now: Instant,
+        limit: usize,
+        out: &mut Vec<u8>,
+    ) -> u16 {
+        if self.cut(query, name, settings, now, limit, out) {
+            return rcode::NXDOMAIN;
+        }
+        build::servfail(query.packet, query.name_end + 4, query.edns, None, out);
+        rcode::SERVFAIL
     }
 
     fn count_local_reply(&self, request: &Request<'_, '_>, out: &[u8]) {
@@ -88,6 +130,13 @@ impl Shared {
         let denied = entry.rcode == rcode::NXDOMAIN && layout.answer_count == 0;
         if !denied && rules.is_cut_node(name) {
             self.learned.undeny(name);
+        }
+        // Any answer but NXDOMAIN at or below a namespace node: it exists
+        // (CoreDNS denies everything below a namespace it does not have).
+        if entry.rcode == rcode::NOERROR
+            && let Some(at) = rules.namespace_node(name)
+        {
+            self.learned.namespace_seen(&name[at..], Instant::now());
         }
         if entry.kind != Kind::Denial || layout.answer_count > 0 {
             return;

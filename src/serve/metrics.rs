@@ -31,6 +31,8 @@ label_set! {
     pub struct CacheLabels { server = "server", zones = "zones", view = "view" }
     /// Local NXDOMAINs, by the schema rule that ruled the name out.
     pub struct RuleLabels { rule = "rule" }
+    /// Namespace checks, by what they found.
+    pub struct CheckLabels { result = "result" }
 }
 
 /// CoreDNS's `plugin` label on responses: which plugin wrote the reply. In
@@ -57,6 +59,11 @@ pub struct ServeMetrics {
     pub local_nxdomain: Counters<RuleLabels<'static>>,
     pub nxdomain_cuts: IntCounter,
     pub rule_without_soa: IntCounter,
+    namespace_checks: Counters<CheckLabels<'static>>,
+    pub speculation_sent: IntCounter,
+    pub speculation_used: IntCounter,
+    pub speculation_wasted: IntCounter,
+    pub speculation_skipped: IntCounter,
     pub coalesced: IntCounter,
     pub inflight: IntGauge,
 }
@@ -124,6 +131,26 @@ impl ServeMetrics {
                 "nodens_search_rule_without_soa_total",
                 "Names a schema rule ruled out but forwarded, because the zone's SOA was not learned yet.",
             ),
+            namespace_checks: r.counters(
+                "nodens_search_namespace_checks_total",
+                "Namespace nodes asked for before a name below them went upstream, by result: denied (the cut answers), exists, or cached (an answer was in the cache).",
+            ),
+            speculation_sent: r.counter(
+                "nodens_search_speculation_sent_total",
+                "Later search-list expansions resolved upstream ahead of the client.",
+            ),
+            speculation_used: r.counter(
+                "nodens_search_speculation_used_total",
+                "Speculative answers a client then asked for.",
+            ),
+            speculation_wasted: r.counter(
+                "nodens_search_speculation_wasted_total",
+                "Speculative answers no client asked for within 10 s.",
+            ),
+            speculation_skipped: r.counter(
+                "nodens_search_speculation_skipped_total",
+                "Expansions not resolved ahead because max_speculations were in flight.",
+            ),
             coalesced: r.counter(
                 "nodens_coalesced_queries_total",
                 "Cache misses that joined an identical query already in flight instead of asking upstream.",
@@ -140,6 +167,16 @@ impl ServeMetrics {
                 .get(&RuleLabels { rule: rule.name() });
         }
         metrics
+    }
+
+    /// A namespace check's outcome.
+    pub fn namespace_checks(&self, denied: bool, cached: bool) {
+        let result = match (denied, cached) {
+            (_, true) => "cached",
+            (true, false) => "denied",
+            (false, false) => "exists",
+        };
+        self.namespace_checks.get(&CheckLabels { result }).inc();
     }
 
     /// A query answered with an error or dropped before the cache.

@@ -104,16 +104,38 @@ impl Shared {
         let query = job.query.get();
         self.metrics.inflight.inc();
         let deadline = job.started + job.settings.query_timeout;
-        let fetched = tokio::time::timeout_at(
-            deadline.into(),
-            self.fetch(&job.key, &job.zone, &job.settings, deadline),
-        )
+        let limit = reply_limit(job.proto, &query, &job.settings);
+        let fetched = tokio::time::timeout_at(deadline.into(), async {
+            if self
+                .namespace_denied(&job.key, &job.settings, deadline)
+                .await
+            {
+                return Err(());
+            }
+            Ok(self
+                .fetch(&job.key, &job.zone, &job.settings, deadline)
+                .await)
+        })
         .await
-        .ok()
-        .flatten();
+        .unwrap_or(Ok(None));
         self.metrics.inflight.dec();
         let now = Instant::now();
-        let limit = reply_limit(job.proto, &query, &job.settings);
+        let fetched = match fetched {
+            Ok(fetched) => fetched,
+            Err(()) => {
+                // The namespace check denied the namespace: the cut answers.
+                let code =
+                    self.answer_from_cut(&query, job.key.name(), &job.settings, now, limit, out);
+                let seconds = job.started.elapsed().as_secs_f64();
+                job.stats
+                    .zone(job.zone.index)
+                    .reply(job.proto, code, false, out.len(), seconds);
+                return;
+            }
+        };
+        if fetched.as_ref().is_some_and(|e| e.take_speculative()) {
+            self.metrics.speculation_used.inc();
+        }
         let failed = fetched.as_ref().is_none_or(|e| e.kind == Kind::Failure);
         let stale = job.stale.as_ref().filter(|_| failed);
         let (code, from_cache) = if let Some(stale) = stale {
@@ -164,6 +186,18 @@ impl Shared {
         settings: &Settings,
         deadline: Instant,
     ) -> Option<Arc<Entry>> {
+        self.fetch_as(key, zone, settings, deadline).await.0
+    }
+
+    /// [`Shared::fetch`], and whether this call asked upstream (leader)
+    /// or joined a fetch already in flight (follower).
+    pub(super) async fn fetch_as(
+        self: &Arc<Self>,
+        key: &Key,
+        zone: &Arc<Zone>,
+        settings: &Settings,
+        deadline: Instant,
+    ) -> (Option<Arc<Entry>>, Role) {
         let (outcome, role) = self
             .inflight
             .run(key, async {
@@ -204,6 +238,6 @@ impl Shared {
         if role == Role::Follower {
             self.metrics.coalesced.inc();
         }
-        outcome
+        (outcome, role)
     }
 }

@@ -26,6 +26,7 @@ pub mod metrics;
 mod miss;
 mod prefetch;
 mod route;
+mod search;
 mod settings;
 pub mod stats;
 
@@ -58,6 +59,7 @@ pub struct Shared {
     pub inflight: InFlight,
     /// SOAs and denied nodes the local-answer stage rests on.
     pub learned: Learned,
+    speculation: search::Speculation,
     pub metrics: Arc<ServeMetrics>,
     pub tasks: Tasks,
     /// Cleared when shutdown starts.
@@ -83,6 +85,7 @@ impl Shared {
             cache: Cache::new(config.cache.capacity),
             inflight: InFlight::default(),
             learned: Learned::default(),
+            speculation: search::Speculation::default(),
             metrics,
             tasks,
             ready: Arc::new(AtomicBool::new(false)),
@@ -167,6 +170,7 @@ impl Service for Shared {
             hit::Cached::Stale(entry) => Some(entry),
             hit::Cached::Miss => None,
         };
+        self.maybe_speculate(&key, &settings);
         if self.answer_locally(&request, out) {
             return Handled::Reply;
         }

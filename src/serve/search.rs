@@ -1,0 +1,231 @@
+//! Working ahead of a pod's search list.
+//!
+//! - **Namespace check**: before `X.<ns>.svc.Z` (X of two labels or more,
+//!   the shape of an external name's second expansion) goes upstream, the
+//!   namespace node `<ns>.svc.Z` is asked for, unless an answer showed
+//!   lately that the namespace exists. CoreDNS denies a namespace it does
+//!   not have, and that one NXDOMAIN settles every name below it
+//!   (`local`'s RFC 8020 cut): `api.example.com.svc.Z` and
+//!   `www.example.com.svc.Z` both end at `com.svc.Z`, A and AAAA alike.
+//! - **Speculation**: when the first expansion `X.<ns>.svc.Z` arrives, the
+//!   later ones (`X.svc.Z`, `X.Z`, the node's search domains, `X.`) are
+//!   resolved at once, so the client's next queries find their answers
+//!   in the cache instead of waiting one round trip each. What the client
+//!   receives is what it would have received; only the timing changes.
+//!   Bounded by `max_speculations` in flight; what speculation fetched and
+//!   no client asked for is counted as wasted.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::{Settings, Shared};
+use crate::cache::{Entry, Key, KeyRef, Lookup};
+use crate::inflight::Role;
+use crate::search::names::suffix_at;
+use crate::wire::name::MAX_NAME_LEN;
+use crate::wire::{class, rtype};
+
+/// How long a speculative answer may wait for its asker before it counts
+/// as wasted: the client asks within a round trip or two if at all.
+const USE_WINDOW: Duration = Duration::from_secs(10);
+/// Speculative answers tracked for the wasted count at once.
+const LEDGER_LEN: usize = 4096;
+
+/// Speculation's own state: its budget and what it fetched.
+#[derive(Default)]
+pub(super) struct Speculation {
+    in_flight: Arc<AtomicUsize>,
+    /// Speculative answers not yet known to be used or wasted.
+    ledger: Mutex<VecDeque<(Instant, Arc<Entry>)>>,
+}
+
+/// A place within the speculation budget, given back on drop.
+struct Ticket(Arc<AtomicUsize>);
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Speculation {
+    fn ticket(&self, max: usize) -> Option<Ticket> {
+        self.in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Ticket(self.in_flight.clone()))
+    }
+
+    /// Tracks a speculative answer; returns how many older ones expired
+    /// unused (wasted).
+    fn track(&self, entry: Arc<Entry>, now: Instant) -> u64 {
+        let mut ledger = self.ledger.lock().expect("speculation ledger");
+        let mut wasted = 0;
+        while let Some((at, _)) = ledger.front() {
+            if now.saturating_duration_since(*at) < USE_WINDOW && ledger.len() < LEDGER_LEN {
+                break;
+            }
+            let (_, old) = ledger.pop_front().expect("a front");
+            if old.take_speculative() {
+                wasted += 1;
+            }
+        }
+        ledger.push_back((now, entry));
+        wasted
+    }
+}
+
+impl Shared {
+    /// The namespace check before `key` goes upstream: `true` when the
+    /// namespace turned out not to exist (the caller answers from the cut).
+    pub(super) async fn namespace_denied(
+        self: &Arc<Self>,
+        key: &Key,
+        settings: &Settings,
+        deadline: Instant,
+    ) -> bool {
+        let name = key.name();
+        let Some(at) = settings.cluster.namespace_to_check(name) else {
+            return false;
+        };
+        let node = &name[at..];
+        let now = Instant::now();
+        if self.learned.namespace_known(node, now) {
+            return false;
+        }
+        if self.learned.denied(node, now).is_some() {
+            return true;
+        }
+        let Some(zone) = settings.router.route(node) else {
+            return false;
+        };
+        let node_key = KeyRef {
+            name: node,
+            qtype: rtype::A,
+            qclass: class::IN,
+            flags: 0,
+        };
+        let cached = self.cache.lookup(&node_key, now, Duration::ZERO).is_fresh();
+        if !cached {
+            self.fetch(&node_key.to_owned(), zone, settings, deadline)
+                .await;
+        }
+        let denied = self.learned.denied(node, Instant::now()).is_some();
+        self.metrics.namespace_checks(denied, cached);
+        denied
+    }
+
+    /// Starts resolving the later search expansions of `key` if it looks
+    /// like a first expansion.
+    pub(super) fn maybe_speculate(self: &Arc<Self>, key: &KeyRef<'_>, settings: &Arc<Settings>) {
+        if key.qclass != class::IN {
+            return;
+        }
+        let rules = &settings.cluster;
+        let Some(first) = rules.first_expansion(key.name) else {
+            return;
+        };
+        let (this, key, settings) = (self.clone(), key.to_owned(), settings.clone());
+        self.tasks.spawn_query_on_main(async move {
+            this.speculate(key, first, settings).await;
+        });
+    }
+
+    async fn speculate(
+        self: Arc<Self>,
+        key: Key,
+        first: crate::search::rules::FirstExpansion,
+        settings: Arc<Settings>,
+    ) {
+        let name = key.name();
+        let rules = &settings.cluster;
+        let deadline = Instant::now() + settings.query_timeout;
+        // `a.b.<ns>.svc.Z` is a first expansion only if <ns> exists; if it
+        // does not, this is `a.b.<ns>`'s second expansion, already worked.
+        if !first.certain && self.namespace_denied(&key, &settings, deadline).await {
+            return;
+        }
+        let base = &name[..first.namespace_at];
+        let svc_zone = suffix_of_kind(name, first.namespace_at);
+        let mut suffixes: Vec<&[u8]> = vec![svc_zone, rules.domain()];
+        suffixes.extend(rules.search().search_domains.iter().map(|d| &d[..]));
+        suffixes.push(b"\x00");
+        for suffix in suffixes {
+            let mut expansion = Vec::with_capacity(base.len() + suffix.len());
+            expansion.extend_from_slice(base);
+            expansion.extend_from_slice(suffix);
+            if expansion.len() > MAX_NAME_LEN {
+                continue;
+            }
+            let next = Key::from_parts(&expansion, key.qtype(), key.qclass(), key.flags());
+            let this = self.clone();
+            let settings = settings.clone();
+            self.tasks.spawn_query_on_main(async move {
+                this.speculate_one(next, &settings, deadline).await;
+            });
+        }
+    }
+
+    /// Resolves one expansion ahead of its asker, unless the cache or the
+    /// local rules already answer it.
+    async fn speculate_one(self: &Arc<Self>, key: Key, settings: &Settings, deadline: Instant) {
+        let now = Instant::now();
+        let name = key.name();
+        let rules = &settings.cluster;
+        if self
+            .cache
+            .lookup(&key.as_ref(), now, Duration::ZERO)
+            .is_fresh()
+        {
+            return;
+        }
+        let soa_known = if suffix_at(name, rules.domain()).is_some() {
+            self.learned.soa(rules.domain()).is_some()
+        } else {
+            self.learned.closest_soa(name).is_some()
+        };
+        if rules.cannot_exist(name).is_some() && soa_known {
+            return;
+        }
+        let cut = rules
+            .cut_points(name)
+            .any(|at| self.learned.denied(&name[at..], now).is_some());
+        if cut || self.namespace_denied(&key, settings, deadline).await {
+            return;
+        }
+        let Some(zone) = settings.router.route(name) else {
+            return;
+        };
+        let Some(_ticket) = self.speculation.ticket(rules.search().max_speculations) else {
+            self.metrics.speculation_skipped.inc();
+            return;
+        };
+        self.metrics.speculation_sent.inc();
+        let (entry, role) = self.fetch_as(&key, zone, settings, deadline).await;
+        if let Some(entry) = entry
+            && role == Role::Leader
+        {
+            entry.mark_speculative();
+            let wasted = self.speculation.track(entry, Instant::now());
+            self.metrics.speculation_wasted.inc_by(wasted);
+        }
+    }
+}
+
+/// `<ns>.svc.Z` of a name whose namespace node starts at `namespace_at`,
+/// without its namespace label: `svc.Z`.
+fn suffix_of_kind(name: &[u8], namespace_at: usize) -> &[u8] {
+    let ns_len = name[namespace_at] as usize;
+    &name[namespace_at + 1 + ns_len..]
+}
+
+impl Lookup {
+    /// A fresh entry that is no failure.
+    fn is_fresh(&self) -> bool {
+        matches!(self, Lookup::Fresh(e) if e.kind != crate::cache::Kind::Failure)
+    }
+}
