@@ -21,10 +21,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{Settings, Shared};
+use crate::cache::key::NameBuf;
 use crate::cache::{Entry, Key, KeyRef, Lookup};
 use crate::inflight::Role;
 use crate::search::names::suffix_at;
-use crate::wire::name::MAX_NAME_LEN;
+use crate::search::rules::FirstExpansion;
+use crate::wire::name::{MAX_NAME_LEN, label_starts};
 use crate::wire::{class, rtype};
 
 /// How long a speculative answer may wait for its asker before it counts
@@ -110,12 +112,17 @@ impl Shared {
             flags: 0,
         };
         let cached = self.cache.lookup(&node_key, now, Duration::ZERO).is_fresh();
-        if !cached {
-            self.fetch(&node_key.to_owned(), zone, settings, deadline)
-                .await;
-        }
+        let asked = !cached
+            && self
+                .fetch_as(&node_key.to_owned(), zone, settings, deadline)
+                .await
+                .1
+                == Role::Leader;
         let denied = self.learned.denied(node, Instant::now()).is_some();
-        self.metrics.namespace_checks(denied, cached);
+        // Counted once per check, not once per query that waited on it.
+        if cached || asked {
+            self.metrics.namespace_checks(denied, cached);
+        }
         denied
     }
 
@@ -129,18 +136,53 @@ impl Shared {
         let Some(first) = rules.first_expansion(key.name) else {
             return;
         };
+        if self.worked_already(key, first) {
+            return;
+        }
         let (this, key, settings) = (self.clone(), key.to_owned(), settings.clone());
         self.tasks.spawn_query_on_main(async move {
             this.speculate(key, first, settings).await;
         });
     }
 
-    async fn speculate(
-        self: Arc<Self>,
-        key: Key,
-        first: crate::search::rules::FirstExpansion,
-        settings: Arc<Settings>,
-    ) {
+    /// Whether this lookup was worked lately: its final name `X.` is in
+    /// the cache and the namespace node its second expansion asks about
+    /// (`<last label of X>.svc.Z`) is denied or known. Then the client's
+    /// expansions are answered without waiting, and a hot lookup (whose
+    /// first expansion is answered locally, never from the cache) does not
+    /// start a speculation for every query. Allocates nothing.
+    fn worked_already(&self, key: &KeyRef<'_>, first: FirstExpansion) -> bool {
+        let name = key.name;
+        let base = &name[..first.namespace_at];
+        let now = Instant::now();
+        let mut buf: NameBuf = [0; MAX_NAME_LEN];
+        // X. : the labels of X and the root label.
+        buf[..base.len()].copy_from_slice(base);
+        buf[base.len()] = 0;
+        let last = KeyRef {
+            name: &buf[..=base.len()],
+            ..*key
+        };
+        if !self.cache.lookup(&last, now, Duration::ZERO).is_fresh() {
+            return false;
+        }
+        // <tld>.svc.Z : X's last label, then the name from `svc` on.
+        let Some(tld_at) = label_starts(base).last() else {
+            return false;
+        };
+        let tld = &base[tld_at..];
+        let svc_zone = suffix_of_kind(name, first.namespace_at);
+        let node_len = tld.len() + svc_zone.len();
+        if node_len > MAX_NAME_LEN {
+            return false;
+        }
+        buf[..tld.len()].copy_from_slice(tld);
+        buf[tld.len()..node_len].copy_from_slice(svc_zone);
+        let node = &buf[..node_len];
+        self.learned.denied(node, now).is_some() || self.learned.namespace_known(node, now)
+    }
+
+    async fn speculate(self: Arc<Self>, key: Key, first: FirstExpansion, settings: Arc<Settings>) {
         let name = key.name();
         let rules = &settings.cluster;
         let deadline = Instant::now() + settings.query_timeout;
