@@ -107,6 +107,11 @@ reconcile_interval = {{ .Values.node.reconcileInterval | toJson }}
 domain = {{ .Values.clusterDomain | toJson }}
 local_nxdomain = {{ .Values.search.localNxdomain }}
 nxdomain_cut = {{ .Values.search.nxdomainCut }}
+namespace_check = {{ .Values.search.namespaceCheck }}
+speculate = {{ .Values.search.speculate }}
+{{- with .Values.search.nodeSearchDomains }}
+search_domains = {{ toJson . }}
+{{- end }}
 {{- with .Values.search.exceptions }}
 exceptions = {{ toJson . }}
 {{- end }}
