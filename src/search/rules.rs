@@ -91,9 +91,9 @@ impl CloudSuffix {
         CloudSuffix { labels, max_labels }
     }
 
-    /// The labels of `name` left of this suffix, if the name is under it.
-    fn labels_left(&self, name: &[u8]) -> Option<usize> {
-        let labels = labels_left_of(name, b"\x00");
+    /// How many of a name's `labels` (all of them, left to right) are left
+    /// of this suffix, if the name is under it.
+    fn labels_left(&self, labels: &[Label<'_>]) -> Option<usize> {
         if labels.len() <= self.labels.len() {
             return None;
         }
@@ -259,8 +259,10 @@ impl ClusterRules {
         if suffix_at(name, &self.domain).is_some() {
             return self.cluster_rule(name).filter(|r| self.on(*r));
         }
-        if self.on(Rule::CloudSuffix) {
-            let too_long = |s: &CloudSuffix| s.labels_left(name).is_some_and(|n| n > s.max_labels);
+        if self.on(Rule::CloudSuffix) && !self.cloud_suffixes.is_empty() {
+            let labels = labels_left_of(name, b"\x00");
+            let too_long =
+                |s: &CloudSuffix| s.labels_left(&labels).is_some_and(|n| n > s.max_labels);
             if self.cloud_suffixes.iter().any(too_long) {
                 return Some(Rule::CloudSuffix);
             }
@@ -296,9 +298,10 @@ impl ClusterRules {
         if suffix_at(name, &self.domain).is_some() {
             return soa_owner == &*self.domain;
         }
+        let labels = labels_left_of(name, b"\x00");
         self.cloud_suffixes
             .iter()
-            .any(|s| s.labels_left(name).is_some())
+            .any(|s| s.labels_left(&labels).is_some())
             && suffix_at(name, soa_owner).is_some()
     }
 

@@ -236,16 +236,21 @@ impl Shared {
         let cut = rules
             .cut_points(name)
             .any(|at| self.learned.denied(&name[at..], now).is_some());
-        if cut || self.namespace_denied(&key, settings, deadline).await {
+        if cut {
             return;
         }
         let Some(zone) = settings.router.route(name) else {
             return;
         };
+        // The budget covers the namespace check too: a flood of names
+        // shaped like first expansions never asks more than it allows.
         let Some(_ticket) = self.speculation.ticket(rules.search().max_speculations) else {
             self.metrics.speculation_skipped.inc();
             return;
         };
+        if self.namespace_denied(&key, settings, deadline).await {
+            return;
+        }
         self.metrics.speculation_sent.inc();
         let (entry, role) = self.fetch_as(&key, zone, settings, deadline).await;
         if let Some(entry) = entry
