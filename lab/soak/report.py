@@ -323,6 +323,14 @@ def verdict(res, args):
     checks.append(("fd growth after warm-up (end median - base median)", f"<= {args.fd_growth}",
                    f"{res['fd_growth']:+.0f} ({res['fd_base']:.0f} -> {res['fd_end']:.0f})",
                    not math.isnan(res["fd_growth"]) and res["fd_growth"] <= args.fd_growth))
+    # The leak check: under load the fds follow the misses in flight (a
+    # socket per upstream query), which follow upstream latency and CPU;
+    # once the load is over and idle connections have timed out, nothing
+    # may be left that was not there before it.
+    idle_growth = res["fd_idle_after"] - res["fd_idle_before"]
+    checks.append(("fds idle after the load (quiet period) - idle before it", f"<= {args.fd_idle_growth:g}",
+                   f"{idle_growth:+.0f} ({res['fd_idle_before']:.0f} -> {res['fd_idle_after']:.0f})",
+                   not math.isnan(idle_growth) and idle_growth <= args.fd_idle_growth))
     checks.append(("RSS growth after warm-up (end median / base median)", f"<= {args.rss_growth_pct:g} %",
                    f"{res['rss_growth_pct']:+.1f} % ({mib(res['rss_base_kb'])} -> {mib(res['rss_end_kb'])})",
                    not math.isnan(res["rss_growth_pct"]) and res["rss_growth_pct"] <= args.rss_growth_pct))
@@ -577,6 +585,7 @@ def main():
     p.add_argument("--window", type=float, required=True)
     p.add_argument("--rss-growth-pct", type=float, default=10)
     p.add_argument("--fd-growth", type=float, default=16)
+    p.add_argument("--fd-idle-growth", type=float, default=4)
     p.add_argument("--probe-timeout", type=float, default=5)
     p.add_argument("--silent-max", type=float, default=120)
     p.add_argument("--cache-capacity", default="?")
