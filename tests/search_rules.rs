@@ -507,3 +507,42 @@ fn a_bad_cluster_section_is_a_config_error_with_its_line() {
         assert!(err.contains(words), "{text}: {err}");
     }
 }
+
+#[test]
+fn speculation_stays_within_its_budget() {
+    let net = Net::alloc();
+    let erratic = "erratic {\n    delay 1 500ms\n  }";
+    let core = CoreDns::start_with_blocks(
+        net.upstream(0),
+        &[("cluster.local.", cluster_zone())],
+        &[("delay.test.", erratic)],
+    );
+    let nodens = Nodens::start(
+        &Cfg::new(&net)
+            .zone(Zone::new("cluster.local.", &[core.addr]))
+            .zone(Zone::new("delay.test.", &[core.addr]))
+            .raw("[cluster]\nmax_speculations = 2\n"),
+    );
+    udp_query(nodens.dns, &Q::new("x.y.cluster.local.", Rt::A));
+    // Ten first expansions at once: each wants its final name `nK.delay.test.`
+    // resolved ahead, which takes the upstream 500 ms.
+    for k in 0..10 {
+        let name = format!("n{k}.delay.test.team-a.svc.cluster.local.");
+        let reply = udp_query(nodens.dns, &Q::new(&name, Rt::A));
+        assert_eq!(reply.rcode(), rcode::NXDOMAIN, "{name}");
+    }
+    wait_until(secs(5), "speculations skipped", || {
+        (nodens.metric("nodens_search_speculation_skipped_total", &[]) >= 5.0).then_some(())
+    });
+    core.sync_log();
+    let finals = core
+        .queries()
+        .iter()
+        .filter(|q| q.name.ends_with(".delay.test.") && q.name.starts_with('n'))
+        .count();
+    assert!(
+        finals <= 2,
+        "{finals} speculative queries in flight at once, budget 2"
+    );
+    assert!(nodens.metric("nodens_search_speculation_sent_total", &[]) <= 2.0);
+}
