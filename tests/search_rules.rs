@@ -546,3 +546,41 @@ fn speculation_stays_within_its_budget() {
     );
     assert!(nodens.metric("nodens_search_speculation_sent_total", &[]) <= 2.0);
 }
+
+#[test]
+fn an_in_cluster_short_name_is_not_worked_past_its_namespace() {
+    let net = Net::alloc();
+    let core = CoreDns::start_with_blocks(
+        net.upstream(0),
+        &[("cluster.local.", cluster_zone())],
+        &[(".", "whoami")],
+    );
+    let nodens = Nodens::start(
+        &Cfg::new(&net)
+            .zone(Zone::new("cluster.local.", &[core.addr]))
+            .zone(Zone::new(".", &[core.addr]))
+            .raw("[cluster]\n"),
+    );
+    // The node has seen namespace team-a (any answer under it shows it).
+    let web = udp_query(nodens.dns, &Q::new("web.team-a.svc.cluster.local.", Rt::A));
+    assert_eq!(web.a(), [ipv4("10.0.0.10")]);
+    // A pod in `default` looks up `web.team-a`: its first expansion.
+    let first = udp_query(
+        nodens.dns,
+        &Q::new("web.team-a.default.svc.cluster.local.", Rt::A),
+    );
+    assert_eq!(first.rcode(), rcode::NXDOMAIN);
+    // An external name's first expansion, for comparison: worked to the end.
+    let ext = udp_query(
+        nodens.dns,
+        &Q::new("api.example.com.default.svc.cluster.local.", Rt::A),
+    );
+    assert_eq!(ext.rcode(), rcode::NXDOMAIN);
+    core.wait_queries("api.example.com.", "A", 1, secs(5));
+    core.sync_log();
+    assert_eq!(
+        core.count_queries("web.team-a.", "A"),
+        0,
+        "an in-cluster name went to the external upstreams"
+    );
+}

@@ -193,9 +193,22 @@ impl Shared {
         }
         let base = &name[..first.namespace_at];
         let svc_zone = suffix_of_kind(name, first.namespace_at);
-        let mut suffixes: Vec<&[u8]> = vec![svc_zone, rules.domain()];
-        suffixes.extend(rules.search().search_domains.iter().map(|d| &d[..]));
-        suffixes.push(b"\x00");
+        let mut suffixes: Vec<&[u8]> = vec![svc_zone];
+        // X ends in a namespace that exists (`web.default`): the lookup most
+        // likely ends at `X.svc.Z`, and its client never sends the names
+        // after it. Only when X's last label is no known namespace (`com`)
+        // are they worked ahead: no in-cluster name leaks to the upstreams
+        // of the other zones on a node that has seen its namespace.
+        let tld_node = label_starts(base)
+            .last()
+            .map(|at| [&base[at..], svc_zone].concat());
+        let in_cluster =
+            tld_node.is_some_and(|node| self.learned.namespace_known(&node, Instant::now()));
+        if !in_cluster {
+            suffixes.push(rules.domain());
+            suffixes.extend(rules.search().search_domains.iter().map(|d| &d[..]));
+            suffixes.push(b"\x00");
+        }
         for suffix in suffixes {
             let mut expansion = Vec::with_capacity(base.len() + suffix.len());
             expansion.extend_from_slice(base);
