@@ -4,6 +4,7 @@
 //! MINIMUM tell the client how long to cache the denial).
 
 use super::name::{MAX_NAME_LEN, NameError};
+use super::response::sane_ttl;
 use super::{HEADER_LEN, read_u16, read_u32, rtype};
 
 /// Compression pointers followed while reading one name: more means a loop.
@@ -61,9 +62,10 @@ impl Soa {
 
     /// How long a denial under this zone may be cached: the smaller of the
     /// record's TTL and its MINIMUM field (RFC 2308 section 5).
+    /// Values with the top bit set count as 0 (RFC 2181 section 8).
     pub fn negative_ttl(&self) -> u32 {
         let minimum = read_u32(&self.rdata, self.rdata.len() - 4);
-        self.ttl.min(minimum)
+        sane_ttl(self.ttl).min(sane_ttl(minimum))
     }
 
     /// Appends the record to `out` with `ttl` as its TTL.
@@ -163,6 +165,18 @@ mod tests {
         assert_eq!(again.owner(), soa.owner());
         assert_eq!(again.rdata, soa.rdata);
         assert_eq!(again.ttl, 5);
+    }
+
+    #[test]
+    fn a_ttl_with_the_top_bit_set_denies_for_no_time() {
+        let mut msg = nxdomain_with_soa();
+        let ttl_at = 33 + 2 + 4;
+        msg[ttl_at..ttl_at + 4].copy_from_slice(&0x8000_0000u32.to_be_bytes());
+        assert_eq!(Soa::read(&msg, 33).unwrap().negative_ttl(), 0);
+        let mut msg = nxdomain_with_soa();
+        let minimum_at = msg.len() - 4;
+        msg[minimum_at..].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert_eq!(Soa::read(&msg, 33).unwrap().negative_ttl(), 0);
     }
 
     #[test]
