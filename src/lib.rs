@@ -26,6 +26,7 @@ pub mod privileges;
 pub mod search;
 pub mod serve;
 pub mod server;
+pub mod stub;
 pub mod tasks;
 pub mod upstream;
 pub mod wire;

@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 
 use nodens::config::{Config, File, NodeConfig};
 use nodens::server::Server;
-use nodens::{convert, cpus, limits, logging, node, privileges};
+use nodens::{convert, cpus, limits, logging, node, privileges, stub};
 
 /// mimalloc rather than glibc's malloc: with misses allocated and freed on
 /// each UDP worker's thread among long-lived cache entries, glibc's
@@ -52,6 +52,26 @@ enum Command {
     /// Exit 0 when converted (with or without warnings), 1 on an error (nothing
     /// written), 2 with --strict when something was not translated.
     ConvertCorefile(ConvertArgs),
+    /// Expand names (`NAME [TYPE]` per line) through a pod's resolv.conf into
+    /// dnsperf input (`name TYPE`), in the order its resolver sends the
+    /// queries: every search expansion, A and AAAA, each name taken to exist
+    /// only as written.
+    Querygen(QuerygenArgs),
+}
+
+#[derive(clap::Args)]
+struct QuerygenArgs {
+    /// The names, one per line with an optional type; stdin when absent or `-`.
+    names: Option<PathBuf>,
+    /// The resolv.conf whose search list, ndots and options apply.
+    #[arg(long, value_name = "FILE", default_value = "/etc/resolv.conf")]
+    resolv_conf: PathBuf,
+    /// The client's resolver.
+    #[arg(long, value_enum, default_value_t = stub::Stub::Glibc)]
+    resolver: stub::Stub,
+    /// getaddrinfo's family for lines without a type.
+    #[arg(long, value_enum, default_value_t = stub::Family::Unspec)]
+    family: stub::Family,
 }
 
 #[derive(clap::Args)]
@@ -128,6 +148,51 @@ fn main() -> ExitCode {
         } => serve(config, keep_rules, supervised),
         Command::Node { action } => node_command(action),
         Command::ConvertCorefile(args) => convert_corefile(args),
+        Command::Querygen(args) => querygen(args),
+    }
+}
+
+fn querygen(args: QuerygenArgs) -> ExitCode {
+    use std::io::{Read, Write};
+    let resolv_conf = match std::fs::read_to_string(&args.resolv_conf) {
+        Ok(text) => stub::StubConfig::parse(&text),
+        Err(e) => {
+            eprintln!("{}: cannot read: {e}", args.resolv_conf.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let (source, read) = match args.names.as_ref().filter(|p| p.as_os_str() != "-") {
+        Some(path) => (path.display().to_string(), std::fs::read_to_string(path)),
+        None => {
+            let mut text = String::new();
+            let read = std::io::stdin().read_to_string(&mut text).map(|_| text);
+            ("<stdin>".to_string(), read)
+        }
+    };
+    let names = match read {
+        Ok(text) => text,
+        Err(e) => {
+            eprintln!("{source}: cannot read: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let options = stub::querygen::Options {
+        stub: args.resolver,
+        family: args.family,
+        config: resolv_conf,
+    };
+    match stub::querygen::generate(&names, &source, &options) {
+        Ok(lines) => match std::io::stdout().write_all(lines.as_bytes()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("cannot write stdout: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
