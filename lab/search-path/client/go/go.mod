@@ -1,0 +1,3 @@
+module nodens.lab/golookup
+
+go 1.21

@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""The search-path lab's report: tables, the targets as PASS/FAIL lines, and a
+PNG, from lab.py's results.json.
+
+    lab/search-path/report.py OUT/results.json [--md OUT/results.md] [--png docs/lab/search-path.png]
+
+Every figure is a median over the repetitions of one (cache, client, name,
+phase). "time" is the client program's wall time (fork to exit, run from a
+process inside the pod's namespace: the client's start-up is included, see
+client_startup_ms), "upstream" the queries that reached the relay in front of
+the cluster DNS from the lookup's start until SETTLE after its end (late
+speculative queries included).
+"""
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+
+PHASES = ("cold", "new", "warm")
+# "Not slower" for in-cluster names: the median may exceed (a)'s by this much
+# (measurement noise of a 2-core machine shared with other work).
+SLOWER_MARGIN_MS = 1.0
+SLOWER_MARGIN_REL = 0.10
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def fmt_ms(x):
+    if x is None:
+        return "-"
+    return f"{x:.0f}" if x >= 10 else f"{x:.1f}"
+
+
+def fmt_n(x):
+    if x is None:
+        return "-"
+    return f"{x:g}"
+
+
+class Results:
+    def __init__(self, data):
+        self.data = data
+        self.configs = list(data["configs"])
+        self.clients = data["clients"]
+        self.names = data["names"]
+        self.external = data["external"]
+        self.in_cluster = data["in_cluster"]
+        self.rtt = data["rtt"]["median_ms"]
+        self.by = defaultdict(list)
+        for s in data["samples"]:
+            self.by[(s["config"], s["client"], s["name"], s["phase"])].append(s)
+
+    def stat(self, cfg, client, name, phase, field):
+        return med([s[field] for s in self.by.get((cfg, client, name, phase), [])])
+
+    def pooled(self, cfg, name, phase, field):
+        """Median over every client's samples."""
+        return med([s[field] for c in self.clients for s in self.by.get((cfg, c, name, phase), [])])
+
+    def answers(self, client, name):
+        """{config: set of answers seen in any phase or repetition}."""
+        out = {}
+        for cfg in self.configs:
+            seen = {s["answer"] for ph in PHASES for s in self.by.get((cfg, client, name, ph), [])}
+            out[cfg] = seen
+        return out
+
+
+def table_full(r):
+    """One row per name and client."""
+    head = ["name", "client", "answer", "client queries (rounds)"]
+    for cfg in r.configs:
+        head += [f"{cfg} cold up / ms", f"{cfg} new up / ms", f"{cfg} warm up / ms"]
+    rows = []
+    for name in r.names:
+        for client in r.clients:
+            ans = sorted(set().union(*r.answers(client, name).values()))
+            # The client's queries are the same whatever the cache (it never sees
+            # the difference); take (a)'s cold, or the first config's.
+            q = r.stat(r.configs[0], client, name, "cold", "client_queries")
+            rounds = r.stat(r.configs[0], client, name, "cold", "rounds")
+            row = [f"`{name}`", client, " / ".join(a if a else "(empty)" for a in ans),
+                   f"{fmt_n(q)} ({fmt_n(rounds)})"]
+            for cfg in r.configs:
+                for ph in PHASES:
+                    up = r.stat(cfg, client, name, ph, "upstream")
+                    ms = r.stat(cfg, client, name, ph, "wall_ms")
+                    row.append(f"{fmt_n(up)} / {fmt_ms(ms)}")
+            rows.append(row)
+    return head, rows
+
+
+def table_short(r):
+    """One row per name, pooled over the clients: upstream queries and time."""
+    head = ["name", "client q (rounds)"]
+    for ph in ("cold", "new"):
+        head += [f"{ph}: upstream " + " / ".join(r.configs), f"{ph}: ms " + " / ".join(r.configs)]
+    head += ["warm: ms " + " / ".join(r.configs)]
+    rows = []
+    for name in r.names:
+        q = r.pooled(r.configs[0], name, "cold", "client_queries")
+        rounds = r.pooled(r.configs[0], name, "cold", "rounds")
+        row = [f"`{name}`", f"{fmt_n(q)} ({fmt_n(rounds)})"]
+        for ph in ("cold", "new"):
+            row.append(" / ".join(fmt_n(r.pooled(c, name, ph, "upstream")) for c in r.configs))
+            row.append(" / ".join(fmt_ms(r.pooled(c, name, ph, "wall_ms")) for c in r.configs))
+        row.append(" / ".join(fmt_ms(r.pooled(c, name, "warm", "wall_ms")) for c in r.configs))
+        rows.append(row)
+    return head, rows
+
+
+def md_table(head, rows):
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return out
+
+
+def text_table(head, rows):
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths))  # noqa: E731
+    return [line(head), line(["-" * w for w in widths])] + [line(row) for row in rows]
+
+
+def targets(r):
+    """[(ok, text)]: the brief's targets, against nodens (b)."""
+    out = []
+    if "b" not in r.configs:
+        return [(None, "no nodens (b) run: targets not evaluated")]
+    lim = 1.5 * r.rtt
+    for ph, label in (("cold", "cold (cache restarted)"), ("new", "new name (cache running, SOAs known)")):
+        worst_up, worst_ms, misses_up, misses_ms = 0, 0, [], []
+        for name in r.external:
+            for client in r.clients:
+                up = r.stat("b", client, name, ph, "upstream")
+                ms = r.stat("b", client, name, ph, "wall_ms")
+                if up is None:
+                    continue
+                worst_up = max(worst_up, up)
+                worst_ms = max(worst_ms, ms)
+                if up > 3:
+                    misses_up.append(f"{name} {client} {up:g}")
+                if ms > lim:
+                    misses_ms.append(f"{name} {client} {ms:.0f} ms")
+        out.append((not misses_up, f"{label} external lookup: at most 3 upstream queries with nodens: "
+                    f"worst {worst_up:g}" + (f"; over: {', '.join(misses_up)}" if misses_up else "")))
+        out.append((not misses_ms, f"{label} external lookup: client time at most 1.5 x one upstream round trip "
+                    f"(1.5 x {r.rtt:.1f} = {lim:.1f} ms): worst {worst_ms:.1f} ms"
+                    + (f"; over: {', '.join(misses_ms)}" if misses_ms else "")))
+    worst, over = 0, []
+    for name in r.external:
+        for client in r.clients:
+            up = r.stat("b", client, name, "warm", "upstream")
+            if up is None:
+                continue
+            worst = max(worst, up)
+            if up > 0:
+                over.append(f"{name} {client} {up:g}")
+    out.append((not over, f"warm external lookup: no upstream query with nodens: worst {worst:g}"
+                + (f"; over: {', '.join(over)}" if over else "")))
+    if "a" in r.configs:
+        slower, worst_txt, worst_d = [], "", -1e9
+        for name in r.in_cluster:
+            for client in r.clients:
+                for ph in PHASES:
+                    a = r.stat("a", client, name, ph, "wall_ms")
+                    b = r.stat("b", client, name, ph, "wall_ms")
+                    if a is None or b is None:
+                        continue
+                    if b - a > worst_d:
+                        worst_d, worst_txt = b - a, f"{name} {client} {ph}: {b:.1f} ms against {a:.1f} ms"
+                    if b > a * (1 + SLOWER_MARGIN_REL) + SLOWER_MARGIN_MS:
+                        slower.append(f"{name} {client} {ph} {b:.1f} vs {a:.1f} ms")
+        out.append((not slower, "no in-cluster lookup slower with nodens than with (a) "
+                    f"(median, margin {SLOWER_MARGIN_REL:.0%} + {SLOWER_MARGIN_MS:g} ms): closest {worst_txt}"
+                    + (f"; slower: {', '.join(slower)}" if slower else "")))
+    same = [c for c in ("a", "b", "c", "d") if c in r.configs]
+    diffs = []
+    for name in r.names:
+        for client in r.clients:
+            ans = r.answers(client, name)
+            sets = {c: ans[c] for c in same if ans[c]}
+            if len({frozenset(s) for s in sets.values()}) > 1 or any(len(s) > 1 for s in sets.values()):
+                diffs.append(f"{name} {client}: " + "; ".join(f"{c}={sorted(s)}" for c, s in sets.items()))
+    out.append((not diffs, f"every answer identical across {', '.join(same)} (each client, each name, every "
+                f"phase and repetition)" + (": differences: " + " | ".join(diffs) if diffs else "")))
+    return out
+
+
+def namespace_check(r):
+    """b against d: what asking for the namespace node first buys."""
+    if not {"b", "d"} <= set(r.configs):
+        return []
+    lines = []
+    for ph in ("cold", "new"):
+        for kind, names in (("external", r.external), ("in-cluster", r.in_cluster)):
+            ub = sum(r.pooled("b", n, ph, "upstream") or 0 for n in names)
+            ud = sum(r.pooled("d", n, ph, "upstream") or 0 for n in names)
+            tb = sum(r.pooled("b", n, ph, "wall_ms") or 0 for n in names)
+            td = sum(r.pooled("d", n, ph, "wall_ms") or 0 for n in names)
+            lines.append(f"{ph}, {kind} names ({len(names)}): upstream queries {ub:g} with namespace_check, "
+                         f"{ud:g} without; summed median time {tb:.0f} ms with, {td:.0f} ms without")
+    return lines
+
+
+def plot(r, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {"a": "#d62728", "b": "#2ca02c", "c": "#7f7f7f", "d": "#1f77b4"}
+    fig, axes = plt.subplots(2, 2, figsize=(16, 9.5), sharex=True)
+    x = list(range(len(r.names)))
+    width = 0.8 / len(r.configs)
+    for col, ph in enumerate(("cold", "new")):
+        for row, (field, ylabel) in enumerate((("upstream", "upstream queries per lookup"),
+                                               ("wall_ms", "client time, ms (median)"))):
+            ax = axes[row][col]
+            for i, cfg in enumerate(r.configs):
+                ys = [r.pooled(cfg, n, ph, field) or 0 for n in r.names]
+                ax.bar([xi + (i - (len(r.configs) - 1) / 2) * width for xi in x], ys, width,
+                       label=f"({cfg}) {r.data['configs'][cfg]}", color=colors.get(cfg))
+            if field == "upstream":
+                ax.axhline(3, color="black", lw=0.8, ls="--")
+                ax.text(len(r.names) - 0.5, 3.3, "target: 3", ha="right", fontsize=8)
+            else:
+                ax.axhline(1.5 * r.rtt, color="black", lw=0.8, ls="--")
+                ax.text(len(r.names) - 0.5, 1.5 * r.rtt + 3, f"1.5 x RTT = {1.5 * r.rtt:.0f} ms",
+                        ha="right", fontsize=8)
+            title = {"cold": "cold: cache restarted", "new": "new name: cache running, primed with another name"}[ph]
+            ax.set_title(title if row == 0 else "")
+            ax.set_ylabel(ylabel)
+            ax.grid(axis="y", alpha=0.3)
+            ax.axvline(len(r.external) - 0.5, color="black", lw=0.5)
+            if row == 1:
+                ax.set_xticks(x)
+                ax.set_xticklabels(r.names, rotation=35, ha="right", fontsize=8)
+    axes[0][0].legend(fontsize=8, loc="upper right")
+    fig.suptitle("The ndots:5 search list: one lookup by glibc, musl and Go (pooled medians), "
+                 f"relay round trip {r.rtt:.0f} ms; external names left of the line, in-cluster right", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results")
+    p.add_argument("--md")
+    p.add_argument("--png")
+    args = p.parse_args()
+    data = json.load(open(args.results))
+    r = Results(data)
+
+    md = [f"# search-path lab results, {data['date']}", ""]
+    md += [f"One upstream round trip (node to relay to cluster DNS, UDP): median {r.rtt:.1f} ms "
+           f"(min {data['rtt']['min_ms']:.1f}, max {data['rtt']['max_ms']:.1f}). "
+           f"Repetitions: {data['reps']}{'' if data['complete'] else ' (incomplete run: MAX_SECS reached)'}. "
+           "Client start-up without DNS (`localhost` from /etc/hosts): "
+           + ", ".join(f"{c} {v:.1f} ms" for c, v in data["client_startup_ms"].items()) + ".", ""]
+    md += ["Caches: " + "; ".join(f"({c}) {d}" for c, d in data["configs"].items()) + ".", ""]
+    md += ["Pod resolv.conf:", "", "```", data["resolv_conf"].strip(), "```", ""]
+    head, rows = table_short(r)
+    md += ["## Per name, pooled over the three clients", "",
+           "Medians. Client queries and rounds are what the pod sent (the same through every cache); "
+           "upstream counts the queries that reached the cluster DNS; ms is the client's wall time.", ""]
+    md += md_table(head, rows) + [""]
+    head_f, rows_f = table_full(r)
+    md += ["## Per name and client", "", "Cells: upstream queries / client time in ms (medians).", ""]
+    md += md_table(head_f, rows_f) + [""]
+    tg = targets(r)
+    md += ["## Targets (nodens, b)", ""]
+    md += [f"- **{'PASS' if ok else 'FAIL' if ok is False else 'N/A'}** {t}" for ok, t in tg] + [""]
+    ns = namespace_check(r)
+    if ns:
+        md += ["## namespace_check: (b) against (d)", ""] + [f"- {x}" for x in ns] + [""]
+
+    print("\n".join(text_table(head, rows)))
+    print()
+    for ok, t in tg:
+        print(f"{'PASS' if ok else 'FAIL' if ok is False else 'N/A '}  {t}")
+    for x in ns:
+        print(f"namespace_check: {x}")
+    if args.png:
+        try:
+            plot(r, args.png)
+            print(f"plot: {args.png}")
+        except ImportError:
+            print("(no PNG: matplotlib is not installed)")
+            md += ["(no PNG: matplotlib is not installed)", ""]
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write("\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
