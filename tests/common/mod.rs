@@ -16,6 +16,7 @@ mod coredns;
 mod dns;
 mod fixture;
 mod http;
+mod kube;
 mod net;
 mod netns;
 mod node;
@@ -41,6 +42,7 @@ pub use fixture::{
     delayed_force_tcp, ms, secs, setup, setup_custom, setup_with, silent_first, silent_first_with,
 };
 pub use http::http_get;
+pub use kube::{COREDNS_IP, Kube, KubeDns};
 pub use net::Net;
 pub use netns::{Netns, euid, in_netns, require_root, run_ok};
 pub use node::{
