@@ -41,6 +41,19 @@ fn service_address(service: &str) -> Result<std::net::SocketAddr, String> {
 }
 
 /// Whole seconds, saturating: TTLs are 32-bit on the wire.
+/// Whether `zone` is `domain` or a zone below it (both lower-cased and
+/// fully qualified, as ZoneName holds them). 0x20 is off by default there:
+/// CoreDNS's `kubernetes` plugin compares the question with its zone in the
+/// case asked, so a random-case question gets NODATA for the apex NS and
+/// NXDOMAIN for `ns.dns` (tests/cluster_schema.rs), as unbound exempts such
+/// servers with `caps-exempt`.
+fn at_or_below(zone: &str, domain: &str) -> bool {
+    zone == domain
+        || zone
+            .strip_suffix(domain)
+            .is_some_and(|head| head.ends_with('.'))
+}
+
 fn secs(d: Duration) -> u32 {
     d.as_secs().min(u32::MAX.into()) as u32
 }
@@ -142,6 +155,9 @@ impl File {
 
     fn compile_zone(&self, index: usize, z: &ZoneConfig) -> Result<ZonePlan, Invalid> {
         let name = z.name.get_ref().0.clone();
+        let randomize_case = z
+            .randomize_case
+            .unwrap_or_else(|| !at_or_below(&name, &self.cluster.domain.get_ref().0));
         let upstreams = if !z.upstreams.is_empty() {
             z.upstreams.iter().map(|u| u.get_ref().0).collect()
         } else if let Some(service) = &z.upstream_service {
@@ -157,7 +173,7 @@ impl File {
             upstreams,
             policy: z.policy,
             transport: z.transport,
-            randomize_case: z.randomize_case,
+            randomize_case,
             upstream_timeout: z.upstream_timeout,
             ttl: TtlPolicy {
                 min_ttl: secs(z.min_ttl),

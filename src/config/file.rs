@@ -328,9 +328,10 @@ pub struct ZoneConfig {
     pub transport: Transport,
     /// Randomise the letter case of questions sent over UDP and accept only
     /// answers in the same case (0x20); a server that does not keep case
-    /// is detected and asked without it.
-    #[serde(default = "default_true")]
-    pub randomize_case: bool,
+    /// is detected and asked without it. Unset: on, but for zones at or
+    /// below `[cluster] domain` (see `randomize_case_for`).
+    #[serde(default)]
+    pub randomize_case: Option<bool>,
     /// The bounded TCP connection pool, one per upstream address.
     #[serde(default)]
     pub pool: PoolConfig,
@@ -394,9 +395,6 @@ impl Default for PoolConfig {
     }
 }
 
-fn default_true() -> bool {
-    true
-}
 fn default_max_fails() -> u32 {
     2
 }
@@ -431,7 +429,7 @@ impl ZoneConfig {
             max_ttl: default_max_ttl(),
             negative_max_ttl: default_negative_max_ttl(),
             transport: Transport::default(),
-            randomize_case: true,
+            randomize_case: None,
             pool: PoolConfig::default(),
             max_fails: default_max_fails(),
             health_check: default_health_check(),

@@ -285,6 +285,28 @@ mod tests {
     }
 
     #[test]
+    fn case_randomisation_is_off_by_default_under_the_cluster_domain() {
+        let zone = |name: &str, extra: &str| {
+            format!("[[zone]]\nname = \"{name}\"\nupstreams = [\"10.0.0.10\"]\n{extra}")
+        };
+        let text = [
+            zone("cluster.local", ""),
+            zone("svc.cluster.local", ""),
+            zone("xcluster.local", ""),
+            zone(".", ""),
+            zone("corp.example", "randomize_case = false\n"),
+            zone("team.cluster.local", "randomize_case = true\n"),
+        ]
+        .concat();
+        let c = Config::parse(&text).unwrap();
+        let on: Vec<bool> = c.zones.iter().map(|z| z.randomize_case).collect();
+        assert_eq!(on, [false, false, true, true, false, true]);
+        let c = Config::parse(&format!("[cluster]\ndomain = \"k8s.example\"\n{text}")).unwrap();
+        let on: Vec<bool> = c.zones.iter().map(|z| z.randomize_case).collect();
+        assert_eq!(on, [true, true, true, true, false, true]);
+    }
+
+    #[test]
     fn addresses_default_to_port_53() {
         let c = Config::parse(
             "[[zone]]\nname = \"x\"\nupstreams = [\"::1\", \"[::1]:5353\", \"10.0.0.1\"]\n",

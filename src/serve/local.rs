@@ -21,12 +21,20 @@ use crate::upstream::Zone;
 use crate::wire::query::Query;
 use crate::wire::response::Layout;
 use crate::wire::soa::Soa;
-use crate::wire::{build, class, rcode};
+use crate::wire::{build, class, rcode, rtype};
+
+/// Which questions the local stage (and the namespace check that feeds
+/// it) may answer: class IN, and not SOA, which goes to the cluster DNS:
+/// its `kubernetes` plugin answers NOERROR (NODATA) for an SOA question
+/// about any name in its zone, even one it denies for every other type.
+pub(super) fn may_answer_locally(qtype: u16, qclass: u16) -> bool {
+    qclass == class::IN && qtype != rtype::SOA
+}
 
 impl Shared {
     /// Writes a local NXDOMAIN into `out` when the name cannot exist.
     pub(super) fn answer_locally(&self, request: &Request<'_, '_>, out: &mut Vec<u8>) -> bool {
-        if request.query.qclass != class::IN {
+        if !may_answer_locally(request.query.qtype, request.query.qclass) {
             return false;
         }
         let rules = &request.settings.cluster;

@@ -90,6 +90,9 @@ impl Shared {
         settings: &Settings,
         deadline: Instant,
     ) -> bool {
+        if !super::local::may_answer_locally(key.qtype(), key.qclass()) {
+            return false;
+        }
         let name = key.name();
         let Some(at) = settings.cluster.namespace_to_check(name) else {
             return false;
