@@ -16,6 +16,7 @@ pub mod cpus;
 pub mod guard;
 pub mod http;
 pub mod inflight;
+pub mod kubernetes;
 pub mod limits;
 pub mod listen;
 pub mod log_limit;

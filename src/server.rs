@@ -17,6 +17,9 @@ use crate::cache::metrics::CacheGauges;
 use crate::cache::snapshot;
 use crate::config::Config;
 use crate::http::{self, HttpState};
+use crate::kubernetes::Discoveries;
+use crate::kubernetes::endpoints::Discovery;
+use crate::kubernetes::metrics::KubeMetrics;
 use crate::listen::handover::{self, Inherited};
 use crate::listen::{ListenMetrics, Listener};
 use crate::logging::LogHandle;
@@ -37,6 +40,7 @@ pub struct Telemetry {
     pub listen: Arc<ListenMetrics>,
     pub cache: CacheGauges,
     pub node: Arc<NodeMetrics>,
+    pub kubernetes: Arc<KubeMetrics>,
     pub reloads: Counters<ResultLabels<'static>>,
     pub workers: IntGauge,
 }
@@ -51,6 +55,7 @@ impl Telemetry {
             listen: Arc::new(ListenMetrics::register(&registry)),
             cache: CacheGauges::register(&registry, cache_server),
             node: Arc::new(NodeMetrics::register(&registry)),
+            kubernetes: Arc::new(KubeMetrics::register(&registry)),
             reloads: registry.counters(
                 "nodens_config_reloads_total",
                 "Configuration reloads (SIGHUP), by result.",
@@ -85,6 +90,8 @@ pub struct Server {
     handed_over: bool,
     /// Our claim on the node setup, held until exit (see `node::presence`).
     presence: Option<Presence>,
+    /// Zones' upstreams from EndpointSlices: the watches and what they found.
+    discoveries: Discoveries,
 }
 
 /// How long a starting server waits for the previous one (or a withdraw)
@@ -111,6 +118,7 @@ impl Server {
             &telemetry.upstream,
         ));
         log_zones(&shared);
+        let discoveries = Discoveries::new(telemetry.kubernetes.clone());
         let mut server = Server {
             shared,
             telemetry,
@@ -126,6 +134,7 @@ impl Server {
             handover: None,
             handed_over: false,
             presence: None,
+            discoveries,
         };
         let predecessor = match &config.server.handover_socket {
             Some(path) => {
@@ -158,6 +167,10 @@ impl Server {
         server.apply_node(&config).await?;
         server.apply_listeners(&config.listen)?;
         server.apply_http(config.http_listen).await?;
+        server
+            .discoveries
+            .follow(&config, server.shared.tasks.upkeep())
+            .await;
         if let Some(path) = &config.server.handover_socket {
             server.handover = Some(listen_for_successor(path)?);
         }
@@ -185,6 +198,7 @@ impl Server {
                 .map_or(Duration::from_secs(3600), Node::reconcile_interval);
             tokio::select! {
                 _ = hup.recv() => self.reload().await,
+                found = self.discoveries.changed() => self.discovered(found),
                 _ = term.recv() => break,
                 _ = int.recv() => break,
                 accepted = accept(&self.handover), if self.handover.is_some() => {
@@ -231,10 +245,29 @@ impl Server {
         }
     }
 
+    /// A watch found other upstreams for a zone: the request path asks
+    /// them from its next query on; queries in flight finish where they are.
+    fn discovered(&mut self, found: Discovery) {
+        if self.handed_over || !self.discoveries.record(found) {
+            return;
+        }
+        let settings = Settings::build(
+            &self.discoveries.apply(&self.config),
+            &self.telemetry.upstream,
+            self.shared.tasks.upkeep(),
+            Some(&self.shared.settings.load()),
+        );
+        self.shared.settings.store(Arc::new(settings));
+        log_zones(&self.shared);
+    }
+
     async fn try_reload(&mut self, path: &Path) -> Result<()> {
         let config = Config::load(path)?;
+        self.discoveries
+            .follow(&config, self.shared.tasks.upkeep())
+            .await;
         let settings = Settings::build(
-            &config,
+            &self.discoveries.apply(&config),
             &self.telemetry.upstream,
             self.shared.tasks.upkeep(),
             Some(&self.shared.settings.load()),

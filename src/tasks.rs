@@ -35,6 +35,14 @@ impl Upkeep {
         drop(self.0.spawn(task));
     }
 
+    /// Upkeep its owner stops before its end (a watch dropped on reload).
+    pub fn spawn_stoppable<F: Future<Output = ()> + Send + 'static>(
+        &self,
+        task: F,
+    ) -> tokio::task::AbortHandle {
+        self.0.spawn(task).abort_handle()
+    }
+
     /// Enters the main runtime (to register a socket with its event loop).
     pub fn enter(&self) -> tokio::runtime::EnterGuard<'_> {
         self.0.enter()

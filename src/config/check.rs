@@ -230,6 +230,30 @@ impl File {
             if let Some((field, _, what)) = rules.iter().find(|(_, broken, _)| *broken) {
                 return Err(here(field, format!("zone {name}: {what}")));
             }
+            if let Some(e) = &zone.endpoints {
+                for (value, what) in [(&e.service, "service"), (&e.namespace, "namespace")] {
+                    if !is_dns_label(value.get_ref()) {
+                        let message = format!(
+                            "zone {name}: endpoints.{what} '{}' is not a Kubernetes name \
+                             (lower-case letters, digits and '-', at most 63)",
+                            value.get_ref()
+                        );
+                        return Err(match span_of(value.span()) {
+                            Some(span) => Invalid::At(span, message),
+                            None => here("endpoints", message),
+                        });
+                    }
+                }
+                if zone.upstreams.is_empty() && zone.upstream_service.is_none() {
+                    return Err(here(
+                        "endpoints",
+                        format!(
+                            "zone {name}: endpoints needs upstreams (the Service's ClusterIP), \
+                             asked while the endpoints are not known"
+                        ),
+                    ));
+                }
+            }
             for up in &zone.upstreams {
                 let addr = up.get_ref().0;
                 if self.is_own_address(addr) {
@@ -261,4 +285,14 @@ impl File {
             l.port() == addr.port() && (l.ip() == addr.ip() || l.ip().is_unspecified())
         })
     }
+}
+
+/// An RFC 1123 label, as Kubernetes names Services and namespaces.
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
 }

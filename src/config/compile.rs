@@ -120,6 +120,11 @@ impl File {
                 level: self.log.level.clone(),
                 format: self.log.format,
             },
+            kubernetes: zones.iter().any(|z| z.endpoints.is_some()).then(|| {
+                super::KubernetesPlan {
+                    kubeconfig: self.kubernetes.kubeconfig.clone(),
+                }
+            }),
             zones,
         })
     }
@@ -189,6 +194,11 @@ impl File {
                 probe_timeout: z.upstream_timeout,
                 log_interval: self.log.upstream_error_interval,
             },
+            endpoints: z.endpoints.as_ref().map(|e| super::EndpointsPlan {
+                namespace: e.namespace.get_ref().clone(),
+                service: e.service.get_ref().clone(),
+                port: e.port.clone(),
+            }),
         })
     }
 

@@ -23,8 +23,41 @@ pub struct File {
     pub log: LogConfig,
     pub node: NodeConfig,
     pub cluster: ClusterConfig,
+    pub kubernetes: KubernetesConfig,
     #[serde(rename = "zone")]
     pub zones: Vec<ZoneConfig>,
+}
+
+/// How nodens reaches the Kubernetes API, for the features that read it
+/// (a zone's `endpoints`).
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct KubernetesConfig {
+    /// A kubeconfig file; without it, the pod's service account (in a
+    /// cluster) or `$KUBECONFIG` / `~/.kube/config`.
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// A Service whose EndpointSlices name a zone's upstreams: its ready
+/// endpoints are asked directly, the zone's `upstreams` (its ClusterIP)
+/// only while they are not known.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointsConfig {
+    pub service: Spanned<String>,
+    #[serde(default = "default_endpoints_namespace")]
+    pub namespace: Spanned<String>,
+    /// The name of the Service port to ask (its UDP port; TCP uses the same number).
+    #[serde(default = "default_endpoints_port")]
+    pub port: String,
+}
+
+fn default_endpoints_namespace() -> Spanned<String> {
+    Spanned::new(0..0, "kube-system".into())
+}
+
+fn default_endpoints_port() -> String {
+    "dns".into()
 }
 
 /// The cluster's DNS schema: which names nodens answers NXDOMAIN itself
@@ -335,6 +368,9 @@ pub struct ZoneConfig {
     /// The bounded TCP connection pool, one per upstream address.
     #[serde(default)]
     pub pool: PoolConfig,
+    /// Discover the upstreams from a Service's EndpointSlices (`[kubernetes]`).
+    #[serde(default)]
+    pub endpoints: Option<EndpointsConfig>,
     /// Consecutive failed exchanges after which an upstream is marked down:
     /// skipped while another is up, and probed with backoff until it answers.
     #[serde(default = "default_max_fails")]
@@ -430,6 +466,7 @@ impl ZoneConfig {
             negative_max_ttl: default_negative_max_ttl(),
             transport: Transport::default(),
             randomize_case: None,
+            endpoints: None,
             pool: PoolConfig::default(),
             max_fails: default_max_fails(),
             health_check: default_health_check(),

@@ -53,6 +53,23 @@ pub struct Config {
     pub cluster: crate::search::ClusterRules,
     /// Forwarding zones, in file order, with their upstream addresses.
     pub zones: Vec<ZonePlan>,
+    /// The Kubernetes API, when a feature reads it.
+    pub kubernetes: Option<KubernetesPlan>,
+}
+
+/// How to reach the Kubernetes API (`[kubernetes]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubernetesPlan {
+    /// None: in-cluster, then `$KUBECONFIG` / `~/.kube/config`.
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// The Service whose ready endpoints a zone asks (`[zone.endpoints]`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EndpointsPlan {
+    pub namespace: String,
+    pub service: String,
+    pub port: String,
 }
 
 #[derive(Debug, Clone)]
@@ -132,6 +149,9 @@ pub struct ZonePlan {
     pub ttl: TtlPolicy,
     /// How this zone wants its upstreams run (pool, health, logs).
     pub upstream: UpstreamSettings,
+    /// Upstreams discovered from a Service's EndpointSlices; `upstreams`
+    /// is the fallback while they are unknown.
+    pub endpoints: Option<EndpointsPlan>,
 }
 
 /// What an upstream is built from; an upstream whose settings did not

@@ -117,6 +117,8 @@ pub struct Kube {
     pub kubeconfig: PathBuf,
     netns: String,
     kubectl: PathBuf,
+    /// How the API server was started, to start it again.
+    apiserver_command: (PathBuf, Vec<String>),
     dir: tempfile::TempDir,
     _etcd_data: tempfile::TempDir,
 }
@@ -174,8 +176,7 @@ impl Kube {
         let etcd = Proc::spawn("etcd", cmd);
 
         let file = |n: &str| d.join(n).display().to_string();
-        let mut cmd = wrapped_command(&ns.exec(), &apiserver_bin);
-        cmd.args([
+        let apiserver_args: Vec<String> = vec![
             format!("--etcd-servers={ETCD_CLIENT}"),
             "--bind-address=127.0.0.1".into(),
             "--secure-port=6443".into(),
@@ -194,7 +195,9 @@ impl Kube {
             // but the test writes Services or EndpointSlices.
             "--endpoint-reconciler-type=none".into(),
             "--profiling=false".into(),
-        ]);
+        ];
+        let mut cmd = wrapped_command(&ns.exec(), &apiserver_bin);
+        cmd.args(&apiserver_args);
         let apiserver = Proc::spawn("kube-apiserver", cmd);
 
         let mut kube = Kube {
@@ -203,6 +206,7 @@ impl Kube {
             kubeconfig,
             netns: ns.name.clone(),
             kubectl,
+            apiserver_command: (apiserver_bin, apiserver_args),
             dir,
             _etcd_data: etcd_data,
         };
@@ -248,6 +252,26 @@ impl Kube {
         } else {
             Err(String::from_utf8_lossy(&out.stderr).to_string())
         }
+    }
+
+    /// Kills the API server (etcd keeps the objects).
+    pub fn stop_apiserver(&mut self) {
+        self.apiserver.kill();
+    }
+
+    /// Starts the API server again, as before, and waits until it is ready.
+    pub fn start_apiserver(&mut self) {
+        let (bin, args) = &self.apiserver_command;
+        let mut cmd = wrapped_command(&["ip", "netns", "exec", &self.netns], bin);
+        cmd.args(args);
+        self.apiserver = Proc::spawn("kube-apiserver", cmd);
+        self.wait_ready(Duration::from_secs(120));
+    }
+
+    /// `kubectl apply -f -` of `manifests`: creates or changes the objects.
+    pub fn apply(&self, manifests: &str) {
+        self.try_kubectl(&["apply", "-f", "-"], Some(manifests))
+            .unwrap_or_else(|e| panic!("kubectl apply: {e}\n{manifests}"));
     }
 
     /// `kubectl create -f -` of `manifests` (YAML documents).

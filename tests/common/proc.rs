@@ -152,6 +152,11 @@ impl Proc {
         }
     }
 
+    /// The process ID.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn kill(&mut self) {
         if self.try_status().is_none() {
             let _ = self.child.kill();

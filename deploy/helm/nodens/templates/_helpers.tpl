@@ -51,12 +51,17 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- toJson $out -}}
 {{- end -}}
 
-{{/* One [[zone]] forwarding to the cluster DNS through the upstream Service. */}}
+{{/* One [[zone]] forwarding to the cluster DNS through the upstream Service
+(or, with upstream.endpointSlices, to its pods). Takes (list ZONE $). */}}
 {{- define "nodens.clusterZone" -}}
-{{- $v := index . 1 }}
+{{- $root := index . 1 }}
+{{- $v := $root.Values }}
 [[zone]]
 name = {{ index . 0 | toJson }}
 upstream_service = {{ $v.upstream.service.name | toJson }}
+{{- if $v.upstream.endpointSlices }}
+endpoints = { service = {{ $v.upstream.service.name | toJson }}, namespace = {{ $root.Release.Namespace | toJson }}, port = "dns" }
+{{- end }}
 transport = {{ $v.upstream.transport | toJson }}
 upstream_timeout = {{ $v.upstream.timeout | toJson }}
 {{- with $v.upstream.pool }}
@@ -124,12 +129,12 @@ disable_rules = {{ toJson . }}
 suffix = {{ .suffix | toJson }}
 max_labels = {{ .maxLabels | int }}
 {{- end }}
-{{ include "nodens.clusterZone" (list .Values.clusterDomain .Values) }}
+{{ include "nodens.clusterZone" (list .Values.clusterDomain $) }}
 {{- range .Values.upstream.reverseZones }}
-{{ include "nodens.clusterZone" (list . $.Values) }}
+{{ include "nodens.clusterZone" (list . $) }}
 {{- end }}
 {{- if eq .Values.upstream.external "clusterDns" }}
-{{ include "nodens.clusterZone" (list "." .Values) }}
+{{ include "nodens.clusterZone" (list "." $) }}
 {{- else if eq .Values.upstream.external "resolvConf" }}
 
 [[zone]]

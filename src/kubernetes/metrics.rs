@@ -1,0 +1,39 @@
+//! `nodens_kubernetes_*`: whether each watch is synced with the API, how
+//! often it had to start over, and how many objects it holds.
+
+use crate::metrics::{Counters, Gauges, Registry, label_set};
+
+label_set! {
+    pub struct WatchLabels { resource = "resource", watch = "watch" }
+    pub struct ZoneLabels { zone = "zone" }
+}
+
+pub struct KubeMetrics {
+    pub synced: Gauges<WatchLabels<'static>>,
+    pub errors: Counters<WatchLabels<'static>>,
+    pub objects: Gauges<WatchLabels<'static>>,
+    pub discovered_upstreams: Gauges<ZoneLabels<'static>>,
+}
+
+impl KubeMetrics {
+    pub fn register(r: &Registry) -> KubeMetrics {
+        KubeMetrics {
+            synced: r.gauges(
+                "nodens_kubernetes_watch_synced",
+                "1 while the watch holds the API's current list, 0 while it lists again or the API cannot be reached.",
+            ),
+            errors: r.counters(
+                "nodens_kubernetes_watch_errors_total",
+                "Watch errors (API unreachable, watch expired with 410 Gone, ...): each starts a new list after a backoff.",
+            ),
+            objects: r.gauges(
+                "nodens_kubernetes_watch_objects",
+                "Objects the watch holds.",
+            ),
+            discovered_upstreams: r.gauges(
+                "nodens_zone_discovered_upstreams",
+                "Upstreams of the zone taken from EndpointSlices; 0 while the zone asks its configured upstreams (the ClusterIP).",
+            ),
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! What nodens reads from the Kubernetes API: narrow watches, each feeding
+//! one feature, none on the request path. A watch publishes what it knows
+//! to the server's main loop, which rebuilds the settings the request path
+//! reads; when the API cannot be reached, each feature falls back to what
+//! the configuration file says (the ClusterIP for upstreams).
+
+pub mod endpoints;
+pub mod metrics;
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+
+use anyhow::{Context, Result};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+
+use crate::config::{Config, EndpointsPlan, KubernetesPlan, Policy};
+use crate::tasks::Upkeep;
+
+/// A client for the API: from the configured kubeconfig, else in-cluster
+/// (the pod's service account), else `$KUBECONFIG` / `~/.kube/config`.
+pub async fn client(plan: &KubernetesPlan) -> Result<kube::Client> {
+    let config = match &plan.kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &Default::default())
+                .await
+                .with_context(|| format!("kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no Kubernetes API: neither in a cluster nor a kubeconfig")?,
+    };
+    kube::Client::try_from(config).context("Kubernetes API client")
+}
+
+/// The server's side of the EndpointSlice watches: which run, what they
+/// found, and the configuration with it in place.
+pub struct Discoveries {
+    metrics: std::sync::Arc<metrics::KubeMetrics>,
+    /// The API client and the plan it was made for.
+    client: Option<(KubernetesPlan, kube::Client)>,
+    watches: HashMap<EndpointsPlan, tokio::task::AbortHandle>,
+    found: HashMap<EndpointsPlan, Vec<SocketAddr>>,
+    sender: UnboundedSender<endpoints::Discovery>,
+    receiver: UnboundedReceiver<endpoints::Discovery>,
+}
+
+impl Discoveries {
+    pub fn new(metrics: std::sync::Arc<metrics::KubeMetrics>) -> Discoveries {
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        Discoveries {
+            metrics,
+            client: None,
+            watches: HashMap::new(),
+            found: HashMap::new(),
+            sender,
+            receiver,
+        }
+    }
+
+    /// Runs a watch for each Service the zones of `config` discover from,
+    /// and no other. Without an API client the zones keep their
+    /// configured upstreams (logged): DNS is served either way.
+    pub async fn follow(&mut self, config: &Config, upkeep: &Upkeep) {
+        let wanted: HashSet<&EndpointsPlan> = config
+            .zones
+            .iter()
+            .filter_map(|z| z.endpoints.as_ref())
+            .collect();
+        let plan = config.kubernetes.as_ref();
+        if self.client.as_ref().map(|(p, _)| p) != plan {
+            // Another API (or none): every watch starts over.
+            self.client = None;
+            self.stop_where(|_| true);
+            if let Some(plan) = plan {
+                match client(plan).await {
+                    Ok(c) => self.client = Some((plan.clone(), c)),
+                    Err(e) => tracing::error!(
+                        "Kubernetes API: {e:#}; zones ask their configured upstreams"
+                    ),
+                }
+            }
+        }
+        self.stop_where(|p| !wanted.contains(p));
+        let Some((_, client)) = &self.client else {
+            return;
+        };
+        for plan in wanted {
+            if !self.watches.contains_key(plan) {
+                let task = endpoints::watch(
+                    client.clone(),
+                    plan.clone(),
+                    self.metrics.clone(),
+                    self.sender.clone(),
+                );
+                self.watches
+                    .insert(plan.clone(), upkeep.spawn_stoppable(task));
+            }
+        }
+    }
+
+    fn stop_where(&mut self, stop: impl Fn(&EndpointsPlan) -> bool) {
+        self.watches.retain(|plan, watch| {
+            let keep = !stop(plan);
+            if !keep {
+                watch.abort();
+            }
+            keep
+        });
+        let watches = &self.watches;
+        self.found.retain(|plan, _| watches.contains_key(plan));
+    }
+
+    /// The next change a watch found (pending forever while none runs).
+    pub async fn changed(&mut self) -> endpoints::Discovery {
+        match self.receiver.recv().await {
+            Some(d) => d,
+            // Unreachable: `self` holds a sender.
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Records `d`; false when it is stale (from a watch since stopped).
+    pub fn record(&mut self, d: endpoints::Discovery) -> bool {
+        if !self.watches.contains_key(&d.plan) {
+            return false;
+        }
+        match d.upstreams {
+            Some(u) => self.found.insert(d.plan, u),
+            None => self.found.remove(&d.plan),
+        };
+        true
+    }
+
+    /// `config` with each discovering zone asking its Service's ready
+    /// endpoints, in random order (which pod is first means nothing), where
+    /// they are known.
+    pub fn apply(&self, config: &Config) -> Config {
+        let mut config = config.clone();
+        for zone in &mut config.zones {
+            let found = zone.endpoints.as_ref().and_then(|p| self.found.get(p));
+            if let Some(found) = found {
+                zone.upstreams = found.clone();
+                zone.policy = Policy::Random;
+            }
+            if zone.endpoints.is_some() {
+                let labels = metrics::ZoneLabels { zone: &zone.name };
+                let n = found.map_or(0, Vec::len);
+                self.metrics.discovered_upstreams.get(&labels).set(n as i64);
+            }
+        }
+        config
+    }
+}

@@ -1,0 +1,206 @@
+//! A zone's upstreams from its Service's EndpointSlices, against a real
+//! kube-apiserver (tests/common/kube.rs) in a network namespace: the ready
+//! endpoints are asked directly and the ClusterIP not at all; a third pod
+//! added to the slice gets queries without a restart; with no ready
+//! endpoint, and while the API server is down, the ClusterIP answers; an
+//! API server restart under load loses no query.
+//!
+//! Each "pod" and the "ClusterIP" is a CoreDNS on its own address in the
+//! namespace, logging what it is asked, so the test sees who was asked.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+const CLUSTER_IP: &str = "10.96.0.10";
+const PODS: [&str; 3] = ["10.244.1.11", "10.244.1.12", "10.244.1.13"];
+
+/// The EndpointSlice of `kube-dns` with `ready` endpoints and `unready` ones.
+fn slice(ready: &[&str], unready: &[&str]) -> String {
+    let mut endpoints = String::new();
+    for (ips, is_ready) in [(ready, true), (unready, false)] {
+        for ip in ips {
+            endpoints.push_str(&format!(
+                "  - addresses: [\"{ip}\"]\n    conditions: {{ready: {is_ready}}}\n"
+            ));
+        }
+    }
+    if endpoints.is_empty() {
+        endpoints = "  []\n".into();
+    }
+    format!(
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  \
+         name: kube-dns-x1\n  namespace: kube-system\n  labels:\n    \
+         kubernetes.io/service-name: kube-dns\naddressType: IPv4\nports:\n  \
+         - {{name: dns, port: 53, protocol: UDP}}\n  - {{name: dns-tcp, port: 53, protocol: TCP}}\n\
+         endpoints:\n{endpoints}"
+    )
+}
+
+struct Lab {
+    nodens: Nodens,
+    pods: Vec<CoreDns>,
+    cluster_ip: CoreDns,
+    kube: Kube,
+    ns: Netns,
+    sent: std::sync::atomic::AtomicUsize,
+}
+
+impl Lab {
+    fn start() -> Lab {
+        let ns = Netns::create("eps");
+        let kube = Kube::start(&ns);
+        kube.create(&format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: kube-dns, namespace: kube-system}}\n\
+             spec:\n  clusterIP: {CLUSTER_IP}\n  ports:\n  - {{name: dns, port: 53, protocol: UDP}}\n  \
+             - {{name: dns-tcp, port: 53, protocol: TCP}}\n---\n{}",
+            slice(&PODS[..2], &[])
+        ));
+        let coredns = |ip: &str| {
+            ns.run(&["ip", "addr", "add", &format!("{ip}/32"), "dev", "lo"]);
+            let addr = format!("{ip}:53").parse().unwrap();
+            CoreDns::launch(&ns.exec(), addr, &[("test.", test_zone(""))])
+        };
+        let pods: Vec<CoreDns> = PODS.iter().map(|ip| coredns(ip)).collect();
+        let cluster_ip = coredns(CLUSTER_IP);
+        for c in pods.iter().chain([&cluster_ip]) {
+            in_netns(&ns.name, || c.wait_ready());
+        }
+        let toml = Cfg::new(&Net::fixed(11))
+            .raw(&format!(
+                "[kubernetes]\nkubeconfig = \"{}\"\n\n[[zone]]\nname = \"test.\"\n\
+                 upstreams = [\"{CLUSTER_IP}\"]\n\
+                 endpoints = {{ service = \"kube-dns\", namespace = \"kube-system\" }}\n",
+                kube.kubeconfig.display()
+            ))
+            .to_toml();
+        let mut nodens = Nodens::launch(&toml, &ns.exec());
+        in_netns(&ns.name, || nodens.wait_ready());
+        Lab {
+            nodens,
+            pods,
+            cluster_ip,
+            kube,
+            ns,
+            sent: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    fn discovered(&self) -> f64 {
+        in_netns(&self.ns.name, || {
+            self.nodens
+                .metric("nodens_zone_discovered_upstreams", &[("zone", "test.")])
+        })
+    }
+
+    fn wait_discovered(&self, n: f64) {
+        wait_until(
+            Duration::from_secs(30),
+            &format!("nodens to ask {n} discovered upstreams"),
+            || (self.discovered() == n).then_some(()),
+        );
+    }
+
+    /// `n` queries for names no cache holds; every one must be answered.
+    fn ask(&self, n: usize) {
+        let first = self.sent.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        in_netns(&self.ns.name, || {
+            for i in first..first + n {
+                let reply = udp_query(self.nodens.dns, &Q::new(&format!("q{i}.nope.test."), Rt::A));
+                assert_eq!(reply.rcode(), rcode::NXDOMAIN, "q{i}");
+            }
+        });
+    }
+
+    /// Queries each server got (pods, then the ClusterIP) since `counts`.
+    fn asked(&self) -> Vec<usize> {
+        for c in self.pods.iter().chain([&self.cluster_ip]) {
+            c.sync_log_via(|name| {
+                in_netns(&self.ns.name, || {
+                    let _ =
+                        udp_query_timeout(c.addr, &Q::new(name, Rt::TXT), Duration::from_secs(2));
+                })
+            });
+        }
+        self.pods
+            .iter()
+            .chain([&self.cluster_ip])
+            .map(|c| {
+                c.queries()
+                    .iter()
+                    .filter(|q| q.name.ends_with("nope.test."))
+                    .count()
+            })
+            .collect()
+    }
+}
+
+fn delta(after: &[usize], before: &[usize]) -> Vec<usize> {
+    after.iter().zip(before).map(|(a, b)| a - b).collect()
+}
+
+#[test]
+fn upstreams_follow_the_endpointslices() {
+    if !require_root("endpoint_discovery (network namespace)") {
+        return;
+    }
+    let mut lab = Lab::start();
+    let pid = lab.nodens.proc.id();
+
+    // Two ready pods: both asked, the ClusterIP never.
+    lab.wait_discovered(2.0);
+    let before = lab.asked();
+    lab.ask(40);
+    let d = delta(&lab.asked(), &before);
+    assert!(d[0] > 0 && d[1] > 0, "both pods asked: {d:?}");
+    assert_eq!((d[2], d[3]), (0, 0), "no third pod, no ClusterIP: {d:?}");
+
+    // A third pod: asked too, by the same process.
+    lab.kube.apply(&slice(&PODS, &[]));
+    lab.wait_discovered(3.0);
+    let before = lab.asked();
+    lab.ask(60);
+    let d = delta(&lab.asked(), &before);
+    assert!(d[..3].iter().all(|&n| n > 0), "all three pods asked: {d:?}");
+    assert_eq!(d[3], 0, "ClusterIP: {d:?}");
+    assert_eq!(lab.nodens.proc.id(), pid, "no restart");
+
+    // No ready endpoint: the ClusterIP.
+    lab.kube.apply(&slice(&[], &PODS));
+    lab.wait_discovered(0.0);
+    let before = lab.asked();
+    lab.ask(10);
+    assert_eq!(delta(&lab.asked(), &before), [0, 0, 0, 10]);
+
+    // The API server down: the ClusterIP, and no query lost meanwhile.
+    lab.kube.apply(&slice(&PODS[..2], &PODS[2..]));
+    lab.wait_discovered(2.0);
+    lab.kube.stop_apiserver();
+    lab.ask(20);
+    lab.wait_discovered(0.0);
+    let synced = in_netns(&lab.ns.name, || {
+        lab.nodens.metric(
+            "nodens_kubernetes_watch_synced",
+            &[
+                ("resource", "endpointslices"),
+                ("watch", "kube-system/kube-dns"),
+            ],
+        )
+    });
+    assert_eq!(synced, 0.0);
+    let before = lab.asked();
+    lab.ask(10);
+    assert_eq!(delta(&lab.asked(), &before), [0, 0, 0, 10]);
+
+    // Back: the pods again, after a relist.
+    lab.kube.start_apiserver();
+    lab.ask(20);
+    lab.wait_discovered(2.0);
+    let before = lab.asked();
+    lab.ask(40);
+    let d = delta(&lab.asked(), &before);
+    assert!(d[0] > 0 && d[1] > 0 && d[2] == 0 && d[3] == 0, "{d:?}");
+    lab.nodens.assert_alive();
+}
