@@ -113,6 +113,22 @@ def table_short(r):
     return head, rows
 
 
+def table_answers(r):
+    """What each client printed, per name, and whether every cache gave the same."""
+    head = ["name"] + r.clients + ["same through " + ", ".join(r.configs)]
+    rows = []
+    for name in r.names:
+        row, same = [f"`{name}`"], True
+        for client in r.clients:
+            ans = r.answers(client, name)
+            seen = set().union(*ans.values())
+            same = same and len(seen) == 1
+            row.append(" / ".join(sorted(a if a else "(empty)" for a in seen)))
+        row.append("yes" if same else "**no**")
+        rows.append(row)
+    return head, rows
+
+
 def md_table(head, rows):
     out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
@@ -132,7 +148,7 @@ def targets(r):
         return [(None, "no nodens (b) run: targets not evaluated")]
     lim = 1.5 * r.rtt
     for ph, label in (("cold", "cold (cache restarted)"), ("new", "new name (cache running, SOAs known)")):
-        worst_up, worst_ms, misses_up, misses_ms = 0, 0, [], []
+        worst_up, worst_ms, worst_wire, misses_up, misses_ms = 0, 0, 0, [], []
         for name in r.external:
             for client in r.clients:
                 up = r.stat("b", client, name, ph, "upstream")
@@ -141,6 +157,7 @@ def targets(r):
                     continue
                 worst_up = max(worst_up, up)
                 worst_ms = max(worst_ms, ms)
+                worst_wire = max(worst_wire, r.stat("b", client, name, ph, "wire_ms") or 0)
                 if up > 3:
                     misses_up.append(f"{name} {client} {up:g}")
                 if ms > lim:
@@ -148,7 +165,8 @@ def targets(r):
         out.append((not misses_up, f"{label} external lookup: at most 3 upstream queries with nodens: "
                     f"worst {worst_up:g}" + (f"; over: {', '.join(misses_up)}" if misses_up else "")))
         out.append((not misses_ms, f"{label} external lookup: client time at most 1.5 x one upstream round trip "
-                    f"(1.5 x {r.rtt:.1f} = {lim:.1f} ms): worst {worst_ms:.1f} ms"
+                    f"(1.5 x {r.rtt:.1f} = {lim:.1f} ms): worst {worst_ms:.1f} ms (on the wire, first query to "
+                    f"last answer at the pod's veth: worst {worst_wire:.1f} ms)"
                     + (f"; over: {', '.join(misses_ms)}" if misses_ms else "")))
     worst, over = 0, []
     for name in r.external:
@@ -173,9 +191,11 @@ def targets(r):
                     if b - a > worst_d:
                         worst_d, worst_txt = b - a, f"{name} {client} {ph}: {b:.1f} ms against {a:.1f} ms"
                     if b > a * (1 + SLOWER_MARGIN_REL) + SLOWER_MARGIN_MS:
-                        slower.append(f"{name} {client} {ph} {b:.1f} vs {a:.1f} ms")
+                        wa = r.stat("a", client, name, ph, "wire_ms")
+                        wb = r.stat("b", client, name, ph, "wire_ms")
+                        slower.append(f"{name} {client} {ph} {b:.1f} vs {a:.1f} ms (on the wire {wb:.1f} vs {wa:.1f})")
         out.append((not slower, "no in-cluster lookup slower with nodens than with (a) "
-                    f"(median, margin {SLOWER_MARGIN_REL:.0%} + {SLOWER_MARGIN_MS:g} ms): closest {worst_txt}"
+                    f"(median, margin {SLOWER_MARGIN_REL:.0%} + {SLOWER_MARGIN_MS:g} ms): worst {worst_txt}"
                     + (f"; slower: {', '.join(slower)}" if slower else "")))
     same = [c for c in ("a", "b", "c", "d") if c in r.configs]
     diffs = []
@@ -185,6 +205,18 @@ def targets(r):
             sets = {c: ans[c] for c in same if ans[c]}
             if len({frozenset(s) for s in sets.values()}) > 1 or any(len(s) > 1 for s in sets.values()):
                 diffs.append(f"{name} {client}: " + "; ".join(f"{c}={sorted(s)}" for c, s in sets.items()))
+    rdiffs = []
+    for name in r.names:
+        for client in r.clients:
+            seen = {}
+            for c in same:
+                for ph in PHASES:
+                    for s in r.by.get((c, client, name, ph), []):
+                        seen.setdefault(c, set()).add(tuple(sorted({tuple(x) for x in s["answer_rcodes"]})))
+            if len({frozenset(v) for v in seen.values()}) > 1 or any(len(v) > 1 for v in seen.values()):
+                rdiffs.append(f"{name} {client}")
+    out.append((not rdiffs, f"every DNS answer the pod received has the same name, type and rcode across "
+                f"{', '.join(same)}" + (": differences: " + ", ".join(rdiffs) if rdiffs else "")))
     out.append((not diffs, f"every answer identical across {', '.join(same)} (each client, each name, every "
                 f"phase and repetition)" + (": differences: " + " | ".join(diffs) if diffs else "")))
     return out
@@ -223,12 +255,14 @@ def plot(r, path):
                 ys = [r.pooled(cfg, n, ph, field) or 0 for n in r.names]
                 ax.bar([xi + (i - (len(r.configs) - 1) / 2) * width for xi in x], ys, width,
                        label=f"({cfg}) {r.data['configs'][cfg]}", color=colors.get(cfg))
+            # The targets are about external names: drawn over those only.
+            ext_end = len(r.external) - 0.5
             if field == "upstream":
-                ax.axhline(3, color="black", lw=0.8, ls="--")
-                ax.text(len(r.names) - 0.5, 3.3, "target: 3", ha="right", fontsize=8)
+                ax.hlines(3, -0.5, ext_end, color="black", lw=0.8, ls="--")
+                ax.text(ext_end - 0.05, 3.3, "target: 3", ha="right", fontsize=8)
             else:
-                ax.axhline(1.5 * r.rtt, color="black", lw=0.8, ls="--")
-                ax.text(len(r.names) - 0.5, 1.5 * r.rtt + 3, f"1.5 x RTT = {1.5 * r.rtt:.0f} ms",
+                ax.hlines(1.5 * r.rtt, -0.5, ext_end, color="black", lw=0.8, ls="--")
+                ax.text(ext_end - 0.05, 1.5 * r.rtt + 3, f"target: 1.5 x RTT = {1.5 * r.rtt:.0f} ms",
                         ha="right", fontsize=8)
             title = {"cold": "cold: cache restarted", "new": "new name: cache running, primed with another name"}[ph]
             ax.set_title(title if row == 0 else "")
@@ -250,6 +284,7 @@ def main():
     p.add_argument("results")
     p.add_argument("--md")
     p.add_argument("--png")
+    p.add_argument("--summary", help="write the medians and the targets as JSON here")
     args = p.parse_args()
     data = json.load(open(args.results))
     r = Results(data)
@@ -270,6 +305,10 @@ def main():
     head_f, rows_f = table_full(r)
     md += ["## Per name and client", "", "Cells: upstream queries / client time in ms (medians).", ""]
     md += md_table(head_f, rows_f) + [""]
+    head_a, rows_a = table_answers(r)
+    md += ["## Answers", "", "What each client printed (sorted addresses, or NOTFOUND), over every cache, phase "
+           "and repetition.", ""]
+    md += md_table(head_a, rows_a) + [""]
     tg = targets(r)
     md += ["## Targets (nodens, b)", ""]
     md += [f"- **{'PASS' if ok else 'FAIL' if ok is False else 'N/A'}** {t}" for ok, t in tg] + [""]
@@ -290,6 +329,24 @@ def main():
         except ImportError:
             print("(no PNG: matplotlib is not installed)")
             md += ["(no PNG: matplotlib is not installed)", ""]
+    if args.summary:
+        fields = ("client_queries", "rounds", "upstream", "wall_ms", "wire_ms")
+        cells = []
+        for (cfg, client, name, ph), ss in sorted(r.by.items()):
+            if ph not in PHASES:
+                continue
+            cell = {"config": cfg, "client": client, "name": name, "phase": ph, "n": len(ss),
+                    "answers": sorted({s["answer"] for s in ss})}
+            cell.update({f: r.stat(cfg, client, name, ph, f) for f in fields})
+            # What reached the cluster DNS in the first repetition: the names, in order.
+            cell["upstream_queries_rep0"] = [f"{q[0]} {q[1]} {q[2]}" for q in ss[0]["upstream_queries"]]
+            cells.append(cell)
+        summary = {k: data[k] for k in data if k != "samples"}
+        summary["medians"] = cells
+        summary["targets"] = [{"pass": ok, "text": t} for ok, t in tg]
+        summary["namespace_check"] = ns
+        with open(args.summary, "w") as f:
+            json.dump(summary, f, indent=1)
     if args.md:
         with open(args.md, "w") as f:
             f.write("\n".join(md))
