@@ -17,7 +17,7 @@ use crate::cache::metrics::CacheGauges;
 use crate::cache::snapshot;
 use crate::config::Config;
 use crate::http::{self, HttpState};
-use crate::kubernetes::Discoveries;
+use crate::kubernetes::Watches;
 use crate::kubernetes::endpoints::Discovery;
 use crate::kubernetes::metrics::KubeMetrics;
 use crate::listen::handover::{self, Inherited};
@@ -90,8 +90,9 @@ pub struct Server {
     handed_over: bool,
     /// Our claim on the node setup, held until exit (see `node::presence`).
     presence: Option<Presence>,
-    /// Zones' upstreams from EndpointSlices: the watches and what they found.
-    discoveries: Discoveries,
+    /// The Kubernetes API watches: zones' upstreams from EndpointSlices,
+    /// the namespaces.
+    watches: Watches,
 }
 
 /// How long a starting server waits for the previous one (or a withdraw)
@@ -118,7 +119,7 @@ impl Server {
             &telemetry.upstream,
         ));
         log_zones(&shared);
-        let discoveries = Discoveries::new(telemetry.kubernetes.clone());
+        let watches = Watches::new(telemetry.kubernetes.clone(), shared.namespaces.clone());
         let mut server = Server {
             shared,
             telemetry,
@@ -134,7 +135,7 @@ impl Server {
             handover: None,
             handed_over: false,
             presence: None,
-            discoveries,
+            watches,
         };
         let predecessor = match &config.server.handover_socket {
             Some(path) => {
@@ -168,7 +169,7 @@ impl Server {
         server.apply_listeners(&config.listen)?;
         server.apply_http(config.http_listen).await?;
         server
-            .discoveries
+            .watches
             .follow(&config, server.shared.tasks.upkeep())
             .await;
         if let Some(path) = &config.server.handover_socket {
@@ -198,7 +199,7 @@ impl Server {
                 .map_or(Duration::from_secs(3600), Node::reconcile_interval);
             tokio::select! {
                 _ = hup.recv() => self.reload().await,
-                found = self.discoveries.changed() => self.discovered(found),
+                found = self.watches.changed() => self.discovered(found),
                 _ = term.recv() => break,
                 _ = int.recv() => break,
                 accepted = accept(&self.handover), if self.handover.is_some() => {
@@ -248,11 +249,11 @@ impl Server {
     /// A watch found other upstreams for a zone: the request path asks
     /// them from its next query on; queries in flight finish where they are.
     fn discovered(&mut self, found: Discovery) {
-        if self.handed_over || !self.discoveries.record(found) {
+        if self.handed_over || !self.watches.record(found) {
             return;
         }
         let settings = Settings::build(
-            &self.discoveries.apply(&self.config),
+            &self.watches.apply(&self.config),
             &self.telemetry.upstream,
             self.shared.tasks.upkeep(),
             Some(&self.shared.settings.load()),
@@ -263,11 +264,11 @@ impl Server {
 
     async fn try_reload(&mut self, path: &Path) -> Result<()> {
         let config = Config::load(path)?;
-        self.discoveries
+        self.watches
             .follow(&config, self.shared.tasks.upkeep())
             .await;
         let settings = Settings::build(
-            &self.discoveries.apply(&config),
+            &self.watches.apply(&config),
             &self.telemetry.upstream,
             self.shared.tasks.upkeep(),
             Some(&self.shared.settings.load()),

@@ -257,7 +257,7 @@ fn gist(r: &Reply) -> (u16, BTreeSet<String>, Option<String>) {
 struct Lab {
     nodens: Nodens,
     core: KubeDns,
-    _kube: Kube,
+    kube: Kube,
     ns: Netns,
     toml: String,
 }
@@ -267,6 +267,12 @@ impl Lab {
     /// forwarding `cluster.local` (0x20 as given, or at its default) and
     /// `in-addr.arpa` to it.
     fn start(randomize_case: Option<bool>) -> Lab {
+        Lab::start_with(randomize_case, "")
+    }
+
+    /// [`Lab::start`] with `cluster` added to nodens's `[cluster]` (and a
+    /// `[kubernetes]` section for the cluster's API).
+    fn start_with(randomize_case: Option<bool>, cluster: &str) -> Lab {
         let ns = Netns::create("schema");
         let kube = Kube::start(&ns);
         kube.create(&OBJECTS.replace("COREDNS_IP", COREDNS_IP));
@@ -284,14 +290,17 @@ impl Lab {
         let toml = Cfg::new(&Net::fixed(10))
             .zone(cluster_zone)
             .zone(Zone::new("in-addr.arpa.", &[core.addr]))
-            .raw("[cluster]\n")
+            .raw(&format!(
+                "[cluster]\n{cluster}\n[kubernetes]\nkubeconfig = \"{}\"\n",
+                kube.kubeconfig.display()
+            ))
             .to_toml();
         let mut nodens = Nodens::launch(&toml, &ns.exec());
         in_netns(&ns.name, || nodens.wait_ready());
         Lab {
             nodens,
             core,
-            _kube: kube,
+            kube,
             ns,
             toml,
         }
@@ -447,4 +456,104 @@ fn soa_questions_for_denied_names_answer_the_same() {
         let got = lab.ask(lab.nodens.dns, name, Rt::SOA);
         assert_eq!(gist(&got), gist(&direct), "nodens for {name} SOA");
     }
+}
+
+/// `[cluster] namespaces_from_api`: nodens watches the namespaces, answers
+/// names below `<ns>.svc` of one that does not exist itself, as CoreDNS
+/// would, and serves a namespace once it is created; a namespace deleted is
+/// denied again.
+#[test]
+fn names_of_a_namespace_the_api_does_not_list_are_denied_locally() {
+    if !require_root("cluster_schema (network namespace)") {
+        return;
+    }
+    let lab = Lab::start_with(None, "namespaces_from_api = true\n");
+    wait_until(secs(30), "nodens to list the namespaces", || {
+        let synced = lab.metric(
+            "nodens_kubernetes_watch_synced",
+            &[("resource", "namespaces"), ("watch", "all")],
+        );
+        (synced == 1.0).then_some(())
+    });
+    let denied = || {
+        lab.metric(
+            "nodens_search_local_nxdomain_total",
+            &[("rule", "unknown_namespace")],
+        )
+    };
+    // A first negative answer from the zone teaches nodens its SOA.
+    lab.ask(lab.nodens.dns, "nothere.team-a.svc.cluster.local.", Rt::A);
+
+    let names = [
+        ("web.team-z.svc.cluster.local.", Rt::A),
+        ("db-0.db.team-z.svc.cluster.local.", Rt::AAAA),
+        ("_http._tcp.web.team-z.svc.cluster.local.", Rt::SRV),
+        ("team-z.svc.cluster.local.", Rt::A),
+    ];
+    let before = denied();
+    for (name, t) in names {
+        let got = lab.ask(lab.nodens.dns, name, t);
+        let direct = lab.ask(lab.core.addr, name, t);
+        assert_eq!(got.rcode(), rcode::NXDOMAIN, "{name}");
+        assert_eq!(gist(&got), gist(&direct), "nodens for {name} {t}");
+        assert_eq!(
+            lab.core.count_queries(name, &t.to_string()),
+            1,
+            "{name}: only the direct question reached CoreDNS"
+        );
+    }
+    assert_eq!(denied() - before, names.len() as f64);
+    // A namespace that exists is the cluster DNS's to answer.
+    let before = denied();
+    let web = "web.team-a.svc.cluster.local.";
+    assert_eq!(
+        gist(&lab.ask(lab.nodens.dns, web, Rt::A)),
+        gist(&lab.ask(lab.core.addr, web, Rt::A))
+    );
+    assert_eq!(denied(), before);
+
+    // Created: served as soon as the watch sees it, the denial not cached.
+    lab.kube.create(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: team-z}\n---\n\
+         apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: team-z}\n\
+         spec:\n  clusterIP: 10.96.1.30\n  ports:\n  - {name: http, port: 80, protocol: TCP}\n",
+    );
+    let web_z = "web.team-z.svc.cluster.local.";
+    let served = wait_until(secs(10), "nodens to serve the new namespace", || {
+        let got = lab.ask(lab.nodens.dns, web_z, Rt::A);
+        (got.rcode() == rcode::NOERROR).then_some(got)
+    });
+    assert_eq!(served.a(), [ipv4("10.96.1.30")]);
+
+    // Deleted (the namespace controller's part, finalize, done by hand):
+    // denied again.
+    lab.kube
+        .create("apiVersion: v1\nkind: Namespace\nmetadata: {name: team-y}\n");
+    let team_y = "web.team-y.svc.cluster.local.";
+    wait_until(secs(10), "nodens to list team-y", || {
+        let before = denied();
+        lab.ask(lab.nodens.dns, team_y, Rt::A);
+        (denied() == before).then_some(())
+    });
+    lab.kube
+        .try_kubectl(&["delete", "namespace", "team-y", "--wait=false"], None)
+        .unwrap();
+    let finalize = r#"{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"team-y"},"spec":{"finalizers":[]}}"#;
+    lab.kube
+        .try_kubectl(
+            &[
+                "replace",
+                "--raw",
+                "/api/v1/namespaces/team-y/finalize",
+                "-f",
+                "-",
+            ],
+            Some(finalize),
+        )
+        .unwrap();
+    wait_until(secs(10), "nodens to deny team-y's names again", || {
+        let before = denied();
+        let got = lab.ask(lab.nodens.dns, team_y, Rt::A);
+        (got.rcode() == rcode::NXDOMAIN && denied() == before + 1.0).then_some(())
+    });
 }

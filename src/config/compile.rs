@@ -120,11 +120,11 @@ impl File {
                 level: self.log.level.clone(),
                 format: self.log.format,
             },
-            kubernetes: zones.iter().any(|z| z.endpoints.is_some()).then(|| {
-                super::KubernetesPlan {
+            kubernetes: (zones.iter().any(|z| z.endpoints.is_some())
+                || self.cluster.namespaces_from_api)
+                .then(|| super::KubernetesPlan {
                     kubeconfig: self.kubernetes.kubeconfig.clone(),
-                }
-            }),
+                }),
             zones,
         })
     }
@@ -148,6 +148,7 @@ impl File {
         )
         .with_search(SearchPlan {
             namespace_check: c.namespace_check,
+            namespaces_from_api: c.namespaces_from_api,
             speculate: c.speculate,
             search_domains: c
                 .search_domains

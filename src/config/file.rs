@@ -93,6 +93,10 @@ pub struct ClusterConfig {
     pub search_domains: Vec<Spanned<ZoneName>>,
     /// Speculative upstream queries in flight at most.
     pub max_speculations: usize,
+    /// Watch the namespaces through the Kubernetes API (`[kubernetes]`):
+    /// names below `<ns>.svc.<domain>` of a namespace that does not exist
+    /// are NXDOMAIN without asking.
+    pub namespaces_from_api: bool,
 }
 
 impl Default for ClusterConfig {
@@ -108,6 +112,7 @@ impl Default for ClusterConfig {
             speculate: true,
             search_domains: Vec::new(),
             max_speculations: 256,
+            namespaces_from_api: false,
         }
     }
 }

@@ -13,14 +13,13 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Duration;
 
-use futures_util::StreamExt;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::metrics::{KubeMetrics, WatchLabels};
+use super::watch::{Follower, follow};
 use crate::config::EndpointsPlan;
 
 /// The label Kubernetes puts on a Service's EndpointSlices.
@@ -36,19 +35,9 @@ pub struct Discovery {
     pub upstreams: Option<Vec<SocketAddr>>,
 }
 
-/// First and longest wait before listing again after an error.
-const RETRY_FIRST: Duration = Duration::from_secs(1);
-const RETRY_MAX: Duration = Duration::from_secs(30);
-
 /// Watches `plan`'s EndpointSlices until the receiver of `publish` is gone,
-/// sending a [`Discovery`] whenever what it knows changes.
-///
-/// An error ends the watch: the zone falls back to its configured
-/// upstreams at once, and a new list is taken after a backoff. (The
-/// watcher would resume from its last resource version and, with nothing
-/// changed, say nothing: there would be no moment to trust the old list
-/// again.) A watch that expired (410 Gone) lists again by itself, keeping
-/// what was published until the new list is complete.
+/// sending a [`Discovery`] whenever what it knows changes (see
+/// [`super::watch`] for errors and relists).
 pub async fn watch(
     client: kube::Client,
     plan: EndpointsPlan,
@@ -67,61 +56,15 @@ pub async fn watch(
         publish: &publish,
         last: None,
     };
-    let mut retry = RETRY_FIRST;
-    loop {
-        metrics.synced.get(&labels).set(0);
-        let events = watcher(api.clone(), watcher::Config::default().labels(&selector));
-        let mut events = std::pin::pin!(events);
-        let mut slices = Slices::default();
-        let mut listing: Option<Slices> = None;
-        let error = loop {
-            let Some(event) = events.next().await else {
-                break None;
-            };
-            match event {
-                Ok(watcher::Event::Init) => listing = Some(Slices::default()),
-                Ok(watcher::Event::InitApply(slice)) => {
-                    if let Some(l) = listing.as_mut() {
-                        l.apply(&slice, &plan.port);
-                    }
-                }
-                Ok(watcher::Event::InitDone) => slices = listing.take().unwrap_or_default(),
-                Ok(watcher::Event::Apply(slice)) => slices.apply(&slice, &plan.port),
-                Ok(watcher::Event::Delete(slice)) => slices.delete(&slice),
-                // Expired: the watcher lists again by itself (Init next).
-                Err(watcher::Error::WatchError(status)) if status.code == 410 => {
-                    tracing::info!(watch = %watch_name, "EndpointSlice watch expired (410 Gone); listing again");
-                    continue;
-                }
-                Err(e) => break Some(e),
-            }
-            if listing.is_some() {
-                // Mid-list: what was published stands until the list is whole.
-                continue;
-            }
-            retry = RETRY_FIRST;
-            metrics.synced.get(&labels).set(1);
-            metrics.objects.get(&labels).set(slices.count() as i64);
-            let ready = slices.ready();
-            if ready.is_empty() && publisher.last != Some(None) {
-                tracing::warn!(watch = %watch_name, "EndpointSlices: no ready endpoint; asking the configured upstreams");
-            }
-            if !publisher.send(Some(ready).filter(|r| !r.is_empty())) {
-                return;
-            }
-        };
-        metrics.errors.get(&labels).inc();
-        metrics.synced.get(&labels).set(0);
-        match error {
-            Some(e) => tracing::warn!(watch = %watch_name, "EndpointSlice watch: {e}; asking the configured upstreams, listing again in {retry:?}"),
-            None => tracing::warn!(watch = %watch_name, "EndpointSlice watch ended; listing again in {retry:?}"),
-        }
-        if !publisher.send(None) {
-            return;
-        }
-        tokio::time::sleep(retry).await;
-        retry = (retry * 2).min(RETRY_MAX);
-    }
+    follow(
+        || watcher(api.clone(), watcher::Config::default().labels(&selector)),
+        |slice: &EndpointSlice| slice.metadata.name.clone(),
+        |slice| ready_addresses(slice, &plan.port),
+        labels,
+        &metrics,
+        &mut publisher,
+    )
+    .await;
 }
 
 /// Sends a watch's findings to the server, only when they change.
@@ -131,14 +74,24 @@ struct Publisher<'a> {
     last: Option<Option<Vec<SocketAddr>>>,
 }
 
-impl Publisher<'_> {
-    /// False when nobody listens any more (the server stopped).
-    fn send(&mut self, upstreams: Option<Vec<SocketAddr>>) -> bool {
+impl Follower<Vec<SocketAddr>> for Publisher<'_> {
+    fn publish(&mut self, slices: Option<&BTreeMap<String, Vec<SocketAddr>>>) -> bool {
+        let upstreams = slices.map(ready).filter(|u| !u.is_empty());
         if self.last.as_ref() == Some(&upstreams) {
             return true;
         }
-        if let Some(u) = &upstreams {
-            tracing::info!("EndpointSlices: asking {} endpoints directly: {u:?}", u.len());
+        let watch = format!("{}/{}", self.plan.namespace, self.plan.service);
+        match (&upstreams, slices) {
+            (Some(u), _) => tracing::info!(
+                watch,
+                "EndpointSlices: asking {} endpoints directly: {u:?}",
+                u.len()
+            ),
+            (None, Some(_)) => tracing::warn!(
+                watch,
+                "EndpointSlices: no ready endpoint; asking the configured upstreams"
+            ),
+            (None, None) => {}
         }
         self.last = Some(upstreams.clone());
         self.publish
@@ -150,33 +103,13 @@ impl Publisher<'_> {
     }
 }
 
-/// The ready endpoints of each slice of one Service, by slice name.
-#[derive(Debug, Default)]
-struct Slices(BTreeMap<String, Vec<SocketAddr>>);
-
-impl Slices {
-    fn apply(&mut self, slice: &EndpointSlice, port_name: &str) {
-        let name = slice.metadata.name.clone().unwrap_or_default();
-        self.0.insert(name, ready_addresses(slice, port_name));
-    }
-
-    fn delete(&mut self, slice: &EndpointSlice) {
-        self.0
-            .remove(slice.metadata.name.as_deref().unwrap_or_default());
-    }
-
-    fn count(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Every ready endpoint, sorted and once (an address may be in two
-    /// slices while the controller moves it).
-    fn ready(&self) -> Vec<SocketAddr> {
-        let mut all: Vec<SocketAddr> = self.0.values().flatten().copied().collect();
-        all.sort();
-        all.dedup();
-        all
-    }
+/// Every ready endpoint of the Service's slices, sorted and once (an
+/// address may be in two slices while the controller moves it).
+fn ready(slices: &BTreeMap<String, Vec<SocketAddr>>) -> Vec<SocketAddr> {
+    let mut all: Vec<SocketAddr> = slices.values().flatten().copied().collect();
+    all.sort();
+    all.dedup();
+    all
 }
 
 /// The slice's ready endpoints at the UDP port named `port_name` (53 when
@@ -273,16 +206,19 @@ mod tests {
 
     #[test]
     fn slices_merge_sorted_and_once() {
-        let mut all = Slices::default();
-        all.apply(
-            &slice("b", &[("10.0.0.9", None), ("10.0.0.1", None)], None),
-            "dns",
+        let mut all = BTreeMap::new();
+        all.insert(
+            "b".to_string(),
+            ready_addresses(
+                &slice("b", &[("10.0.0.9", None), ("10.0.0.1", None)], None),
+                "dns",
+            ),
         );
-        all.apply(&slice("a", &[("10.0.0.1", None)], None), "dns");
-        let ready: Vec<String> = all.ready().iter().map(|a| a.to_string()).collect();
-        assert_eq!(ready, ["10.0.0.1:53", "10.0.0.9:53"]);
-        all.delete(&slice("b", &[], None));
-        assert_eq!(all.ready().len(), 1);
-        assert_eq!(all.count(), 1);
+        all.insert(
+            "a".to_string(),
+            ready_addresses(&slice("a", &[("10.0.0.1", None)], None), "dns"),
+        );
+        let got: Vec<String> = ready(&all).iter().map(|a| a.to_string()).collect();
+        assert_eq!(got, ["10.0.0.1:53", "10.0.0.9:53"]);
     }
 }

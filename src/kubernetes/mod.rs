@@ -6,6 +6,8 @@
 
 pub mod endpoints;
 pub mod metrics;
+pub mod namespaces;
+mod watch;
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -14,6 +16,7 @@ use anyhow::{Context, Result};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use crate::config::{Config, EndpointsPlan, KubernetesPlan, Policy};
+use crate::search::Namespaces;
 use crate::tasks::Upkeep;
 
 /// A client for the API: from the configured kubeconfig, else in-cluster
@@ -34,10 +37,14 @@ pub async fn client(plan: &KubernetesPlan) -> Result<kube::Client> {
     kube::Client::try_from(config).context("Kubernetes API client")
 }
 
-/// The server's side of the EndpointSlice watches: which run, what they
-/// found, and the configuration with it in place.
-pub struct Discoveries {
+/// The server's side of the watches: which run, what the EndpointSlice
+/// watches found, and the configuration with it in place. (The namespace
+/// watch writes its view of the request path directly.)
+pub struct Watches {
     metrics: std::sync::Arc<metrics::KubeMetrics>,
+    /// The namespaces view and, while it runs, its watch.
+    namespaces: std::sync::Arc<Namespaces>,
+    namespace_watch: Option<tokio::task::AbortHandle>,
     /// The API client and the plan it was made for.
     client: Option<(KubernetesPlan, kube::Client)>,
     watches: HashMap<EndpointsPlan, tokio::task::AbortHandle>,
@@ -46,11 +53,16 @@ pub struct Discoveries {
     receiver: UnboundedReceiver<endpoints::Discovery>,
 }
 
-impl Discoveries {
-    pub fn new(metrics: std::sync::Arc<metrics::KubeMetrics>) -> Discoveries {
+impl Watches {
+    pub fn new(
+        metrics: std::sync::Arc<metrics::KubeMetrics>,
+        namespaces: std::sync::Arc<Namespaces>,
+    ) -> Watches {
         let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
-        Discoveries {
+        Watches {
             metrics,
+            namespaces,
+            namespace_watch: None,
             client: None,
             watches: HashMap::new(),
             found: HashMap::new(),
@@ -60,8 +72,9 @@ impl Discoveries {
     }
 
     /// Runs a watch for each Service the zones of `config` discover from,
-    /// and no other. Without an API client the zones keep their
-    /// configured upstreams (logged): DNS is served either way.
+    /// and of the namespaces if `[cluster]` asks, and no other. Without an
+    /// API client the zones keep their configured upstreams and nothing is
+    /// denied from the namespaces (logged): DNS is served either way.
     pub async fn follow(&mut self, config: &Config, upkeep: &Upkeep) {
         let wanted: HashSet<&EndpointsPlan> = config
             .zones
@@ -73,6 +86,7 @@ impl Discoveries {
             // Another API (or none): every watch starts over.
             self.client = None;
             self.stop_where(|_| true);
+            self.stop_namespaces();
             if let Some(plan) = plan {
                 match client(plan).await {
                     Ok(c) => self.client = Some((plan.clone(), c)),
@@ -83,9 +97,21 @@ impl Discoveries {
             }
         }
         self.stop_where(|p| !wanted.contains(p));
+        let namespaces_wanted = config.cluster.search().namespaces_from_api;
+        if !namespaces_wanted || self.client.is_none() {
+            self.stop_namespaces();
+        }
         let Some((_, client)) = &self.client else {
             return;
         };
+        if namespaces_wanted && self.namespace_watch.is_none() {
+            let task = namespaces::watch(
+                client.clone(),
+                self.namespaces.clone(),
+                self.metrics.clone(),
+            );
+            self.namespace_watch = Some(upkeep.spawn_stoppable(task));
+        }
         for plan in wanted {
             if !self.watches.contains_key(plan) {
                 let task = endpoints::watch(
@@ -98,6 +124,13 @@ impl Discoveries {
                     .insert(plan.clone(), upkeep.spawn_stoppable(task));
             }
         }
+    }
+
+    fn stop_namespaces(&mut self) {
+        if let Some(watch) = self.namespace_watch.take() {
+            watch.abort();
+        }
+        self.namespaces.set(None);
     }
 
     fn stop_where(&mut self, stop: impl Fn(&EndpointsPlan) -> bool) {

@@ -5,7 +5,9 @@
 
 pub mod learned;
 pub(crate) mod names;
+pub mod namespaces;
 pub mod rules;
 
 pub use learned::Learned;
+pub use namespaces::Namespaces;
 pub use rules::{CloudSuffix, ClusterRules, Rule};

@@ -42,15 +42,19 @@ pub enum Rule {
     SvcPortShape,
     /// More labels left of a configured cloud suffix than its names have.
     CloudSuffix,
+    /// At or below `<ns>.svc.Z` for a namespace the API's list does not
+    /// hold (`namespaces_from_api`).
+    UnknownNamespace,
 }
 
 impl Rule {
-    pub const ALL: [Rule; 5] = [
+    pub const ALL: [Rule; 6] = [
         Rule::ZoneChild,
         Rule::ReservedName,
         Rule::TooManyLabels,
         Rule::SvcPortShape,
         Rule::CloudSuffix,
+        Rule::UnknownNamespace,
     ];
 
     pub fn name(self) -> &'static str {
@@ -60,6 +64,7 @@ impl Rule {
             Rule::TooManyLabels => "too_many_labels",
             Rule::SvcPortShape => "svc_port_shape",
             Rule::CloudSuffix => "cloud_suffix",
+            Rule::UnknownNamespace => "unknown_namespace",
         }
     }
 
@@ -138,6 +143,9 @@ pub struct SearchPlan {
     pub namespace_check: bool,
     /// Resolve the later expansions as soon as the first arrives.
     pub speculate: bool,
+    /// Watch the API's namespaces: names of a namespace it does not hold
+    /// are NXDOMAIN ([`Rule::UnknownNamespace`]).
+    pub namespaces_from_api: bool,
     /// The node's search domains the kubelet appends to the pods' list,
     /// in order (lower-case wire form).
     pub search_domains: Vec<Box<[u8]>>,
@@ -206,6 +214,23 @@ impl ClusterRules {
     pub fn namespace_node(&self, name: &[u8]) -> Option<usize> {
         let (_, left) = self.under_kind(name)?;
         left.last().map(|l| l.at)
+    }
+
+    /// The namespace label of a name at or below `<ns>.svc.Z`, when the
+    /// API's namespace list may decide it ([`Rule::UnknownNamespace`]).
+    /// Only `svc`: with `pods insecure` CoreDNS answers pod names of any
+    /// namespace.
+    pub fn svc_namespace<'a>(&self, name: &'a [u8]) -> Option<&'a [u8]> {
+        if !self.search.namespaces_from_api
+            || !self.on(Rule::UnknownNamespace)
+            || self.excepted(name)
+        {
+            return None;
+        }
+        match self.under_kind(name)? {
+            (b"svc", left) => left.last().map(|l| l.text),
+            _ => None,
+        }
     }
 
     /// The namespace node to ask for before `name` itself: for
@@ -512,12 +537,48 @@ mod tests {
     }
 
     #[test]
+    fn svc_names_name_their_namespace_when_the_api_is_watched() {
+        let plan = |on: bool| SearchPlan {
+            namespaces_from_api: on,
+            ..SearchPlan::default()
+        };
+        let ns = |r: &ClusterRules, n: &str| {
+            r.svc_namespace(&from_text(n).unwrap())
+                .map(|l| String::from_utf8(l.to_vec()).unwrap())
+        };
+        let r = rules().with_search(plan(true));
+        assert_eq!(
+            ns(&r, "web.team-a.svc.cluster.local").as_deref(),
+            Some("team-a")
+        );
+        assert_eq!(
+            ns(&r, "_http._tcp.web.team-a.svc.cluster.local").as_deref(),
+            Some("team-a")
+        );
+        assert_eq!(
+            ns(&r, "team-a.svc.cluster.local").as_deref(),
+            Some("team-a")
+        );
+        assert_eq!(ns(&r, "svc.cluster.local"), None);
+        assert_eq!(ns(&r, "1-2-3-4.team-a.pod.cluster.local"), None);
+        assert_eq!(ns(&r, "web.team-a.svc.example.com"), None);
+        assert_eq!(
+            ns(
+                &rules().with_search(plan(false)),
+                "web.team-a.svc.cluster.local"
+            ),
+            None
+        );
+    }
+
+    #[test]
     fn namespace_checks_and_first_expansions() {
         let r = rules().with_search(SearchPlan {
             namespace_check: true,
             speculate: true,
             search_domains: vec![],
             max_speculations: 8,
+            namespaces_from_api: false,
         });
         let w = |n: &str| from_text(n).unwrap();
         let check = |n: &str| {

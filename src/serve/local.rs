@@ -15,8 +15,8 @@ use super::hit::Request;
 use super::metrics::RuleLabels;
 use super::{Settings, Shared, reply_limit};
 use crate::cache::{Entry, Key, Kind};
-use crate::search::ClusterRules;
 use crate::search::names::suffix_at;
+use crate::search::{ClusterRules, Rule};
 use crate::upstream::Zone;
 use crate::wire::query::Query;
 use crate::wire::response::Layout;
@@ -46,18 +46,13 @@ impl Shared {
             } else {
                 self.learned.closest_soa(name)
             };
-            let Some(soa) = soa else {
-                self.metrics.rule_without_soa.inc();
-                return false;
-            };
-            let ttl = soa.negative_ttl().min(request.zone.ttl.negative_max_ttl);
-            build::nxdomain(request.query, &soa, ttl, limit, out);
-            self.metrics
-                .local_nxdomain
-                .get(&RuleLabels { rule: rule.name() })
-                .inc();
-            self.count_local_reply(request, out);
-            return true;
+            return self.deny(request, rule, soa, limit, out);
+        }
+        if let Some(namespace) = rules.svc_namespace(name)
+            && self.namespaces.exists(namespace) == Some(false)
+        {
+            let soa = self.learned.soa(rules.domain());
+            return self.deny(request, Rule::UnknownNamespace, soa, limit, out);
         }
         if self.cut(
             request.query,
@@ -71,6 +66,30 @@ impl Shared {
             return true;
         }
         false
+    }
+
+    /// Answers NXDOMAIN under `rule` with `soa`, the zone's as the cluster
+    /// DNS sent it; without one, counts it and lets the query go upstream.
+    fn deny(
+        &self,
+        request: &Request<'_, '_>,
+        rule: Rule,
+        soa: Option<Arc<Soa>>,
+        limit: usize,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let Some(soa) = soa else {
+            self.metrics.rule_without_soa.inc();
+            return false;
+        };
+        let ttl = soa.negative_ttl().min(request.zone.ttl.negative_max_ttl);
+        build::nxdomain(request.query, &soa, ttl, limit, out);
+        self.metrics
+            .local_nxdomain
+            .get(&RuleLabels { rule: rule.name() })
+            .inc();
+        self.count_local_reply(request, out);
+        true
     }
 
     /// Writes an NXDOMAIN from a denied node above `name`, if there is one.

@@ -43,7 +43,7 @@ use crate::config::{Config, TcpLimits};
 use crate::inflight::InFlight;
 use crate::listen::{Handled, ListenerInfo, Proto, Service};
 use crate::metrics::Registry;
-use crate::search::Learned;
+use crate::search::{Learned, Namespaces};
 use crate::tasks::Tasks;
 use crate::upstream::metrics::UpstreamMetrics;
 use crate::wire::{build, query};
@@ -59,6 +59,8 @@ pub struct Shared {
     pub inflight: InFlight,
     /// SOAs and denied nodes the local-answer stage rests on.
     pub learned: Learned,
+    /// The namespaces the API lists (`[cluster] namespaces_from_api`).
+    pub namespaces: Arc<Namespaces>,
     speculation: search::Speculation,
     pub metrics: Arc<ServeMetrics>,
     pub tasks: Tasks,
@@ -85,6 +87,7 @@ impl Shared {
             cache: Cache::new(config.cache.capacity),
             inflight: InFlight::default(),
             learned: Learned::default(),
+            namespaces: Arc::default(),
             speculation: search::Speculation::default(),
             metrics,
             tasks,

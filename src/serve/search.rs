@@ -99,7 +99,7 @@ impl Shared {
         };
         let node = &name[at..];
         let now = Instant::now();
-        if self.learned.namespace_known(node, now) {
+        if self.learned.namespace_known(node, now) || self.listed(node) == Some(true) {
             return false;
         }
         if self.learned.denied(node, now).is_some() {
@@ -127,6 +127,13 @@ impl Shared {
             self.metrics.namespace_checks(denied, cached);
         }
         denied
+    }
+
+    /// Whether the namespace of node `<ns>.svc.Z` is in the API's list,
+    /// when nodens watches it (`namespaces_from_api`) and holds a current list.
+    fn listed(&self, node: &[u8]) -> Option<bool> {
+        let label = node.get(1..=usize::from(*node.first()?))?;
+        self.namespaces.exists(label)
     }
 
     /// Starts resolving the later search expansions of `key` if it looks
@@ -191,8 +198,17 @@ impl Shared {
         let deadline = Instant::now() + settings.query_timeout;
         // `a.b.<ns>.svc.Z` is a first expansion only if <ns> exists; if it
         // does not, this is `a.b.<ns>`'s second expansion, already worked.
-        if !first.certain && self.namespace_denied(&key, &settings, deadline).await {
-            return;
+        if !first.certain {
+            let listed = rules
+                .namespace_node(name)
+                .and_then(|at| self.listed(&name[at..]));
+            let denied = match listed {
+                Some(exists) => !exists,
+                None => self.namespace_denied(&key, &settings, deadline).await,
+            };
+            if denied {
+                return;
+            }
         }
         let base = &name[..first.namespace_at];
         let svc_zone = suffix_of_kind(name, first.namespace_at);
@@ -205,8 +221,9 @@ impl Shared {
         let tld_node = label_starts(base)
             .last()
             .map(|at| [&base[at..], svc_zone].concat());
-        let in_cluster =
-            tld_node.is_some_and(|node| self.learned.namespace_known(&node, Instant::now()));
+        let in_cluster = tld_node.is_some_and(|node| {
+            self.learned.namespace_known(&node, Instant::now()) || self.listed(&node) == Some(true)
+        });
         if !in_cluster {
             suffixes.push(rules.domain());
             suffixes.extend(rules.search().search_domains.iter().map(|d| &d[..]));

@@ -229,7 +229,7 @@ impl Kube {
 
     /// Runs kubectl (inside the namespace, as admin) with `stdin`; its
     /// stdout, or its stderr if it failed. Each request is bounded (5 s).
-    fn try_kubectl(&self, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
+    pub fn try_kubectl(&self, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
         let mut cmd = wrapped_command(&["ip", "netns", "exec", &self.netns], &self.kubectl);
         cmd.arg(format!("--kubeconfig={}", self.kubeconfig.display()))
             .arg(format!(

@@ -114,6 +114,9 @@ local_nxdomain = {{ .Values.search.localNxdomain }}
 nxdomain_cut = {{ .Values.search.nxdomainCut }}
 namespace_check = {{ .Values.search.namespaceCheck }}
 speculate = {{ .Values.search.speculate }}
+{{- if .Values.search.namespacesFromApi }}
+namespaces_from_api = true
+{{- end }}
 {{- with .Values.search.nodeSearchDomains }}
 search_domains = {{ toJson . }}
 {{- end }}

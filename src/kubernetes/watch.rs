@@ -1,0 +1,104 @@
+//! The loop every watch of nodens runs: a kube-rs `watcher` kept as a map
+//! of object name to what the feature needs of the object, handed to the
+//! feature whole, or as unknown.
+//!
+//! An error ends the watch: the feature is told the list is unknown at
+//! once and falls back, and a new list is taken after a backoff (1 s,
+//! doubling to 30 s). The watcher would resume from its last resource
+//! version and, with nothing changed, say nothing: there would be no moment
+//! to trust the old list again. A watch that expired (410 Gone) lists again
+//! by itself, and the feature keeps what it had until the new list is whole.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures_util::{Stream, StreamExt};
+use kube::runtime::watcher;
+
+use super::metrics::{KubeMetrics, WatchLabels};
+
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// What a feature does with the list: `Some(map)` when complete and
+/// current, `None` when not known. Returns false to end the watch.
+pub(super) trait Follower<V> {
+    fn publish(&mut self, list: Option<&BTreeMap<String, V>>) -> bool;
+}
+
+/// Runs `events()` (a new watcher each time) until `follower` says stop,
+/// keeping `extract(object)` per object name.
+pub(super) async fn follow<K, V, S>(
+    events: impl Fn() -> S,
+    name_of: impl Fn(&K) -> Option<String>,
+    extract: impl Fn(&K) -> V,
+    labels: WatchLabels<'_>,
+    metrics: &KubeMetrics,
+    follower: &mut impl Follower<V>,
+) where
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+{
+    let mut retry = RETRY_FIRST;
+    loop {
+        metrics.synced.get(&labels).set(0);
+        let mut events = std::pin::pin!(events());
+        let mut objects: BTreeMap<String, V> = BTreeMap::new();
+        let mut listing: Option<BTreeMap<String, V>> = None;
+        let error = loop {
+            let Some(event) = events.next().await else {
+                break None;
+            };
+            match event {
+                Ok(watcher::Event::Init) => listing = Some(BTreeMap::new()),
+                Ok(watcher::Event::InitApply(o)) => {
+                    if let (Some(l), Some(name)) = (listing.as_mut(), name_of(&o)) {
+                        l.insert(name, extract(&o));
+                    }
+                }
+                Ok(watcher::Event::InitDone) => objects = listing.take().unwrap_or_default(),
+                Ok(watcher::Event::Apply(o)) => {
+                    if let Some(name) = name_of(&o) {
+                        objects.insert(name, extract(&o));
+                    }
+                }
+                Ok(watcher::Event::Delete(o)) => {
+                    if let Some(name) = name_of(&o) {
+                        objects.remove(&name);
+                    }
+                }
+                Err(watcher::Error::WatchError(status)) if status.code == 410 => {
+                    tracing::info!(
+                        watch = labels.watch,
+                        "{} watch expired (410 Gone); listing again",
+                        labels.resource
+                    );
+                    continue;
+                }
+                Err(e) => break Some(e),
+            }
+            if listing.is_some() {
+                // Mid-list: what was published stands until the list is whole.
+                continue;
+            }
+            retry = RETRY_FIRST;
+            metrics.synced.get(&labels).set(1);
+            metrics.objects.get(&labels).set(objects.len() as i64);
+            if !follower.publish(Some(&objects)) {
+                return;
+            }
+        };
+        metrics.errors.get(&labels).inc();
+        metrics.synced.get(&labels).set(0);
+        let why = error.map_or_else(|| "ended".to_string(), |e| e.to_string());
+        tracing::warn!(
+            watch = labels.watch,
+            "{} watch: {why}; falling back, listing again in {retry:?}",
+            labels.resource
+        );
+        if !follower.publish(None) {
+            return;
+        }
+        tokio::time::sleep(retry).await;
+        retry = (retry * 2).min(RETRY_MAX);
+    }
+}
