@@ -10,6 +10,9 @@ Caches (CONFIGS):
   b  nodens, [cluster] defaults, search_domains = the cloud domains, GKE cloud suffixes
   c  nodens, local_nxdomain, nxdomain_cut, namespace_check and speculate off
   d  nodens as b with namespace_check = false
+POOL_CONNECTIONS=N gives every nodens run a TCP pool of N connections to the
+relay instead of the default 4 (cluster.local is forwarded over TCP, one query
+per connection at a time).
 
 For every repetition, name, client and cache, in that nesting (the caches
 interleaved, so that load on the machine hits them alike):
@@ -48,6 +51,7 @@ CLIENTS = os.environ.get("CLIENTS", "glibc musl go").split()
 POD_NS = os.environ.get("POD_NAMESPACE", "team-a")
 CLOUD = os.environ.get("CLOUD_DOMAINS", "us-central1-a.c.proj.internal c.proj.internal google.internal").split()
 PRIME = os.environ.get("PRIME", "prime.example.org")
+POOL_CONNECTIONS = int(os.environ.get("POOL_CONNECTIONS") or 0)
 
 EXTERNAL = ["api.example.com", "www.example.com", "nothere.example.com", "metadata.google.internal",
             "api.example.com."]
@@ -101,6 +105,8 @@ def nodens_config(cfg):
                                  ("ip6.arpa", "force_tcp", "30s"), (".", "prefer_udp", "30s")):
         text.append(f'[[zone]]\nname = "{zone}"\nupstreams = ["{RELAY_IP}"]\ntransport = "{transport}"\n'
                     f'max_ttl = "30s"\nnegative_max_ttl = "{neg}"\n')
+        if POOL_CONNECTIONS:
+            text.append(f"[zone.pool]\nmax_connections = {POOL_CONNECTIONS}\n")
     return "\n".join(text)
 
 
@@ -332,6 +338,7 @@ def main():
         "pod_namespace": POD_NS,
         "cloud_domains": CLOUD,
         "prime": PRIME,
+        "pool_connections": POOL_CONNECTIONS or 4,
         "rtt": rtt,
         "relay_delay_ms_each_way": float(os.environ.get("DELAY_MS", "10")),
         "client_startup_ms": overhead,

@@ -197,7 +197,7 @@ def targets(r):
         out.append((not slower, "no in-cluster lookup slower with nodens than with (a) "
                     f"(median, margin {SLOWER_MARGIN_REL:.0%} + {SLOWER_MARGIN_MS:g} ms): worst {worst_txt}"
                     + (f"; slower: {', '.join(slower)}" if slower else "")))
-    same = [c for c in ("a", "b", "c", "d") if c in r.configs]
+    same = list(r.configs)
     diffs = []
     for name in r.names:
         for client in r.clients:
@@ -295,7 +295,8 @@ def main():
            f"Repetitions: {data['reps']}{'' if data['complete'] else ' (incomplete run: MAX_SECS reached)'}. "
            "Client start-up without DNS (`localhost` from /etc/hosts): "
            + ", ".join(f"{c} {v:.1f} ms" for c, v in data["client_startup_ms"].items()) + ".", ""]
-    md += ["Caches: " + "; ".join(f"({c}) {d}" for c, d in data["configs"].items()) + ".", ""]
+    md += ["Caches: " + "; ".join(f"({c}) {d}" for c, d in data["configs"].items())
+           + f". nodens's TCP pool to the relay: {data.get('pool_connections', 4)} connections.", ""]
     md += ["Pod resolv.conf:", "", "```", data["resolv_conf"].strip(), "```", ""]
     head, rows = table_short(r)
     md += ["## Per name, pooled over the three clients", "",
