@@ -272,10 +272,11 @@ def plot(r, path):
             if row == 1:
                 ax.set_xticks(x)
                 ax.set_xticklabels(r.names, rotation=35, ha="right", fontsize=8)
-    axes[0][0].legend(fontsize=8, loc="upper right")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(r.configs), fontsize=9)
     fig.suptitle("The ndots:5 search list: one lookup by glibc, musl and Go (pooled medians), "
                  f"relay round trip {r.rtt:.0f} ms; external names left of the line, in-cluster right", fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     fig.savefig(path, dpi=90)
 
 
