@@ -182,6 +182,7 @@ impl Server {
             tracing::info!("handover: took over; the previous process drains and stops reading");
         }
         server.shared.ready.store(true, Ordering::Relaxed);
+        server.shared.prime();
         Ok(server)
     }
 
@@ -289,6 +290,7 @@ impl Server {
         self.shared.cache.set_capacity(config.cache.capacity);
         self.shared.settings.store(Arc::new(settings));
         log_zones(&self.shared);
+        self.shared.prime();
         self.config = config;
         Ok(())
     }

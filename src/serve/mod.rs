@@ -25,6 +25,7 @@ mod local;
 pub mod metrics;
 mod miss;
 mod prefetch;
+mod prime;
 mod route;
 mod search;
 mod settings;
