@@ -299,8 +299,14 @@ fn a_denied_namespace_or_service_denies_the_names_below_it() {
     assert_eq!(nodens.metric("nodens_search_nxdomain_cut_total", &[]), 3.0);
 
     // The cut lasts as long as the denial would be cached (MINIMUM 3 s);
-    // then the namespace node is asked again before the name itself.
+    // then the namespace node is asked again before the name itself, when
+    // the name is a lookup's second expansion (its first one came before).
     sleep_until(start, Duration::from_millis(3300));
+    let first = udp_query(
+        nodens.dns,
+        &Q::new("www.example.com.team-a.svc.cluster.local.", Rt::A),
+    );
+    assert_eq!(first.rcode(), rcode::NXDOMAIN);
     let later = udp_query(
         nodens.dns,
         &Q::new("www.example.com.svc.cluster.local.", Rt::A),

@@ -106,15 +106,23 @@ impl Shared {
         let deadline = job.started + job.settings.query_timeout;
         let limit = reply_limit(job.proto, &query, &job.settings);
         let fetched = tokio::time::timeout_at(deadline.into(), async {
-            if self
-                .namespace_denied(&job.key, &job.settings, deadline)
-                .await
-            {
-                return Err(());
+            let check = self.namespace_denied(&job.key, &job.settings, deadline);
+            let fetch = self.fetch(&job.key, &job.zone, &job.settings, deadline);
+            // A lookup's predicted second expansion waits for the check
+            // (it most likely saves the query); any other name is asked
+            // with it, so the check adds no round trip (see search.rs).
+            // Without speculation nothing is predicted: all wait.
+            let waits = !job.settings.cluster.search().speculate
+                || self.predicted_expansion(job.key.name());
+            if waits {
+                if check.await {
+                    return Err(());
+                }
+                Ok(fetch.await)
+            } else {
+                let (denied, fetched) = tokio::join!(check, fetch);
+                if denied { Err(()) } else { Ok(fetched) }
             }
-            Ok(self
-                .fetch(&job.key, &job.zone, &job.settings, deadline)
-                .await)
         })
         .await
         .unwrap_or(Ok(None));

@@ -41,6 +41,9 @@ pub(super) struct Speculation {
     in_flight: Arc<AtomicUsize>,
     /// Speculative answers not yet known to be used or wasted.
     ledger: Mutex<VecDeque<(Instant, Arc<Entry>)>>,
+    /// Second expansions (`X.svc.Z`) of lookups under way, as speculation
+    /// worked them out, for [`Shared::predicted_expansion`].
+    predicted: Mutex<VecDeque<(Instant, Box<[u8]>)>>,
 }
 
 /// A place within the speculation budget, given back on drop.
@@ -53,6 +56,26 @@ impl Drop for Ticket {
 }
 
 impl Speculation {
+    /// Remembers `name` as a lookup's coming second expansion.
+    fn predict(&self, name: &[u8], now: Instant) {
+        let mut predicted = self.predicted.lock().expect("predicted expansions");
+        while predicted
+            .front()
+            .is_some_and(|(at, _)| now.saturating_duration_since(*at) >= USE_WINDOW)
+            || predicted.len() >= LEDGER_LEN
+        {
+            predicted.pop_front();
+        }
+        predicted.push_back((now, name.into()));
+    }
+
+    fn was_predicted(&self, name: &[u8], now: Instant) -> bool {
+        let predicted = self.predicted.lock().expect("predicted expansions");
+        predicted
+            .iter()
+            .any(|(at, n)| &n[..] == name && now.saturating_duration_since(*at) < USE_WINDOW)
+    }
+
     fn ticket(&self, max: usize) -> Option<Ticket> {
         self.in_flight
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
@@ -82,6 +105,17 @@ impl Speculation {
 }
 
 impl Shared {
+    /// Whether `name` is the second expansion (`X.svc.Z`) of a lookup whose
+    /// first expansion speculation saw: the shape of an external name's
+    /// `api.example.com.svc.Z`, whose namespace (`com`) most likely does
+    /// not exist. Such a miss waits for the namespace check, which saves
+    /// asking the name; any other name below an unknown namespace (most
+    /// often a pod's first expansion in its own namespace, which exists) is
+    /// asked together with the check, so the check costs no round trip.
+    pub(super) fn predicted_expansion(&self, name: &[u8]) -> bool {
+        self.speculation.was_predicted(name, Instant::now())
+    }
+
     /// The namespace check before `key` goes upstream: `true` when the
     /// namespace turned out not to exist (the caller answers from the cut).
     pub(super) async fn namespace_denied(
@@ -212,6 +246,8 @@ impl Shared {
         }
         let base = &name[..first.namespace_at];
         let svc_zone = suffix_of_kind(name, first.namespace_at);
+        self.speculation
+            .predict(&[base, svc_zone].concat(), Instant::now());
         let mut suffixes: Vec<&[u8]> = vec![svc_zone];
         // X ends in a namespace that exists (`web.default`): the lookup most
         // likely ends at `X.svc.Z`, and its client never sends the names
