@@ -15,7 +15,7 @@
 //!   Bounded by `max_speculations` in flight; what speculation fetched and
 //!   no client asked for is counted as wasted.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -42,8 +42,8 @@ pub(super) struct Speculation {
     /// Speculative answers not yet known to be used or wasted.
     ledger: Mutex<VecDeque<(Instant, Arc<Entry>)>>,
     /// Second expansions (`X.svc.Z`) of lookups under way, as speculation
-    /// worked them out, for [`Shared::predicted_expansion`].
-    predicted: Mutex<VecDeque<(Instant, Box<[u8]>)>>,
+    /// worked them out, with when: for [`Shared::predicted_expansion`].
+    predicted: Mutex<HashMap<Box<[u8]>, Instant>>,
 }
 
 /// A place within the speculation budget, given back on drop.
@@ -59,21 +59,24 @@ impl Speculation {
     /// Remembers `name` as a lookup's coming second expansion.
     fn predict(&self, name: &[u8], now: Instant) {
         let mut predicted = self.predicted.lock().expect("predicted expansions");
-        while predicted
-            .front()
-            .is_some_and(|(at, _)| now.saturating_duration_since(*at) >= USE_WINDOW)
-            || predicted.len() >= LEDGER_LEN
-        {
-            predicted.pop_front();
+        if predicted.len() >= LEDGER_LEN {
+            predicted.retain(|_, at| now.saturating_duration_since(*at) < USE_WINDOW);
+            if predicted.len() >= LEDGER_LEN {
+                // A flood of first expansions: forget the oldest half at once.
+                let mut ages: Vec<Instant> = predicted.values().copied().collect();
+                ages.sort_unstable();
+                let cut = ages[ages.len() / 2];
+                predicted.retain(|_, at| *at > cut);
+            }
         }
-        predicted.push_back((now, name.into()));
+        predicted.insert(name.into(), now);
     }
 
     fn was_predicted(&self, name: &[u8], now: Instant) -> bool {
         let predicted = self.predicted.lock().expect("predicted expansions");
         predicted
-            .iter()
-            .any(|(at, n)| &n[..] == name && now.saturating_duration_since(*at) < USE_WINDOW)
+            .get(name)
+            .is_some_and(|at| now.saturating_duration_since(*at) < USE_WINDOW)
     }
 
     fn ticket(&self, max: usize) -> Option<Ticket> {
@@ -180,6 +183,12 @@ impl Shared {
         let Some(first) = rules.first_expansion(key.name) else {
             return;
         };
+        // A lookup's second expansion can look like a first one
+        // (`kubernetes.default.svc.cluster.local.svc.cluster.local`, as if
+        // from namespace `local`): worked already, it starts nothing.
+        if self.predicted_expansion(key.name) {
+            return;
+        }
         if self.worked_already(key, first) {
             return;
         }
