@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::hit::Request;
 use super::metrics::CacheLabels;
@@ -197,6 +197,19 @@ impl Shared {
         self.fetch_as(key, zone, settings, deadline).await.0
     }
 
+    /// [`Shared::fetch`] of an entry still fresh (a prefetch): asks upstream
+    /// whatever the cache holds.
+    pub(super) async fn refresh(
+        self: &Arc<Self>,
+        key: &Key,
+        zone: &Arc<Zone>,
+        settings: &Settings,
+        deadline: Instant,
+    ) {
+        self.fetch_or_refresh(key, zone, settings, deadline, true)
+            .await;
+    }
+
     /// [`Shared::fetch`], and whether this call asked upstream (leader)
     /// or joined a fetch already in flight (follower).
     pub(super) async fn fetch_as(
@@ -206,9 +219,33 @@ impl Shared {
         settings: &Settings,
         deadline: Instant,
     ) -> (Option<Arc<Entry>>, Role) {
+        self.fetch_or_refresh(key, zone, settings, deadline, false)
+            .await
+    }
+
+    async fn fetch_or_refresh(
+        self: &Arc<Self>,
+        key: &Key,
+        zone: &Arc<Zone>,
+        settings: &Settings,
+        deadline: Instant,
+        refresh: bool,
+    ) -> (Option<Arc<Entry>>, Role) {
         let (outcome, role) = self
             .inflight
             .run(key, async {
+                // An identical fetch may have finished between the caller's
+                // cache lookup and this one's start (a speculation and the
+                // client it works ahead of): its answer is used, not asked
+                // again. A refresh asks whatever the cache holds.
+                if !refresh
+                    && let Lookup::Fresh(e) =
+                        self.cache
+                            .lookup(&key.as_ref(), Instant::now(), Duration::ZERO)
+                    && e.kind != Kind::Failure
+                {
+                    return Some(e);
+                }
                 let forwarded = forward(zone, key, deadline.into()).await;
                 let now = Instant::now();
                 // A failure never replaces an answer that can still be served,

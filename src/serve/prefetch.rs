@@ -52,7 +52,7 @@ impl Shared {
             .inc();
         let refresh = async move {
             let deadline = Instant::now() + settings.query_timeout;
-            this.fetch(&key, &zone, &settings, deadline).await;
+            this.refresh(&key, &zone, &settings, deadline).await;
         };
         self.tasks.spawn_query_on_main(refresh);
     }

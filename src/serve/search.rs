@@ -239,19 +239,19 @@ impl Shared {
         let name = key.name();
         let rules = &settings.cluster;
         let deadline = Instant::now() + settings.query_timeout;
-        // `a.b.<ns>.svc.Z` is a first expansion only if <ns> exists; if it
-        // does not, this is `a.b.<ns>`'s second expansion, already worked.
-        if !first.certain {
-            let listed = rules
+        // `a.b.<ns>.svc.Z` from a namespace the API does not list is
+        // `a.b.<ns>`'s second expansion, worked already. Without the list
+        // it is taken for a first expansion at once: a second expansion
+        // whose first was seen is predicted and starts nothing
+        // (`maybe_speculate`), and waiting for a namespace check here would
+        // make the pod wait one round trip more for its next expansion.
+        if !first.certain
+            && rules
                 .namespace_node(name)
-                .and_then(|at| self.listed(&name[at..]));
-            let denied = match listed {
-                Some(exists) => !exists,
-                None => self.namespace_denied(&key, &settings, deadline).await,
-            };
-            if denied {
-                return;
-            }
+                .and_then(|at| self.listed(&name[at..]))
+                == Some(false)
+        {
+            return;
         }
         let base = &name[..first.namespace_at];
         let svc_zone = suffix_of_kind(name, first.namespace_at);
