@@ -6,9 +6,10 @@
 //!
 //! What it publishes is a whole list or nothing: `Some(addresses)` once a
 //! list from the API is complete and names at least one ready endpoint,
-//! `None` while it is not (starting, the API unreachable, a watch that
-//! expired and lists again, no ready pod), and the zone asks its
-//! configured upstreams, the ClusterIP, which kube-proxy keeps right.
+//! `None` while it is not (before the first list, from a watch error
+//! until the next list, no ready pod), and the zone asks its configured
+//! upstreams, the ClusterIP, which kube-proxy keeps right. A watch that
+//! expired (410 Gone) keeps the pods while it lists again.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};

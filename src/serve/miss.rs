@@ -120,8 +120,14 @@ impl Shared {
                 }
                 Ok(fetch.await)
             } else {
+                // The name's own answer, when it came, is the one to give;
+                // the cut only stands in for it.
                 let (denied, fetched) = tokio::join!(check, fetch);
-                if denied { Err(()) } else { Ok(fetched) }
+                if denied && fetched.is_none() {
+                    Err(())
+                } else {
+                    Ok(fetched)
+                }
             }
         })
         .await
