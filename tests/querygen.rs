@@ -94,17 +94,19 @@ impl Drop for Pod {
 }
 
 /// (name, types) in the order first asked: A and AAAA of one name are sent
-/// together, so their order between themselves is not compared.
+/// together, so their order between themselves is not compared, and CoreDNS
+/// may log one after the next name's (it logs as it answers, concurrently);
+/// a retransmission is the same query again.
 fn grouped(queries: impl IntoIterator<Item = (String, String)>) -> Vec<(String, Vec<String>)> {
     let mut groups: Vec<(String, Vec<String>)> = Vec::new();
     for (name, qtype) in queries {
-        match groups.last_mut() {
-            Some((last, types)) if *last == name => {
+        match groups.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, types)) => {
                 if !types.contains(&qtype) {
                     types.push(qtype);
                 }
             }
-            _ => groups.push((name, vec![qtype])),
+            None => groups.push((name, vec![qtype])),
         }
     }
     for (_, types) in &mut groups {
