@@ -111,8 +111,11 @@ impl Shared {
             // A lookup's predicted second expansion waits for the check
             // (it most likely saves the query); any other name is asked
             // with it, so the check adds no round trip (see search.rs).
-            // Without speculation nothing is predicted: all wait.
-            let waits = !job.settings.cluster.search().speculate
+            // Without speculation nothing is predicted: all wait. A name
+            // with no check to make skips the prediction table's lock.
+            let cluster = &job.settings.cluster;
+            let waits = cluster.namespace_to_check(job.key.name()).is_none()
+                || !cluster.search().speculate
                 || self.predicted_expansion(job.key.name());
             if waits {
                 if check.await {

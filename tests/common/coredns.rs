@@ -34,6 +34,14 @@ pub struct LoggedQuery {
 }
 
 impl LoggedQuery {
+    /// Every query a CoreDNS process with the `log` plugin logged so far.
+    pub fn all_of(proc: &Proc) -> Vec<LoggedQuery> {
+        proc.lines()
+            .iter()
+            .filter_map(|l| LoggedQuery::parse(l))
+            .collect()
+    }
+
     /// Parses `[INFO] 127.0.0.1:39913 - 2911 "A IN www.test. udp 41 false 1232" NOERROR ...`.
     pub fn parse(line: &str) -> Option<LoggedQuery> {
         let rest = line.split_once("[INFO] ")?.1;
@@ -95,11 +103,7 @@ impl CoreDns {
 
     /// Every query CoreDNS logged so far.
     pub fn queries(&self) -> Vec<LoggedQuery> {
-        self.proc
-            .lines()
-            .iter()
-            .filter_map(|l| LoggedQuery::parse(l))
-            .collect()
+        LoggedQuery::all_of(&self.proc)
     }
 
     fn count(&self, name: &str, qtype: &str, proto: Option<&str>) -> usize {

@@ -316,11 +316,7 @@ impl KubeDns {
 
     /// Every query CoreDNS logged so far.
     pub fn queries(&self) -> Vec<LoggedQuery> {
-        self.proc
-            .lines()
-            .iter()
-            .filter_map(|l| LoggedQuery::parse(l))
-            .collect()
+        LoggedQuery::all_of(&self.proc)
     }
 
     /// How many queries for `name` (any case, with its final dot) and
