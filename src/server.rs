@@ -119,7 +119,11 @@ impl Server {
             &telemetry.upstream,
         ));
         log_zones(&shared);
-        let watches = Watches::new(telemetry.kubernetes.clone(), shared.namespaces.clone());
+        let watches = Watches::new(
+            telemetry.kubernetes.clone(),
+            shared.namespaces.clone(),
+            shared.clients.clone(),
+        );
         let mut server = Server {
             shared,
             telemetry,

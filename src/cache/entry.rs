@@ -278,6 +278,11 @@ impl Entry {
         })
     }
 
+    /// The question as stored (the name as the upstream echoed it).
+    pub fn question(&self) -> &[u8] {
+        &self.wire[HEADER_LEN..self.question_end as usize]
+    }
+
     pub fn is_cacheable(&self) -> bool {
         !self.lifetime.is_zero()
     }

@@ -51,6 +51,13 @@ impl File {
                 "cluster.domain: the root cannot be the cluster domain",
             ));
         }
+        if c.autopath && self.kubernetes.node_name().is_none() {
+            return Err(key(
+                &["cluster", "autopath"],
+                "cluster.autopath needs this node's name: `[kubernetes] node_name`, or $NODE_NAME \
+                 (set from the pod's spec.nodeName by the downward API)",
+            ));
+        }
         for d in &c.search_domains {
             if d.get_ref().0 == "." {
                 return Err(at_or_key(

@@ -121,9 +121,11 @@ impl File {
                 format: self.log.format,
             },
             kubernetes: (zones.iter().any(|z| z.endpoints.is_some())
-                || self.cluster.namespaces_from_api)
+                || self.cluster.namespaces_from_api
+                || self.cluster.autopath)
                 .then(|| super::KubernetesPlan {
                     kubeconfig: self.kubernetes.kubeconfig.clone(),
+                    node_name: self.kubernetes.node_name(),
                 }),
             zones,
         })
@@ -149,6 +151,7 @@ impl File {
         .with_search(SearchPlan {
             namespace_check: c.namespace_check,
             namespaces_from_api: c.namespaces_from_api,
+            autopath: c.autopath,
             speculate: c.speculate,
             search_domains: c
                 .search_domains

@@ -36,6 +36,19 @@ pub struct KubernetesConfig {
     /// A kubeconfig file; without it, the pod's service account (in a
     /// cluster) or `$KUBECONFIG` / `~/.kube/config`.
     pub kubeconfig: Option<PathBuf>,
+    /// This node's name, for the pod watch of `cluster.autopath`; unset:
+    /// `$NODE_NAME` (the chart sets it from `spec.nodeName`).
+    pub node_name: Option<String>,
+}
+
+impl KubernetesConfig {
+    /// The node's name as configured, else from `$NODE_NAME`.
+    pub fn node_name(&self) -> Option<String> {
+        self.node_name
+            .clone()
+            .or_else(|| std::env::var("NODE_NAME").ok())
+            .filter(|n| !n.is_empty())
+    }
 }
 
 /// A Service whose EndpointSlices name a zone's upstreams: its ready
@@ -97,6 +110,9 @@ pub struct ClusterConfig {
     /// names below `<ns>.svc.<domain>` of a namespace that does not exist
     /// are NXDOMAIN without asking.
     pub namespaces_from_api: bool,
+    /// Answer the first search-list expansion of a verified pod on this
+    /// node with the name its search list ends at, behind a CNAME.
+    pub autopath: bool,
 }
 
 impl Default for ClusterConfig {
@@ -113,6 +129,7 @@ impl Default for ClusterConfig {
             search_domains: Vec::new(),
             max_speculations: 256,
             namespaces_from_api: false,
+            autopath: false,
         }
     }
 }

@@ -62,6 +62,8 @@ pub struct Config {
 pub struct KubernetesPlan {
     /// None: in-cluster, then `$KUBECONFIG` / `~/.kube/config`.
     pub kubeconfig: Option<PathBuf>,
+    /// This node's name (`cluster.autopath`'s pod watch).
+    pub node_name: Option<String>,
 }
 
 /// The Service whose ready endpoints a zone asks (`[zone.endpoints]`).

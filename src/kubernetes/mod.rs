@@ -7,6 +7,7 @@
 pub mod endpoints;
 pub mod metrics;
 pub mod namespaces;
+pub mod pods;
 mod watch;
 
 use std::collections::{HashMap, HashSet};
@@ -16,7 +17,7 @@ use anyhow::{Context, Result};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use crate::config::{Config, EndpointsPlan, KubernetesPlan, Policy};
-use crate::search::Namespaces;
+use crate::search::{Clients, Namespaces};
 use crate::tasks::Upkeep;
 
 /// A client for the API: from the configured kubeconfig, else in-cluster
@@ -39,12 +40,15 @@ pub async fn client(plan: &KubernetesPlan) -> Result<kube::Client> {
 
 /// The server's side of the watches: which run, what the EndpointSlice
 /// watches found, and the configuration with it in place. (The namespace
-/// watch writes its view of the request path directly.)
+/// and pod watches write their views of the request path directly.)
 pub struct Watches {
     metrics: std::sync::Arc<metrics::KubeMetrics>,
     /// The namespaces view and, while it runs, its watch.
     namespaces: std::sync::Arc<Namespaces>,
     namespace_watch: Option<tokio::task::AbortHandle>,
+    /// The client map for autopath and, while it runs, the pod watch.
+    clients: std::sync::Arc<Clients>,
+    pod_watch: Option<tokio::task::AbortHandle>,
     /// The API client and the plan it was made for.
     client: Option<(KubernetesPlan, kube::Client)>,
     watches: HashMap<EndpointsPlan, tokio::task::AbortHandle>,
@@ -57,12 +61,15 @@ impl Watches {
     pub fn new(
         metrics: std::sync::Arc<metrics::KubeMetrics>,
         namespaces: std::sync::Arc<Namespaces>,
+        clients: std::sync::Arc<Clients>,
     ) -> Watches {
         let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
         Watches {
             metrics,
             namespaces,
             namespace_watch: None,
+            clients,
+            pod_watch: None,
             client: None,
             watches: HashMap::new(),
             found: HashMap::new(),
@@ -87,6 +94,7 @@ impl Watches {
             self.client = None;
             self.stop_where(|_| true);
             self.stop_namespaces();
+            self.stop_pods();
             if let Some(plan) = plan {
                 match client(plan).await {
                     Ok(c) => self.client = Some((plan.clone(), c)),
@@ -101,6 +109,15 @@ impl Watches {
         if !namespaces_wanted || self.client.is_none() {
             self.stop_namespaces();
         }
+        let pods_wanted = config
+            .cluster
+            .search()
+            .autopath
+            .then(|| plan.and_then(|p| p.node_name.clone()))
+            .flatten();
+        if pods_wanted.is_none() || self.client.is_none() {
+            self.stop_pods();
+        }
         let Some((_, client)) = &self.client else {
             return;
         };
@@ -111,6 +128,17 @@ impl Watches {
                 self.metrics.clone(),
             );
             self.namespace_watch = Some(upkeep.spawn_stoppable(task));
+        }
+        if let Some(node) = pods_wanted
+            && self.pod_watch.is_none()
+        {
+            let task = pods::watch(
+                client.clone(),
+                node,
+                self.clients.clone(),
+                self.metrics.clone(),
+            );
+            self.pod_watch = Some(upkeep.spawn_stoppable(task));
         }
         for plan in wanted {
             if !self.watches.contains_key(plan) {
@@ -131,6 +159,13 @@ impl Watches {
             watch.abort();
         }
         self.namespaces.set(None);
+    }
+
+    fn stop_pods(&mut self) {
+        if let Some(watch) = self.pod_watch.take() {
+            watch.abort();
+        }
+        self.clients.set(None);
     }
 
     fn stop_where(&mut self, stop: impl Fn(&EndpointsPlan) -> bool) {

@@ -31,7 +31,7 @@ pub(super) trait Follower<V> {
 pub(super) async fn follow<K, V, S>(
     events: impl Fn() -> S,
     name_of: impl Fn(&K) -> Option<String>,
-    extract: impl Fn(&K) -> V,
+    mut extract: impl FnMut(&K) -> V,
     labels: WatchLabels<'_>,
     metrics: &KubeMetrics,
     follower: &mut impl Follower<V>,

@@ -146,6 +146,9 @@ pub struct SearchPlan {
     /// Watch the API's namespaces: names of a namespace it does not hold
     /// are NXDOMAIN ([`Rule::UnknownNamespace`]).
     pub namespaces_from_api: bool,
+    /// Answer a verified pod's first expansion with its walk's end
+    /// (`serve::autopath`).
+    pub autopath: bool,
     /// The node's search domains the kubelet appends to the pods' list,
     /// in order (lower-case wire form).
     pub search_domains: Vec<Box<[u8]>>,
@@ -214,6 +217,14 @@ impl ClusterRules {
     pub fn namespace_node(&self, name: &[u8]) -> Option<usize> {
         let (_, left) = self.under_kind(name)?;
         left.last().map(|l| l.at)
+    }
+
+    /// Where `<ns>.svc.Z` starts in a name below it (`X.<ns>.svc.Z`).
+    pub fn svc_namespace_node(&self, name: &[u8]) -> Option<usize> {
+        match self.under_kind(name)? {
+            (b"svc", left) if left.len() >= 2 => left.last().map(|l| l.at),
+            _ => None,
+        }
     }
 
     /// The namespace label of a name at or below `<ns>.svc.Z`, when the
@@ -540,6 +551,7 @@ mod tests {
     fn svc_names_name_their_namespace_when_the_api_is_watched() {
         let plan = |on: bool| SearchPlan {
             namespaces_from_api: on,
+            autopath: false,
             ..SearchPlan::default()
         };
         let ns = |r: &ClusterRules, n: &str| {
@@ -579,6 +591,7 @@ mod tests {
             search_domains: vec![],
             max_speculations: 8,
             namespaces_from_api: false,
+            autopath: false,
         });
         let w = |n: &str| from_text(n).unwrap();
         let check = |n: &str| {

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::time::Instant;
 
 use super::metrics::ServeMetrics;
-use super::{MissJob, Settings};
+use super::{Job, Settings};
 use crate::listen::Handled;
 use crate::wire::{build, query, rcode};
 
@@ -18,7 +18,7 @@ pub(super) fn admit(
     client: IpAddr,
     now: Instant,
     out: &mut Vec<u8>,
-) -> Option<Handled<MissJob>> {
+) -> Option<Handled<Job>> {
     if !settings.acl.allows(client) {
         return Some(refuse(metrics, packet, "source not allowed", out));
     }
@@ -38,7 +38,7 @@ fn refuse(
     packet: &[u8],
     reason: &'static str,
     out: &mut Vec<u8>,
-) -> Handled<MissJob> {
+) -> Handled<Job> {
     metrics.rejected(reason);
     let (question_end, edns) = match query::parse(packet) {
         Ok(q) => (Some(q.name_end + 4), q.edns),

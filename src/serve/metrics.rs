@@ -62,6 +62,7 @@ pub struct ServeMetrics {
     namespace_checks: Counters<CheckLabels<'static>>,
     pub speculation_sent: IntCounter,
     pub speculation_used: IntCounter,
+    pub autopath_answers: IntCounter,
     pub speculation_wasted: IntCounter,
     pub speculation_skipped: IntCounter,
     pub coalesced: IntCounter,
@@ -138,6 +139,10 @@ impl ServeMetrics {
             speculation_sent: r.counter(
                 "nodens_search_speculation_sent_total",
                 "Later search-list expansions resolved upstream ahead of the client.",
+            ),
+            autopath_answers: r.counter(
+                "nodens_autopath_answers_total",
+                "First search-list expansions from a verified pod answered with a later name of its search list, behind a CNAME (CoreDNS's coredns_autopath_success_count_total).",
             ),
             speculation_used: r.counter(
                 "nodens_search_speculation_used_total",

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::hit::Request;
 use super::metrics::CacheLabels;
 use super::stats::ListenerStats;
-use super::{ListenerView, Settings, Shared, reply_limit};
+use super::{Job, ListenerView, Settings, Shared, reply_limit};
 use crate::cache::{Entry, Freshness, Key, Kind, Lookup};
 use crate::inflight::Role;
 use crate::listen::{Handled, Proto};
@@ -21,10 +21,10 @@ use crate::wire::query::OwnedQuery;
 use crate::wire::{build, ede, rcode};
 
 /// One place among the misses in flight, given back when the job ends.
-struct MissTicket(Arc<AtomicUsize>);
+pub(super) struct MissTicket(Arc<AtomicUsize>);
 
 impl MissTicket {
-    fn take(count: &Arc<AtomicUsize>, max: usize) -> Option<MissTicket> {
+    pub(super) fn take(count: &Arc<AtomicUsize>, max: usize) -> Option<MissTicket> {
         count
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < max).then_some(n + 1)
@@ -63,7 +63,7 @@ impl Shared {
         all_stats: &Arc<ListenerStats>,
         stale: Option<Arc<Entry>>,
         out: &mut Vec<u8>,
-    ) -> Handled<MissJob> {
+    ) -> Handled<Job> {
         request.stats.cache_miss();
         let settings = request.settings;
         let Some(ticket) = MissTicket::take(&self.misses_in_flight, settings.max_misses_in_flight)
@@ -81,7 +81,7 @@ impl Shared {
             );
             return Handled::Reply;
         };
-        Handled::Miss(MissJob {
+        Handled::Miss(Job::Miss(MissJob {
             query: OwnedQuery::new(request.query),
             key: request.key.to_owned(),
             zone: request.zone.clone(),
@@ -91,7 +91,7 @@ impl Shared {
             started: request.started,
             proto: request.proto,
             _ticket: ticket,
-        })
+        }))
     }
 
     /// Resolves a miss and writes the reply into `out`.

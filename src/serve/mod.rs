@@ -7,11 +7,13 @@
 //! 1. `admit`: the allow list and the per-client rate limit;
 //! 2. parse: a malformed query gets FORMERR/NOTIMP (or nothing);
 //! 3. `route`: the zone of the name, REFUSED if none;
-//! 4. `hit`: a fresh cache entry is the reply (and may start a
+//! 4. `autopath`: a verified pod's first search-list expansion is
+//!    answered with the end of its walk (or goes on as without it);
+//! 5. `hit`: a fresh cache entry is the reply (and may start a
 //!    `prefetch`);
-//! 5. `local`: a name the cluster DNS schema rules out, or one below a
+//! 6. `local`: a name the cluster DNS schema rules out, or one below a
 //!    denied namespace or Service, is NXDOMAIN without asking upstream;
-//! 6. `miss`: everything else becomes a [`MissJob`], run as a task by the
+//! 7. `miss`: everything else becomes a [`MissJob`], run as a task by the
 //!    listener (`Service::resolve`): coalesce with identical misses, ask
 //!    the zone's upstreams, store, reply; serve stale if every upstream
 //!    failed.
@@ -20,6 +22,7 @@
 //! route and hit, in a file of its own.
 
 mod admit;
+mod autopath;
 mod hit;
 mod local;
 pub mod metrics;
@@ -44,11 +47,12 @@ use crate::config::{Config, TcpLimits};
 use crate::inflight::InFlight;
 use crate::listen::{Handled, ListenerInfo, Proto, Service};
 use crate::metrics::Registry;
-use crate::search::{Learned, Namespaces};
+use crate::search::{Clients, Learned, Namespaces};
 use crate::tasks::Tasks;
 use crate::upstream::metrics::UpstreamMetrics;
 use crate::wire::{build, query};
 use metrics::ServeMetrics;
+pub use autopath::AutopathJob;
 pub use miss::MissJob;
 pub use settings::Settings;
 use stats::StatsSlot;
@@ -62,6 +66,8 @@ pub struct Shared {
     pub learned: Learned,
     /// The namespaces the API lists (`[cluster] namespaces_from_api`).
     pub namespaces: Arc<Namespaces>,
+    /// This node's pods by address (`[cluster] autopath`).
+    pub clients: Arc<Clients>,
     speculation: search::Speculation,
     pub metrics: Arc<ServeMetrics>,
     pub tasks: Tasks,
@@ -89,6 +95,7 @@ impl Shared {
             inflight: InFlight::default(),
             learned: Learned::default(),
             namespaces: Arc::default(),
+            clients: Arc::default(),
             speculation: search::Speculation::default(),
             metrics,
             tasks,
@@ -119,9 +126,38 @@ fn reply_limit(proto: Proto, query: &query::Query<'_>, settings: &Settings) -> u
     }
 }
 
+/// What waits on upstream: a miss, or an autopath walk.
+pub enum Job {
+    Miss(MissJob),
+    Autopath(AutopathJob),
+}
+
+impl Shared {
+    /// The stages after routing, for a query autopath leaves alone: the
+    /// cache, the local answers, the miss.
+    fn plain_stages(
+        self: &Arc<Self>,
+        request: &hit::Request<'_, '_>,
+        listener: &ListenerView,
+        all_stats: &Arc<stats::ListenerStats>,
+        out: &mut Vec<u8>,
+    ) -> Handled<Job> {
+        let stale = match self.answer_from_cache(request, listener, out) {
+            hit::Cached::Answered => return Handled::Reply,
+            hit::Cached::Stale(entry) => Some(entry),
+            hit::Cached::Miss => None,
+        };
+        self.maybe_speculate(request.key, request.settings);
+        if self.answer_locally(request, out) {
+            return Handled::Reply;
+        }
+        self.miss(request, all_stats, stale, out)
+    }
+}
+
 impl Service for Shared {
     type PerListener = StatsSlot;
-    type Miss = MissJob;
+    type Miss = Job;
 
     /// The stages in order.
     #[inline]
@@ -132,7 +168,7 @@ impl Service for Shared {
         listener: &ListenerView,
         proto: Proto,
         out: &mut Vec<u8>,
-    ) -> Handled<MissJob> {
+    ) -> Handled<Job> {
         let started = Instant::now();
         let settings = self.settings.load();
         if let Some(done) = admit::admit(&settings, &self.metrics, packet, client, started, out) {
@@ -169,20 +205,26 @@ impl Service for Shared {
             proto,
             started,
         };
-        let stale = match self.answer_from_cache(&request, listener, out) {
-            hit::Cached::Answered => return Handled::Reply,
-            hit::Cached::Stale(entry) => Some(entry),
-            hit::Cached::Miss => None,
-        };
-        self.maybe_speculate(&key, &settings);
-        if self.answer_locally(&request, out) {
-            return Handled::Reply;
+        if let Some(at) = self.autopath_candidate(&key, client, &settings) {
+            match self.autopath_from_cache(&request, at, out) {
+                autopath::FromCache::Answered => return Handled::Reply,
+                autopath::FromCache::Plain => {}
+                autopath::FromCache::Wait => {
+                    self.maybe_speculate(&key, &settings);
+                    if let Some(job) = self.autopath_job(&request, all_stats, at) {
+                        return job;
+                    }
+                }
+            }
         }
-        self.miss(&request, all_stats, stale, out)
+        self.plain_stages(&request, listener, all_stats, out)
     }
 
-    async fn resolve(self: &Arc<Self>, miss: MissJob, listener: &ListenerView, out: &mut Vec<u8>) {
-        self.answer_miss(miss, listener, out).await;
+    async fn resolve(self: &Arc<Self>, job: Job, listener: &ListenerView, out: &mut Vec<u8>) {
+        match job {
+            Job::Miss(miss) => self.answer_miss(miss, listener, out).await,
+            Job::Autopath(walk) => Box::pin(self.answer_autopath(walk, listener, out)).await,
+        }
     }
 
     fn tcp_limits(&self) -> TcpLimits {

@@ -2,7 +2,7 @@
 //! `upstream::Router`); a name in no zone is REFUSED here.
 
 use super::metrics::{PLUGIN_NONE, RequestLabels, ResponseLabels, ServeMetrics, ZONE_DROPPED};
-use super::{ListenerView, MissJob};
+use super::{Job, ListenerView};
 use crate::listen::{Handled, Proto};
 use crate::metrics::VIEW;
 use crate::wire::query::Query;
@@ -17,7 +17,7 @@ pub(super) fn refuse_unrouted(
     listener: &ListenerView,
     proto: Proto,
     out: &mut Vec<u8>,
-) -> Handled<MissJob> {
+) -> Handled<Job> {
     metrics.rejected("no zone for the name");
     metrics
         .requests

@@ -6,6 +6,7 @@
 //! few messages nodens writes itself are assembled byte by byte ([`build`]).
 
 pub mod build;
+pub mod chain;
 pub mod framing;
 pub mod name;
 pub mod query;

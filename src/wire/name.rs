@@ -207,9 +207,42 @@ pub fn label_starts(wire: &[u8]) -> impl Iterator<Item = usize> + '_ {
     })
 }
 
+/// Reads a possibly compressed name at `start` into `out` (uncompressed,
+/// case kept) and returns the offset just past it in the message. Checked
+/// as [`skip`] checks it.
+pub fn read_into(msg: &[u8], start: usize, out: &mut Vec<u8>) -> Result<usize, NameError> {
+    let end = skip(msg, start)?;
+    let mut at = start;
+    loop {
+        let len = msg[at] as usize;
+        if len & 0xc0 == 0xc0 {
+            at = ((len & 0x3f) << 8) | msg[at + 1] as usize;
+            continue;
+        }
+        out.extend_from_slice(&msg[at..=at + len]);
+        if len == 0 {
+            return Ok(end);
+        }
+        at += 1 + len;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_into_follows_pointers() {
+        // Header, then `a.b.` at 12 and `x` + pointer to `b.` at 17.
+        let mut msg = vec![0u8; 12];
+        msg.extend(b"\x01a\x01b\x00\x01x\xc0\x0e");
+        let mut out = Vec::new();
+        assert_eq!(read_into(&msg, 17, &mut out), Ok(21));
+        assert_eq!(out, b"\x01x\x01b\x00");
+        let mut bad = msg.clone();
+        bad[20] = 17; // points at itself
+        assert!(read_into(&bad, 17, &mut Vec::new()).is_err());
+    }
 
     #[test]
     fn text_round_trip() {

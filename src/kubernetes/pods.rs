@@ -1,0 +1,202 @@
+//! The pods of this node, for autopath: one watch with the field selector
+//! `spec.nodeName=<node>`, so what nodens holds and what the API server
+//! sends it grow with one node's pods, not the cluster's (CoreDNS's
+//! autopath watches every pod of the cluster). Of each pod only its
+//! addresses, its namespace and whether its search list is the standard
+//! one are kept.
+//!
+//! An address maps to a namespace only when exactly one pod of the list
+//! holds it and that pod is a verified client: not on the host network
+//! (its address is the node's, shared by every such pod), DNS policy
+//! `ClusterFirst` with no `dnsConfig.searches` (anything else changes the
+//! search list), and not terminating. A terminating pod still claims its
+//! address (its containers may run), so a new pod given the same address
+//! before the old one's deletion reached the watch is not trusted
+//! (coredns/coredns#7120); a pod that has finished (Succeeded, Failed) has
+//! released its address and claims nothing.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::watcher;
+
+use super::metrics::{KubeMetrics, WatchLabels};
+use super::watch::{Follower, follow};
+use crate::search::Clients;
+use crate::search::clients::ClientMap;
+
+/// What the watch keeps of one pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct PodClient {
+    namespace: Arc<str>,
+    /// The addresses the pod holds (none once it has finished).
+    addresses: Box<[IpAddr]>,
+    /// Whether its queries may be answered by autopath.
+    verified: bool,
+}
+
+/// Watches the pods of `node` into `view`, until aborted.
+pub async fn watch(client: kube::Client, node: String, view: Arc<Clients>, metrics: Arc<KubeMetrics>) {
+    let api: kube::Api<Pod> = kube::Api::all(client);
+    let selector = format!("spec.nodeName={node}");
+    let labels = WatchLabels {
+        resource: "pods",
+        watch: &node,
+    };
+    let mut namespaces = Interner::default();
+    follow(
+        || watcher(api.clone(), watcher::Config::default().fields(&selector)),
+        |pod: &Pod| {
+            let m = &pod.metadata;
+            Some(format!("{}/{}", m.namespace.as_deref()?, m.name.as_deref()?))
+        },
+        |pod| client_of(pod, &mut namespaces),
+        labels,
+        &metrics,
+        &mut Writer(view),
+    )
+    .await;
+}
+
+/// One shared string per namespace name: a node's pods share a handful.
+#[derive(Default)]
+struct Interner(std::collections::HashSet<Arc<str>>);
+
+impl Interner {
+    fn get(&mut self, name: &str) -> Arc<str> {
+        if let Some(known) = self.0.get(name) {
+            return known.clone();
+        }
+        if self.0.len() > 4096 {
+            // Namespaces come and go: forget the ones no pod holds.
+            self.0.retain(|n| Arc::strong_count(n) > 1);
+        }
+        let new: Arc<str> = name.to_ascii_lowercase().into();
+        self.0.insert(new.clone());
+        new
+    }
+}
+
+fn client_of(pod: &Pod, namespaces: &mut Interner) -> PodClient {
+    let namespace = namespaces.get(pod.metadata.namespace.as_deref().unwrap_or_default());
+    let spec = pod.spec.as_ref();
+    let status = pod.status.as_ref();
+    let finished = matches!(
+        status.and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    );
+    let mut addresses: Vec<IpAddr> = Vec::new();
+    if !finished && let Some(status) = status {
+        let listed = status.pod_ips.iter().flatten().map(|p| p.ip.as_str());
+        for ip in status.pod_ip.as_deref().into_iter().chain(listed) {
+            if let Ok(ip) = ip.parse::<IpAddr>()
+                && !addresses.contains(&ip)
+            {
+                addresses.push(ip);
+            }
+        }
+    }
+    let host_network = spec.and_then(|s| s.host_network).unwrap_or(false);
+    let standard_policy = matches!(
+        spec.and_then(|s| s.dns_policy.as_deref()),
+        None | Some("ClusterFirst" | "ClusterFirstWithHostNet")
+    );
+    let extra_searches = spec
+        .and_then(|s| s.dns_config.as_ref())
+        .and_then(|c| c.searches.as_ref())
+        .is_some_and(|s| !s.is_empty());
+    let terminating = pod.metadata.deletion_timestamp.is_some();
+    PodClient {
+        namespace,
+        addresses: addresses.into_boxed_slice(),
+        verified: !host_network && standard_policy && !extra_searches && !terminating,
+    }
+}
+
+/// The address map of a list: verified pods whose address no other pod claims.
+fn client_map(pods: &BTreeMap<String, PodClient>) -> ClientMap {
+    let mut claims: HashMap<IpAddr, Option<&Arc<str>>> = HashMap::new();
+    for pod in pods.values() {
+        for ip in &pod.addresses {
+            let claim = pod.verified.then_some(&pod.namespace);
+            claims
+                .entry(ip.to_canonical())
+                .and_modify(|c| *c = None)
+                .or_insert(claim);
+        }
+    }
+    claims
+        .into_iter()
+        .filter_map(|(ip, ns)| Some((ip, ns?.clone())))
+        .collect()
+}
+
+struct Writer(Arc<Clients>);
+
+impl Follower<PodClient> for Writer {
+    fn publish(&mut self, list: Option<&BTreeMap<String, PodClient>>) -> bool {
+        self.0.set(list.map(client_map));
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(ns: &str, ips: &[&str], verified: bool) -> PodClient {
+        PodClient {
+            namespace: ns.into(),
+            addresses: ips.iter().map(|i| i.parse().unwrap()).collect(),
+            verified,
+        }
+    }
+
+    #[test]
+    fn an_address_two_pods_claim_maps_to_neither() {
+        let mut list = BTreeMap::new();
+        list.insert("a/old".into(), pod("a", &["10.1.0.5"], false));
+        list.insert("b/new".into(), pod("b", &["10.1.0.5"], true));
+        list.insert("b/web".into(), pod("b", &["10.1.0.6", "fd00::6"], true));
+        let map = client_map(&list);
+        assert_eq!(map.len(), 2);
+        assert!(!map.contains_key(&"10.1.0.5".parse().unwrap()));
+        assert_eq!(&*map[&"fd00::6".parse().unwrap()], "b");
+    }
+
+    #[test]
+    fn what_a_pod_spec_says_about_its_search_list() {
+        let parse = |json: serde_json::Value| {
+            let pod: Pod = serde_json::from_value(json).unwrap();
+            client_of(&pod, &mut Interner::default())
+        };
+        let base = |spec: serde_json::Value, phase: &str| {
+            serde_json::json!({
+                "metadata": {"name": "p", "namespace": "Team-A"},
+                "spec": spec,
+                "status": {"phase": phase, "podIP": "10.1.0.7", "podIPs": [{"ip": "10.1.0.7"}]},
+            })
+        };
+        let c = serde_json::json!({"containers": [{"name": "c"}]});
+        let plain = parse(base(c.clone(), "Running"));
+        assert!(plain.verified);
+        assert_eq!(&*plain.namespace, "team-a");
+        assert_eq!(plain.addresses.len(), 1);
+        let with = |extra: serde_json::Value| {
+            let mut spec = c.clone();
+            spec.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            parse(base(spec, "Running")).verified
+        };
+        assert!(!with(serde_json::json!({"hostNetwork": true})));
+        assert!(!with(serde_json::json!({"dnsPolicy": "None"})));
+        assert!(!with(serde_json::json!({"dnsPolicy": "Default"})));
+        assert!(!with(serde_json::json!({"dnsConfig": {"searches": ["x.example"]}})));
+        assert!(with(serde_json::json!({"dnsConfig": {"options": [{"name": "ndots", "value": "2"}]}})));
+        assert!(parse(base(c.clone(), "Succeeded")).addresses.is_empty());
+        assert_eq!(parse(base(c, "Pending")).addresses.len(), 1);
+    }
+}

@@ -1,0 +1,39 @@
+//! The pods of this node as DNS clients, for autopath: which namespace a
+//! source address belongs to, for the pods whose search list nodens knows
+//! (`<ns>.svc.<zone> svc.<zone> <zone>` and the node's search domains).
+//! The pod watch (`kubernetes::pods`) writes it; the request path reads it
+//! only for names shaped like a first search-list expansion.
+//!
+//! Unknown (None) until the watch holds a complete list, and again from a
+//! watch error until the next one: while the list may be out of date, an
+//! address may have passed to a pod of another namespace unseen, and no
+//! query is answered by autopath.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use arc_swap::ArcSwapOption;
+
+/// Client address to its pod's namespace (lower case).
+pub type ClientMap = HashMap<IpAddr, Arc<str>>;
+
+#[derive(Default)]
+pub struct Clients(ArcSwapOption<ClientMap>);
+
+impl Clients {
+    /// Whether `client` is a known pod of namespace `label` (lower case).
+    pub fn is_pod_of(&self, client: IpAddr, label: &[u8]) -> bool {
+        let guard = self.0.load();
+        let Some(map) = guard.as_ref() else {
+            return false;
+        };
+        map.get(&client.to_canonical())
+            .is_some_and(|ns| ns.as_bytes() == label)
+    }
+
+    /// Replaces the map (None: not known).
+    pub fn set(&self, map: Option<ClientMap>) {
+        self.0.store(map.map(Arc::new));
+    }
+}

@@ -1,0 +1,374 @@
+//! Autopath behind a node cache (`[cluster] autopath`): the first
+//! search-list expansion `X.<ns>.svc.Z` from a pod of this node, in
+//! namespace `<ns>`, is answered with the end of the walk its resolver
+//! would make, `X.svc.Z`, `X.Z`, the node's search domains, then `X.`: the
+//! first of them that is not NXDOMAIN, behind a CNAME from the asked name
+//! (CoreDNS's autopath format). One round trip instead of one per search
+//! domain.
+//!
+//! CoreDNS's `autopath` cannot do this behind a node cache: it sees the
+//! cache's address, not the pod's (coredns/coredns#4308). nodens sees the
+//! pod's own address, and knows its namespace from a watch of this node's
+//! pods ([`crate::search::Clients`]).
+//!
+//! The answer is the walk's, or exactly the one without autopath:
+//! - the name itself answers (not NXDOMAIN): its own answer;
+//! - an unknown address, a pod whose search list is not the standard one,
+//!   a name of another namespace, a list that may be out of date: the
+//!   query takes the usual stages, as if autopath were off;
+//! - a name of the walk failed (SERVFAIL, timeout, no zone routes it), or
+//!   every one is NXDOMAIN: the usual stages too; the client walks on by
+//!   itself (its resolver treats a failure as its own library does).
+//!
+//! Never cached as such: the same name asked by an unknown client gets
+//! the plain answer. The walk's names are cached on their own and shared.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::hit::Request;
+use super::local::may_answer_locally;
+use super::miss::MissTicket;
+use super::stats::ListenerStats;
+use super::{Job, ListenerView, Settings, Shared, reply_limit};
+use crate::cache::key::NameBuf;
+use crate::cache::{Entry, Freshness, Key, KeyRef, Kind, Lookup};
+use crate::listen::{Handled, Proto};
+use crate::search::names::suffix_at;
+use crate::upstream::Zone;
+use crate::wire::chain::cname_reply;
+use crate::wire::name::MAX_NAME_LEN;
+use crate::wire::query::{OwnedQuery, Query};
+use crate::wire::{HEADER_LEN, build, class, ede, rcode};
+
+/// What one name of the walk came to.
+enum Step {
+    /// NXDOMAIN: the walk goes on.
+    Denied,
+    /// Any other answer: the walk ends here.
+    Answered(Arc<Entry>),
+    /// A failure: autopath gives up.
+    Failed,
+    /// Not known without asking upstream.
+    Unknown,
+}
+
+/// What the cache alone says of a walk.
+pub(super) enum FromCache {
+    /// The autopath reply is written.
+    Answered,
+    /// Answer as without autopath.
+    Plain,
+    /// A name must be asked upstream: a job.
+    Wait,
+}
+
+/// A verified pod's first expansion whose walk waits on upstream.
+pub struct AutopathJob {
+    query: OwnedQuery,
+    key: Key,
+    zone: Arc<Zone>,
+    settings: Arc<Settings>,
+    stats: Arc<ListenerStats>,
+    started: Instant,
+    proto: Proto,
+    /// Where `<ns>.svc.Z` starts in the name: X is the name before it.
+    namespace_at: usize,
+    _ticket: MissTicket,
+}
+
+/// The names of the walk after the asked one: the suffixes that follow
+/// `<ns>.svc.Z` in a pod's search list, then the root.
+fn later_suffixes<'a>(
+    name: &'a [u8],
+    namespace_at: usize,
+    settings: &'a Settings,
+) -> impl Iterator<Item = &'a [u8]> {
+    let rules = &settings.cluster;
+    let ns_len = usize::from(name[namespace_at]);
+    let svc_zone = &name[namespace_at + 1 + ns_len..];
+    [svc_zone, rules.domain()]
+        .into_iter()
+        .chain(rules.search().search_domains.iter().map(|d| &d[..]))
+        .chain([&b"\x00"[..]])
+}
+
+/// `base` + `suffix` in `buf`, or None when longer than a name may be.
+fn expansion<'b>(base: &[u8], suffix: &[u8], buf: &'b mut NameBuf) -> Option<&'b [u8]> {
+    let len = base.len() + suffix.len();
+    if len > MAX_NAME_LEN {
+        return None;
+    }
+    buf[..base.len()].copy_from_slice(base);
+    buf[base.len()..len].copy_from_slice(suffix);
+    Some(&buf[..len])
+}
+
+impl Shared {
+    /// Where `<ns>.svc.Z` starts when `key` is a first expansion from a
+    /// verified pod of namespace `<ns>`.
+    pub(super) fn autopath_candidate(
+        &self,
+        key: &KeyRef<'_>,
+        client: IpAddr,
+        settings: &Settings,
+    ) -> Option<usize> {
+        let rules = &settings.cluster;
+        if !rules.search().autopath || key.qclass != class::IN {
+            return None;
+        }
+        suffix_at(key.name, rules.domain())?;
+        let at = rules.svc_namespace_node(key.name)?;
+        let label = &key.name[at + 1..at + 1 + usize::from(key.name[at])];
+        self.clients.is_pod_of(client, label).then_some(at)
+    }
+
+    /// Walks the search list through the cache and the local rules only.
+    pub(super) fn autopath_from_cache(
+        &self,
+        request: &Request<'_, '_>,
+        namespace_at: usize,
+        out: &mut Vec<u8>,
+    ) -> FromCache {
+        let key = request.key;
+        let settings = request.settings;
+        match self.step(key, settings, request.started) {
+            Step::Denied => {}
+            Step::Unknown => return FromCache::Wait,
+            Step::Answered(_) | Step::Failed => return FromCache::Plain,
+        }
+        let base = &key.name[..namespace_at];
+        let mut buf: NameBuf = [0; MAX_NAME_LEN];
+        for suffix in later_suffixes(key.name, namespace_at, settings) {
+            let Some(name) = expansion(base, suffix, &mut buf) else {
+                return FromCache::Plain;
+            };
+            let next = KeyRef { name, ..*key };
+            match self.step(&next, settings, request.started) {
+                Step::Denied => continue,
+                Step::Unknown => return FromCache::Wait,
+                Step::Failed => return FromCache::Plain,
+                Step::Answered(entry) => {
+                    request.stats.cache_hit(entry.kind == Kind::Success);
+                    if entry.take_speculative() {
+                        self.metrics.speculation_used.inc();
+                    }
+                    let limit = reply_limit(request.proto, request.query, settings);
+                    let code =
+                        self.write_autopath(request.query, &entry, request.started, limit, out);
+                    let Some(code) = code else {
+                        return FromCache::Plain;
+                    };
+                    let seconds = request.started.elapsed().as_secs_f64();
+                    request
+                        .stats
+                        .reply(request.proto, code, true, out.len(), seconds);
+                    return FromCache::Answered;
+                }
+            }
+        }
+        FromCache::Plain
+    }
+
+    /// Makes the walk a job, if the bound on misses in flight allows;
+    /// else the query takes the usual stages.
+    pub(super) fn autopath_job(
+        &self,
+        request: &Request<'_, '_>,
+        all_stats: &Arc<ListenerStats>,
+        namespace_at: usize,
+    ) -> Option<Handled<Job>> {
+        let settings = request.settings;
+        let ticket = MissTicket::take(&self.misses_in_flight, settings.max_misses_in_flight)?;
+        request.stats.cache_miss();
+        Some(Handled::Miss(Job::Autopath(AutopathJob {
+            query: OwnedQuery::new(request.query),
+            key: request.key.to_owned(),
+            zone: request.zone.clone(),
+            settings: Arc::clone(settings),
+            stats: Arc::clone(all_stats),
+            started: request.started,
+            proto: request.proto,
+            namespace_at,
+            _ticket: ticket,
+        })))
+    }
+
+    /// Walks the search list, asking upstream for what is not known, and
+    /// writes the reply: the autopath one, or the usual one.
+    pub(super) async fn answer_autopath(
+        self: &Arc<Self>,
+        job: AutopathJob,
+        listener: &ListenerView,
+        out: &mut Vec<u8>,
+    ) {
+        let deadline = job.started + job.settings.query_timeout;
+        let found = tokio::time::timeout_at(deadline.into(), self.walk(&job, deadline))
+            .await
+            .ok()
+            .flatten();
+        let query = job.query.get();
+        if let Some(entry) = found {
+            let limit = reply_limit(job.proto, &query, &job.settings);
+            if let Some(code) = self.write_autopath(&query, &entry, Instant::now(), limit, out) {
+                let seconds = job.started.elapsed().as_secs_f64();
+                job.stats
+                    .zone(job.zone.index)
+                    .reply(job.proto, code, false, out.len(), seconds);
+                return;
+            }
+        }
+        // As without autopath: the usual stages, from the cache on (what
+        // the walk fetched for the name itself is there now).
+        let request = Request {
+            query: &query,
+            key: &job.key.as_ref(),
+            zone: &job.zone,
+            settings: &job.settings,
+            stats: job.stats.zone(job.zone.index),
+            proto: job.proto,
+            started: job.started,
+        };
+        drop(job._ticket);
+        match self.plain_stages(&request, listener, &job.stats, out) {
+            Handled::Reply => {}
+            Handled::Miss(Job::Miss(miss)) => self.answer_miss(miss, listener, out).await,
+            Handled::Miss(Job::Autopath(_)) | Handled::Drop => {
+                build::servfail(
+                    query.packet,
+                    query.name_end + 4,
+                    query.edns,
+                    Some(ede::NO_REACHABLE_AUTHORITY),
+                    out,
+                );
+            }
+        }
+    }
+
+    /// The entry the walk ends at, when it ends at a later name than the
+    /// asked one; None for anything else (answer as without autopath).
+    async fn walk(self: &Arc<Self>, job: &AutopathJob, deadline: Instant) -> Option<Arc<Entry>> {
+        let settings = &job.settings;
+        match self.step(&job.key.as_ref(), settings, Instant::now()) {
+            Step::Denied => {}
+            Step::Answered(_) | Step::Failed => return None,
+            Step::Unknown => {
+                let entry = self.fetch(&job.key, &job.zone, settings, deadline).await?;
+                if !matches!(classify(&entry), Step::Denied) {
+                    return None;
+                }
+            }
+        }
+        let name = job.key.name();
+        let base = &name[..job.namespace_at];
+        let mut buf: NameBuf = [0; MAX_NAME_LEN];
+        for suffix in later_suffixes(name, job.namespace_at, settings) {
+            let next = expansion(base, suffix, &mut buf)?;
+            let key = Key::from_parts(next, job.key.qtype(), job.key.qclass(), job.key.flags());
+            match self.step(&key.as_ref(), settings, Instant::now()) {
+                Step::Denied => continue,
+                Step::Answered(entry) => return Some(entry),
+                Step::Failed => return None,
+                Step::Unknown => {}
+            }
+            // `api.example.com.svc.Z`: whether namespace `com` exists first
+            // (most often it does not, and that settles it).
+            if self.namespace_denied(&key, settings, deadline).await {
+                continue;
+            }
+            let zone = settings.router.route(key.name())?.clone();
+            let entry = self.fetch(&key, &zone, settings, deadline).await?;
+            match classify(&entry) {
+                Step::Denied => continue,
+                Step::Answered(entry) => return Some(entry),
+                _ => return None,
+            }
+        }
+        None
+    }
+
+    /// What the cache and the local rules know of `key` now.
+    fn step(&self, key: &KeyRef<'_>, settings: &Settings, now: Instant) -> Step {
+        match self.cache.lookup(key, now, Duration::ZERO) {
+            Lookup::Fresh(entry) => classify(&entry),
+            _ if self.denied_locally(key, settings, now) => Step::Denied,
+            _ => Step::Unknown,
+        }
+    }
+
+    /// Whether the local stage would answer `key` NXDOMAIN (a schema rule
+    /// with the zone's SOA known, a namespace the API does not list, a
+    /// denied node above it).
+    fn denied_locally(&self, key: &KeyRef<'_>, settings: &Settings, now: Instant) -> bool {
+        if !may_answer_locally(key.qtype, key.qclass) {
+            return false;
+        }
+        let rules = &settings.cluster;
+        let name = key.name;
+        let in_cluster = suffix_at(name, rules.domain()).is_some();
+        if rules.cannot_exist(name).is_some() {
+            let soa_known = if in_cluster {
+                self.learned.soa(rules.domain()).is_some()
+            } else {
+                self.learned.closest_soa(name).is_some()
+            };
+            if soa_known {
+                return true;
+            }
+        }
+        if let Some(namespace) = rules.svc_namespace(name)
+            && self.namespaces.exists(namespace) == Some(false)
+            && self.learned.soa(rules.domain()).is_some()
+        {
+            return true;
+        }
+        rules
+            .cut_points(name)
+            .any(|at| self.learned.denied(&name[at..], now).is_some())
+    }
+
+    /// Writes the autopath reply from the entry the walk ended at; None
+    /// when it cannot be written (the caller answers as without autopath).
+    fn write_autopath(
+        &self,
+        query: &Query<'_>,
+        entry: &Entry,
+        now: Instant,
+        limit: usize,
+        out: &mut Vec<u8>,
+    ) -> Option<u16> {
+        // The entry as a reply of its own (TTLs counted down, the client's
+        // flags), without OPT: the chained reply adds its own.
+        let mut packet = query.packet[..HEADER_LEN].to_vec();
+        packet.extend_from_slice(entry.question());
+        let plain = Query {
+            packet: &packet,
+            name_end: packet.len() - 4,
+            edns: None,
+            ..*query
+        };
+        let mut target = Vec::with_capacity(512);
+        entry.render(&plain, now, Freshness::Fresh, None, u16::MAX.into(), &mut target);
+        match cname_reply(query, &target, limit, out) {
+            Ok(code) => {
+                self.metrics.autopath_answers.inc();
+                Some(code)
+            }
+            Err(e) => {
+                tracing::debug!("autopath: {e}; answering as without it");
+                None
+            }
+        }
+    }
+}
+
+/// A fetched or cached entry as a step of the walk.
+fn classify(entry: &Arc<Entry>) -> Step {
+    match (entry.kind, entry.rcode) {
+        (Kind::Failure, _) => Step::Failed,
+        (_, rcode::NXDOMAIN) => Step::Denied,
+        (_, rcode::NOERROR) => Step::Answered(entry.clone()),
+        _ => Step::Failed,
+    }
+}
