@@ -125,38 +125,14 @@ fn asked_since(core: &CoreDns, skip: usize) -> Vec<(String, String)> {
         .collect()
 }
 
-fn build_musl(dir: &Path) -> PathBuf {
-    let out = dir.join("lookup-musl");
-    run_ok(
-        Command::new(tool("musl-gcc"))
-            .args(["-static", "-O2", "-o"])
-            .arg(&out)
-            .arg("tests/fixtures/stub/lookup.c"),
-    );
-    out
-}
-
-fn build_go(dir: &Path) -> PathBuf {
-    let out = dir.join("lookup-go");
-    run_ok(
-        Command::new(tool("go"))
-            .args(["build", "-o"])
-            .arg(&out)
-            .arg("tests/fixtures/stub/lookup.go")
-            .env("CGO_ENABLED", "0")
-            .env("GOFLAGS", ""),
-    );
-    out
-}
-
 #[test]
 fn querygen_walks_the_search_list_as_glibc_musl_and_go_do() {
     if !require_root("querygen_walks_the_search_list_as_glibc_musl_and_go_do") {
         return;
     }
     let bins = tempfile::tempdir().unwrap();
-    let musl = build_musl(bins.path());
-    let go = build_go(bins.path());
+    let musl = build_musl_lookup(bins.path());
+    let go = build_go_lookup(bins.path());
     let pod = Pod::create();
     let core = CoreDns::launch(&pod.ns.exec(), "127.0.0.1:53".parse().unwrap(), &zones());
     let probe = Q::new("_ready.cluster.local.", Rt::TXT).to_bytes();

@@ -38,7 +38,12 @@ pub(super) struct PodClient {
 }
 
 /// Watches the pods of `node` into `view`, until aborted.
-pub async fn watch(client: kube::Client, node: String, view: Arc<Clients>, metrics: Arc<KubeMetrics>) {
+pub async fn watch(
+    client: kube::Client,
+    node: String,
+    view: Arc<Clients>,
+    metrics: Arc<KubeMetrics>,
+) {
     let api: kube::Api<Pod> = kube::Api::all(client);
     let selector = format!("spec.nodeName={node}");
     let labels = WatchLabels {
@@ -50,7 +55,11 @@ pub async fn watch(client: kube::Client, node: String, view: Arc<Clients>, metri
         || watcher(api.clone(), watcher::Config::default().fields(&selector)),
         |pod: &Pod| {
             let m = &pod.metadata;
-            Some(format!("{}/{}", m.namespace.as_deref()?, m.name.as_deref()?))
+            Some(format!(
+                "{}/{}",
+                m.namespace.as_deref()?,
+                m.name.as_deref()?
+            ))
         },
         |pod| client_of(pod, &mut namespaces),
         labels,
@@ -194,8 +203,12 @@ mod tests {
         assert!(!with(serde_json::json!({"hostNetwork": true})));
         assert!(!with(serde_json::json!({"dnsPolicy": "None"})));
         assert!(!with(serde_json::json!({"dnsPolicy": "Default"})));
-        assert!(!with(serde_json::json!({"dnsConfig": {"searches": ["x.example"]}})));
-        assert!(with(serde_json::json!({"dnsConfig": {"options": [{"name": "ndots", "value": "2"}]}})));
+        assert!(!with(
+            serde_json::json!({"dnsConfig": {"searches": ["x.example"]}})
+        ));
+        assert!(with(
+            serde_json::json!({"dnsConfig": {"options": [{"name": "ndots", "value": "2"}]}})
+        ));
         assert!(parse(base(c.clone(), "Succeeded")).addresses.is_empty());
         assert_eq!(parse(base(c, "Pending")).addresses.len(), 1);
     }

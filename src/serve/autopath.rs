@@ -349,7 +349,14 @@ impl Shared {
             ..*query
         };
         let mut target = Vec::with_capacity(512);
-        entry.render(&plain, now, Freshness::Fresh, None, u16::MAX.into(), &mut target);
+        entry.render(
+            &plain,
+            now,
+            Freshness::Fresh,
+            None,
+            u16::MAX.into(),
+            &mut target,
+        );
         match cname_reply(query, &target, limit, out) {
             Ok(code) => {
                 self.metrics.autopath_answers.inc();

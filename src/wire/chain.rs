@@ -174,7 +174,9 @@ mod tests {
     /// A client's query for `Api.Example.Com.team-a.svc.cluster.local A`.
     fn client_query(edns: bool) -> Vec<u8> {
         let mut p = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, u8::from(edns)];
-        p.extend(b"\x03Api\x07Example\x03Com\x06team-a\x03svc\x07cluster\x05local\x00\x00\x01\x00\x01");
+        p.extend(
+            b"\x03Api\x07Example\x03Com\x06team-a\x03svc\x07cluster\x05local\x00\x00\x01\x00\x01",
+        );
         if edns {
             p.extend([0, 0, 41, 0x10, 0, 0, 0, 0, 0, 0, 0]);
         }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query};
@@ -220,6 +220,23 @@ pub fn udp_exchange(server: SocketAddr, packet: &[u8], timeout: Duration) -> Opt
             Err(_) => return None, // e.g. ECONNREFUSED from an ICMP error
         }
     }
+}
+
+/// [`udp_exchange`] from a socket bound to `source` (an address of the
+/// namespace the caller is in): a client with an address of its own.
+pub fn udp_exchange_from(
+    source: IpAddr,
+    server: SocketAddr,
+    packet: &[u8],
+    timeout: Duration,
+) -> Option<Vec<u8>> {
+    let sock = UdpSocket::bind(SocketAddr::new(source, 0)).unwrap();
+    sock.connect(server).ok()?;
+    sock.send(packet).ok()?;
+    sock.set_read_timeout(Some(timeout)).unwrap();
+    let mut buf = vec![0u8; 65535];
+    let n = sock.recv(&mut buf).ok()?;
+    Some(buf[..n].to_vec())
 }
 
 /// A query over UDP; None on timeout.

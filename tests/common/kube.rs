@@ -297,9 +297,19 @@ impl KubeDns {
     /// Starts CoreDNS in `ns`; it is ready once it answers (see the plugin's
     /// start-up sync: the caller waits for the objects it needs).
     pub fn start(ns: &Netns, kube: &Kube) -> KubeDns {
+        KubeDns::start_with(ns, kube, "")
+    }
+
+    /// [`KubeDns::start`] bound to [`COREDNS_IP`] only, leaving port 53 of
+    /// the namespace's other addresses to other servers.
+    pub fn start_bound(ns: &Netns, kube: &Kube) -> KubeDns {
+        KubeDns::start_with(ns, kube, &format!("  bind {COREDNS_IP}\n"))
+    }
+
+    fn start_with(ns: &Netns, kube: &Kube, extra: &str) -> KubeDns {
         let dir = tempfile::tempdir().unwrap();
         let corefile = format!(
-            ".:53 {{\n  kubernetes cluster.local in-addr.arpa ip6.arpa {{\n    \
+            ".:53 {{\n{extra}  kubernetes cluster.local in-addr.arpa ip6.arpa {{\n    \
              kubeconfig {} test\n    pods insecure\n  }}\n  log\n  errors\n}}\n",
             kube.kubeconfig.display()
         );

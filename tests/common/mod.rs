@@ -26,6 +26,7 @@ mod prom;
 mod raw;
 mod silent;
 mod ss;
+mod stub;
 mod tools;
 mod wait;
 mod zone;
@@ -36,7 +37,7 @@ pub use config::{Cfg, Pool, Transport, Zone};
 pub use coredns::{CoreDns, ERRATIC_A, LoggedQuery};
 pub use dns::{
     EdeCodes, Q, Reply, Rt, Tcp, TcpRead, ipv4, question_of, take_frame, tcp_query, udp_exchange,
-    udp_query, udp_query_timeout,
+    udp_exchange_from, udp_query, udp_query_timeout,
 };
 pub use fixture::{
     delayed_force_tcp, ms, secs, setup, setup_custom, setup_with, silent_first, silent_first_with,
@@ -56,6 +57,7 @@ pub use prom::{Sample, has_series, parse_metrics, sum_metric};
 pub use raw::{RawMsg, RawOpt, question_bytes};
 pub use silent::Silent;
 pub use ss::{SsConn, ss_established, ss_established_via};
+pub use stub::{build_go_lookup, build_musl_lookup};
 pub use tools::{coredns_bin, nodens_bin, random_u64, tool, wrapped_command};
 pub use wait::{in_parallel, sample_during, sleep_until, wait_until};
 pub use zone::{BIG_TXT_COUNT, MID_TXT_COUNT, test_records, test_zone, zone_file};
