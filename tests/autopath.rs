@@ -606,7 +606,9 @@ fn glibc_musl_and_go_look_an_external_name_up_in_one_round_trip() {
         })
     };
     let (musl, go) = (musl.to_str().unwrap(), go.to_str().unwrap());
-    let clients: [(&str, Vec<&str>, &[(&str, &str)]); 3] = [
+    /// A resolver, the program that looks a name up with it, its environment.
+    type Client<'a> = (&'a str, Vec<&'a str>, &'a [(&'a str, &'a str)]);
+    let clients: [Client; 3] = [
         ("glibc", vec!["getent", "ahosts"], &[]),
         ("musl", vec![musl], &[]),
         ("Go", vec![go], &[("GODEBUG", "netdns=go")]),

@@ -58,6 +58,15 @@ impl File {
                  (set from the pod's spec.nodeName by the downward API)",
             ));
         }
+        if let Some(from) = &c.search_domains_from
+            && !c.search_domains.is_empty()
+        {
+            return Err(at_or_key(
+                from.span(),
+                &["cluster", "search_domains_from"],
+                "cluster.search_domains_from: give the search domains or the file to read them from, not both",
+            ));
+        }
         for d in &c.search_domains {
             if d.get_ref().0 == "." {
                 return Err(at_or_key(

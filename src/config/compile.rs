@@ -115,7 +115,7 @@ impl File {
                 fail_open: self.node.fail_open,
                 addresses: self.node_addresses(),
             }),
-            cluster: self.compile_cluster(),
+            cluster: self.compile_cluster()?,
             log: LogSettings {
                 level: self.log.level.clone(),
                 format: self.log.format,
@@ -131,10 +131,44 @@ impl File {
         })
     }
 
-    fn compile_cluster(&self) -> ClusterRules {
+    /// The node's search domains (lower-case wire form): as listed, or
+    /// from the `search` line of `search_domains_from`.
+    fn node_search_domains(&self) -> Result<Vec<Box<[u8]>>, Invalid> {
+        let c = &self.cluster;
+        let Some(from) = &c.search_domains_from else {
+            return Ok(c
+                .search_domains
+                .iter()
+                .map(|d| {
+                    name::from_text(&d.get_ref().0)
+                        .expect("a checked zone name")
+                        .into()
+                })
+                .collect());
+        };
+        let path = from.get_ref();
+        let fail = |why: String| {
+            let message = format!("cluster.search_domains_from: {}: {why}", path.display());
+            Invalid::At(from.span(), message)
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+        crate::stub::StubConfig::parse(&text)
+            .search
+            .iter()
+            .map(|d| {
+                let zone = name::normalize_zone(d).map_err(|e| fail(format!("`{d}`: {e}")))?;
+                let wire = name::from_text(&zone).map_err(|e| fail(format!("`{d}`: {e}")))?;
+                Ok(wire.to_ascii_lowercase().into_boxed_slice())
+            })
+            .filter(|d| !matches!(d, Ok(w) if w[..] == [0]))
+            .collect()
+    }
+
+    fn compile_cluster(&self) -> Result<ClusterRules, Invalid> {
         let c = &self.cluster;
         let wire = |z: &ZoneName| name::from_text(&z.0).expect("a checked zone name");
-        ClusterRules::new(
+        let search_domains = self.node_search_domains()?;
+        Ok(ClusterRules::new(
             wire(c.domain.get_ref()),
             c.local_nxdomain,
             c.nxdomain_cut,
@@ -153,13 +187,9 @@ impl File {
             namespaces_from_api: c.namespaces_from_api,
             autopath: c.autopath,
             speculate: c.speculate,
-            search_domains: c
-                .search_domains
-                .iter()
-                .map(|d| wire(d.get_ref()).into())
-                .collect(),
+            search_domains,
             max_speculations: c.max_speculations,
-        })
+        }))
     }
 
     fn compile_zone(&self, index: usize, z: &ZoneConfig) -> Result<ZonePlan, Invalid> {

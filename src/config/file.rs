@@ -104,6 +104,9 @@ pub struct ClusterConfig {
     /// The node's search domains, which the kubelet appends to each pod's
     /// search list, in order (the cloud domains).
     pub search_domains: Vec<Spanned<ZoneName>>,
+    /// A resolv.conf whose `search` line holds the node's search domains
+    /// (the kubelet's `resolvConf`), read instead of `search_domains`.
+    pub search_domains_from: Option<Spanned<PathBuf>>,
     /// Speculative upstream queries in flight at most.
     pub max_speculations: usize,
     /// Watch the namespaces through the Kubernetes API (`[kubernetes]`):
@@ -127,6 +130,7 @@ impl Default for ClusterConfig {
             namespace_check: true,
             speculate: true,
             search_domains: Vec::new(),
+            search_domains_from: None,
             max_speculations: 256,
             namespaces_from_api: false,
             autopath: false,

@@ -287,6 +287,47 @@ mod tests {
     }
 
     #[test]
+    fn node_search_domains_from_a_resolv_conf() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("resolv.conf");
+        std::fs::write(
+            &path,
+            "search a.example Corp.Internal.\nnameserver 10.0.0.2\n",
+        )
+        .unwrap();
+        let text = format!("[cluster]\nsearch_domains_from = \"{}\"\n", path.display());
+        let c = Config::parse(&text).unwrap();
+        assert_eq!(
+            c.cluster.search().search_domains,
+            [&b"\x01a\x07example\x00"[..], b"\x04corp\x08internal\x00"].map(Box::from)
+        );
+        let missing = format!(
+            "[cluster]\n\nsearch_domains_from = \"{}/none\"\n",
+            dir.path().display()
+        );
+        let e = Config::parse(&missing).unwrap_err();
+        assert_eq!(e.position.unwrap().0, 3, "{e}");
+        let both = format!("{text}search_domains = [\"x.example\"]\n");
+        assert!(
+            Config::parse(&both)
+                .unwrap_err()
+                .to_string()
+                .contains("not both")
+        );
+    }
+
+    #[test]
+    fn autopath_needs_the_node_name() {
+        if std::env::var_os("NODE_NAME").is_none() {
+            let e = Config::parse("[cluster]\nautopath = true\n").unwrap_err();
+            assert!(e.to_string().contains("node_name"), "{e}");
+        }
+        let c = Config::parse("[cluster]\nautopath = true\n[kubernetes]\nnode_name = \"n1\"\n")
+            .unwrap();
+        assert_eq!(c.kubernetes.unwrap().node_name.as_deref(), Some("n1"));
+    }
+
+    #[test]
     fn unknown_key_names_line() {
         let e = Config::parse("[cache]\ncapacity = \"1 MiB\"\nprefetch = 3\n").unwrap_err();
         assert_eq!(e.position.unwrap().0, 3, "{e}");
