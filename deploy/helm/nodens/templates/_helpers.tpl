@@ -119,6 +119,15 @@ namespaces_from_api = true
 {{- end }}
 {{- with .Values.search.nodeSearchDomains }}
 search_domains = {{ toJson . }}
+{{- else }}
+{{- if .Values.search.autopath }}
+# dnsPolicy Default: the kubelet's resolv.conf, whose search domains it
+# appends to every pod's search list.
+search_domains_from = "/etc/resolv.conf"
+{{- end }}
+{{- end }}
+{{- if .Values.search.autopath }}
+autopath = true
 {{- end }}
 {{- with .Values.search.exceptions }}
 exceptions = {{ toJson . }}
