@@ -51,13 +51,6 @@ impl File {
                 "cluster.domain: the root cannot be the cluster domain",
             ));
         }
-        if c.autopath && self.kubernetes.node_name().is_none() {
-            return Err(key(
-                &["cluster", "autopath"],
-                "cluster.autopath needs this node's name: `[kubernetes] node_name`, or $NODE_NAME \
-                 (set from the pod's spec.nodeName by the downward API)",
-            ));
-        }
         if let Some(from) = &c.search_domains_from
             && !c.search_domains.is_empty()
         {

@@ -155,6 +155,8 @@ impl File {
         crate::stub::StubConfig::parse(&text)
             .search
             .iter()
+            // `search .` (systemd-resolved with no domains): none.
+            .filter(|d| !d.is_empty())
             .map(|d| {
                 let zone = name::normalize_zone(d).map_err(|e| fail(format!("`{d}`: {e}")))?;
                 let wire = name::from_text(&zone).map_err(|e| fail(format!("`{d}`: {e}")))?;

@@ -115,6 +115,12 @@ impl Watches {
             .autopath
             .then(|| plan.and_then(|p| p.node_name.clone()))
             .flatten();
+        if config.cluster.search().autopath && pods_wanted.is_none() && self.pod_watch.is_none() {
+            tracing::error!(
+                "autopath: no node name (`[kubernetes] node_name` or $NODE_NAME, which the \
+                 chart sets from spec.nodeName); answering without autopath"
+            );
+        }
         if pods_wanted.is_none() || self.client.is_none() {
             self.stop_pods();
         }

@@ -297,20 +297,26 @@ impl KubeDns {
     /// Starts CoreDNS in `ns`; it is ready once it answers (see the plugin's
     /// start-up sync: the caller waits for the objects it needs).
     pub fn start(ns: &Netns, kube: &Kube) -> KubeDns {
-        KubeDns::start_with(ns, kube, "")
+        KubeDns::start_with(ns, kube, "", "insecure")
     }
 
     /// [`KubeDns::start`] bound to [`COREDNS_IP`] only, leaving port 53 of
     /// the namespace's other addresses to other servers.
     pub fn start_bound(ns: &Netns, kube: &Kube) -> KubeDns {
-        KubeDns::start_with(ns, kube, &format!("  bind {COREDNS_IP}\n"))
+        KubeDns::start_with(ns, kube, &format!("  bind {COREDNS_IP}\n"), "insecure")
     }
 
-    fn start_with(ns: &Netns, kube: &Kube, extra: &str) -> KubeDns {
+    /// [`KubeDns::start_bound`] with `pods verified`: the plugin watches
+    /// every pod of the cluster, as its autopath needs.
+    pub fn start_verified(ns: &Netns, kube: &Kube) -> KubeDns {
+        KubeDns::start_with(ns, kube, &format!("  bind {COREDNS_IP}\n"), "verified")
+    }
+
+    fn start_with(ns: &Netns, kube: &Kube, extra: &str, pods: &str) -> KubeDns {
         let dir = tempfile::tempdir().unwrap();
         let corefile = format!(
             ".:53 {{\n{extra}  kubernetes cluster.local in-addr.arpa ip6.arpa {{\n    \
-             kubeconfig {} test\n    pods insecure\n  }}\n  log\n  errors\n}}\n",
+             kubeconfig {} test\n    pods {pods}\n  }}\n  log\n  errors\n}}\n",
             kube.kubeconfig.display()
         );
         let conf = dir.path().join("Corefile");
