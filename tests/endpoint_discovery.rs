@@ -174,9 +174,57 @@ fn upstreams_follow_the_endpointslices() {
     lab.ask(10);
     assert_eq!(delta(&lab.asked(), &before), [0, 0, 0, 10]);
 
-    // The API server down: the ClusterIP, and no query lost meanwhile.
+    // The API server down and back under load: the ClusterIP meanwhile,
+    // the pods again after a relist, and no query lost on the way.
     lab.kube.apply(&slice(&PODS[..2], &PODS[2..]));
     lab.wait_discovered(2.0);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let lost = std::sync::atomic::AtomicUsize::new(0);
+    let answered = std::sync::atomic::AtomicUsize::new(0);
+    let (ns_name, dns) = (lab.ns.name.clone(), lab.nodens.dns);
+    std::thread::scope(|s| {
+        for t in 0..2 {
+            let (stop, lost, answered, ns_name) = (&stop, &lost, &answered, &ns_name);
+            s.spawn(move || {
+                let deadline = std::time::Instant::now() + Duration::from_secs(240);
+                let mut i = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed)
+                    && std::time::Instant::now() < deadline
+                {
+                    let q = Q::new(&format!("load{t}-{i}.nope.test."), Rt::A);
+                    let reply = in_netns(ns_name, || {
+                        udp_query_timeout(dns, &q, Duration::from_secs(3))
+                    });
+                    match reply {
+                        Some(r) if r.rcode() == rcode::NXDOMAIN => {
+                            answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                        }
+                        _ => lost.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                    };
+                    i += 1;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            });
+        }
+        lab.kube.stop_apiserver();
+        lab.wait_discovered(0.0);
+        std::thread::sleep(Duration::from_secs(1));
+        lab.kube.start_apiserver();
+        lab.wait_discovered(2.0);
+        std::thread::sleep(Duration::from_secs(1));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    eprintln!(
+        "API server restart under load: {} answered, {} lost",
+        answered.load(std::sync::atomic::Ordering::Relaxed),
+        lost.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    assert_eq!(
+        lost.into_inner(),
+        0,
+        "queries lost across the API server restart"
+    );
+    assert!(answered.into_inner() > 100);
     lab.kube.stop_apiserver();
     lab.ask(20);
     lab.wait_discovered(0.0);
