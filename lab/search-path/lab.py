@@ -10,6 +10,11 @@ Caches (CONFIGS):
   b  nodens, [cluster] defaults, search_domains = the cloud domains, GKE cloud suffixes
   c  nodens, local_nxdomain, nxdomain_cut, namespace_check and speculate off
   d  nodens as b with namespace_check = false
+  e  nodens as b with autopath = true: [kubernetes] kubeconfig = KUBECONFIG_FILE
+     (the lab's kube-apiserver, started by `run`), node_name = NODE_NAME. After
+     every start the driver waits until the pod watch has listed
+     (nodens_kubernetes_watch_synced{resource="pods"} 1), and it counts
+     nodens_autopath_answers_total per lookup.
 POOL_CONNECTIONS=N gives every nodens run a TCP pool of N connections to the
 relay instead of the default 4 (cluster.local is forwarded over TCP, one query
 per connection at a time).
@@ -24,14 +29,16 @@ interleaved, so that load on the machine hits them alike):
 
 Writes OUT/results.json.
 """
+import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.environ["OUT"]
@@ -52,6 +59,11 @@ POD_NS = os.environ.get("POD_NAMESPACE", "team-a")
 CLOUD = os.environ.get("CLOUD_DOMAINS", "us-central1-a.c.proj.internal c.proj.internal google.internal").split()
 PRIME = os.environ.get("PRIME", "prime.example.org")
 POOL_CONNECTIONS = int(os.environ.get("POOL_CONNECTIONS") or 0)
+KUBECONFIG_FILE = os.environ.get("KUBECONFIG_FILE", "")
+NODE_NAME = os.environ.get("NODE_NAME", "lab-node")
+METRICS = f"http://{CACHE_IP}:9253/metrics"
+OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never a proxy from the environment
+SYNC_TIMEOUT = 30.0
 
 EXTERNAL = ["api.example.com", "www.example.com", "nothere.example.com", "metadata.google.internal",
             "api.example.com."]
@@ -64,9 +76,11 @@ CONFIG_DESC = {
     "b": "nodens (search features on)",
     "c": "nodens (search features off)",
     "d": "nodens, namespace_check off",
+    "e": "nodens with autopath",
 }
-TMP = tempfile.mkdtemp(prefix="nsp-search-path-")
 CACHE = None  # the running cache's Popen
+SYNC_MS = []  # e: from listening to the pod watch synced, per start
+AUTOPATH_SEEN = 0.0  # e: nodens_autopath_answers_total at the last reading
 T_START = time.monotonic()
 
 
@@ -96,10 +110,16 @@ def nodens_config(cfg):
         cluster += ["local_nxdomain = false", "nxdomain_cut = false", "namespace_check = false", "speculate = false"]
     if cfg == "d":
         cluster += ["namespace_check = false"]
+    if cfg == "e":
+        cluster += ["autopath = true"]
     cluster += ['[[cluster.cloud_suffix]]', 'suffix = "c.*.internal"', "max_labels = 2",
                 '[[cluster.cloud_suffix]]', 'suffix = "google.internal"', "max_labels = 1"]
     text = [f'[server]\nlisten = ["{CACHE_IP}:53"]\n', f'[metrics]\nlisten = "{CACHE_IP}:9253"\n',
             "\n".join(cluster) + "\n"]
+    if cfg == "e":
+        if not KUBECONFIG_FILE:
+            raise SystemExit("config e needs KUBECONFIG_FILE (the lab's API server; `run` starts it)")
+        text.append(f'[kubernetes]\nkubeconfig = "{KUBECONFIG_FILE}"\nnode_name = "{NODE_NAME}"\n')
     # The Corefile's zones, TTL caps and transports; one upstream, one pool.
     for zone, transport, neg in (("cluster.local", "force_tcp", "5s"), ("in-addr.arpa", "force_tcp", "30s"),
                                  ("ip6.arpa", "force_tcp", "30s"), (".", "prefer_udp", "30s")):
@@ -149,6 +169,53 @@ def port_open():
         s.close()
 
 
+def metric(name, labels=None):
+    """The value of one series on nodens's metrics page (the sum over series
+    matching `labels`), or None when it is not there or the page is not."""
+    try:
+        page = OPENER.open(METRICS, timeout=2).read().decode()
+    except (OSError, http.client.HTTPException):
+        return None
+    total, found = 0.0, False
+    for line in page.splitlines():
+        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)", line)
+        if not m or m.group(1) != name:
+            continue
+        have = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+        if all(have.get(k) == v for k, v in (labels or {}).items()):
+            total += float(m.group(3))
+            found = True
+    return total if found else None
+
+
+def wait_synced():
+    """e: until the watch of this node's pods has listed (and holds the pod)."""
+    global AUTOPATH_SEEN
+    t0 = time.monotonic()
+    labels = {"resource": "pods", "watch": NODE_NAME}
+    while time.monotonic() - t0 < SYNC_TIMEOUT:
+        if (metric("nodens_kubernetes_watch_synced", labels) == 1.0
+                and (metric("nodens_kubernetes_watch_objects", labels) or 0) >= 1):
+            SYNC_MS.append(round((time.monotonic() - t0) * 1000, 1))
+            AUTOPATH_SEEN = metric("nodens_autopath_answers_total") or 0.0
+            return
+        if CACHE.poll() is not None:
+            raise SystemExit(f"cache e exited with {CACHE.returncode}; see {OUT}/cache-e.log")
+        time.sleep(0.01)
+    raise SystemExit(f"nodens's pod watch not synced after {SYNC_TIMEOUT:.0f} s; see {OUT}/cache-e.log, "
+                     f"{OUT}/kube-apiserver.log")
+
+
+def autopath_answers():
+    """e: nodens_autopath_answers_total since the last reading."""
+    global AUTOPATH_SEEN
+    now = metric("nodens_autopath_answers_total")
+    if now is None:
+        return None
+    delta, AUTOPATH_SEEN = now - AUTOPATH_SEEN, now
+    return delta
+
+
 def start_cache(cfg, path):
     global CACHE
     stop_cache()
@@ -167,6 +234,8 @@ def start_cache(cfg, path):
             # CoreDNS binds its four blocks on one listener; nodens its UDP socket
             # before the TCP one. A short pause covers the rest.
             time.sleep(0.05)
+            if cfg == "e":
+                wait_synced()
             return
         if CACHE.poll() is not None:
             raise SystemExit(f"cache {cfg} exited with {CACHE.returncode}; see {OUT}/cache-{cfg}.log")
@@ -223,7 +292,7 @@ class Tail:
         self.rows = [r for r in self.rows if r[0] >= t]
 
 
-def lookup(client, name, sniff, relay, phase):
+def lookup(client, name, sniff, relay, phase, cfg):
     cmd, env = client_cmd(client, name)
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, env={**os.environ, **env})
@@ -241,7 +310,8 @@ def lookup(client, name, sniff, relay, phase):
     wire = (max(r[0] for r in answers) - min(r[0] for r in queries)) * 1000 if queries and answers else None
     sniff.forget_before(t2 - 1)
     relay.forget_before(t2 - 1)
-    return {
+    extra = {"autopath_answers": autopath_answers()} if cfg == "e" else {}
+    return {**extra,
         "phase": phase,
         "answer": normalize(client, proc),
         "rc": proc.returncode,
@@ -309,11 +379,11 @@ def main():
                     base = {"config": cfg, "client": client, "name": name, "rep": rep,
                             "kind": "external" if name in EXTERNAL else "cluster"}
                     start_cache(cfg, paths[cfg])
-                    samples.append({**base, **lookup(client, name, sniff, relay, "cold")})
-                    samples.append({**base, **lookup(client, name, sniff, relay, "warm")})
+                    samples.append({**base, **lookup(client, name, sniff, relay, "cold", cfg)})
+                    samples.append({**base, **lookup(client, name, sniff, relay, "warm", cfg)})
                     start_cache(cfg, paths[cfg])
-                    lookup(client, PRIME, sniff, relay, "prime")
-                    samples.append({**base, **lookup(client, name, sniff, relay, "new")})
+                    lookup(client, PRIME, sniff, relay, "prime", cfg)
+                    samples.append({**base, **lookup(client, name, sniff, relay, "new", cfg)})
                     if n % 24 == 0:
                         log(f"{n}/{total} samples ({time.monotonic() - T_START:.0f} s)")
                 else:
@@ -342,6 +412,9 @@ def main():
         "rtt": rtt,
         "relay_delay_ms_each_way": float(os.environ.get("DELAY_MS", "10")),
         "client_startup_ms": overhead,
+        "node_name": NODE_NAME if "e" in CONFIGS else None,
+        "watch_sync_ms": ({"median": sorted(SYNC_MS)[len(SYNC_MS) // 2], "max": max(SYNC_MS), "n": len(SYNC_MS)}
+                          if SYNC_MS else None),
         "resolv_conf": open("/etc/resolv.conf").read(),
         "samples": samples,
     }

@@ -10,6 +10,10 @@ process inside the pod's namespace: the client's start-up is included, see
 client_startup_ms), "upstream" the queries that reached the relay in front of
 the cluster DNS from the lookup's start until SETTLE after its end (late
 speculative queries included).
+
+With autopath (e), the client's own queries differ from the other caches' (a
+verified pod's first expansion is answered with the walk's end behind a CNAME):
+the client-query columns then show each cache's, and e has targets of its own.
 """
 import argparse
 import json
@@ -41,6 +45,21 @@ def fmt_n(x):
     return f"{x:g}"
 
 
+def client_q(r, name, client=None, phase="cold"):
+    """Client queries (rounds), medians: one figure when every cache saw the
+    same, else per group of caches ("a, b: 14 (7); e: 2 (1)")."""
+    groups = {}
+    for cfg in r.configs:
+        if client is None:
+            q, rounds = r.pooled(cfg, name, phase, "client_queries"), r.pooled(cfg, name, phase, "rounds")
+        else:
+            q, rounds = r.stat(cfg, client, name, phase, "client_queries"), r.stat(cfg, client, name, phase, "rounds")
+        groups.setdefault(f"{fmt_n(q)} ({fmt_n(rounds)})", []).append(cfg)
+    if len(groups) == 1:
+        return next(iter(groups))
+    return "; ".join(f"{', '.join(cfgs)}: {v}" for v, cfgs in groups.items())
+
+
 class Results:
     def __init__(self, data):
         self.data = data
@@ -55,11 +74,11 @@ class Results:
             self.by[(s["config"], s["client"], s["name"], s["phase"])].append(s)
 
     def stat(self, cfg, client, name, phase, field):
-        return med([s[field] for s in self.by.get((cfg, client, name, phase), [])])
+        return med([s.get(field) for s in self.by.get((cfg, client, name, phase), [])])
 
     def pooled(self, cfg, name, phase, field):
         """Median over every client's samples."""
-        return med([s[field] for c in self.clients for s in self.by.get((cfg, c, name, phase), [])])
+        return med([s.get(field) for c in self.clients for s in self.by.get((cfg, c, name, phase), [])])
 
     def answers(self, client, name):
         """{config: set of answers seen in any phase or repetition}."""
@@ -80,11 +99,8 @@ def table_full(r):
         for client in r.clients:
             ans = sorted(set().union(*r.answers(client, name).values()))
             # The client's queries are the same whatever the cache (it never sees
-            # the difference); take (a)'s cold, or the first config's.
-            q = r.stat(r.configs[0], client, name, "cold", "client_queries")
-            rounds = r.stat(r.configs[0], client, name, "cold", "rounds")
-            row = [f"`{name}`", client, " / ".join(a if a else "(empty)" for a in ans),
-                   f"{fmt_n(q)} ({fmt_n(rounds)})"]
+            # the difference), but with autopath (e): cold, per cache when they differ.
+            row = [f"`{name}`", client, " / ".join(a if a else "(empty)" for a in ans), client_q(r, name, client)]
             for cfg in r.configs:
                 for ph in PHASES:
                     up = r.stat(cfg, client, name, ph, "upstream")
@@ -102,9 +118,7 @@ def table_short(r):
     head += ["warm: ms " + " / ".join(r.configs)]
     rows = []
     for name in r.names:
-        q = r.pooled(r.configs[0], name, "cold", "client_queries")
-        rounds = r.pooled(r.configs[0], name, "cold", "rounds")
-        row = [f"`{name}`", f"{fmt_n(q)} ({fmt_n(rounds)})"]
+        row = [f"`{name}`", client_q(r, name)]
         for ph in ("cold", "new"):
             row.append(" / ".join(fmt_n(r.pooled(c, name, ph, "upstream")) for c in r.configs))
             row.append(" / ".join(fmt_ms(r.pooled(c, name, ph, "wall_ms")) for c in r.configs))
@@ -129,6 +143,26 @@ def table_answers(r):
     return head, rows
 
 
+def table_autopath(r):
+    """Per name and client: the client's queries and time, (e) against the others."""
+    if "e" not in r.configs:
+        return None, None
+    cfgs = " / ".join(r.configs)
+    head = ["name", "client", f"client queries cold / new / warm: {cfgs}"]
+    head += [f"{ph} ms: {cfgs}" for ph in PHASES] + ["autopath answers cold / new / warm (e)"]
+    rows = []
+    for name in r.names:
+        for client in r.clients:
+            row = [f"`{name}`", client,
+                   " / ".join("-".join(fmt_n(r.stat(c, client, name, ph, "client_queries")) for ph in PHASES)
+                              for c in r.configs)]
+            for ph in PHASES:
+                row.append(" / ".join(fmt_ms(r.stat(c, client, name, ph, "wall_ms")) for c in r.configs))
+            row.append(" / ".join(fmt_n(r.stat("e", client, name, ph, "autopath_answers")) for ph in PHASES))
+            rows.append(row)
+    return head, rows
+
+
 def md_table(head, rows):
     out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
@@ -142,10 +176,10 @@ def text_table(head, rows):
 
 
 def targets(r):
-    """[(ok, text)]: the brief's targets, against nodens (b)."""
+    """[(ok, text)]: the brief's targets, against nodens (b), then autopath's (e)."""
     out = []
     if "b" not in r.configs:
-        return [(None, "no nodens (b) run: targets not evaluated")]
+        return [(None, "no nodens (b) run: targets not evaluated")] + targets_autopath(r)
     lim = 1.5 * r.rtt
     for ph, label in (("cold", "cold (cache restarted)"), ("new", "new name (cache running, SOAs known)")):
         worst_up, worst_ms, worst_wire, misses_up, misses_ms = 0, 0, 0, [], []
@@ -198,6 +232,9 @@ def targets(r):
                     f"(median, margin {SLOWER_MARGIN_REL:.0%} + {SLOWER_MARGIN_MS:g} ms): worst {worst_txt}"
                     + (f"; slower: {', '.join(slower)}" if slower else "")))
     same = list(r.configs)
+    # With autopath the pod's messages differ by design (a CNAME where the
+    # others answer NXDOMAIN): e's are compared by what the client printed only.
+    same_wire = [c for c in same if c != "e"]
     diffs = []
     for name in r.names:
         for client in r.clients:
@@ -209,16 +246,77 @@ def targets(r):
     for name in r.names:
         for client in r.clients:
             seen = {}
-            for c in same:
+            for c in same_wire:
                 for ph in PHASES:
                     for s in r.by.get((c, client, name, ph), []):
                         seen.setdefault(c, set()).add(tuple(sorted({tuple(x) for x in s["answer_rcodes"]})))
             if len({frozenset(v) for v in seen.values()}) > 1 or any(len(v) > 1 for v in seen.values()):
                 rdiffs.append(f"{name} {client}")
     out.append((not rdiffs, f"every DNS answer the pod received has the same name, type and rcode across "
-                f"{', '.join(same)}" + (": differences: " + ", ".join(rdiffs) if rdiffs else "")))
+                f"{', '.join(same_wire)}" + (": differences: " + ", ".join(rdiffs) if rdiffs else "")))
     out.append((not diffs, f"every answer identical across {', '.join(same)} (each client, each name, every "
                 f"phase and repetition)" + (": differences: " + " | ".join(diffs) if diffs else "")))
+    return out + targets_autopath(r)
+
+
+def targets_autopath(r):
+    """[(ok, text)]: autopath (e). An external name that exists costs the
+    client one round trip (its first expansion's A and AAAA, 2 queries),
+    cold, new and warm, for every client, and about one upstream round trip
+    of time when the cache has to ask."""
+    if "e" not in r.configs:
+        return []
+    out = []
+    found = [n for n in r.external if not n.endswith(".")
+             and "NOTFOUND" not in set().union(*(r.answers(c, n).get("e", set()) for c in r.clients))]
+    missing = [n for n in r.external if not n.endswith(".") and n not in found]
+    lim = 1.5 * r.rtt
+    for ph in PHASES:
+        worst_q, worst_ms, over_q, over_ms, ap = 0, 0.0, [], [], []
+        for name in found:
+            for client in r.clients:
+                ss = r.by.get(("e", client, name, ph), [])
+                if not ss:
+                    continue
+                q = max(s["client_queries"] for s in ss)
+                worst_q = max(worst_q, q)
+                if q != 2 or max(s["rounds"] for s in ss) != 1:
+                    over_q.append(f"{name} {client} {q} queries")
+                ap.append(min((s.get("autopath_answers") or 0) for s in ss))
+                ms = r.stat("e", client, name, ph, "wall_ms")
+                worst_ms = max(worst_ms, ms)
+                if ph != "warm" and ms > lim:
+                    over_ms.append(f"{name} {client} {ms:.0f} ms")
+        if not ap:
+            continue
+        out.append((not over_q, f"autopath (e), {ph}: an external name that exists ({', '.join(found)}) costs "
+                    f"the client one round trip, its first expansion's A and AAAA, in every lookup: worst "
+                    f"{worst_q} client queries; autopath answers per lookup: at least {min(ap):g}"
+                    + (f"; over: {', '.join(over_q)}" if over_q else "")))
+        if ph != "warm":
+            out.append((not over_ms, f"autopath (e), {ph}: client time at most 1.5 x one upstream round trip "
+                        f"({lim:.1f} ms): worst {worst_ms:.1f} ms" + (f"; over: {', '.join(over_ms)}" if over_ms else "")))
+    for name in missing:
+        qs = [r.stat("e", c, name, "cold", "client_queries") for c in r.clients]
+        out.append((None, f"autopath (e): {name} does not exist: no name of the walk answers, so autopath gives the "
+                    f"answer without it and the client walks on (cold client queries: "
+                    + ", ".join(f"{c} {fmt_n(q)}" for c, q in zip(r.clients, qs)) + ")"))
+    if "a" in r.configs:
+        slower, worst_txt, worst_d = [], "", -1e9
+        for name in r.in_cluster:
+            for client in r.clients:
+                for ph in PHASES:
+                    a = r.stat("a", client, name, ph, "wall_ms")
+                    e = r.stat("e", client, name, ph, "wall_ms")
+                    if a is None or e is None:
+                        continue
+                    if e - a > worst_d:
+                        worst_d, worst_txt = e - a, f"{name} {client} {ph}: {e:.1f} ms against {a:.1f} ms"
+                    if e > a * (1 + SLOWER_MARGIN_REL) + SLOWER_MARGIN_MS:
+                        slower.append(f"{name} {client} {ph} {e:.1f} vs {a:.1f} ms")
+        out.append((not slower, "no in-cluster lookup slower with autopath (e) than with (a) "
+                    f"(median, margin {SLOWER_MARGIN_REL:.0%} + {SLOWER_MARGIN_MS:g} ms): worst {worst_txt}"
+                    + (f"; slower: {', '.join(slower)}" if slower else "")))
     return out
 
 
@@ -243,7 +341,7 @@ def plot(r, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {"a": "#d62728", "b": "#2ca02c", "c": "#7f7f7f", "d": "#1f77b4"}
+    colors = {"a": "#d62728", "b": "#2ca02c", "c": "#7f7f7f", "d": "#1f77b4", "e": "#9467bd"}
     fig, axes = plt.subplots(2, 2, figsize=(16, 9.5), sharex=True)
     x = list(range(len(r.names)))
     width = 0.8 / len(r.configs)
@@ -298,10 +396,16 @@ def main():
            + ", ".join(f"{c} {v:.1f} ms" for c, v in data["client_startup_ms"].items()) + ".", ""]
     md += ["Caches: " + "; ".join(f"({c}) {d}" for c, d in data["configs"].items())
            + f". nodens's TCP pool to the relay: {data.get('pool_connections', 4)} connections.", ""]
+    if data.get("watch_sync_ms"):
+        w = data["watch_sync_ms"]
+        md += [f"Autopath (e): pod `{data.get('pod_namespace')}/client` on node `{data.get('node_name')}` in a real "
+               f"kube-apiserver; after each of the {w['n']} starts of (e) the pod watch was synced "
+               f"{w['median']:.0f} ms (median; max {w['max']:.0f}) after nodens listened, before the lookup.", ""]
     md += ["Pod resolv.conf:", "", "```", data["resolv_conf"].strip(), "```", ""]
     head, rows = table_short(r)
     md += ["## Per name, pooled over the three clients", "",
-           "Medians. Client queries and rounds are what the pod sent (the same through every cache); "
+           "Medians. Client queries and rounds are what the pod sent (the same through every cache but "
+           "autopath's, e); "
            "upstream counts the queries that reached the cluster DNS; ms is the client's wall time.", ""]
     md += md_table(head, rows) + [""]
     head_f, rows_f = table_full(r)
@@ -311,8 +415,14 @@ def main():
     md += ["## Answers", "", "What each client printed (sorted addresses, or NOTFOUND), over every cache, phase "
            "and repetition.", ""]
     md += md_table(head_a, rows_a) + [""]
+    head_e, rows_e = table_autopath(r)
+    if head_e:
+        md += ["## Autopath (e): per name and client", "",
+               "Medians: the client's queries (cold-new-warm, per cache), its time per phase and cache, and "
+               "how many replies nodens gave by autopath in the lookup.", ""]
+        md += md_table(head_e, rows_e) + [""]
     tg = targets(r)
-    md += ["## Targets (nodens, b)", ""]
+    md += ["## Targets (nodens, b; autopath, e)", ""]
     md += [f"- **{'PASS' if ok else 'FAIL' if ok is False else 'N/A'}** {t}" for ok, t in tg] + [""]
     ns = namespace_check(r)
     if ns:
@@ -332,7 +442,7 @@ def main():
             print("(no PNG: matplotlib is not installed)")
             md += ["(no PNG: matplotlib is not installed)", ""]
     if args.summary:
-        fields = ("client_queries", "rounds", "upstream", "wall_ms", "wire_ms")
+        fields = ("client_queries", "rounds", "upstream", "wall_ms", "wire_ms", "autopath_answers")
         cells = []
         for (cfg, client, name, ph), ss in sorted(r.by.items()):
             if ph not in PHASES:
