@@ -151,6 +151,14 @@ fn rss_per_watched_pod_against_coredns_pods_verified() {
         let list = kube
             .try_kubectl(&["get", "pods", "-A", "-o", "json"], None)
             .unwrap();
+        let rollup = std::fs::read_to_string(format!("/proc/{}/smaps_rollup", nodens.proc.id()))
+            .unwrap_or_default();
+        let huge = rollup
+            .lines()
+            .find(|l| l.starts_with("AnonHugePages:"))
+            .unwrap_or("AnonHugePages: ?")
+            .to_string();
+        eprintln!("nodens at {n} pods: {huge}");
         let row = (
             n,
             rss_kib(nodens.proc.id()),
@@ -163,6 +171,28 @@ fn rss_per_watched_pod_against_coredns_pods_verified() {
         );
         rows.push(row);
     }
+
+    // A process started now lists them all at once, with no churn behind
+    // it: what a node restarted among its pods holds.
+    let last = *STEPS.last().unwrap();
+    let fresh_toml = toml.replace("127.0.17.", "127.0.18.");
+    let mut fresh = Nodens::launch(&fresh_toml, &ns.exec());
+    in_netns(&ns.name, || fresh.wait_ready());
+    wait_until(
+        Duration::from_secs(60),
+        "a fresh nodens to list the pods",
+        || {
+            let held = in_netns(&ns.name, || {
+                fresh.metric(
+                    "nodens_kubernetes_watch_objects",
+                    &[("resource", "pods"), ("watch", NODE)],
+                )
+            });
+            (held == last as f64).then_some(())
+        },
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let fresh_kib = rss_kib(fresh.proc.id());
 
     let (_, nodens0, core0, _) = rows[0];
     println!(
@@ -188,5 +218,10 @@ fn rss_per_watched_pod_against_coredns_pods_verified() {
             core_kib as f64 / 1024.0,
         );
     }
+    let per_fresh = (fresh_kib as f64 - nodens0 as f64) * 1024.0 / last as f64;
+    println!(
+        "\nA nodens started with the {last} pods there: {:.1} MiB, {per_fresh:.0} B per pod over a fresh process with none",
+        fresh_kib as f64 / 1024.0
+    );
     in_netns(&ns.name, || nodens.assert_alive());
 }

@@ -75,7 +75,7 @@ struct Publisher<'a> {
     last: Option<Option<Vec<SocketAddr>>>,
 }
 
-impl Follower<Vec<SocketAddr>> for Publisher<'_> {
+impl Follower<String, Vec<SocketAddr>> for Publisher<'_> {
     fn publish(&mut self, slices: Option<&BTreeMap<String, Vec<SocketAddr>>>) -> bool {
         let upstreams = slices.map(ready).filter(|u| !u.is_empty());
         if self.last.as_ref() == Some(&upstreams) {

@@ -7,6 +7,7 @@
 pub mod endpoints;
 pub mod metrics;
 pub mod namespaces;
+mod pod_view;
 pub mod pods;
 mod watch;
 

@@ -36,7 +36,7 @@ pub async fn watch(client: kube::Client, view: Arc<Namespaces>, metrics: Arc<Kub
 
 struct Writer(Arc<Namespaces>);
 
-impl Follower<()> for Writer {
+impl Follower<String, ()> for Writer {
     fn publish(&mut self, list: Option<&BTreeMap<String, ()>>) -> bool {
         let names = list.map(|all| {
             all.keys()

@@ -5,6 +5,11 @@
 //! addresses, its namespace and whether its search list is the standard
 //! one are kept.
 //!
+//! Kept compact, for it lives as long as the process while the API's
+//! objects pass through by the thousand: a pod is its UID as a number, up
+//! to two addresses inline (a pod has one per family) and a shared
+//! namespace name; no allocation of its own.
+//!
 //! An address maps to a namespace only when exactly one pod of the list
 //! holds it and that pod is a verified client: not on the host network
 //! (its address is the node's, shared by every such pod), DNS policy
@@ -19,7 +24,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use super::pod_view::PodView as Pod;
 use kube::runtime::watcher;
 
 use super::metrics::{KubeMetrics, WatchLabels};
@@ -32,9 +37,27 @@ use crate::search::clients::ClientMap;
 pub(super) struct PodClient {
     namespace: Arc<str>,
     /// The addresses the pod holds (none once it has finished).
-    addresses: Box<[IpAddr]>,
+    addresses: [Option<IpAddr>; 2],
     /// Whether its queries may be answered by autopath.
     verified: bool,
+}
+
+/// A pod's id in the watch: its UID as a number, else a hash of its
+/// namespace and name. Two pods taking one id (a hash collision) can only
+/// leave a stale address claim behind, which blocks autopath for that
+/// address (two claims), never gives a wrong namespace.
+fn pod_id(pod: &Pod) -> Option<u128> {
+    let m = &pod.metadata;
+    if let Some(uid) = &m.uid {
+        let hex: String = uid.chars().filter(|c| *c != '-').collect();
+        if let Ok(id) = u128::from_str_radix(&hex, 16) {
+            return Some(id);
+        }
+    }
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (m.namespace.as_deref()?, m.name.as_deref()?).hash(&mut h);
+    Some(h.finish().into())
 }
 
 /// Watches the pods of `node` into `view`, until aborted.
@@ -53,14 +76,7 @@ pub async fn watch(
     let mut namespaces = Interner::default();
     follow(
         || watcher(api.clone(), watcher::Config::default().fields(&selector)),
-        |pod: &Pod| {
-            let m = &pod.metadata;
-            Some(format!(
-                "{}/{}",
-                m.namespace.as_deref()?,
-                m.name.as_deref()?
-            ))
-        },
+        pod_id,
         |pod| client_of(pod, &mut namespaces),
         labels,
         &metrics,
@@ -96,14 +112,18 @@ fn client_of(pod: &Pod, namespaces: &mut Interner) -> PodClient {
         status.and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
     );
-    let mut addresses: Vec<IpAddr> = Vec::new();
+    let mut addresses = [None; 2];
     if !finished && let Some(status) = status {
         let listed = status.pod_ips.iter().flatten().map(|p| p.ip.as_str());
+        let mut next = 0;
         for ip in status.pod_ip.as_deref().into_iter().chain(listed) {
+            // podIPs: at most one per family; more would be ignored.
             if let Ok(ip) = ip.parse::<IpAddr>()
-                && !addresses.contains(&ip)
+                && next < addresses.len()
+                && !addresses.contains(&Some(ip))
             {
-                addresses.push(ip);
+                addresses[next] = Some(ip);
+                next += 1;
             }
         }
     }
@@ -119,16 +139,16 @@ fn client_of(pod: &Pod, namespaces: &mut Interner) -> PodClient {
     let terminating = pod.metadata.deletion_timestamp.is_some();
     PodClient {
         namespace,
-        addresses: addresses.into_boxed_slice(),
+        addresses,
         verified: !host_network && standard_policy && !extra_searches && !terminating,
     }
 }
 
 /// The address map of a list: verified pods whose address no other pod claims.
-fn client_map(pods: &BTreeMap<String, PodClient>) -> ClientMap {
-    let mut claims: HashMap<IpAddr, Option<&Arc<str>>> = HashMap::new();
+fn client_map(pods: &BTreeMap<u128, PodClient>) -> ClientMap {
+    let mut claims: HashMap<IpAddr, Option<&Arc<str>>> = HashMap::with_capacity(pods.len());
     for pod in pods.values() {
-        for ip in &pod.addresses {
+        for ip in pod.addresses.iter().flatten() {
             let claim = pod.verified.then_some(&pod.namespace);
             claims
                 .entry(ip.to_canonical())
@@ -144,8 +164,8 @@ fn client_map(pods: &BTreeMap<String, PodClient>) -> ClientMap {
 
 struct Writer(Arc<Clients>);
 
-impl Follower<PodClient> for Writer {
-    fn publish(&mut self, list: Option<&BTreeMap<String, PodClient>>) -> bool {
+impl Follower<u128, PodClient> for Writer {
+    fn publish(&mut self, list: Option<&BTreeMap<u128, PodClient>>) -> bool {
         self.0.set(list.map(client_map));
         true
     }
@@ -156,9 +176,13 @@ mod tests {
     use super::*;
 
     fn pod(ns: &str, ips: &[&str], verified: bool) -> PodClient {
+        let mut addresses = [None; 2];
+        for (slot, ip) in addresses.iter_mut().zip(ips) {
+            *slot = Some(ip.parse().unwrap());
+        }
         PodClient {
             namespace: ns.into(),
-            addresses: ips.iter().map(|i| i.parse().unwrap()).collect(),
+            addresses,
             verified,
         }
     }
@@ -166,9 +190,9 @@ mod tests {
     #[test]
     fn an_address_two_pods_claim_maps_to_neither() {
         let mut list = BTreeMap::new();
-        list.insert("a/old".into(), pod("a", &["10.1.0.5"], false));
-        list.insert("b/new".into(), pod("b", &["10.1.0.5"], true));
-        list.insert("b/web".into(), pod("b", &["10.1.0.6", "fd00::6"], true));
+        list.insert(1, pod("a", &["10.1.0.5"], false));
+        list.insert(2, pod("b", &["10.1.0.5"], true));
+        list.insert(3, pod("b", &["10.1.0.6", "fd00::6"], true));
         let map = client_map(&list);
         assert_eq!(map.len(), 2);
         assert!(!map.contains_key(&"10.1.0.5".parse().unwrap()));
@@ -192,7 +216,7 @@ mod tests {
         let plain = parse(base(c.clone(), "Running"));
         assert!(plain.verified);
         assert_eq!(&*plain.namespace, "team-a");
-        assert_eq!(plain.addresses.len(), 1);
+        assert_eq!(plain.addresses, [Some("10.1.0.7".parse().unwrap()), None]);
         let with = |extra: serde_json::Value| {
             let mut spec = c.clone();
             spec.as_object_mut()
@@ -209,7 +233,7 @@ mod tests {
         assert!(with(
             serde_json::json!({"dnsConfig": {"options": [{"name": "ndots", "value": "2"}]}})
         ));
-        assert!(parse(base(c.clone(), "Succeeded")).addresses.is_empty());
-        assert_eq!(parse(base(c, "Pending")).addresses.len(), 1);
+        assert_eq!(parse(base(c.clone(), "Succeeded")).addresses, [None, None]);
+        assert!(parse(base(c, "Pending")).addresses[0].is_some());
     }
 }

@@ -1,6 +1,6 @@
 //! The loop every watch of nodens runs: a kube-rs `watcher` kept as a map
-//! of object name to what the feature needs of the object, handed to the
-//! feature whole, or as unknown.
+//! of object id (its name, or a number where memory counts) to what the
+//! feature needs of the object, handed to the feature whole, or as unknown.
 //!
 //! An error ends the watch: the feature is told the list is unknown at
 //! once and falls back, and a new list is taken after a backoff (1 s,
@@ -22,19 +22,19 @@ const RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// What a feature does with the list: `Some(map)` when complete and
 /// current, `None` when not known. Returns false to end the watch.
-pub(super) trait Follower<V> {
-    fn publish(&mut self, list: Option<&BTreeMap<String, V>>) -> bool;
+pub(super) trait Follower<Id, V> {
+    fn publish(&mut self, list: Option<&BTreeMap<Id, V>>) -> bool;
 }
 
 /// Runs `events()` (a new watcher each time) until `follower` says stop,
-/// keeping `extract(object)` per object name.
-pub(super) async fn follow<K, V, S>(
+/// keeping `extract(object)` per `id_of(object)`.
+pub(super) async fn follow<K, Id: Ord, V: PartialEq, S>(
     events: impl Fn() -> S,
-    name_of: impl Fn(&K) -> Option<String>,
+    id_of: impl Fn(&K) -> Option<Id>,
     mut extract: impl FnMut(&K) -> V,
     labels: WatchLabels<'_>,
     metrics: &KubeMetrics,
-    follower: &mut impl Follower<V>,
+    follower: &mut impl Follower<Id, V>,
 ) where
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
 {
@@ -42,8 +42,8 @@ pub(super) async fn follow<K, V, S>(
     loop {
         metrics.synced.get(&labels).set(0);
         let mut events = std::pin::pin!(events());
-        let mut objects: BTreeMap<String, V> = BTreeMap::new();
-        let mut listing: Option<BTreeMap<String, V>> = None;
+        let mut objects: BTreeMap<Id, V> = BTreeMap::new();
+        let mut listing: Option<BTreeMap<Id, V>> = None;
         let error = loop {
             let Some(event) = events.next().await else {
                 break None;
@@ -51,19 +51,25 @@ pub(super) async fn follow<K, V, S>(
             match event {
                 Ok(watcher::Event::Init) => listing = Some(BTreeMap::new()),
                 Ok(watcher::Event::InitApply(o)) => {
-                    if let (Some(l), Some(name)) = (listing.as_mut(), name_of(&o)) {
+                    if let (Some(l), Some(name)) = (listing.as_mut(), id_of(&o)) {
                         l.insert(name, extract(&o));
                     }
                 }
                 Ok(watcher::Event::InitDone) => objects = listing.take().unwrap_or_default(),
                 Ok(watcher::Event::Apply(o)) => {
-                    if let Some(name) = name_of(&o) {
-                        objects.insert(name, extract(&o));
+                    let Some(name) = id_of(&o) else { continue };
+                    let new = extract(&o);
+                    // Most changes to an object (a pod's container states)
+                    // change nothing the feature keeps: nothing to publish.
+                    if listing.is_none() && objects.get(&name) == Some(&new) {
+                        continue;
                     }
+                    objects.insert(name, new);
                 }
                 Ok(watcher::Event::Delete(o)) => {
-                    if let Some(name) = name_of(&o) {
-                        objects.remove(&name);
+                    let Some(name) = id_of(&o) else { continue };
+                    if objects.remove(&name).is_none() && listing.is_none() {
+                        continue;
                     }
                 }
                 Err(watcher::Error::WatchError(status)) if status.code == 410 => {
