@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams, PostParams};
 
 const NODE: &str = "node-1";
-const STEPS: [usize; 3] = [0, 1000, 5000];
+const STEPS: [usize; 4] = [0, 1000, 5000, 20000];
 
 fn pod_ip(i: usize) -> String {
     format!("10.{}.{}.{}", 100 + i / 65536, (i / 256) % 256, i % 256)
@@ -193,6 +193,9 @@ fn rss_per_watched_pod_against_coredns_pods_verified() {
     );
     std::thread::sleep(Duration::from_secs(3));
     let fresh_kib = rss_kib(fresh.proc.id());
+    if std::env::var_os("MIMALLOC_SHOW_STATS").is_some() {
+        fresh.terminate();
+    }
 
     let (_, nodens0, core0, _) = rows[0];
     println!(

@@ -32,14 +32,39 @@ use super::watch::{Follower, follow};
 use crate::search::Clients;
 use crate::search::clients::ClientMap;
 
+/// Pods per list request.
+const LIST_PAGE: u32 = 50;
+
 /// What the watch keeps of one pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct PodClient {
     namespace: Arc<str>,
     /// The addresses the pod holds (none once it has finished).
-    addresses: [Option<IpAddr>; 2],
+    addresses: Addresses,
     /// Whether its queries may be answered by autopath.
     verified: bool,
+}
+
+/// A pod's addresses: one per family at most (Kubernetes' `podIPs`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Addresses {
+    v4: Option<std::net::Ipv4Addr>,
+    v6: Option<std::net::Ipv6Addr>,
+}
+
+impl Addresses {
+    fn add(&mut self, ip: IpAddr) {
+        match ip.to_canonical() {
+            IpAddr::V4(a) => self.v4 = self.v4.or(Some(a)),
+            IpAddr::V6(a) => self.v6 = self.v6.or(Some(a)),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = IpAddr> {
+        let v4 = self.v4.map(IpAddr::V4);
+        let v6 = self.v6.map(IpAddr::V6);
+        v4.into_iter().chain(v6)
+    }
 }
 
 /// A pod's id in the watch: its UID as a number, else a hash of its
@@ -75,7 +100,14 @@ pub async fn watch(
     };
     let mut namespaces = Interner::default();
     follow(
-        || watcher(api.clone(), watcher::Config::default().fields(&selector)),
+        || {
+            // Small pages: a node's list is a few requests, and no page's
+            // body is large enough to leave the allocator holding it.
+            let config = watcher::Config::default()
+                .fields(&selector)
+                .page_size(LIST_PAGE);
+            watcher(api.clone(), config)
+        },
         pod_id,
         |pod| client_of(pod, &mut namespaces),
         labels,
@@ -112,18 +144,12 @@ fn client_of(pod: &Pod, namespaces: &mut Interner) -> PodClient {
         status.and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
     );
-    let mut addresses = [None; 2];
+    let mut addresses = Addresses::default();
     if !finished && let Some(status) = status {
         let listed = status.pod_ips.iter().flatten().map(|p| p.ip.as_str());
-        let mut next = 0;
         for ip in status.pod_ip.as_deref().into_iter().chain(listed) {
-            // podIPs: at most one per family; more would be ignored.
-            if let Ok(ip) = ip.parse::<IpAddr>()
-                && next < addresses.len()
-                && !addresses.contains(&Some(ip))
-            {
-                addresses[next] = Some(ip);
-                next += 1;
+            if let Ok(ip) = ip.parse::<IpAddr>() {
+                addresses.add(ip);
             }
         }
     }
@@ -148,7 +174,7 @@ fn client_of(pod: &Pod, namespaces: &mut Interner) -> PodClient {
 fn client_map(pods: &BTreeMap<u128, PodClient>) -> ClientMap {
     let mut claims: HashMap<IpAddr, Option<&Arc<str>>> = HashMap::with_capacity(pods.len());
     for pod in pods.values() {
-        for ip in pod.addresses.iter().flatten() {
+        for ip in pod.addresses.iter() {
             let claim = pod.verified.then_some(&pod.namespace);
             claims
                 .entry(ip.to_canonical())
@@ -156,10 +182,12 @@ fn client_map(pods: &BTreeMap<u128, PodClient>) -> ClientMap {
                 .or_insert(claim);
         }
     }
-    claims
-        .into_iter()
-        .filter_map(|(ip, ns)| Some((ip, ns?.clone())))
-        .collect()
+    ClientMap::new(
+        claims
+            .into_iter()
+            .filter_map(|(ip, ns)| Some((ip, ns?.clone())))
+            .collect(),
+    )
 }
 
 struct Writer(Arc<Clients>);
@@ -176,9 +204,9 @@ mod tests {
     use super::*;
 
     fn pod(ns: &str, ips: &[&str], verified: bool) -> PodClient {
-        let mut addresses = [None; 2];
-        for (slot, ip) in addresses.iter_mut().zip(ips) {
-            *slot = Some(ip.parse().unwrap());
+        let mut addresses = Addresses::default();
+        for ip in ips {
+            addresses.add(ip.parse().unwrap());
         }
         PodClient {
             namespace: ns.into(),
@@ -195,8 +223,9 @@ mod tests {
         list.insert(3, pod("b", &["10.1.0.6", "fd00::6"], true));
         let map = client_map(&list);
         assert_eq!(map.len(), 2);
-        assert!(!map.contains_key(&"10.1.0.5".parse().unwrap()));
-        assert_eq!(&*map[&"fd00::6".parse().unwrap()], "b");
+        assert_eq!(map.namespace_of("10.1.0.5".parse().unwrap()), None);
+        assert_eq!(map.namespace_of("10.1.0.6".parse().unwrap()), Some("b"));
+        assert_eq!(map.namespace_of("fd00::6".parse().unwrap()), Some("b"));
     }
 
     #[test]
@@ -216,7 +245,8 @@ mod tests {
         let plain = parse(base(c.clone(), "Running"));
         assert!(plain.verified);
         assert_eq!(&*plain.namespace, "team-a");
-        assert_eq!(plain.addresses, [Some("10.1.0.7".parse().unwrap()), None]);
+        let held: Vec<IpAddr> = plain.addresses.iter().collect();
+        assert_eq!(held, ["10.1.0.7".parse::<IpAddr>().unwrap()]);
         let with = |extra: serde_json::Value| {
             let mut spec = c.clone();
             spec.as_object_mut()
@@ -233,7 +263,8 @@ mod tests {
         assert!(with(
             serde_json::json!({"dnsConfig": {"options": [{"name": "ndots", "value": "2"}]}})
         ));
-        assert_eq!(parse(base(c.clone(), "Succeeded")).addresses, [None, None]);
-        assert!(parse(base(c, "Pending")).addresses[0].is_some());
+        let finished = parse(base(c.clone(), "Succeeded")).addresses;
+        assert_eq!(finished.iter().count(), 0);
+        assert_eq!(parse(base(c, "Pending")).addresses.iter().count(), 1);
     }
 }

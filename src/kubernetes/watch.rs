@@ -1,6 +1,7 @@
 //! The loop every watch of nodens runs: a kube-rs `watcher` kept as a map
 //! of object id (its name, or a number where memory counts) to what the
-//! feature needs of the object, handed to the feature whole, or as unknown.
+//! feature needs of the object, handed to the feature whole, or as unknown. A burst of changes is handed over once it is
+//! over (20 ms quiet, 200 ms at most), not once per event.
 //!
 //! An error ends the watch: the feature is told the list is unknown at
 //! once and falls back, and a new list is taken after a backoff (1 s,
@@ -18,6 +19,12 @@ use kube::runtime::watcher;
 use super::metrics::{KubeMetrics, WatchLabels};
 
 const RETRY_FIRST: Duration = Duration::from_secs(1);
+/// Changes are handed over once the stream has been quiet this long...
+const QUIET: Duration = Duration::from_millis(20);
+/// ...or this long after the first change not yet handed over: a burst
+/// (a Deployment scaled to hundreds of pods) is one new view, not one per
+/// event, each rebuilt whole.
+const COALESCE_MAX: Duration = Duration::from_millis(200);
 const RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// What a feature does with the list: `Some(map)` when complete and
@@ -44,8 +51,29 @@ pub(super) async fn follow<K, Id: Ord, V: PartialEq, S>(
         let mut events = std::pin::pin!(events());
         let mut objects: BTreeMap<Id, V> = BTreeMap::new();
         let mut listing: Option<BTreeMap<Id, V>> = None;
+        // When the first change not yet published came.
+        let mut unpublished: Option<tokio::time::Instant> = None;
         let error = loop {
-            let Some(event) = events.next().await else {
+            let next = match unpublished {
+                None => events.next().await,
+                Some(first) => {
+                    let until = (tokio::time::Instant::now() + QUIET).min(first + COALESCE_MAX);
+                    match tokio::time::timeout_at(until, events.next()).await {
+                        Ok(next) => next,
+                        Err(_) => {
+                            unpublished = None;
+                            retry = RETRY_FIRST;
+                            metrics.synced.get(&labels).set(1);
+                            metrics.objects.get(&labels).set(objects.len() as i64);
+                            if !follower.publish(Some(&objects)) {
+                                return;
+                            }
+                            continue;
+                        }
+                    }
+                }
+            };
+            let Some(event) = next else {
                 break None;
             };
             match event {
@@ -86,12 +114,7 @@ pub(super) async fn follow<K, Id: Ord, V: PartialEq, S>(
                 // Mid-list: what was published stands until the list is whole.
                 continue;
             }
-            retry = RETRY_FIRST;
-            metrics.synced.get(&labels).set(1);
-            metrics.objects.get(&labels).set(objects.len() as i64);
-            if !follower.publish(Some(&objects)) {
-                return;
-            }
+            unpublished.get_or_insert_with(tokio::time::Instant::now);
         };
         metrics.errors.get(&labels).inc();
         metrics.synced.get(&labels).set(0);

@@ -9,14 +9,36 @@
 //! address may have passed to a pod of another namespace unseen, and no
 //! query is answered by autopath.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
 
-/// Client address to its pod's namespace (lower case).
-pub type ClientMap = HashMap<IpAddr, Arc<str>>;
+/// Client addresses with their pod's namespace (lower case), sorted by
+/// address: one slot a pod, no table to keep half empty.
+#[derive(Debug, Default)]
+pub struct ClientMap(Box<[(IpAddr, Arc<str>)]>);
+
+impl ClientMap {
+    pub fn new(mut pairs: Vec<(IpAddr, Arc<str>)>) -> ClientMap {
+        pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        ClientMap(pairs.into_boxed_slice())
+    }
+
+    /// The namespace of the pod at `ip`.
+    pub fn namespace_of(&self, ip: IpAddr) -> Option<&str> {
+        let at = self.0.binary_search_by(|(a, _)| a.cmp(&ip)).ok()?;
+        Some(&self.0[at].1)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
 
 #[derive(Default)]
 pub struct Clients(ArcSwapOption<ClientMap>);
@@ -28,7 +50,7 @@ impl Clients {
         let Some(map) = guard.as_ref() else {
             return false;
         };
-        map.get(&client.to_canonical())
+        map.namespace_of(client.to_canonical())
             .is_some_and(|ns| ns.as_bytes() == label)
     }
 

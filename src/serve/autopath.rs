@@ -261,6 +261,10 @@ impl Shared {
             }
         }
         let name = job.key.name();
+        // The pod's namespace exists (the pod is in it): a later name in it
+        // (`db-0.db.<ns>.svc.Z`) needs no namespace check.
+        self.learned
+            .namespace_seen(&name[job.namespace_at..], Instant::now());
         let base = &name[..job.namespace_at];
         let mut buf: NameBuf = [0; MAX_NAME_LEN];
         for suffix in later_suffixes(name, job.namespace_at, settings) {
