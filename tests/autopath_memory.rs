@@ -205,15 +205,14 @@ fn rss_per_watched_pod_against_coredns_pods_verified() {
     for &(n, nodens_kib, core_kib, json) in &rows {
         let per = |kib: u64, base: u64| (kib as f64 - base as f64) * 1024.0 / n.max(1) as f64;
         let (a, b) = (per(nodens_kib, nodens0), per(core_kib, core0));
-        let (per_nodens, per_core, ratio, per_json) = if n == 0 {
-            ("-".into(), "-".into(), "-".into(), "-".into())
-        } else {
-            (
+        let (per_nodens, per_core, ratio, per_json) = match json.checked_div(n) {
+            None => ("-".into(), "-".into(), "-".into(), "-".into()),
+            Some(per_pod) => (
                 format!("{a:.0} B"),
                 format!("{b:.0} B"),
                 format!("{:.3}", a / b),
-                format!("{} B", json / n),
-            )
+                format!("{per_pod} B"),
+            ),
         };
         println!(
             "| {n} | {:.1} MiB | {per_nodens} | {:.1} MiB | {per_core} | {ratio} | {per_json} |",

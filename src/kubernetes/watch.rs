@@ -1,7 +1,8 @@
 //! The loop every watch of nodens runs: a kube-rs `watcher` kept as a map
 //! of object id (its name, or a number where memory counts) to what the
-//! feature needs of the object, handed to the feature whole, or as unknown. A burst of changes is handed over once it is
-//! over (20 ms quiet, 200 ms at most), not once per event.
+//! feature needs of the object, handed to the feature whole, or as unknown.
+//! A burst of changes is handed over once it is over (20 ms quiet, 200 ms
+//! at most), not once per event.
 //!
 //! An error ends the watch: the feature is told the list is unknown at
 //! once and falls back, and a new list is taken after a backoff (1 s,

@@ -21,7 +21,7 @@ pub struct ClientMap(Box<[(IpAddr, Arc<str>)]>);
 
 impl ClientMap {
     pub fn new(mut pairs: Vec<(IpAddr, Arc<str>)>) -> ClientMap {
-        pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        pairs.sort_unstable_by_key(|p| p.0);
         ClientMap(pairs.into_boxed_slice())
     }
 
