@@ -181,7 +181,6 @@ impl Shared {
     ) -> Option<Handled<Job>> {
         let settings = request.settings;
         let ticket = MissTicket::take(&self.misses_in_flight, settings.max_misses_in_flight)?;
-        request.stats.cache_miss();
         Some(Handled::Miss(Job::Autopath(AutopathJob {
             query: OwnedQuery::new(request.query),
             key: request.key.to_owned(),
@@ -212,10 +211,12 @@ impl Shared {
         if let Some(entry) = found {
             let limit = reply_limit(job.proto, &query, &job.settings);
             if let Some(code) = self.write_autopath(&query, &entry, Instant::now(), limit, out) {
+                // Counted here, not when the job began: the usual stages
+                // below count their own.
+                let stats = job.stats.zone(job.zone.index);
+                stats.cache_miss();
                 let seconds = job.started.elapsed().as_secs_f64();
-                job.stats
-                    .zone(job.zone.index)
-                    .reply(job.proto, code, false, out.len(), seconds);
+                stats.reply(job.proto, code, false, out.len(), seconds);
                 return;
             }
         }
