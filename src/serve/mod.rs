@@ -135,6 +135,7 @@ pub enum Job {
 impl Shared {
     /// The stages after routing, for a query autopath leaves alone: the
     /// cache, the local answers, the miss.
+    #[inline]
     fn plain_stages(
         self: &Arc<Self>,
         request: &hit::Request<'_, '_>,
