@@ -73,8 +73,9 @@ pub struct Record {
     pub ttl: u32,
     /// Offset of the TTL field in the message.
     pub ttl_at: usize,
-    /// RDATA, with the compressible names of RFC 1035 types (and MX, SRV,
-    /// DNAME) expanded, so that two encodings of one record compare equal.
+    /// RDATA, with the names of the types whose names may be compressed
+    /// (RFC 3597 section 4, and SRV, DNAME) expanded, so that two encodings
+    /// of one record compare equal.
     pub rdata: Vec<u8>,
 }
 
@@ -110,10 +111,12 @@ impl Message {
 
 fn expand_rdata(msg: &[u8], rtype: u16, rdata: usize, end: usize) -> Option<Vec<u8>> {
     let (prefix, names, suffix) = match rtype {
-        2 | 5 | 12 | 39 => (0, 1, false), // NS CNAME PTR DNAME
-        6 => (0, 2, true),                // SOA: two names then 20 bytes
-        15 => (2, 1, false),              // MX
-        33 => (6, 1, false),              // SRV
+        // NS MD MF CNAME MB MG MR PTR DNAME
+        2..=5 | 7..=9 | 12 | 39 => (0, 1, false),
+        6 => (0, 2, true),                 // SOA: two names then 20 bytes
+        14 | 17 => (0, 2, false),          // MINFO RP
+        15 | 18 | 21 | 36 => (2, 1, false), // MX AFSDB RT KX
+        33 => (6, 1, false),               // SRV
         _ => return Some(msg[rdata..end].to_vec()),
     };
     let mut out = msg.get(rdata..rdata + prefix)?.to_vec();
