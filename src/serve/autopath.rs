@@ -150,16 +150,16 @@ impl Shared {
                 Step::Unknown => return FromCache::Wait,
                 Step::Failed => return FromCache::Plain,
                 Step::Answered(entry) => {
-                    request.stats.cache_hit(entry.kind == Kind::Success);
-                    if entry.take_speculative() {
-                        self.metrics.speculation_used.inc();
-                    }
                     let limit = reply_limit(request.proto, request.query, settings);
                     let code =
                         self.write_autopath(request.query, &entry, request.started, limit, out);
                     let Some(code) = code else {
                         return FromCache::Plain;
                     };
+                    request.stats.cache_hit(entry.kind == Kind::Success);
+                    if entry.take_speculative() {
+                        self.metrics.speculation_used.inc();
+                    }
                     let seconds = request.started.elapsed().as_secs_f64();
                     request
                         .stats
