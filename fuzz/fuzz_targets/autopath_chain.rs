@@ -60,7 +60,19 @@ fn run(params: &[u8], msg: &[u8]) {
     let entry = Entry::from_response(msg, &layout, &policy, now);
 
     let edns = client & 1 != 0;
-    let mut packet = vec![0x12, 0x34, if client & 4 != 0 { 1 } else { 0 }, 0, 0, 1, 0, 0, 0, 0, 0];
+    let mut packet = vec![
+        0x12,
+        0x34,
+        if client & 4 != 0 { 1 } else { 0 },
+        0,
+        0,
+        1,
+        0,
+        0,
+        0,
+        0,
+        0,
+    ];
     packet.push(u8::from(edns));
     packet.extend_from_slice(CLIENT_QUESTION);
     if edns {
@@ -85,8 +97,8 @@ fn run(params: &[u8], msg: &[u8]) {
     let Ok(code) = cname_reply(&client_query, &target, limit, &mut out) else {
         return;
     };
-    let chained = parse_message(&out)
-        .unwrap_or_else(|| panic!("chained reply unreadable: {}", hex(&out)));
+    let chained =
+        parse_message(&out).unwrap_or_else(|| panic!("chained reply unreadable: {}", hex(&out)));
     let rendered = parse_message(&target).expect("a rendered entry reads back");
     assert_eq!(chained.id, 0x1234);
     assert_eq!(code, chained.flags & 0xf);
@@ -100,15 +112,44 @@ fn run(params: &[u8], msg: &[u8]) {
     let (first, rest) = chained.answer.split_first().expect("the CNAME");
     let (target_name, _) = read_name(&target, HEADER_LEN).expect("the target's name");
     let (client_name, _) = read_name(&packet, HEADER_LEN).unwrap();
-    assert_eq!((first.rtype, &first.owner, &first.rdata), (CNAME, &client_name, &target_name));
+    assert_eq!(
+        (first.rtype, &first.owner, &first.rdata),
+        (CNAME, &client_name, &target_name)
+    );
     let content = |records: &[nodens_fuzz::Record]| -> Vec<_> {
-        records.iter().map(|r| (r.content().0.to_vec(), r.rtype, r.class, r.ttl, r.rdata.clone())).collect()
+        records
+            .iter()
+            .map(|r| {
+                (
+                    r.content().0.to_vec(),
+                    r.rtype,
+                    r.class,
+                    r.ttl,
+                    r.rdata.clone(),
+                )
+            })
+            .collect()
     };
-    assert_eq!(content(rest), content(&rendered.answer), "answer: {}", hex(&out));
+    assert_eq!(
+        content(rest),
+        content(&rendered.answer),
+        "answer: {}",
+        hex(&out)
+    );
     assert_eq!(content(&chained.authority), content(&rendered.authority));
-    let additional: Vec<_> = chained.additional.iter().filter(|r| r.rtype != OPT).cloned().collect();
+    let additional: Vec<_> = chained
+        .additional
+        .iter()
+        .filter(|r| r.rtype != OPT)
+        .cloned()
+        .collect();
     if !additional.is_empty() {
-        let want: Vec<_> = rendered.additional.iter().filter(|r| r.rtype != OPT).cloned().collect();
+        let want: Vec<_> = rendered
+            .additional
+            .iter()
+            .filter(|r| r.rtype != OPT)
+            .cloned()
+            .collect();
         assert_eq!(content(&additional), content(&want));
     }
 }

@@ -111,14 +111,45 @@ impl Message {
 
 fn expand_rdata(msg: &[u8], rtype: u16, rdata: usize, end: usize) -> Option<Vec<u8>> {
     let (prefix, names, suffix) = match rtype {
-        // NS MD MF CNAME MB MG MR PTR DNAME
-        2..=5 | 7..=9 | 12 | 39 => (0, 1, false),
-        6 => (0, 2, true),                 // SOA: two names then 20 bytes
-        14 | 17 => (0, 2, false),          // MINFO RP
-        15 | 18 | 21 | 36 => (2, 1, false), // MX AFSDB RT KX
-        33 => (6, 1, false),               // SRV
+        2 | 5 | 12 | 39 => (0, 1, false), // NS CNAME PTR DNAME
+        6 => (0, 2, true),                // SOA: two names then 20 bytes
+        15 => (2, 1, false),              // MX
+        33 => (6, 1, false),              // SRV
+        // MD MF MB MG MR (one name), MINFO RP (two), AFSDB RT KX (a
+        // preference, a name): RFC 3597 lets them be compressed too, but
+        // nodens's layout does not read them, so RDATA that is no name is
+        // kept as it is rather than refused.
+        3 | 4 | 7..=9 => {
+            return Some(
+                expand_names(msg, rdata, end, 0, 1, false)
+                    .unwrap_or_else(|| msg[rdata..end].to_vec()),
+            );
+        }
+        14 | 17 => {
+            return Some(
+                expand_names(msg, rdata, end, 0, 2, false)
+                    .unwrap_or_else(|| msg[rdata..end].to_vec()),
+            );
+        }
+        18 | 21 | 36 => {
+            return Some(
+                expand_names(msg, rdata, end, 2, 1, false)
+                    .unwrap_or_else(|| msg[rdata..end].to_vec()),
+            );
+        }
         _ => return Some(msg[rdata..end].to_vec()),
     };
+    expand_names(msg, rdata, end, prefix, names, suffix)
+}
+
+fn expand_names(
+    msg: &[u8],
+    rdata: usize,
+    end: usize,
+    prefix: usize,
+    names: usize,
+    suffix: bool,
+) -> Option<Vec<u8>> {
     let mut out = msg.get(rdata..rdata + prefix)?.to_vec();
     let mut at = rdata + prefix;
     for _ in 0..names {
