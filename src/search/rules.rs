@@ -20,6 +20,7 @@
 //! [`Rule::SvcPortShape`] and multicluster).
 
 use super::names::{Label, labels_left_of, suffix_at};
+use crate::wire::name::label_starts;
 
 /// A reason a name cannot exist; the `rule` label of
 /// `nodens_search_local_nxdomain_total`, and what `disable_rules` names.
@@ -220,11 +221,17 @@ impl ClusterRules {
     }
 
     /// Where `<ns>.svc.Z` starts in a name below it (`X.<ns>.svc.Z`).
+    /// Allocates nothing: autopath asks it before the cache, for every
+    /// query under the cluster domain.
     pub fn svc_namespace_node(&self, name: &[u8]) -> Option<usize> {
-        match self.under_kind(name)? {
-            (b"svc", left) if left.len() >= 2 => left.last().map(|l| l.at),
-            _ => None,
+        let end = suffix_at(name, &self.domain)?;
+        // The last three labels left of Z: X's last, <ns>, `svc`.
+        let (mut x, mut ns, mut kind) = (None, None, None);
+        for at in label_starts(name).take_while(|&at| at < end) {
+            (x, ns, kind) = (ns, kind, Some(at));
         }
+        let (ns, kind) = (ns?, kind?);
+        (x.is_some() && &name[kind..end] == b"\x03svc").then_some(ns)
     }
 
     /// The namespace label of a name at or below `<ns>.svc.Z`, when the
@@ -381,6 +388,17 @@ impl ClusterRules {
 mod tests {
     use super::*;
     use crate::wire::name::from_text;
+
+    #[test]
+    fn the_namespace_node_of_a_name_below_it() {
+        let r = rules();
+        let at = |t: &str| r.svc_namespace_node(&from_text(t).unwrap());
+        assert_eq!(at("web.team-a.svc.cluster.local"), Some(4));
+        assert_eq!(at("a.b.team-a.svc.cluster.local"), Some(4));
+        assert_eq!(at("team-a.svc.cluster.local"), None);
+        assert_eq!(at("web.team-a.pod.cluster.local"), None);
+        assert_eq!(at("web.team-a.svc.example.com"), None);
+    }
 
     fn rules() -> ClusterRules {
         ClusterRules::new(

@@ -118,7 +118,6 @@ impl Shared {
         if !rules.search().autopath || key.qclass != class::IN {
             return None;
         }
-        suffix_at(key.name, rules.domain())?;
         let at = rules.svc_namespace_node(key.name)?;
         let label = &key.name[at + 1..at + 1 + usize::from(key.name[at])];
         self.clients.is_pod_of(client, label).then_some(at)
