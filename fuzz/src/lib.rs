@@ -116,27 +116,12 @@ fn expand_rdata(msg: &[u8], rtype: u16, rdata: usize, end: usize) -> Option<Vec<
         15 => (2, 1, false),              // MX
         33 => (6, 1, false),              // SRV
         // MD MF MB MG MR (one name), MINFO RP (two), AFSDB RT KX (a
-        // preference, a name): RFC 3597 lets them be compressed too, but
-        // nodens's layout does not read them, so RDATA that is no name is
-        // kept as it is rather than refused.
-        3 | 4 | 7..=9 => {
-            return Some(
-                expand_names(msg, rdata, end, 0, 1, false)
-                    .unwrap_or_else(|| msg[rdata..end].to_vec()),
-            );
-        }
-        14 | 17 => {
-            return Some(
-                expand_names(msg, rdata, end, 0, 2, false)
-                    .unwrap_or_else(|| msg[rdata..end].to_vec()),
-            );
-        }
-        18 | 21 | 36 => {
-            return Some(
-                expand_names(msg, rdata, end, 2, 1, false)
-                    .unwrap_or_else(|| msg[rdata..end].to_vec()),
-            );
-        }
+        // preference, a name): RFC 3597 lets them be compressed too. RDATA
+        // that is no name makes the record unreadable: copied as it is, a
+        // pointer in it would read other bytes in another message.
+        3 | 4 | 7..=9 => (0, 1, false),
+        14 | 17 => (0, 2, false),
+        18 | 21 | 36 => (2, 1, false),
         _ => return Some(msg[rdata..end].to_vec()),
     };
     expand_names(msg, rdata, end, prefix, names, suffix)

@@ -14,6 +14,7 @@ use thiserror::Error;
 use super::build::push_opt;
 use super::name::{self, NameError};
 use super::query::Query;
+use super::rdata;
 use super::{HEADER_LEN, class, flag, read_u16, read_u32, rtype, write_u16};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
@@ -22,22 +23,6 @@ pub enum ChainError {
     Name(#[from] NameError),
     #[error("target reply is malformed")]
     Malformed,
-}
-
-/// How the names inside a type's RDATA are laid out: bytes before the
-/// first name, how many names follow, and whether bytes follow them.
-fn rdata_names(rtype: u16) -> Option<(usize, usize)> {
-    Some(match rtype {
-        // NS, MD, MF, CNAME, MB, MG, MR, PTR, DNAME
-        2..=5 | 7..=9 | 12 | 39 => (0, 1),
-        // SOA, MINFO, RP: two names (SOA's counters are copied after them)
-        6 | 14 | 17 => (0, 2),
-        // MX, AFSDB, RT, KX: a preference, then a name
-        15 | 18 | 21 | 36 => (2, 1),
-        // SRV: priority, weight, port, then a name
-        rtype::SRV => (6, 1),
-        _ => return None,
-    })
 }
 
 /// Writes into `out` the reply to `query` whose answer is
@@ -143,7 +128,7 @@ fn copy_record(msg: &[u8], at: usize, out: &mut Vec<u8>) -> Result<(u32, u16, us
     out.extend_from_slice(&msg[fixed..fixed + 8]);
     let length_at = out.len();
     out.extend([0, 0]);
-    match rdata_names(rrtype) {
+    match rdata::names(rrtype) {
         Some((prefix, names)) => {
             let mut from = rdata_at + prefix;
             if from > rdata_end {

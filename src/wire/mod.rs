@@ -10,6 +10,7 @@ pub mod chain;
 pub mod framing;
 pub mod name;
 pub mod query;
+pub mod rdata;
 pub mod response;
 pub mod soa;
 

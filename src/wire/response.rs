@@ -6,7 +6,7 @@ use std::ops::Range;
 
 use thiserror::Error;
 
-use super::{HEADER_LEN, flag, name, read_u16, read_u32, rtype};
+use super::{HEADER_LEN, flag, name, rdata, read_u16, read_u32, rtype};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 pub enum ResponseError {
@@ -255,9 +255,11 @@ pub fn layout(msg: &[u8]) -> Result<Layout, ResponseError> {
     Ok(out)
 }
 
-/// Walks the compressible names in RDATA (RFC 3597 section 4: the types of
-/// RFC 1035, plus MX and SRV whose names follow a fixed-size prefix),
-/// recording labels reached through pointers. Returns where the names end.
+/// Walks the names in RDATA of the types whose names may be compressed
+/// ([`rdata::names`]), recording labels reached through pointers. Returns
+/// where the names end. A name that does not read is a malformed record,
+/// whatever the type: copied as it is, its pointer would point at other
+/// bytes in the reply (the header is the client's).
 fn check_rdata_names(
     msg: &[u8],
     rrtype: u16,
@@ -265,16 +267,9 @@ fn check_rdata_names(
     end: usize,
     jumped: &mut Vec<(usize, usize)>,
 ) -> Result<usize, ResponseError> {
-    let (prefix, names) = match rrtype {
-        rtype::NS | rtype::CNAME | rtype::PTR | DNAME => (0, 1),
-        rtype::SOA => (0, 2),
-        rtype::MX => (2, 1),
-        rtype::SRV => (6, 1),
-        _ => (0, 0),
-    };
-    if names == 0 {
+    let Some((prefix, names)) = rdata::names(rrtype) else {
         return Ok(rdata);
-    }
+    };
     let mut at = rdata + prefix;
     for _ in 0..names {
         at = name::skip_visiting(msg, at, |label, len| jumped.push((label, len)))
@@ -285,8 +280,6 @@ fn check_rdata_names(
     }
     Ok(at)
 }
-
-const DNAME: u16 = 39;
 
 /// RFC 2181 section 8: a TTL with the top bit set is treated as zero.
 #[inline]
@@ -434,6 +427,22 @@ mod tests {
         // rewriting the TTL would rewrite the name.
         let chain = b"\xab\xcd\x81\x80\x00\x01\x00\x02\x00\x00\x00\x00\x07\x65\x78\x61\x6d\x70\x6c\x65\x03\x63\x6f\x6d\x00\x00\x01\x00\x01\xc0\x0c\x00\x01\x00\x01\x00\x00\xc0\x0c\x00\x04\x01\x02\x03\x04\xc0\x25\x00\x01\x00\x01\x00\x00\x01\x2c\x00\x04\x05\x06\x07\x08";
         assert_eq!(layout(chain), Err(ResponseError::Malformed));
+    }
+
+    #[test]
+    fn names_in_the_rdata_of_every_compressible_type_are_read() {
+        // example.com MX, answered by an AFSDB record (preference 10) whose
+        // name `mail` continues at offset 0, the header: copied as it is,
+        // it would spell another name once the client's ID is there.
+        let mut m = b"\xab\xcd\x81\x80\x00\x01\x00\x01\x00\x00\x00\x00".to_vec();
+        m.extend(b"\x07example\x03com\x00\x00\x0f\x00\x01");
+        m.extend(b"\xc0\x0c\x00\x12\x00\x01\x00\x00\x01\x2c\x00\x09");
+        m.extend(b"\x00\x0a\x04mail\xc0\x00");
+        assert_eq!(layout(&m), Err(ResponseError::Malformed));
+        // The same record pointing at the question's `com` is read.
+        let len = m.len();
+        m[len - 1] = 20;
+        assert!(layout(&m).is_ok());
     }
 
     #[test]
