@@ -13,6 +13,7 @@ pub mod cache;
 pub mod config;
 pub mod convert;
 pub mod cpus;
+pub mod doctor;
 pub mod guard;
 pub mod http;
 pub mod inflight;

@@ -57,6 +57,76 @@ enum Command {
     /// queries: every search expansion, A and AAAA, each name taken to exist
     /// only as written.
     Querygen(QuerygenArgs),
+    /// Name the DNS problems seen from here (a pod or a node): the resolver
+    /// configuration's query cost, probes of its nameservers, the node's
+    /// conntrack, rules and listeners. Findings ranked by severity, each with
+    /// its evidence and fix. Exit 1 when a critical finding is present.
+    Doctor(DoctorArgs),
+    /// Resolve one name the way the pod's resolver would, printing every
+    /// query, its answer code and latency. Exit 0 when the name resolved.
+    Trace(TraceArgs),
+}
+
+#[derive(clap::Args)]
+struct DoctorArgs {
+    /// The resolv.conf whose search list, options and nameservers apply.
+    #[arg(long, value_name = "FILE", default_value = "/etc/resolv.conf")]
+    resolv_conf: PathBuf,
+    /// Probe this server instead of resolv.conf's nameservers (IP or
+    /// IP:PORT; repeatable).
+    #[arg(long, value_name = "ADDR")]
+    server: Vec<String>,
+    /// External names whose query cost is shown (default: example.com).
+    #[arg(long, value_name = "NAME")]
+    name: Vec<String>,
+    /// A name whose answer is larger than 512 bytes, to check truncation
+    /// (TC) and the fallback to TCP.
+    #[arg(long, value_name = "NAME")]
+    tc_name: Option<String>,
+    /// Most TCP connections the concurrency ramp holds open at once.
+    #[arg(long, value_name = "N", default_value_t = 40)]
+    tcp_max: usize,
+    /// Skip the live probes (no query is sent).
+    #[arg(long)]
+    no_probes: bool,
+    /// Skip the node checks.
+    #[arg(long)]
+    no_node: bool,
+    /// The nodens configuration of this node (its addresses, HTTP port and
+    /// upstreams, for the node checks).
+    #[arg(short, long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The node cache's address (default: the configuration's, else
+    /// 169.254.20.10; repeatable).
+    #[arg(long, value_name = "IP")]
+    local_ip: Vec<std::net::IpAddr>,
+    /// The kubelet's configuration (its clusterDNS).
+    #[arg(long, value_name = "FILE", default_value = "/var/lib/kubelet/config.yaml")]
+    kubelet_config: PathBuf,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+struct TraceArgs {
+    /// The name, as an application would give it to getaddrinfo.
+    name: String,
+    /// The resolv.conf whose search list, options and nameservers apply.
+    #[arg(long, value_name = "FILE", default_value = "/etc/resolv.conf")]
+    resolv_conf: PathBuf,
+    /// Ask this server instead of resolv.conf's nameservers (IP or IP:PORT).
+    #[arg(long, value_name = "ADDR")]
+    server: Vec<String>,
+    /// The client's resolver.
+    #[arg(long, value_enum, default_value_t = stub::Stub::Glibc)]
+    resolver: stub::Stub,
+    /// getaddrinfo's family.
+    #[arg(long, value_enum, default_value_t = stub::Family::Unspec)]
+    family: stub::Family,
+    /// Print the trace as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -149,6 +219,91 @@ fn main() -> ExitCode {
         Command::Node { action } => node_command(action),
         Command::ConvertCorefile(args) => convert_corefile(args),
         Command::Querygen(args) => querygen(args),
+        Command::Doctor(args) => doctor(args),
+        Command::Trace(args) => trace(args),
+    }
+}
+
+fn doctor(args: DoctorArgs) -> ExitCode {
+    use nodens::doctor;
+    let config = match &args.config {
+        Some(path) => match Config::load(path) {
+            Ok(config) => Some(config),
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => None,
+    };
+    let resolv = match doctor::resolver::ResolvConf::read(&args.resolv_conf) {
+        Ok(resolv) => resolv,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let servers = match doctor::probe::servers(&args.server, &resolv) {
+        Ok(servers) => servers,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let options = doctor::Options {
+        resolv,
+        names: args.name,
+        probes: (!args.no_probes).then_some(doctor::probe::ProbeOptions {
+            servers,
+            tc_name: args.tc_name,
+            tcp_max: args.tcp_max,
+        }),
+        node: (!args.no_node).then(|| doctor::node::NodeOptions {
+            local_ips: args.local_ip,
+            config,
+            kubelet_config: args.kubelet_config,
+            proc_root: PathBuf::from("/proc"),
+        }),
+    };
+    let report = doctor::run(options);
+    if args.json {
+        println!("{}", report.to_json());
+    } else {
+        print!("{}", report.to_text());
+    }
+    if report.has_critical() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn trace(args: TraceArgs) -> ExitCode {
+    use nodens::doctor;
+    let resolv = match doctor::resolver::ResolvConf::read(&args.resolv_conf) {
+        Ok(resolv) => resolv,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let servers = match doctor::probe::servers(&args.server, &resolv) {
+        Ok(servers) => servers,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let trace = doctor::trace::run(&resolv, &servers, args.resolver, args.family, &args.name);
+    if args.json {
+        println!("{}", trace.to_json());
+    } else {
+        print!("{}", trace.to_text());
+    }
+    if trace.resolved() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 

@@ -96,6 +96,7 @@ impl File {
                 max_misses_in_flight: s.max_misses_in_flight,
                 shutdown_grace: s.shutdown_grace,
                 handover_socket: s.handover_socket.clone(),
+                identity: s.identity,
             },
             cache: CacheSettings {
                 capacity: self.cache.capacity.as_u64(),

@@ -250,6 +250,10 @@ pub struct ServerConfig {
     /// to the process that replaces it, and where a new process asks for
     /// them (zero-loss handover; docs/node.md). Unset: no handover.
     pub handover_socket: Option<PathBuf>,
+    /// Answer CHAOS TXT `id.server`/`hostname.bind` (the node) and
+    /// `version.server`/`version.bind` (nodens's version), so that a client
+    /// (or `nodens doctor`) can tell which server answers.
+    pub identity: bool,
 }
 
 impl Default for ServerConfig {
@@ -273,6 +277,7 @@ impl Default for ServerConfig {
             max_misses_in_flight: 2048,
             shutdown_grace: Duration::from_secs(5),
             handover_socket: None,
+            identity: true,
         }
     }
 }

@@ -14,7 +14,7 @@ mod check;
 mod compile;
 mod file;
 mod position;
-mod resolv_conf;
+pub mod resolv_conf;
 mod values;
 
 use std::fmt;
@@ -85,6 +85,8 @@ pub struct ServerSettings {
     pub max_misses_in_flight: usize,
     pub shutdown_grace: Duration,
     pub handover_socket: Option<PathBuf>,
+    /// Answer the CHAOS identity names (`[server] identity`).
+    pub identity: bool,
 }
 
 /// The client TCP bounds (see docs/security.md).

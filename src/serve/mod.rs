@@ -24,6 +24,7 @@
 mod admit;
 mod autopath;
 mod hit;
+pub mod identity;
 mod local;
 pub mod metrics;
 mod miss;
@@ -206,6 +207,9 @@ impl Service for Shared {
             proto,
             started,
         };
+        if identity::answer(&request, settings.identity.as_ref(), out) {
+            return Handled::Reply;
+        }
         if let Some(at) = self.autopath_candidate(&key, client, &settings) {
             match self.autopath_from_cache(&request, at, out) {
                 autopath::FromCache::Answered => return Handled::Reply,

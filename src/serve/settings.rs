@@ -12,6 +12,8 @@ use crate::tasks::Upkeep;
 use crate::upstream::Router;
 use crate::upstream::metrics::UpstreamMetrics;
 
+use super::identity::Identity;
+
 pub struct Settings {
     /// Changes on every reload; per-listener metric handles follow it.
     pub generation: u64,
@@ -25,6 +27,8 @@ pub struct Settings {
     pub cache: CacheSettings,
     /// The cluster DNS schema rules of the local-answer stage.
     pub cluster: ClusterRules,
+    /// What the CHAOS identity names answer; `None`: REFUSED.
+    pub identity: Option<Identity>,
 }
 
 impl Settings {
@@ -51,6 +55,7 @@ impl Settings {
             tcp: config.server.tcp,
             cache: config.cache.clone(),
             cluster: config.cluster.clone(),
+            identity: config.server.identity.then(Identity::of_this_node),
         }
     }
 }

@@ -17,11 +17,25 @@ pub struct StubConfig {
     /// glibc `single-request`/`single-request-reopen`: A, then AAAA, one
     /// after the other instead of in parallel (the order on the wire is the same).
     pub single_request: bool,
+    /// glibc `single-request-reopen`: also a new socket for the second query.
+    pub single_request_reopen: bool,
+    /// Seconds a query waits before the next try (glibc caps it at 30).
+    pub timeout: u8,
+    /// Tries per nameserver (glibc caps it at 5).
+    pub attempts: u8,
+    /// glibc `rotate`: start at another nameserver each lookup.
+    pub rotate: bool,
+    /// glibc `use-vc` (`tcp` since 2.34): every query over TCP.
+    pub use_vc: bool,
 }
 
 /// resolv.conf's default and the libraries' cap (RES_MAXNDOTS).
 const DEFAULT_NDOTS: u8 = 1;
 const MAX_NDOTS: u8 = 15;
+const DEFAULT_TIMEOUT: u8 = 5;
+const MAX_TIMEOUT: u8 = 30;
+const DEFAULT_ATTEMPTS: u8 = 2;
+const MAX_ATTEMPTS: u8 = 5;
 
 impl Default for StubConfig {
     fn default() -> Self {
@@ -31,6 +45,11 @@ impl Default for StubConfig {
             no_aaaa: false,
             no_tld_query: false,
             single_request: false,
+            single_request_reopen: false,
+            timeout: DEFAULT_TIMEOUT,
+            attempts: DEFAULT_ATTEMPTS,
+            rotate: false,
+            use_vc: false,
         }
     }
 }
@@ -61,11 +80,25 @@ impl StubConfig {
                     self.ndots = n.min(u32::from(MAX_NDOTS)) as u8;
                 }
             }
+            Some(("timeout", n)) => {
+                if let Ok(n) = n.parse::<u32>() {
+                    self.timeout = n.clamp(1, u32::from(MAX_TIMEOUT)) as u8;
+                }
+            }
+            Some(("attempts", n)) => {
+                if let Ok(n) = n.parse::<u32>() {
+                    self.attempts = n.clamp(1, u32::from(MAX_ATTEMPTS)) as u8;
+                }
+            }
             None if option == "no-aaaa" => self.no_aaaa = true,
             None if option == "no-tld-query" => self.no_tld_query = true,
-            None if option == "single-request" || option == "single-request-reopen" => {
-                self.single_request = true
+            None if option == "single-request" => self.single_request = true,
+            None if option == "single-request-reopen" => {
+                self.single_request = true;
+                self.single_request_reopen = true;
             }
+            None if option == "rotate" => self.rotate = true,
+            None if option == "use-vc" || option == "tcp" => self.use_vc = true,
             _ => {}
         }
     }
@@ -96,8 +129,9 @@ mod tests {
             ]
         );
         assert_eq!(c.ndots, 5);
-        assert!(c.single_request);
+        assert!(c.single_request && c.single_request_reopen);
         assert!(!c.no_aaaa);
+        assert_eq!((c.timeout, c.attempts), (2, 2));
     }
 
     #[test]
@@ -108,5 +142,7 @@ mod tests {
         let c = StubConfig::parse("domain c.example\nsearch a b # comment\n");
         assert_eq!(c.search, ["a", "b"]);
         assert_eq!(StubConfig::parse("").ndots, 1);
+        let c = StubConfig::parse("options timeout:0 attempts:9 rotate use-vc\n");
+        assert_eq!((c.timeout, c.attempts, c.rotate, c.use_vc), (1, 5, true, true));
     }
 }

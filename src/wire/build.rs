@@ -126,6 +126,33 @@ pub fn nxdomain(query: &Query<'_>, soa: &Soa, ttl: u32, limit: usize, out: &mut 
     }
 }
 
+/// The answer to a CHAOS TXT query about the server itself: the question,
+/// one TXT record with `text` (cut to 255 bytes) and TTL 0, and an OPT
+/// record when the client used EDNS. Always small enough for 512 bytes.
+pub fn chaos_txt(query: &Query<'_>, text: &str, out: &mut Vec<u8>) {
+    reply_with_rcode(
+        query.packet,
+        rcode::NOERROR,
+        Some(query.name_end + 4),
+        None,
+        None,
+        out,
+    );
+    let text = &text.as_bytes()[..text.len().min(255)];
+    out.extend([0xc0, HEADER_LEN as u8]);
+    out.extend(rtype::TXT.to_be_bytes());
+    out.extend(super::class::CH.to_be_bytes());
+    out.extend(0u32.to_be_bytes());
+    out.extend((text.len() as u16 + 1).to_be_bytes());
+    out.push(text.len() as u8);
+    out.extend(text);
+    write_u16(out, 6, 1);
+    if let Some(e) = query.edns {
+        push_opt(out, e.dnssec_ok, rcode::NOERROR, None);
+        write_u16(out, 10, 1);
+    }
+}
+
 /// SERVFAIL for a query that could not be resolved.
 pub fn servfail(
     packet: &[u8],

@@ -32,6 +32,7 @@ pub mod rtype {
     pub const AXFR: u16 = 252;
     pub const MAILB: u16 = 253;
     pub const MAILA: u16 = 254;
+    pub const ANY: u16 = 255;
 }
 
 /// Response codes, including the extended ones carried in OPT.

@@ -1,0 +1,52 @@
+//! `nodens doctor` and `nodens trace`: name a cluster's DNS problems from
+//! where a pod or a node stands. Not on the request path.
+//!
+//! Every check returns [`Finding`]s: what is wrong, the numbers that show
+//! it, and the fix. A check that cannot run (a file not readable, a tool
+//! missing) says so as an [`Severity::Info`] note instead of guessing, so
+//! that a healthy setup gives no warning and a finding never comes
+//! without its evidence.
+
+pub mod finding;
+pub mod node;
+pub mod probe;
+pub mod resolver;
+pub mod trace;
+
+pub use finding::{Finding, Report, Severity};
+
+pub mod client;
+
+use resolver::ResolvConf;
+
+/// What `nodens doctor` runs.
+pub struct Options {
+    pub resolv: ResolvConf,
+    /// External names whose query cost is shown.
+    pub names: Vec<String>,
+    /// `None`: no query is sent.
+    pub probes: Option<probe::ProbeOptions>,
+    /// `None`: the node is not looked at.
+    pub node: Option<node::NodeOptions>,
+}
+
+/// Runs the checks asked for and ranks the findings.
+pub fn run(options: Options) -> Report {
+    let mut report = Report::default();
+    let (lines, findings) = resolver::analyse(&options.resolv, &options.names);
+    report.section("Resolver configuration", lines);
+    report.add(findings);
+    if let Some(probes) = &options.probes {
+        let samples = resolver::samples(&options.resolv, &options.names);
+        let (lines, findings) = probe::run(probes, &options.resolv, &samples);
+        report.section("Probes", lines);
+        report.add(findings);
+    }
+    if let Some(node) = &options.node {
+        let (lines, findings) = node::check(node);
+        report.section("Node", lines);
+        report.add(findings);
+    }
+    report.rank();
+    report
+}

@@ -1,0 +1,490 @@
+//! Live probes of the nameservers: latency over UDP and TCP, the search
+//! expansions' answers, negative caching, a TCP concurrency ramp, TC and
+//! the server's identity. Bounded in count and time, and sent only to the
+//! servers of resolv.conf or those given with `--server`.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+
+use super::client::{self, Question, Reply, Transport, ask, ask_on};
+use super::resolver::{ResolvConf, Sample};
+use super::{Finding, Severity};
+use crate::stub::{Stub, walk};
+use crate::wire::{class, rtype};
+
+const UDP_PROBES: usize = 20;
+const TCP_PROBES: usize = 10;
+/// How long one probe waits: far above any healthy answer, far below the
+/// 5 s a pod waits.
+const DEADLINE: Duration = Duration::from_secs(1);
+/// Between two identical negative queries: long enough for a cached TTL
+/// to count down by one second.
+const NEGATIVE_GAP: Duration = Duration::from_millis(1100);
+/// Above this median the server is slow for a cache.
+const SLOW_MEDIAN: Duration = Duration::from_millis(100);
+
+#[derive(Debug, Clone)]
+pub struct ProbeOptions {
+    pub servers: Vec<SocketAddr>,
+    /// A name whose answer is over 512 bytes (for the TC check).
+    pub tc_name: Option<String>,
+    /// Most TCP connections the ramp holds open.
+    pub tcp_max: usize,
+}
+
+/// The servers to probe: those given (`IP` or `IP:PORT`, `[v6]:PORT`),
+/// else resolv.conf's first three.
+pub fn servers(given: &[String], resolv: &ResolvConf) -> Result<Vec<SocketAddr>, String> {
+    if given.is_empty() {
+        return Ok(resolv.nameservers.iter().take(3).copied().collect());
+    }
+    given
+        .iter()
+        .map(|s| {
+            s.parse::<SocketAddr>()
+                .or_else(|_| s.parse().map(|ip| SocketAddr::new(ip, 53)))
+                .map_err(|_| format!("--server {s}: not an IP or IP:PORT"))
+        })
+        .collect()
+}
+
+/// Runs every probe against every server, one server after the other.
+pub fn run(options: &ProbeOptions, resolv: &ResolvConf, samples: &[Sample]) -> (Vec<String>, Vec<Finding>) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime");
+    let mut lines = Vec::new();
+    let mut findings = Vec::new();
+    for &server in &options.servers {
+        let (l, f) = runtime.block_on(probe_server(server, options, resolv, samples));
+        lines.extend(l);
+        findings.extend(f);
+    }
+    if options.servers.is_empty() {
+        lines.push("no server to probe".into());
+    }
+    (lines, findings)
+}
+
+/// The name the latency probes ask: one that exists, so that a cache
+/// answers it from memory after the first time.
+fn probe_name(resolv: &ResolvConf, samples: &[Sample]) -> String {
+    match resolv.cluster() {
+        Some((_, zone)) => format!("kubernetes.default.svc.{zone}"),
+        None => samples.first().map_or("example.com".into(), |s| s.exists_as.clone()),
+    }
+}
+
+async fn probe_server(
+    server: SocketAddr,
+    options: &ProbeOptions,
+    resolv: &ResolvConf,
+    samples: &[Sample],
+) -> (Vec<String>, Vec<Finding>) {
+    let mut lines = vec![format!("server {server}")];
+    let mut findings = Vec::new();
+    identity(server, &mut lines).await;
+
+    let name = probe_name(resolv, samples);
+    let question = match Question::new(&name, rtype::A) {
+        Ok(q) => q,
+        Err(e) => {
+            lines.push(format!("  cannot probe: {e}"));
+            return (lines, findings);
+        }
+    };
+    let udp = latency(server, &question, Transport::Udp, UDP_PROBES).await;
+    lines.push(format!("  UDP {}", udp.summary(&name)));
+    let tcp = latency(server, &question, Transport::Tcp, TCP_PROBES).await;
+    lines.push(format!("  TCP {}", tcp.summary(&name)));
+    findings.extend(udp.findings(server, "UDP", resolv));
+    findings.extend(tcp.findings(server, "TCP", resolv));
+    if udp.answered() == 0 && tcp.answered() == 0 {
+        findings.push(
+            Finding::new(
+                "server-unreachable",
+                Severity::Critical,
+                format!("{server} answers neither UDP nor TCP"),
+            )
+            .evidence(format!("{UDP_PROBES} UDP and {TCP_PROBES} TCP queries for {name}: {}", udp.first_error()))
+            .fix("Check that the server runs and listens on this address (for a node cache: its interface and rules, `nodens node status`)."),
+        );
+        return (lines, findings);
+    }
+
+    if let Some(sample) = samples.iter().find(|s| s.kind == "external name") {
+        findings.extend(expansions(server, resolv, sample, &mut lines).await);
+    }
+    findings.extend(negative_caching(server, resolv, samples, &mut lines).await);
+    findings.extend(tcp_ramp(server, &question, options.tcp_max, &mut lines).await);
+    if let Some(tc_name) = &options.tc_name {
+        findings.extend(truncation(server, tc_name, &mut lines).await);
+    } else {
+        lines.push("  TC: not checked (--tc-name NAME with an answer over 512 bytes checks it)".into());
+    }
+    (lines, findings)
+}
+
+/// CHAOS TXT `id.server` and `version.bind`: who answers.
+async fn identity(server: SocketAddr, lines: &mut Vec<String>) {
+    let mut said = Vec::new();
+    for what in ["id.server", "version.bind"] {
+        let mut q = Question::new(what, rtype::TXT).expect("a valid name");
+        q.qclass = class::CH;
+        if let Ok(reply) = ask(server, &q, Transport::Udp, DEADLINE).await
+            && reply.rcode == 0
+            && let Some(text) = reply.texts.first()
+        {
+            said.push(format!("{what} \"{text}\""));
+        }
+    }
+    let node_cache = said.iter().any(|s| s.contains("\"nodens"));
+    lines.push(match (said.is_empty(), node_cache) {
+        (true, _) => "  identity: no answer to CHAOS id.server or version.bind".into(),
+        (false, true) => format!("  identity: {} (a nodens node cache)", said.join(", ")),
+        (false, false) => format!("  identity: {}", said.join(", ")),
+    });
+}
+
+/// Latencies of `count` queries of one name, one after the other.
+struct Latency {
+    transport: Transport,
+    count: usize,
+    times: Vec<Duration>,
+    errors: Vec<String>,
+    timeouts: usize,
+}
+
+async fn latency(server: SocketAddr, q: &Question, transport: Transport, count: usize) -> Latency {
+    let mut l = Latency {
+        transport,
+        count,
+        times: Vec::new(),
+        errors: Vec::new(),
+        timeouts: 0,
+    };
+    for _ in 0..count {
+        match ask(server, q, transport, DEADLINE).await {
+            Ok(reply) => l.times.push(reply.latency),
+            Err(client::QueryError::Timeout(_)) => l.timeouts += 1,
+            Err(e) => l.errors.push(e.to_string()),
+        }
+    }
+    l.times.sort();
+    l
+}
+
+impl Latency {
+    fn answered(&self) -> usize {
+        self.times.len()
+    }
+
+    fn percentile(&self, p: usize) -> Duration {
+        let i = (self.times.len() * p).div_ceil(100).saturating_sub(1);
+        self.times[i.min(self.times.len() - 1)]
+    }
+
+    fn first_error(&self) -> String {
+        self.errors
+            .first()
+            .cloned()
+            .unwrap_or_else(|| format!("no answer within {DEADLINE:?}"))
+    }
+
+    fn summary(&self, name: &str) -> String {
+        if self.times.is_empty() {
+            return format!("{} queries for {name}: none answered ({})", self.count, self.first_error());
+        }
+        format!(
+            "{} queries for {name}: p50 {} p90 {} p99 {} max {}, {} timeout{}{}",
+            self.count,
+            ms(self.percentile(50)),
+            ms(self.percentile(90)),
+            ms(self.percentile(99)),
+            ms(*self.times.last().unwrap()),
+            self.timeouts,
+            if self.timeouts == 1 { "" } else { "s" },
+            if self.errors.is_empty() { String::new() } else { format!(", {} errors ({})", self.errors.len(), self.errors[0]) },
+        )
+    }
+
+    fn findings(&self, server: SocketAddr, transport: &str, resolv: &ResolvConf) -> Vec<Finding> {
+        let mut findings = Vec::new();
+        let failed = self.timeouts + self.errors.len();
+        if failed > 0 && self.answered() > 0 {
+            findings.push(
+                Finding::new(
+                    if self.transport == Transport::Udp { "udp-loss" } else { "tcp-loss" },
+                    Severity::Critical,
+                    format!("{server} left {failed} of {} {transport} queries unanswered", self.count),
+                )
+                .evidence(format!(
+                    "{} timed out after {DEADLINE:?}, {} failed{}",
+                    self.timeouts,
+                    self.errors.len(),
+                    self.errors.first().map(|e| format!(" ({e})")).unwrap_or_default()
+                ))
+                .evidence(format!(
+                    "a pod's resolver waits timeout:{} s before it asks again: each lost query is a {}-second lookup",
+                    resolv.stub.timeout, resolv.stub.timeout
+                ))
+                .fix("Look for conntrack insert failures (node checks below), a saturated server (CPU throttling), or a full socket buffer. A node cache with NOTRACK rules removes the conntrack races."),
+            );
+        }
+        if self.answered() > 0 && self.percentile(50) > SLOW_MEDIAN {
+            findings.push(
+                Finding::new(
+                    "slow-server",
+                    Severity::Warning,
+                    format!("{server} answers {transport} in {} (median) for a name asked again and again", ms(self.percentile(50))),
+                )
+                .evidence(format!("{} queries: p50 {} p99 {}", self.count, ms(self.percentile(50)), ms(self.percentile(99))))
+                .fix("A cache answers a repeated name in well under a millisecond: check that the server caches, and its CPU limit."),
+            );
+        }
+        findings
+    }
+}
+
+/// The search expansions of an external name, as glibc sends them: each
+/// must come back NXDOMAIN, or the lookup ends early with a wrong answer
+/// (a wildcard in a search domain) or fails for musl (which stops at
+/// anything but NXDOMAIN).
+async fn expansions(server: SocketAddr, resolv: &ResolvConf, sample: &Sample, lines: &mut Vec<String>) -> Vec<Finding> {
+    let names = walk(Stub::Glibc, &resolv.stub, &sample.name, |n| n == sample.exists_as);
+    let expanded: Vec<_> = names.iter().filter(|n| **n != sample.exists_as).collect();
+    if expanded.is_empty() {
+        return Vec::new();
+    }
+    let mut findings = Vec::new();
+    let mut times = Vec::new();
+    for name in expanded {
+        let Ok(q) = Question::new(name, rtype::A) else { continue };
+        match ask(server, &q, Transport::Udp, DEADLINE).await {
+            Ok(reply) if reply.rcode == 3 => times.push(reply.latency),
+            Ok(reply) => findings.push(expansion_finding(server, name, &sample.name, Some(&reply))),
+            Err(_) => findings.push(expansion_finding(server, name, &sample.name, None)),
+        }
+    }
+    times.sort();
+    if !times.is_empty() {
+        lines.push(format!(
+            "  search expansions of {}: {} NXDOMAIN, median {}, slowest {}",
+            sample.name,
+            times.len(),
+            ms(times[times.len() / 2]),
+            ms(*times.last().unwrap())
+        ));
+    }
+    findings
+}
+
+fn expansion_finding(server: SocketAddr, expanded: &str, name: &str, reply: Option<&Reply>) -> Finding {
+    let (severity, title, what) = match reply {
+        Some(r) if r.rcode == 0 && !r.addresses.is_empty() => (
+            Severity::Critical,
+            format!("the search expansion {expanded} exists: pods asking for {name} get its address"),
+            format!("{expanded} A: NOERROR {:?}", r.addresses),
+        ),
+        Some(r) => (
+            Severity::Critical,
+            format!("the search expansion {expanded} answers {} instead of NXDOMAIN", describe(r)),
+            format!("{expanded} A: {}", describe(r)),
+        ),
+        None => (
+            Severity::Critical,
+            format!("the search expansion {expanded} gets no answer"),
+            format!("{expanded} A: no answer within {DEADLINE:?} from {server}"),
+        ),
+    };
+    Finding::new("search-expansion-not-nxdomain", severity, title)
+        .evidence(what)
+        .evidence("glibc goes on to the next name after NODATA or SERVFAIL, musl stops at anything but NXDOMAIN: the lookup fails or ends at the wrong name")
+        .fix(format!("Find who answers under that search domain (a wildcard record, a split-horizon zone, a failing forwarder) or remove the domain from the search list; `{name}.` with a trailing dot skips the list."))
+}
+
+fn describe(r: &Reply) -> String {
+    if r.rcode == 0 && r.answers == 0 {
+        "NODATA".into()
+    } else {
+        r.rcode_name().into()
+    }
+}
+
+/// Two identical queries for a name that does not exist, 1.1 s apart:
+/// a cache answers the second from memory, its SOA TTL counted down.
+async fn negative_caching(
+    server: SocketAddr,
+    resolv: &ResolvConf,
+    samples: &[Sample],
+    lines: &mut Vec<String>,
+) -> Option<Finding> {
+    let parent = match resolv.stub.search.first() {
+        Some(domain) => domain.clone(),
+        None => samples.first()?.exists_as.clone(),
+    };
+    let name = format!("nodens-doctor-{:08x}.{parent}", rand::random::<u32>());
+    let q = Question::new(&name, rtype::A).ok()?;
+    let first = ask(server, &q, Transport::Udp, DEADLINE).await;
+    tokio::time::sleep(NEGATIVE_GAP).await;
+    let second = ask(server, &q, Transport::Udp, DEADLINE).await;
+    let (first, second) = match (first, second) {
+        (Ok(a), Ok(b)) if a.rcode == 3 && b.rcode == 3 => (a, b),
+        (a, b) => {
+            let got = |r: &Result<Reply, _>| r.as_ref().map_or("no answer".into(), describe);
+            lines.push(format!("  negative caching: not checked ({name}: {}, then {})", got(&a), got(&b)));
+            return None;
+        }
+    };
+    let (Some(ttl1), Some(ttl2)) = (first.soa_ttl, second.soa_ttl) else {
+        lines.push(format!("  negative caching: not checked (NXDOMAIN for {name} without an SOA)"));
+        return Some(
+            Finding::new("nxdomain-without-soa", Severity::Warning, format!("{server} sends NXDOMAIN without an SOA record"))
+                .evidence(format!("{name} A: NXDOMAIN, empty authority section"))
+                .fix("RFC 2308: without the SOA no cache on the way may keep the answer, so every repeat goes to the authority. Check the zone's server."),
+        );
+    };
+    let evidence = format!(
+        "{name} A twice, {} apart: NXDOMAIN with SOA TTL {ttl1} then {ttl2}, in {} then {}",
+        ms(NEGATIVE_GAP),
+        ms(first.latency),
+        ms(second.latency)
+    );
+    if ttl2 < ttl1 {
+        lines.push(format!("  negative caching: yes ({evidence})"));
+        return None;
+    }
+    lines.push(format!("  negative caching: no ({evidence})"));
+    Some(
+        Finding::new("no-negative-cache", Severity::Warning, format!("{server} does not cache negative answers"))
+            .evidence(evidence)
+            .evidence("the SOA TTL did not count down: the second NXDOMAIN came from the authority again, and so does every search expansion of every lookup")
+            .fix("Cache negative answers (RFC 2308): dnsmasq without --no-negcache, CoreDNS's cache plugin with `denial`, unbound by default; nodens does by default. Or put a node cache in front."),
+    )
+}
+
+/// Opens TCP connections one after the other and holds them, each asking
+/// one query, up to `max`: a server with a fixed number of TCP slots
+/// (dnsmasq: 20 processes) stops answering at the first connection past
+/// them, while one with a per-client limit closes it.
+async fn tcp_ramp(server: SocketAddr, q: &Question, max: usize, lines: &mut Vec<String>) -> Option<Finding> {
+    let mut held: Vec<TcpStream> = Vec::with_capacity(max);
+    let mut times = Vec::new();
+    let mut end = None;
+    for n in 1..=max {
+        let step = async {
+            let mut stream = TcpStream::connect(server).await.map_err(|e| client::QueryError::Io(e.to_string()))?;
+            let reply = ask_on(&mut stream, q, DEADLINE).await?;
+            Ok::<_, client::QueryError>((stream, reply))
+        };
+        match tokio::time::timeout(DEADLINE * 2, step).await {
+            Ok(Ok((stream, reply))) => {
+                times.push(reply.latency);
+                held.push(stream);
+            }
+            Ok(Err(client::QueryError::Timeout(_))) | Err(_) => {
+                end = Some((n, true, String::new()));
+                break;
+            }
+            Ok(Err(e)) => {
+                end = Some((n, false, e.to_string()));
+                break;
+            }
+        }
+    }
+    drop(held);
+    times.sort();
+    let median = times.get(times.len() / 2).copied().map(ms).unwrap_or_else(|| "-".into());
+    match end {
+        None => {
+            lines.push(format!("  TCP ramp: {max} connections held open, each answered (median {median})"));
+            None
+        }
+        Some((n, true, _)) => {
+            lines.push(format!("  TCP ramp: stalled at connection {n}"));
+            Some(
+                Finding::new(
+                    "tcp-stall",
+                    Severity::Critical,
+                    format!("{server} stalls beyond {} concurrent TCP connections", n - 1),
+                )
+                .evidence(format!("{} connections held open, each answered one query (median {median})", n - 1))
+                .evidence(format!("connection {n} got no answer within {DEADLINE:?}: it waits for a slot, as do truncated answers' retries and TCP-forwarding caches"))
+                .fix("dnsmasq serves at most 20 TCP connections at once (one process each). Do not force TCP to it (node-local-dns `force_tcp`), or put a cache in front that keeps a small pool of TCP connections (nodens: [upstream] TCP pool)."),
+            )
+        }
+        Some((n, false, error)) => {
+            lines.push(format!("  TCP ramp: connection {n} refused or closed ({error}); {} held before", n - 1));
+            Some(
+                Finding::new("tcp-limit", Severity::Info, format!("{server} closes TCP connections beyond {} from one client", n - 1))
+                    .evidence(format!("connection {n}: {error}"))
+                    .fix("A per-client limit answers clearly and clients retry; no action unless pods keep many TCP connections open."),
+            )
+        }
+    }
+}
+
+/// A name whose answer does not fit in 512 bytes: over UDP without EDNS
+/// the reply must be cut with TC set, and TCP must give all of it.
+async fn truncation(server: SocketAddr, name: &str, lines: &mut Vec<String>) -> Option<Finding> {
+    let mut q = match Question::new(name, rtype::TXT) {
+        Ok(q) => q,
+        Err(e) => {
+            lines.push(format!("  TC: not checked ({e})"));
+            return None;
+        }
+    };
+    let tcp = ask(server, &q, Transport::Tcp, DEADLINE).await;
+    q.edns = None;
+    let udp = ask(server, &q, Transport::Udp, DEADLINE).await;
+    let finding = |title: String, evidence: String| {
+        Some(
+            Finding::new("truncation", Severity::Critical, title)
+                .evidence(evidence)
+                .fix("A large answer must come back truncated over UDP (TC) and whole over TCP; check TCP reachability (port 53/tcp) and the server's truncation."),
+        )
+    };
+    match (udp, tcp) {
+        (Ok(u), Ok(_)) if u.size > 512 => finding(
+            format!("{server} sent a {}-byte UDP reply to a query without EDNS", u.size),
+            format!("{name} TXT: {} bytes over UDP, the limit is 512", u.size),
+        ),
+        (Ok(u), Ok(t)) if !u.truncated && u.answers < t.answers => finding(
+            format!("{server} drops records from a large UDP answer without setting TC"),
+            format!("{name} TXT: {} records over UDP, {} over TCP, TC not set", u.answers, t.answers),
+        ),
+        (Ok(u), Ok(t)) => {
+            lines.push(format!(
+                "  TC: {name} TXT over UDP without EDNS: {} bytes{}; over TCP: {} bytes, {} records",
+                u.size,
+                if u.truncated { ", TC set" } else { "" },
+                t.size,
+                t.answers
+            ));
+            if !u.truncated && t.size <= 512 {
+                lines.push("  TC: the answer fits in 512 bytes; give a larger one to check truncation".into());
+            }
+            None
+        }
+        (Ok(u), Err(e)) if u.truncated => finding(
+            format!("{server} truncates over UDP but its TCP fails"),
+            format!("{name} TXT: TC over UDP, then over TCP: {e}"),
+        ),
+        (u, t) => {
+            let show = |r: &Result<Reply, client::QueryError>| match r {
+                Ok(r) => describe(r),
+                Err(e) => e.to_string(),
+            };
+            lines.push(format!("  TC: not checked ({name} TXT: UDP {}, TCP {})", show(&u), show(&t)));
+            None
+        }
+    }
+}
+
+pub fn ms(d: Duration) -> String {
+    let ms = d.as_secs_f64() * 1000.0;
+    if ms < 10.0 { format!("{ms:.2} ms") } else { format!("{ms:.0} ms") }
+}
