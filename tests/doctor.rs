@@ -279,3 +279,39 @@ fn ndots_five_and_six_search_domains_are_seven_lookups_times_two_families() {
     assert!(text.contains("[WARNING] an external name costs 7 lookups x 2 families"), "{text}");
     assert!(text.contains("glibc 7 names x A+AAAA = 14 queries, 7 round trips"), "{text}");
 }
+
+#[test]
+fn nodens_says_who_it_is_over_chaos_unless_told_not_to() {
+    let net = Net::alloc();
+    let core = CoreDns::test_zone(net.upstream(0), "");
+    let ask = |nodens: &Nodens, name: &str| {
+        let raw = udp_exchange(nodens.dns, &Q::new(name, Rt::TXT).chaos_bytes(), secs(2)).expect("a reply");
+        Reply::parse(raw, std::time::Duration::ZERO)
+    };
+    let texts = |reply: &Reply| -> Vec<String> {
+        reply.answers_of(Rt::TXT).iter().map(|r| r.data().to_string()).collect()
+    };
+    let nodens = Nodens::start(&Cfg::new(&net).zone(Zone::new(".", &[core.addr])));
+    let version = ask(&nodens, "VERSION.bind.");
+    assert_eq!(version.rcode(), 0);
+    assert_eq!(texts(&version), [format!("nodens {}", env!("CARGO_PKG_VERSION"))]);
+    // The node's name from the downward API, else the host name.
+    let host = std::env::var("NODE_NAME")
+        .ok()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap());
+    assert_eq!(texts(&ask(&nodens, "id.server.")), [host.trim()]);
+    assert_eq!(texts(&ask(&nodens, "hostname.bind.")), [host.trim()]);
+    drop(nodens);
+
+    let hidden = Nodens::start(
+        &Cfg::new(&net)
+            .server_option("identity", "false")
+            .zone(Zone::new(".", &[core.addr])),
+    );
+    for name in ["version.bind.", "id.server."] {
+        let reply = ask(&hidden, name);
+        assert_eq!(reply.rcode(), 5, "{name}");
+        assert!(reply.answers_of(Rt::TXT).is_empty());
+    }
+}

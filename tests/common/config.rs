@@ -261,6 +261,12 @@ impl Cfg {
         self
     }
 
+    /// `[server] KEY = VALUE` for a key without a setter (`value` as TOML).
+    pub fn server_option(mut self, key: &'static str, value: &str) -> Cfg {
+        self.server.set(key, value.to_string());
+        self
+    }
+
     /// TOML text appended as it is: sections this builder has no setters
     /// for (`[cluster]`, `[[cluster.cloud_suffix]]`).
     pub fn raw(mut self, toml_text: &str) -> Cfg {

@@ -61,6 +61,16 @@ impl Q {
         self
     }
 
+    /// The query in class CH (CHAOS), as `dig CH TXT id.server` sends it.
+    pub fn chaos_bytes(&self) -> Vec<u8> {
+        let mut bytes = self.to_bytes();
+        // A plain name's wire form is its text form (with the final dot) plus one.
+        let fqdn = self.name.trim_end_matches('.').len() + 1;
+        let name_end = 12 + fqdn + 1;
+        bytes[name_end + 2..name_end + 4].copy_from_slice(&3u16.to_be_bytes());
+        bytes
+    }
+
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut m = Message::new();
         m.set_id(self.id)
