@@ -256,13 +256,16 @@ fn search_list_tax(resolv: &ResolvConf, sample: &Sample) -> Option<Finding> {
          \x20    options:\n\
          \x20      - name: ndots\n\
          \x20        value: \"{lower}\"\n\
-         \x20  Names with {lower} or more dots are asked as written first. Trade-off: a\n\
-         \x20  Service asked as `svc.ns.svc` or longer, or a name relying on a search domain\n\
-         \x20  with that many dots, costs one more NXDOMAIN first.\n\
+         \x20  Names with {lower} or more dots are asked as written first. Trade-off: {cost}\n\
          3. nodens autopath (chart: search.autopath=true): the first expansion is\n\
          \x20  answered with the final answer; 1 round trip for glibc, musl and Go, no pod\n\
          \x20  change. Trade-off: a watch of the node's pods.",
         name = sample.name,
+        cost = match lower {
+            1 => "a Service\n   asked as `svc.ns` (`web.team-b`) costs one more NXDOMAIN first, upstream.",
+            2 => "a Service\n   asked as `svc.ns.svc` costs one more NXDOMAIN first, upstream.",
+            _ => "a cluster name\n   written with that many dots costs one more NXDOMAIN first, upstream.",
+        },
     ));
     Some(finding)
 }
