@@ -105,7 +105,11 @@ impl Report {
         for section in &self.sections {
             out.push_str(&format!("== {}\n", section.title));
             for line in &section.lines {
-                out.push_str(&format!("   {line}\n"));
+                if line.is_empty() {
+                    out.push('\n');
+                } else {
+                    out.push_str(&format!("   {line}\n"));
+                }
             }
             out.push('\n');
         }

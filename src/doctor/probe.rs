@@ -115,7 +115,7 @@ async fn probe_server(
         return (lines, findings);
     }
 
-    if let Some(sample) = samples.iter().find(|s| s.kind == "external name") {
+    if let Some(sample) = samples.iter().find(|s| s.kind == super::resolver::EXTERNAL) {
         findings.extend(expansions(server, resolv, sample, &mut lines).await);
     }
     findings.extend(negative_caching(server, resolv, samples, &mut lines).await);
@@ -413,7 +413,7 @@ async fn tcp_ramp(server: SocketAddr, q: &Question, max: usize, lines: &mut Vec<
                 )
                 .evidence(format!("{} connections held open, each answered one query (median {median})", n - 1))
                 .evidence(format!("connection {n} got no answer within {DEADLINE:?}: it waits for a slot, as do truncated answers' retries and TCP-forwarding caches"))
-                .fix("dnsmasq serves at most 20 TCP connections at once (one process each). Do not force TCP to it (node-local-dns `force_tcp`), or put a cache in front that keeps a small pool of TCP connections (nodens: [upstream] TCP pool)."),
+                .fix("dnsmasq serves 20 TCP connections at once, one process each, unless --max-tcp-connections (2.90) raises it. Do not force TCP to such a server (node-local-dns `force_tcp`), or put a cache in front that keeps a small pool of TCP connections (nodens: the upstream TCP pool)."),
             )
         }
         Some((n, false, error)) => {

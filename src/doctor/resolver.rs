@@ -64,6 +64,9 @@ impl ResolvConf {
     }
 }
 
+/// The kind of the sample names whose walk is the search-list tax.
+pub const EXTERNAL: &str = "an external name";
+
 /// A name to show the walk of, and which of its forms exists.
 #[derive(Debug, Clone)]
 pub struct Sample {
@@ -86,24 +89,24 @@ pub fn samples(resolv: &ResolvConf, external: &[String]) -> Vec<Sample> {
         let bare = name.trim_end_matches('.').to_string();
         samples.push(Sample {
             name: bare.clone(),
-            kind: "external name",
+            kind: EXTERNAL,
             exists_as: bare.clone(),
         });
         samples.push(Sample {
             name: format!("{bare}."),
-            kind: "external name with a trailing dot",
+            kind: "an external name with a trailing dot",
             exists_as: bare,
         });
     }
     if let Some((namespace, zone)) = resolv.cluster() {
         samples.push(Sample {
             name: "kubernetes".into(),
-            kind: "Service short name (in the pod's namespace)",
+            kind: "a Service's short name, in the pod's namespace",
             exists_as: format!("kubernetes.{namespace}.svc.{zone}"),
         });
         samples.push(Sample {
             name: "kubernetes.default".into(),
-            kind: "Service as svc.ns",
+            kind: "a Service as svc.ns",
             exists_as: format!("kubernetes.default.svc.{zone}"),
         });
     }
@@ -203,7 +206,7 @@ pub fn analyse(resolv: &ResolvConf, external: &[String]) -> (Vec<String>, Vec<Fi
             }
         }
     }
-    if let Some(external) = samples.iter().find(|s| s.kind == "external name") {
+    if let Some(external) = samples.iter().find(|s| s.kind == EXTERNAL) {
         findings.extend(search_list_tax(resolv, external));
     }
     findings.extend(options_findings(resolv));
