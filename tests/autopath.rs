@@ -635,4 +635,49 @@ fn glibc_musl_and_go_look_an_external_name_up_in_one_round_trip() {
             );
         }
     }
+
+    // nodens doctor, from the pod: the first expansion answered by
+    // autopath is seen as such (not as an expansion that exists), and the
+    // search-list tax is only a note, paid by the server.
+    let nodens = nodens_bin();
+    let out = lab
+        .pod
+        .run(
+            &[
+                nodens.to_str().unwrap(),
+                "doctor",
+                "--no-node",
+                "--json",
+                "--name",
+                "api.example.com",
+                "--tcp-max",
+                "5",
+            ],
+            &[],
+        )
+        .unwrap_or_else(|e| panic!("doctor from the pod: {e}"));
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let findings = report["findings"].as_array().unwrap();
+    assert!(
+        findings.iter().all(|f| f["severity"] != "critical"),
+        "{report:#}"
+    );
+    let tax = findings
+        .iter()
+        .find(|f| f["id"] == "search-list-tax")
+        .unwrap_or_else(|| panic!("{report:#}"));
+    assert_eq!(tax["severity"], "info", "{tax}");
+    let probes = report["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["title"] == "Probes")
+        .unwrap()["lines"]
+        .to_string();
+    assert!(
+        probes.contains(
+            "api.example.com.team-a.svc.cluster.local answered by autopath (CNAME api.example.com.)"
+        ),
+        "{probes}"
+    );
 }

@@ -38,9 +38,12 @@ pub fn run(options: Options) -> Report {
     report.add(findings);
     if let Some(probes) = &options.probes {
         let samples = resolver::samples(&options.resolv, &options.names);
-        let (lines, findings) = probe::run(probes, &options.resolv, &samples);
-        report.section("Probes", lines);
-        report.add(findings);
+        let probed = probe::run(probes, &options.resolv, &samples);
+        report.section("Probes", probed.lines);
+        report.add(probed.findings);
+        if probed.autopath {
+            resolver::paid_by_autopath(&mut report.findings);
+        }
     }
     if let Some(node) = &options.node {
         let (lines, findings) = node::check(node);

@@ -50,23 +50,32 @@ pub fn servers(given: &[String], resolv: &ResolvConf) -> Result<Vec<SocketAddr>,
         .collect()
 }
 
+/// What the probes found.
+pub struct Probed {
+    pub lines: Vec<String>,
+    pub findings: Vec<Finding>,
+    /// A server answered the search expansions by autopath.
+    pub autopath: bool,
+}
+
 /// Runs every probe against every server, one server after the other.
-pub fn run(options: &ProbeOptions, resolv: &ResolvConf, samples: &[Sample]) -> (Vec<String>, Vec<Finding>) {
+pub fn run(options: &ProbeOptions, resolv: &ResolvConf, samples: &[Sample]) -> Probed {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a current-thread runtime");
-    let mut lines = Vec::new();
-    let mut findings = Vec::new();
+    let mut probed = Probed {
+        lines: Vec::new(),
+        findings: Vec::new(),
+        autopath: false,
+    };
     for &server in &options.servers {
-        let (l, f) = runtime.block_on(probe_server(server, options, resolv, samples));
-        lines.extend(l);
-        findings.extend(f);
+        runtime.block_on(probe_server(server, options, resolv, samples, &mut probed));
     }
     if options.servers.is_empty() {
-        lines.push("no server to probe".into());
+        probed.lines.push("no server to probe".into());
     }
-    (lines, findings)
+    probed
 }
 
 /// The name the latency probes ask: one that exists, so that a cache
@@ -83,17 +92,19 @@ async fn probe_server(
     options: &ProbeOptions,
     resolv: &ResolvConf,
     samples: &[Sample],
-) -> (Vec<String>, Vec<Finding>) {
-    let mut lines = vec![format!("server {server}")];
-    let mut findings = Vec::new();
-    identity(server, &mut lines).await;
+    probed: &mut Probed,
+) {
+    let lines = &mut probed.lines;
+    let findings = &mut probed.findings;
+    lines.push(format!("server {server}"));
+    identity(server, lines).await;
 
     let name = probe_name(resolv, samples);
     let question = match Question::new(&name, rtype::A) {
         Ok(q) => q,
         Err(e) => {
             lines.push(format!("  cannot probe: {e}"));
-            return (lines, findings);
+            return;
         }
     };
     let udp = latency(server, &question, Transport::Udp, UDP_PROBES).await;
@@ -112,20 +123,19 @@ async fn probe_server(
             .evidence(format!("{UDP_PROBES} UDP and {TCP_PROBES} TCP queries for {name}: {}", udp.first_error()))
             .fix("Check that the server runs and listens on this address (for a node cache: its interface and rules, `nodens node status`)."),
         );
-        return (lines, findings);
+        return;
     }
 
     if let Some(sample) = samples.iter().find(|s| s.kind == super::resolver::EXTERNAL) {
-        findings.extend(expansions(server, resolv, sample, &mut lines).await);
+        findings.extend(expansions(server, resolv, sample, lines, &mut probed.autopath).await);
     }
-    findings.extend(negative_caching(server, resolv, samples, &mut lines).await);
-    findings.extend(tcp_ramp(server, &question, options.tcp_max, &mut lines).await);
+    findings.extend(negative_caching(server, resolv, samples, lines).await);
+    findings.extend(tcp_ramp(server, &question, options.tcp_max, lines).await);
     if let Some(tc_name) = &options.tc_name {
-        findings.extend(truncation(server, tc_name, &mut lines).await);
+        findings.extend(truncation(server, tc_name, lines).await);
     } else {
         lines.push("  TC: not checked (--tc-name NAME with an answer over 512 bytes checks it)".into());
     }
-    (lines, findings)
 }
 
 /// CHAOS TXT `id.server` and `version.bind`: who answers.
@@ -253,7 +263,17 @@ impl Latency {
 /// must come back NXDOMAIN, or the lookup ends early with a wrong answer
 /// (a wildcard in a search domain) or fails for musl (which stops at
 /// anything but NXDOMAIN).
-async fn expansions(server: SocketAddr, resolv: &ResolvConf, sample: &Sample, lines: &mut Vec<String>) -> Vec<Finding> {
+///
+/// An expansion answered by a CNAME to a later name of the walk is
+/// autopath (nodens's, or CoreDNS's): the lookup ends there, in one round
+/// trip, with the right answer.
+async fn expansions(
+    server: SocketAddr,
+    resolv: &ResolvConf,
+    sample: &Sample,
+    lines: &mut Vec<String>,
+    autopath: &mut bool,
+) -> Vec<Finding> {
     let names = walk(Stub::Glibc, &resolv.stub, &sample.name, |n| n == sample.exists_as);
     let expanded: Vec<_> = names.iter().filter(|n| **n != sample.exists_as).collect();
     if expanded.is_empty() {
@@ -261,10 +281,20 @@ async fn expansions(server: SocketAddr, resolv: &ResolvConf, sample: &Sample, li
     }
     let mut findings = Vec::new();
     let mut times = Vec::new();
-    for name in expanded {
+    for (i, name) in expanded.iter().enumerate() {
         let Ok(q) = Question::new(name, rtype::A) else { continue };
         match ask(server, &q, Transport::Udp, DEADLINE).await {
             Ok(reply) if reply.rcode == 3 => times.push(reply.latency),
+            Ok(reply) if is_autopath(&reply, &names[i + 1..]) => {
+                lines.push(format!(
+                    "  search expansions of {}: {name} answered by autopath (CNAME {}) in {}: one round trip",
+                    sample.name,
+                    reply.cnames[0],
+                    ms(reply.latency)
+                ));
+                *autopath = true;
+                break;
+            }
             Ok(reply) => findings.push(expansion_finding(server, name, &sample.name, Some(&reply))),
             Err(_) => findings.push(expansion_finding(server, name, &sample.name, None)),
         }
@@ -280,6 +310,15 @@ async fn expansions(server: SocketAddr, resolv: &ResolvConf, sample: &Sample, li
         ));
     }
     findings
+}
+
+/// A CNAME from an expansion to a name the walk would ask later.
+fn is_autopath(reply: &Reply, later: &[String]) -> bool {
+    reply.rcode == 0
+        && reply.cnames.first().is_some_and(|target| {
+            let target = target.trim_end_matches('.');
+            later.iter().any(|n| n.eq_ignore_ascii_case(target))
+        })
 }
 
 fn expansion_finding(server: SocketAddr, expanded: &str, name: &str, reply: Option<&Reply>) -> Finding {
