@@ -177,6 +177,17 @@ pub fn analyse(resolv: &ResolvConf, external: &[String]) -> (Vec<String>, Vec<Fi
             flag(c.no_aaaa, " no-aaaa").unwrap_or(""),
         ),
     ];
+    let servers = resolv.nameservers.len().clamp(1, MAX_NAMESERVERS);
+    lines.push(format!(
+        "a lost query: glibc asks again after {t} s ({a} tries x {servers} nameserver{s}{r}: {total} s before a lookup fails); \
+         musl asks all nameservers at once and retries every {retry:.1} s, failing after {t} s",
+        t = c.timeout,
+        a = c.attempts,
+        s = plural(servers),
+        r = if c.rotate { ", rotated" } else { "" },
+        total = usize::from(c.timeout) * usize::from(c.attempts) * servers,
+        retry = f64::from(c.timeout) / f64::from(c.attempts),
+    ));
     let mut findings = Vec::new();
     let samples = samples(resolv, external);
     for sample in &samples {
