@@ -263,6 +263,8 @@ fn doctor(args: DoctorArgs) -> ExitCode {
             config,
             kubelet_config: args.kubelet_config,
             proc_root: PathBuf::from("/proc"),
+            cgroup_root: PathBuf::from("/sys/fs/cgroup"),
+            node_resolv_conf: PathBuf::from("/etc/resolv.conf"),
         }),
     };
     let report = doctor::run(options);
