@@ -101,7 +101,11 @@ struct DoctorArgs {
     #[arg(long, value_name = "IP")]
     local_ip: Vec<std::net::IpAddr>,
     /// The kubelet's configuration (its clusterDNS).
-    #[arg(long, value_name = "FILE", default_value = "/var/lib/kubelet/config.yaml")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "/var/lib/kubelet/config.yaml"
+    )]
     kubelet_config: PathBuf,
     /// Print the report as JSON.
     #[arg(long)]

@@ -34,7 +34,8 @@ fn zone() -> String {
     )
 }
 
-const POD_SEARCH: &str = "search team-a.svc.cluster.test svc.cluster.test cluster.test\noptions ndots:5\n";
+const POD_SEARCH: &str =
+    "search team-a.svc.cluster.test svc.cluster.test cluster.test\noptions ndots:5\n";
 
 /// The namespace with the four servers running.
 struct Lab {
@@ -66,9 +67,14 @@ impl Lab {
                     .zone(Zone::new(".", &[addr(AUTHORITY)])),
             );
             for server in [NO_NEGCACHE, DNSMASQ] {
-                wait_until(std::time::Duration::from_secs(10), "dnsmasq to answer", || {
-                    udp_query_timeout(addr(server), &Q::new("www.test.", Rt::A), secs(1)).map(|_| ())
-                });
+                wait_until(
+                    std::time::Duration::from_secs(10),
+                    "dnsmasq to answer",
+                    || {
+                        udp_query_timeout(addr(server), &Q::new("www.test.", Rt::A), secs(1))
+                            .map(|_| ())
+                    },
+                );
             }
             (authority, dnsmasq, nodens)
         });
@@ -83,7 +89,10 @@ impl Lab {
 
     /// A resolv.conf naming `server`, with `rest` after it.
     fn resolv_conf(&self, server: &str, rest: &str) -> String {
-        let path = self.dir.path().join(format!("resolv-{server}-{:x}.conf", random_u64()));
+        let path = self
+            .dir
+            .path()
+            .join(format!("resolv-{server}-{:x}.conf", random_u64()));
         std::fs::write(&path, format!("nameserver {server}\n{rest}")).unwrap();
         path.display().to_string()
     }
@@ -102,8 +111,12 @@ impl Lab {
         let out = self.nodens(&[&["doctor", "--json", "--no-node"], args].concat());
         let code = out.status.code();
         assert!(matches!(code, Some(0 | 1)), "doctor {args:?}: {out:?}");
-        let report: Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("doctor {args:?}: {e}: {}", String::from_utf8_lossy(&out.stdout)));
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "doctor {args:?}: {e}: {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        });
         every_finding_has_evidence(&report);
         (report, code == Some(1))
     }
@@ -115,12 +128,22 @@ fn addr(ip: &str) -> SocketAddr {
 
 fn dnsmasq(ip: &str, extra: &[&str], dir: &std::path::Path) -> Proc {
     let mut cmd = Command::new(tool("dnsmasq"));
-    cmd.args(["--keep-in-foreground", "-C", "/dev/null", "--no-hosts", "--no-resolv", "--bind-interfaces"])
-        .arg(format!("--listen-address={ip}"))
-        .arg(format!("--server={AUTHORITY}"))
-        .arg(format!("--pid-file={}", dir.join(format!("dnsmasq-{ip}.pid")).display()))
-        .arg("--log-facility=-")
-        .args(extra);
+    cmd.args([
+        "--keep-in-foreground",
+        "-C",
+        "/dev/null",
+        "--no-hosts",
+        "--no-resolv",
+        "--bind-interfaces",
+    ])
+    .arg(format!("--listen-address={ip}"))
+    .arg(format!("--server={AUTHORITY}"))
+    .arg(format!(
+        "--pid-file={}",
+        dir.join(format!("dnsmasq-{ip}.pid")).display()
+    ))
+    .arg("--log-facility=-")
+    .args(extra);
     Proc::spawn(&format!("dnsmasq {ip}"), cmd)
 }
 
@@ -133,13 +156,25 @@ fn finding<'a>(report: &'a Value, id: &str) -> Option<&'a Value> {
 }
 
 fn ids(report: &Value) -> Vec<String> {
-    findings(report).iter().map(|f| f["id"].as_str().unwrap().to_string()).collect()
+    findings(report)
+        .iter()
+        .map(|f| f["id"].as_str().unwrap().to_string())
+        .collect()
 }
 
 fn probe_lines(report: &Value) -> String {
     let sections = report["sections"].as_array().unwrap();
-    let probes = sections.iter().find(|s| s["title"] == "Probes").expect("a Probes section");
-    probes["lines"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect::<Vec<_>>().join("\n")
+    let probes = sections
+        .iter()
+        .find(|s| s["title"] == "Probes")
+        .expect("a Probes section");
+    probes["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn every_finding_has_evidence(report: &Value) {
@@ -165,9 +200,15 @@ fn doctor_against_dnsmasq_and_nodens() {
     let f = finding(&report, "no-negative-cache").unwrap_or_else(|| panic!("{report:#}"));
     assert_eq!(f["severity"], "warning");
     let evidence = f["evidence"][0].as_str().unwrap();
-    assert!(evidence.contains("NXDOMAIN with SOA TTL 3600 then 3600"), "{evidence}");
+    assert!(
+        evidence.contains("NXDOMAIN with SOA TTL 3600 then 3600"),
+        "{evidence}"
+    );
     let stall = finding(&report, "tcp-stall").unwrap_or_else(|| panic!("{report:#}"));
-    assert_eq!(stall["title"], format!("{NO_NEGCACHE}:53 stalls beyond 20 concurrent TCP connections"));
+    assert_eq!(
+        stall["title"],
+        format!("{NO_NEGCACHE}:53 stalls beyond 20 concurrent TCP connections")
+    );
     assert_eq!(stall["severity"], "critical");
     assert!(critical, "a critical finding exits 1");
     assert!(probe_lines(&report).contains("identity: version.bind \"dnsmasq-"));
@@ -175,33 +216,82 @@ fn doctor_against_dnsmasq_and_nodens() {
     // dnsmasq as it comes: negative answers cached (the TTL counts down);
     // a ramp below its limit finds nothing.
     let resolv = lab.resolv_conf(DNSMASQ, POD_SEARCH);
-    let (report, _) = lab.doctor(&["--resolv-conf", &resolv, "--name", "www.test", "--tcp-max", "15"]);
-    assert!(!ids(&report).contains(&"no-negative-cache".to_string()), "{report:#}");
-    assert!(!ids(&report).contains(&"tcp-stall".to_string()), "{report:#}");
-    assert!(probe_lines(&report).contains("negative caching: yes"), "{}", probe_lines(&report));
+    let (report, _) = lab.doctor(&[
+        "--resolv-conf",
+        &resolv,
+        "--name",
+        "www.test",
+        "--tcp-max",
+        "15",
+    ]);
+    assert!(
+        !ids(&report).contains(&"no-negative-cache".to_string()),
+        "{report:#}"
+    );
+    assert!(
+        !ids(&report).contains(&"tcp-stall".to_string()),
+        "{report:#}"
+    );
+    assert!(
+        probe_lines(&report).contains("negative caching: yes"),
+        "{}",
+        probe_lines(&report)
+    );
 
     // nodens: no critical finding, identified, truncation right, the ramp
     // to 40 connections answered.
     let resolv = lab.resolv_conf(NODENS, POD_SEARCH);
-    let (report, critical) =
-        lab.doctor(&["--resolv-conf", &resolv, "--name", "www.test", "--tc-name", "big.test"]);
+    let (report, critical) = lab.doctor(&[
+        "--resolv-conf",
+        &resolv,
+        "--name",
+        "www.test",
+        "--tc-name",
+        "big.test",
+    ]);
     assert!(!critical, "{report:#}");
-    assert!(findings(&report).iter().all(|f| f["severity"] != "critical"), "{report:#}");
+    assert!(
+        findings(&report)
+            .iter()
+            .all(|f| f["severity"] != "critical"),
+        "{report:#}"
+    );
     assert_eq!(ids(&report), ["search-list-tax"], "{report:#}");
     let probes = probe_lines(&report);
-    assert!(probes.contains("version.bind \"nodens ") && probes.contains("(a nodens node cache)"), "{probes}");
+    assert!(
+        probes.contains("version.bind \"nodens ") && probes.contains("(a nodens node cache)"),
+        "{probes}"
+    );
     assert!(probes.contains("negative caching: yes"), "{probes}");
-    assert!(probes.contains("TCP ramp: 40 connections held open, each answered"), "{probes}");
-    assert!(probes.contains("TC set; over TCP:") && probes.contains(&format!("{BIG_TXT_COUNT} records")), "{probes}");
+    assert!(
+        probes.contains("TCP ramp: 40 connections held open, each answered"),
+        "{probes}"
+    );
+    assert!(
+        probes.contains("TC set; over TCP:")
+            && probes.contains(&format!("{BIG_TXT_COUNT} records")),
+        "{probes}"
+    );
 
     // A wildcard under a search domain: every external name's first
     // expansion exists. Critical, and trace shows the wrong answer.
     let corp = "search corp.test\noptions ndots:5\n";
     let resolv = lab.resolv_conf(NODENS, corp);
-    let (report, critical) = lab.doctor(&["--resolv-conf", &resolv, "--name", "www.test", "--tcp-max", "2"]);
-    let f = finding(&report, "search-expansion-not-nxdomain").unwrap_or_else(|| panic!("{report:#}"));
+    let (report, critical) = lab.doctor(&[
+        "--resolv-conf",
+        &resolv,
+        "--name",
+        "www.test",
+        "--tcp-max",
+        "2",
+    ]);
+    let f =
+        finding(&report, "search-expansion-not-nxdomain").unwrap_or_else(|| panic!("{report:#}"));
     assert_eq!(f["severity"], "critical");
-    assert!(f["evidence"][0].as_str().unwrap().contains("192.0.2.99"), "{f}");
+    assert!(
+        f["evidence"][0].as_str().unwrap().contains("192.0.2.99"),
+        "{f}"
+    );
     assert!(critical);
     let out = lab.nodens(&["trace", "--resolv-conf", &resolv, "--json", "www.test"]);
     assert!(out.status.success(), "{out:?}");
@@ -218,8 +308,19 @@ fn trace_walks_the_search_list_as_each_resolver_does() {
     let lab = Lab::start();
     let resolv = lab.resolv_conf(NODENS, POD_SEARCH);
     let trace = |resolver: &str, name: &str| -> (Value, bool) {
-        let out = lab.nodens(&["trace", "--resolv-conf", &resolv, "--resolver", resolver, "--json", name]);
-        (serde_json::from_slice(&out.stdout).unwrap(), out.status.success())
+        let out = lab.nodens(&[
+            "trace",
+            "--resolv-conf",
+            &resolv,
+            "--resolver",
+            resolver,
+            "--json",
+            name,
+        ]);
+        (
+            serde_json::from_slice(&out.stdout).unwrap(),
+            out.status.success(),
+        )
     };
     // An external name: three NXDOMAIN expansions, then the name; A and
     // AAAA for each, each with its code.
@@ -228,14 +329,30 @@ fn trace_walks_the_search_list_as_each_resolver_does() {
     assert_eq!(t["queries"], 8);
     assert_eq!(t["round_trips"], 4);
     let steps = t["steps"].as_array().unwrap();
-    let results: Vec<_> = steps.iter().map(|s| s["result"].as_str().unwrap()).collect();
-    assert_eq!(results, ["NXDOMAIN"; 6].iter().chain(&["NOERROR", "NOERROR"]).copied().collect::<Vec<_>>());
+    let results: Vec<_> = steps
+        .iter()
+        .map(|s| s["result"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        results,
+        ["NXDOMAIN"; 6]
+            .iter()
+            .chain(&["NOERROR", "NOERROR"])
+            .copied()
+            .collect::<Vec<_>>()
+    );
     assert_eq!(steps[0]["name"], "www.test.team-a.svc.cluster.test");
-    assert_eq!(t["outcome"]["answers"], serde_json::json!(["192.0.2.1", "2001:db8::1"]));
+    assert_eq!(
+        t["outcome"]["answers"],
+        serde_json::json!(["192.0.2.1", "2001:db8::1"])
+    );
     // A Service's short name: its first expansion, one round trip.
     let (t, ok) = trace("musl", "kubernetes");
     assert!(ok);
-    assert_eq!((t["queries"].as_u64(), t["round_trips"].as_u64()), (Some(2), Some(1)));
+    assert_eq!(
+        (t["queries"].as_u64(), t["round_trips"].as_u64()),
+        (Some(2), Some(1))
+    );
     // A name that nowhere exists: every name tried, exit 1.
     let (t, ok) = trace("musl", "nothere.test");
     assert!(!ok);
@@ -255,7 +372,15 @@ fn ndots_five_and_six_search_domains_are_seven_lookups_times_two_families() {
     )
     .unwrap();
     let out = Command::new(nodens_bin())
-        .args(["doctor", "--no-probes", "--no-node", "--json", "--name", "api.example.com", "--resolv-conf"])
+        .args([
+            "doctor",
+            "--no-probes",
+            "--no-node",
+            "--json",
+            "--name",
+            "api.example.com",
+            "--resolv-conf",
+        ])
         .arg(&path)
         .output()
         .unwrap();
@@ -271,13 +396,26 @@ fn ndots_five_and_six_search_domains_are_seven_lookups_times_two_families() {
     assert!(f["fix"].as_str().unwrap().contains("- name: ndots"));
     // The text form says the same.
     let text = Command::new(nodens_bin())
-        .args(["doctor", "--no-probes", "--no-node", "--name", "api.example.com", "--resolv-conf"])
+        .args([
+            "doctor",
+            "--no-probes",
+            "--no-node",
+            "--name",
+            "api.example.com",
+            "--resolv-conf",
+        ])
         .arg(&path)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
-    assert!(text.contains("[WARNING] an external name costs 7 lookups x 2 families"), "{text}");
-    assert!(text.contains("glibc 7 names x A+AAAA = 14 queries, 7 round trips"), "{text}");
+    assert!(
+        text.contains("[WARNING] an external name costs 7 lookups x 2 families"),
+        "{text}"
+    );
+    assert!(
+        text.contains("glibc 7 names x A+AAAA = 14 queries, 7 round trips"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -285,16 +423,24 @@ fn nodens_says_who_it_is_over_chaos_unless_told_not_to() {
     let net = Net::alloc();
     let core = CoreDns::test_zone(net.upstream(0), "");
     let ask = |nodens: &Nodens, name: &str| {
-        let raw = udp_exchange(nodens.dns, &Q::new(name, Rt::TXT).chaos_bytes(), secs(2)).expect("a reply");
+        let raw = udp_exchange(nodens.dns, &Q::new(name, Rt::TXT).chaos_bytes(), secs(2))
+            .expect("a reply");
         Reply::parse(raw, std::time::Duration::ZERO)
     };
     let texts = |reply: &Reply| -> Vec<String> {
-        reply.answers_of(Rt::TXT).iter().map(|r| r.data().to_string()).collect()
+        reply
+            .answers_of(Rt::TXT)
+            .iter()
+            .map(|r| r.data().to_string())
+            .collect()
     };
     let nodens = Nodens::start(&Cfg::new(&net).zone(Zone::new(".", &[core.addr])));
     let version = ask(&nodens, "VERSION.bind.");
     assert_eq!(version.rcode(), 0);
-    assert_eq!(texts(&version), [format!("nodens {}", env!("CARGO_PKG_VERSION"))]);
+    assert_eq!(
+        texts(&version),
+        [format!("nodens {}", env!("CARGO_PKG_VERSION"))]
+    );
     // The node's name from the downward API, else the host name.
     let host = std::env::var("NODE_NAME")
         .ok()

@@ -217,12 +217,12 @@ fn read_reply(msg: &[u8], latency: Duration) -> Result<Reply, QueryError> {
             }
             let data = &msg[rdata..end];
             match (section, rrtype) {
-                (0, rtype::A) if data.len() == 4 => {
-                    reply.addresses.push(IpAddr::from(<[u8; 4]>::try_from(data).unwrap()))
-                }
-                (0, rtype::AAAA) if data.len() == 16 => {
-                    reply.addresses.push(IpAddr::from(<[u8; 16]>::try_from(data).unwrap()))
-                }
+                (0, rtype::A) if data.len() == 4 => reply
+                    .addresses
+                    .push(IpAddr::from(<[u8; 4]>::try_from(data).unwrap())),
+                (0, rtype::AAAA) if data.len() == 16 => reply
+                    .addresses
+                    .push(IpAddr::from(<[u8; 16]>::try_from(data).unwrap())),
                 (0, rtype::CNAME) => {
                     let mut target = Vec::new();
                     name::read_into(msg, rdata, &mut target).map_err(bad)?;

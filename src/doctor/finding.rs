@@ -93,7 +93,9 @@ impl Report {
     }
 
     pub fn has_critical(&self) -> bool {
-        self.findings.iter().any(|f| f.severity == Severity::Critical)
+        self.findings
+            .iter()
+            .any(|f| f.severity == Severity::Critical)
     }
 
     pub fn to_json(&self) -> String {
@@ -121,7 +123,12 @@ impl Report {
             count(Severity::Info)
         ));
         for f in &self.findings {
-            out.push_str(&format!("\n[{}] {} ({})\n", f.severity.label(), f.title, f.id));
+            out.push_str(&format!(
+                "\n[{}] {} ({})\n",
+                f.severity.label(),
+                f.title,
+                f.id
+            ));
             for line in &f.evidence {
                 out.push_str(&format!("   - {line}\n"));
             }

@@ -83,7 +83,9 @@ pub fn run(options: &ProbeOptions, resolv: &ResolvConf, samples: &[Sample]) -> P
 fn probe_name(resolv: &ResolvConf, samples: &[Sample]) -> String {
     match resolv.cluster() {
         Some((_, zone)) => format!("kubernetes.default.svc.{zone}"),
-        None => samples.first().map_or("example.com".into(), |s| s.exists_as.clone()),
+        None => samples
+            .first()
+            .map_or("example.com".into(), |s| s.exists_as.clone()),
     }
 }
 
@@ -134,7 +136,9 @@ async fn probe_server(
     if let Some(tc_name) = &options.tc_name {
         findings.extend(truncation(server, tc_name, lines).await);
     } else {
-        lines.push("  TC: not checked (--tc-name NAME with an answer over 512 bytes checks it)".into());
+        lines.push(
+            "  TC: not checked (--tc-name NAME with an answer over 512 bytes checks it)".into(),
+        );
     }
 }
 
@@ -206,7 +210,11 @@ impl Latency {
 
     fn summary(&self, name: &str) -> String {
         if self.times.is_empty() {
-            return format!("{} queries for {name}: none answered ({})", self.count, self.first_error());
+            return format!(
+                "{} queries for {name}: none answered ({})",
+                self.count,
+                self.first_error()
+            );
         }
         format!(
             "{} queries for {name}: p50 {} p90 {} p99 {} max {}, {} timeout{}{}",
@@ -217,7 +225,11 @@ impl Latency {
             ms(*self.times.last().unwrap()),
             self.timeouts,
             if self.timeouts == 1 { "" } else { "s" },
-            if self.errors.is_empty() { String::new() } else { format!(", {} errors ({})", self.errors.len(), self.errors[0]) },
+            if self.errors.is_empty() {
+                String::new()
+            } else {
+                format!(", {} errors ({})", self.errors.len(), self.errors[0])
+            },
         )
     }
 
@@ -274,7 +286,9 @@ async fn expansions(
     lines: &mut Vec<String>,
     autopath: &mut bool,
 ) -> Vec<Finding> {
-    let names = walk(Stub::Glibc, &resolv.stub, &sample.name, |n| n == sample.exists_as);
+    let names = walk(Stub::Glibc, &resolv.stub, &sample.name, |n| {
+        n == sample.exists_as
+    });
     let expanded: Vec<_> = names.iter().filter(|n| **n != sample.exists_as).collect();
     if expanded.is_empty() {
         return Vec::new();
@@ -282,7 +296,9 @@ async fn expansions(
     let mut findings = Vec::new();
     let mut times = Vec::new();
     for (i, name) in expanded.iter().enumerate() {
-        let Ok(q) = Question::new(name, rtype::A) else { continue };
+        let Ok(q) = Question::new(name, rtype::A) else {
+            continue;
+        };
         match ask(server, &q, Transport::Udp, DEADLINE).await {
             Ok(reply) if reply.rcode == 3 => times.push(reply.latency),
             Ok(reply) if is_autopath(&reply, &names[i + 1..]) => {
@@ -321,16 +337,26 @@ fn is_autopath(reply: &Reply, later: &[String]) -> bool {
         })
 }
 
-fn expansion_finding(server: SocketAddr, expanded: &str, name: &str, reply: Option<&Reply>) -> Finding {
+fn expansion_finding(
+    server: SocketAddr,
+    expanded: &str,
+    name: &str,
+    reply: Option<&Reply>,
+) -> Finding {
     let (severity, title, what) = match reply {
         Some(r) if r.rcode == 0 && !r.addresses.is_empty() => (
             Severity::Critical,
-            format!("the search expansion {expanded} exists: pods asking for {name} get its address"),
+            format!(
+                "the search expansion {expanded} exists: pods asking for {name} get its address"
+            ),
             format!("{expanded} A: NOERROR {:?}", r.addresses),
         ),
         Some(r) => (
             Severity::Critical,
-            format!("the search expansion {expanded} answers {} instead of NXDOMAIN", describe(r)),
+            format!(
+                "the search expansion {expanded} answers {} instead of NXDOMAIN",
+                describe(r)
+            ),
             format!("{expanded} A: {}", describe(r)),
         ),
         None => (
@@ -374,12 +400,18 @@ async fn negative_caching(
         (Ok(a), Ok(b)) if a.rcode == 3 && b.rcode == 3 => (a, b),
         (a, b) => {
             let got = |r: &Result<Reply, _>| r.as_ref().map_or("no answer".into(), describe);
-            lines.push(format!("  negative caching: not checked ({name}: {}, then {})", got(&a), got(&b)));
+            lines.push(format!(
+                "  negative caching: not checked ({name}: {}, then {})",
+                got(&a),
+                got(&b)
+            ));
             return None;
         }
     };
     let (Some(ttl1), Some(ttl2)) = (first.soa_ttl, second.soa_ttl) else {
-        lines.push(format!("  negative caching: not checked (NXDOMAIN for {name} without an SOA)"));
+        lines.push(format!(
+            "  negative caching: not checked (NXDOMAIN for {name} without an SOA)"
+        ));
         return Some(
             Finding::new("nxdomain-without-soa", Severity::Warning, format!("{server} sends NXDOMAIN without an SOA record"))
                 .evidence(format!("{name} A: NXDOMAIN, empty authority section"))
@@ -409,13 +441,20 @@ async fn negative_caching(
 /// one query, up to `max`: a server with a fixed number of TCP slots
 /// (dnsmasq: 20 processes) stops answering at the first connection past
 /// them, while one with a per-client limit closes it.
-async fn tcp_ramp(server: SocketAddr, q: &Question, max: usize, lines: &mut Vec<String>) -> Option<Finding> {
+async fn tcp_ramp(
+    server: SocketAddr,
+    q: &Question,
+    max: usize,
+    lines: &mut Vec<String>,
+) -> Option<Finding> {
     let mut held: Vec<TcpStream> = Vec::with_capacity(max);
     let mut times = Vec::new();
     let mut end = None;
     for n in 1..=max {
         let step = async {
-            let mut stream = TcpStream::connect(server).await.map_err(|e| client::QueryError::Io(e.to_string()))?;
+            let mut stream = TcpStream::connect(server)
+                .await
+                .map_err(|e| client::QueryError::Io(e.to_string()))?;
             let reply = ask_on(&mut stream, q, DEADLINE).await?;
             Ok::<_, client::QueryError>((stream, reply))
         };
@@ -436,10 +475,16 @@ async fn tcp_ramp(server: SocketAddr, q: &Question, max: usize, lines: &mut Vec<
     }
     drop(held);
     times.sort();
-    let median = times.get(times.len() / 2).copied().map(ms).unwrap_or_else(|| "-".into());
+    let median = times
+        .get(times.len() / 2)
+        .copied()
+        .map(ms)
+        .unwrap_or_else(|| "-".into());
     match end {
         None => {
-            lines.push(format!("  TCP ramp: {max} connections held open, each answered (median {median})"));
+            lines.push(format!(
+                "  TCP ramp: {max} connections held open, each answered (median {median})"
+            ));
             None
         }
         Some((n, true, _)) => {
@@ -456,7 +501,10 @@ async fn tcp_ramp(server: SocketAddr, q: &Question, max: usize, lines: &mut Vec<
             )
         }
         Some((n, false, error)) => {
-            lines.push(format!("  TCP ramp: connection {n} refused or closed ({error}); {} held before", n - 1));
+            lines.push(format!(
+                "  TCP ramp: connection {n} refused or closed ({error}); {} held before",
+                n - 1
+            ));
             Some(
                 Finding::new("tcp-limit", Severity::Info, format!("{server} closes TCP connections beyond {} from one client", n - 1))
                     .evidence(format!("connection {n}: {error}"))
@@ -488,12 +536,18 @@ async fn truncation(server: SocketAddr, name: &str, lines: &mut Vec<String>) -> 
     };
     match (udp, tcp) {
         (Ok(u), Ok(_)) if u.size > 512 => finding(
-            format!("{server} sent a {}-byte UDP reply to a query without EDNS", u.size),
+            format!(
+                "{server} sent a {}-byte UDP reply to a query without EDNS",
+                u.size
+            ),
             format!("{name} TXT: {} bytes over UDP, the limit is 512", u.size),
         ),
         (Ok(u), Ok(t)) if !u.truncated && u.answers < t.answers => finding(
             format!("{server} drops records from a large UDP answer without setting TC"),
-            format!("{name} TXT: {} records over UDP, {} over TCP, TC not set", u.answers, t.answers),
+            format!(
+                "{name} TXT: {} records over UDP, {} over TCP, TC not set",
+                u.answers, t.answers
+            ),
         ),
         (Ok(u), Ok(t)) => {
             lines.push(format!(
@@ -504,7 +558,10 @@ async fn truncation(server: SocketAddr, name: &str, lines: &mut Vec<String>) -> 
                 t.answers
             ));
             if !u.truncated && t.size <= 512 {
-                lines.push("  TC: the answer fits in 512 bytes; give a larger one to check truncation".into());
+                lines.push(
+                    "  TC: the answer fits in 512 bytes; give a larger one to check truncation"
+                        .into(),
+                );
             }
             None
         }
@@ -517,7 +574,11 @@ async fn truncation(server: SocketAddr, name: &str, lines: &mut Vec<String>) -> 
                 Ok(r) => describe(r),
                 Err(e) => e.to_string(),
             };
-            lines.push(format!("  TC: not checked ({name} TXT: UDP {}, TCP {})", show(&u), show(&t)));
+            lines.push(format!(
+                "  TC: not checked ({name} TXT: UDP {}, TCP {})",
+                show(&u),
+                show(&t)
+            ));
             None
         }
     }
@@ -525,5 +586,9 @@ async fn truncation(server: SocketAddr, name: &str, lines: &mut Vec<String>) -> 
 
 pub fn ms(d: Duration) -> String {
     let ms = d.as_secs_f64() * 1000.0;
-    if ms < 10.0 { format!("{ms:.2} ms") } else { format!("{ms:.0} ms") }
+    if ms < 10.0 {
+        format!("{ms:.2} ms")
+    } else {
+        format!("{ms:.0} ms")
+    }
 }

@@ -84,7 +84,11 @@ pub struct Sample {
 pub fn samples(resolv: &ResolvConf, external: &[String]) -> Vec<Sample> {
     let mut samples = Vec::new();
     let default = ["example.com".to_string()];
-    let external = if external.is_empty() { &default[..] } else { external };
+    let external = if external.is_empty() {
+        &default[..]
+    } else {
+        external
+    };
     for name in external {
         let bare = name.trim_end_matches('.').to_string();
         samples.push(Sample {
@@ -162,7 +166,11 @@ pub fn analyse(resolv: &ResolvConf, external: &[String]) -> (Vec<String>, Vec<Fi
         format!(
             "search ({}): {}",
             c.search.len(),
-            if c.search.is_empty() { "(none)".to_string() } else { c.search.join(" ") }
+            if c.search.is_empty() {
+                "(none)".to_string()
+            } else {
+                c.search.join(" ")
+            }
         ),
         format!(
             "options: ndots:{} timeout:{} attempts:{}{}{}{}{}",
@@ -205,14 +213,22 @@ pub fn analyse(resolv: &ResolvConf, external: &[String]) -> (Vec<String>, Vec<Fi
                 if cost.queries() == 1 { "y" } else { "ies" },
                 cost.round_trips,
                 plural(cost.round_trips),
-                if c.use_vc && stub == Stub::Glibc { ", each over TCP" } else { "" },
+                if c.use_vc && stub == Stub::Glibc {
+                    ", each over TCP"
+                } else {
+                    ""
+                },
             ));
             for (i, name) in cost.names.iter().enumerate() {
                 let last = i + 1 == cost.names.len();
                 lines.push(format!(
                     "        {}. {name}  {}",
                     i + 1,
-                    if last && *name == sample.exists_as { "answer" } else { "NXDOMAIN" }
+                    if last && *name == sample.exists_as {
+                        "answer"
+                    } else {
+                        "NXDOMAIN"
+                    }
                 ));
             }
         }
@@ -229,7 +245,9 @@ pub fn analyse(resolv: &ResolvConf, external: &[String]) -> (Vec<String>, Vec<Fi
 pub fn paid_by_autopath(findings: &mut [Finding]) {
     for f in findings.iter_mut().filter(|f| f.id == "search-list-tax") {
         f.severity = Severity::Info;
-        f.title.push_str("; the server answers the first by autopath, so the pod waits one round trip");
+        f.title.push_str(
+            "; the server answers the first by autopath, so the pod waits one round trip",
+        );
     }
 }
 
@@ -243,7 +261,11 @@ fn search_list_tax(resolv: &ResolvConf, sample: &Sample) -> Option<Finding> {
         return None;
     }
     let dots = sample.name.matches('.').count();
-    let severity = if wasted >= 3 { Severity::Warning } else { Severity::Info };
+    let severity = if wasted >= 3 {
+        Severity::Warning
+    } else {
+        Severity::Info
+    };
     let mut finding = Finding::new(
         "search-list-tax",
         severity,
@@ -308,11 +330,18 @@ fn options_findings(resolv: &ResolvConf) -> Vec<Finding> {
             Finding::new(
                 "nameservers-beyond-three",
                 Severity::Warning,
-                format!("{} nameservers: glibc and musl use only the first 3", resolv.nameservers.len()),
+                format!(
+                    "{} nameservers: glibc and musl use only the first 3",
+                    resolv.nameservers.len()
+                ),
             )
             .evidence(format!(
                 "ignored: {}",
-                join(resolv.nameservers[MAX_NAMESERVERS..].iter().map(|s| s.ip().to_string()))
+                join(
+                    resolv.nameservers[MAX_NAMESERVERS..]
+                        .iter()
+                        .map(|s| s.ip().to_string())
+                )
             ))
             .fix("Keep at most 3 nameserver lines (the kubelet warns about this too)."),
         );
@@ -389,14 +418,31 @@ mod tests {
         let (lines, findings) = analyse(&resolv(SIX_DOMAINS), &["api.example.com".into()]);
         let tax = findings.iter().find(|f| f.id == "search-list-tax").unwrap();
         assert_eq!(tax.severity, Severity::Warning);
-        assert!(tax.title.contains("7 lookups x 2 families: 14 queries"), "{}", tax.title);
-        assert!(tax.evidence[1].contains("glibc: 14 queries in 7 round trips, 12 of them NXDOMAIN"));
+        assert!(
+            tax.title.contains("7 lookups x 2 families: 14 queries"),
+            "{}",
+            tax.title
+        );
+        assert!(
+            tax.evidence[1].contains("glibc: 14 queries in 7 round trips, 12 of them NXDOMAIN")
+        );
         assert!(tax.fix.as_ref().unwrap().contains("value: \"2\""));
-        assert!(lines.iter().any(|l| l.contains("glibc 7 names x A+AAAA = 14 queries, 7 round trips")));
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("glibc 7 names x A+AAAA = 14 queries, 7 round trips"))
+        );
         // The trailing-dot form costs one name.
-        assert!(lines.iter().any(|l| l.contains("glibc 1 name x A+AAAA = 2 queries")));
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("glibc 1 name x A+AAAA = 2 queries"))
+        );
         // A Service's short name is answered by its first expansion.
-        let short = lines.iter().position(|l| l.starts_with("kubernetes (")).unwrap();
+        let short = lines
+            .iter()
+            .position(|l| l.starts_with("kubernetes ("))
+            .unwrap();
         assert!(lines[short + 1].contains("1 name x A+AAAA = 2 queries"));
         assert!(lines[short + 2].ends_with("kubernetes.team-a.svc.cluster.local  answer"));
         // Six domains are not more than six.
@@ -413,7 +459,10 @@ mod tests {
 
     #[test]
     fn a_plain_node_resolv_conf_has_no_finding() {
-        let (_, findings) = analyse(&resolv("nameserver 10.0.0.2\nsearch example.internal\n"), &[]);
+        let (_, findings) = analyse(
+            &resolv("nameserver 10.0.0.2\nsearch example.internal\n"),
+            &[],
+        );
         assert_eq!(findings, []);
         let (_, findings) = analyse(&resolv("nameserver 10.0.0.2\n"), &[]);
         assert_eq!(findings, []);
@@ -421,7 +470,9 @@ mod tests {
 
     #[test]
     fn configuration_mistakes_are_named() {
-        let long = (0..7).map(|i| format!("{}{i}.example", "d".repeat(40))).collect::<Vec<_>>();
+        let long = (0..7)
+            .map(|i| format!("{}{i}.example", "d".repeat(40)))
+            .collect::<Vec<_>>();
         let text = format!(
             "nameserver 10.0.0.1\nnameserver 10.0.0.2\nnameserver 10.0.0.3\nnameserver 10.0.0.4\n\
              search {}\noptions use-vc\n",
@@ -437,7 +488,11 @@ mod tests {
         ] {
             assert!(ids.contains(&id), "{id} missing from {ids:?}");
         }
-        assert!(findings.iter().all(|f| !f.evidence.is_empty() && f.fix.is_some()));
+        assert!(
+            findings
+                .iter()
+                .all(|f| !f.evidence.is_empty() && f.fix.is_some())
+        );
         let (_, findings) = analyse(&resolv("search a\n"), &[]);
         assert_eq!(findings[0].id, "no-nameserver");
         assert_eq!(findings[0].severity, Severity::Critical);

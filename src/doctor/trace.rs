@@ -67,11 +67,17 @@ impl Trace {
                 s.result,
                 format!("{:.2} ms", s.latency_ms),
                 s.server,
-                if s.answers.is_empty() { String::new() } else { format!("  {}", s.answers.join(" ")) },
+                if s.answers.is_empty() {
+                    String::new()
+                } else {
+                    format!("  {}", s.answers.join(" "))
+                },
             ));
         }
         out.push_str(&match &self.outcome {
-            Outcome::Resolved { name, answers } => format!("resolved as {name}: {}", answers.join(" ")),
+            Outcome::Resolved { name, answers } => {
+                format!("resolved as {name}: {}", answers.join(" "))
+            }
             Outcome::Failed { reason } => format!("not resolved: {reason}"),
         });
         out.push_str(&format!(
@@ -95,7 +101,13 @@ enum Verdict {
     Stop(String),
 }
 
-pub fn run(resolv: &ResolvConf, servers: &[SocketAddr], stub: Stub, family: Family, name: &str) -> Trace {
+pub fn run(
+    resolv: &ResolvConf,
+    servers: &[SocketAddr],
+    stub: Stub,
+    family: Family,
+    name: &str,
+) -> Trace {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -103,7 +115,13 @@ pub fn run(resolv: &ResolvConf, servers: &[SocketAddr], stub: Stub, family: Fami
     runtime.block_on(trace(resolv, servers, stub, family, name))
 }
 
-async fn trace(resolv: &ResolvConf, servers: &[SocketAddr], stub: Stub, family: Family, name: &str) -> Trace {
+async fn trace(
+    resolv: &ResolvConf,
+    servers: &[SocketAddr],
+    stub: Stub,
+    family: Family,
+    name: &str,
+) -> Trace {
     let started = Instant::now();
     let config = &resolv.stub;
     let names = walk(stub, config, name, |_| false);
@@ -118,39 +136,53 @@ async fn trace(resolv: &ResolvConf, servers: &[SocketAddr], stub: Stub, family: 
             Stub::Go => "go",
         },
         steps: Vec::new(),
-        outcome: Outcome::Failed { reason: "no name of the walk has an address".into() },
+        outcome: Outcome::Failed {
+            reason: "no name of the walk has an address".into(),
+        },
         queries: 0,
         round_trips: 0,
         elapsed_ms: 0.0,
     };
     if servers.is_empty() {
-        trace.outcome = Outcome::Failed { reason: "no nameserver".into() };
+        trace.outcome = Outcome::Failed {
+            reason: "no nameserver".into(),
+        };
         return trace;
     }
     for (round, candidate) in names.iter().enumerate() {
         let mut replies = Vec::new();
         if sequential {
             for &t in types {
-                replies.push(ask_with_retries(servers, candidate, t, deadline, config.attempts).await);
+                replies
+                    .push(ask_with_retries(servers, candidate, t, deadline, config.attempts).await);
                 trace.round_trips += 1;
             }
         } else {
-            let asks = types.iter().map(|&t| ask_with_retries(servers, candidate, t, deadline, config.attempts));
+            let asks = types
+                .iter()
+                .map(|&t| ask_with_retries(servers, candidate, t, deadline, config.attempts));
             replies = futures_util::future::join_all(asks).await;
             trace.round_trips += 1;
         }
         for (qtype, (server, result)) in types.iter().zip(&replies) {
             trace.queries += 1;
-            trace.steps.push(step(round + 1, qtype, candidate, *server, result));
+            trace
+                .steps
+                .push(step(round + 1, qtype, candidate, *server, result));
         }
         match verdict(stub, &replies) {
             Verdict::Answer(answers) => {
-                trace.outcome = Outcome::Resolved { name: candidate.clone(), answers };
+                trace.outcome = Outcome::Resolved {
+                    name: candidate.clone(),
+                    answers,
+                };
                 break;
             }
             Verdict::Next => {}
             Verdict::Stop(reason) => {
-                trace.outcome = Outcome::Failed { reason: format!("{reason} for {candidate}: {} stops here", trace.resolver) };
+                trace.outcome = Outcome::Failed {
+                    reason: format!("{reason} for {candidate}: {} stops here", trace.resolver),
+                };
                 break;
             }
         }
@@ -163,8 +195,18 @@ type Asked = (SocketAddr, Result<Reply, String>);
 
 /// One query as the resolver sends it: each nameserver in turn, `attempts`
 /// rounds, `deadline` each; the first reply ends it.
-async fn ask_with_retries(servers: &[SocketAddr], name: &str, qtype: &str, deadline: Duration, attempts: u8) -> Asked {
-    let t = if qtype == "AAAA" { rtype::AAAA } else { rtype::A };
+async fn ask_with_retries(
+    servers: &[SocketAddr],
+    name: &str,
+    qtype: &str,
+    deadline: Duration,
+    attempts: u8,
+) -> Asked {
+    let t = if qtype == "AAAA" {
+        rtype::AAAA
+    } else {
+        rtype::A
+    };
     let question = match Question::new(name, t) {
         Ok(q) => q,
         Err(e) => return (servers[0], Err(e.to_string())),
@@ -185,14 +227,24 @@ async fn ask_with_retries(servers: &[SocketAddr], name: &str, qtype: &str, deadl
     last
 }
 
-fn step(round: usize, qtype: &'static str, name: &str, server: SocketAddr, result: &Result<Reply, String>) -> Step {
+fn step(
+    round: usize,
+    qtype: &'static str,
+    name: &str,
+    server: SocketAddr,
+    result: &Result<Reply, String>,
+) -> Step {
     match result {
         Ok(reply) => Step {
             round,
             qtype,
             name: name.to_string(),
             server,
-            result: if reply.rcode == 0 && reply.answers == 0 { "NODATA".into() } else { rcode_name(reply.rcode).into() },
+            result: if reply.rcode == 0 && reply.answers == 0 {
+                "NODATA".into()
+            } else {
+                rcode_name(reply.rcode).into()
+            },
             answers: answers(reply),
             latency_ms: reply.latency.as_secs_f64() * 1000.0,
         },
@@ -201,7 +253,11 @@ fn step(round: usize, qtype: &'static str, name: &str, server: SocketAddr, resul
             qtype,
             name: name.to_string(),
             server,
-            result: if e.starts_with("no answer") { "TIMEOUT".into() } else { format!("ERROR ({e})") },
+            result: if e.starts_with("no answer") {
+                "TIMEOUT".into()
+            } else {
+                format!("ERROR ({e})")
+            },
             answers: Vec::new(),
             latency_ms: 0.0,
         },
@@ -222,8 +278,15 @@ fn answers(reply: &Reply) -> Vec<String> {
 /// REFUSED; musl (`name_from_dns`) goes on only when one of the answers is
 /// NXDOMAIN and stops at SERVFAIL and NODATA; Go goes on like glibc.
 fn verdict(stub: Stub, replies: &[Asked]) -> Verdict {
-    let ok: Vec<&Reply> = replies.iter().filter_map(|(_, r)| r.as_ref().ok()).collect();
-    let found: Vec<String> = ok.iter().filter(|r| r.rcode == 0).flat_map(|r| answers(r)).collect();
+    let ok: Vec<&Reply> = replies
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().ok())
+        .collect();
+    let found: Vec<String> = ok
+        .iter()
+        .filter(|r| r.rcode == 0)
+        .flat_map(|r| answers(r))
+        .collect();
     match stub {
         Stub::Musl => {
             if ok.len() < replies.len() {
@@ -238,7 +301,11 @@ fn verdict(stub: Stub, replies: &[Asked]) -> Verdict {
             if let Some(r) = ok.iter().find(|r| r.rcode != 0) {
                 return Verdict::Stop(rcode_name(r.rcode).into());
             }
-            if found.is_empty() { Verdict::Stop("NODATA".into()) } else { Verdict::Answer(found) }
+            if found.is_empty() {
+                Verdict::Stop("NODATA".into())
+            } else {
+                Verdict::Answer(found)
+            }
         }
         Stub::Glibc | Stub::Go => {
             if !found.is_empty() {
@@ -254,4 +321,3 @@ fn verdict(stub: Stub, replies: &[Asked]) -> Verdict {
         }
     }
 }
-

@@ -57,7 +57,11 @@ fn asked(query: &Query<'_>) -> Option<Asked> {
 
 /// Writes the answer to an identity query into `out`; false for any other
 /// query.
-pub(super) fn answer(request: &Request<'_, '_>, identity: Option<&Identity>, out: &mut Vec<u8>) -> bool {
+pub(super) fn answer(
+    request: &Request<'_, '_>,
+    identity: Option<&Identity>,
+    out: &mut Vec<u8>,
+) -> bool {
     let query = request.query;
     let Some(asked) = asked(query) else {
         return false;
@@ -73,11 +77,20 @@ pub(super) fn answer(request: &Request<'_, '_>, identity: Option<&Identity>, out
             rcode::NOERROR
         }
         None => {
-            build::reply_with_rcode(query.packet, rcode::REFUSED, Some(question_end), query.edns, None, out);
+            build::reply_with_rcode(
+                query.packet,
+                rcode::REFUSED,
+                Some(question_end),
+                query.edns,
+                None,
+                out,
+            );
             rcode::REFUSED
         }
     };
     let seconds = request.started.elapsed().as_secs_f64();
-    request.stats.reply(request.proto, code, false, out.len(), seconds);
+    request
+        .stats
+        .reply(request.proto, code, false, out.len(), seconds);
     true
 }

@@ -143,6 +143,9 @@ mod tests {
         assert_eq!(c.search, ["a", "b"]);
         assert_eq!(StubConfig::parse("").ndots, 1);
         let c = StubConfig::parse("options timeout:0 attempts:9 rotate use-vc\n");
-        assert_eq!((c.timeout, c.attempts, c.rotate, c.use_vc), (1, 5, true, true));
+        assert_eq!(
+            (c.timeout, c.attempts, c.rotate, c.use_vc),
+            (1, 5, true, true)
+        );
     }
 }

@@ -77,7 +77,11 @@ fn check_process(pid: u32, dir: &Path, comm: &str, cgroup_root: &Path, out: &mut
         ));
         return;
     };
-    let threads_text = if threads == 1 { "1 thread".to_string() } else { format!("{threads} threads") };
+    let threads_text = if threads == 1 {
+        "1 thread".to_string()
+    } else {
+        format!("{threads} threads")
+    };
     let cpu = match std::fs::read_to_string(dir.join("cgroup")) {
         Ok(text) => cpu_of(&text, cgroup_root),
         Err(e) => {
