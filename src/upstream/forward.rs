@@ -38,9 +38,10 @@ pub async fn forward(zone: &Zone, key: &Key, deadline: Instant) -> Option<Forwar
             break;
         }
         let try_deadline = (now + zone.upstream_timeout).min(deadline);
+        let sent = now.into_std();
         match ask(upstream, zone, key, &question, try_deadline).await {
             Ok(answer) => {
-                upstream.record_success();
+                upstream.record_success(sent);
                 match answer.layout.rcode {
                     rcode::NOERROR | rcode::NXDOMAIN => return Some(answer),
                     other => {
@@ -56,7 +57,7 @@ pub async fn forward(zone: &Zone, key: &Key, deadline: Instant) -> Option<Forwar
             }
             Err(e) => {
                 if e.counts_against_health() {
-                    upstream.record_failure();
+                    upstream.record_failure(sent);
                 }
                 upstream.count_error(&e);
                 log_failure(upstream, &zone.name, key, &e.to_string());

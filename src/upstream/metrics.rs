@@ -29,6 +29,7 @@ pub struct UpstreamMetrics {
     pub inflight: Gauges<ToLabels<'static>>,
     pub healthy: Gauges<ToLabels<'static>>,
     pub health_checks: Counters<ToResultLabels<'static>>,
+    pub health_transitions: Counters<StateLabels<'static>>,
     pub proxy_healthcheck_failures: Counters<ProxyLabels<'static>>,
     pub pool_connections: Gauges<StateLabels<'static>>,
     pub pool_dials: Counters<ToLabels<'static>>,
@@ -71,6 +72,10 @@ impl UpstreamMetrics {
             health_checks: r.counters(
                 "nodens_upstream_health_checks_total",
                 "Health probes of upstreams marked down, by result.",
+            ),
+            health_transitions: r.counters(
+                "nodens_upstream_health_transitions_total",
+                "Times an upstream was marked down or up again, by the state it went to.",
             ),
             proxy_healthcheck_failures: r.counters(
                 "coredns_proxy_healthcheck_failures_total",
@@ -115,6 +120,11 @@ impl UpstreamMetrics {
     /// `nodens_upstream_errors_total{to, error}`.
     pub fn error(&self, to: &str, error: &str) -> IntCounter {
         self.errors.get(&ErrorLabels { to, error })
+    }
+
+    /// `nodens_upstream_health_transitions_total` for one upstream, into `state`.
+    pub fn transition(&self, to: &str, state: &str) -> IntCounter {
+        self.health_transitions.get(&StateLabels { to, state })
     }
 
     /// `coredns_proxy_request_duration_seconds` for one upstream and rcode.

@@ -46,6 +46,9 @@ pub struct Upstream {
     pub mismatched: IntCounter,
     duration_by_rcode: [Histogram; 6],
     healthy: IntGauge,
+    /// Health changes down and up ([`health::DOWN`], [`health::UP`]), each
+    /// logged at most once per `log_interval`.
+    health_log: [LogLimiter; 2],
     /// Where the health probe runs (see `tasks`).
     upkeep: Upkeep,
     metrics: Arc<UpstreamMetrics>,
@@ -67,6 +70,10 @@ impl Upstream {
             addr,
             pool: Pool::new(addr, settings.pool.clone(), metrics, &label, upkeep.clone()),
             log_limit: LogLimiter::new(settings.log_interval),
+            health_log: [
+                LogLimiter::new(settings.log_interval),
+                LogLimiter::new(settings.log_interval),
+            ],
             health: Health::default(),
             case: case::CaseMemory::default(),
             inflight: metrics.inflight.get(&to),
