@@ -6,6 +6,12 @@
 //! coredns_cache_served_stale_total counts them; a name never cached gets
 //! SERVFAIL within query_timeout; past stale_max_age there is no stale answer.
 //!
+//! The stale answer does not wait out the upstream: a frozen upstream's
+//! expired names are answered stale after stale_answer_timeout, and at once
+//! once the upstream is marked down; with stale_answer_timeout 0
+//! (immediate), at once while the refresh goes on behind, and the next
+//! query gets the refreshed answer.
+//!
 //! Prefetch: an entry hit at least prefetch_min_hits times is refreshed from
 //! the upstream when a hit finds at most prefetch_percent of its TTL left, so
 //! it is still cached after its original expiry; an entry with fewer hits is
@@ -188,4 +194,90 @@ fn prefetch_refreshes_popular_entries_only() {
         1,
         "pf2 (one hit) was prefetched"
     );
+}
+
+/// A frozen upstream (SIGSTOP): an expired name waits stale_answer_timeout
+/// (300 ms) for it, then gets its stale answer; once the upstream is marked
+/// down, stale answers come at once. Thawed, the next query refreshes.
+#[test]
+fn stale_answers_do_not_wait_out_a_frozen_upstream() {
+    let (_net, core, nodens) = setup_with(|c, z| {
+        c.query_timeout(secs(4))
+            .stale_answer_timeout(ms(300))
+            .zone(z.upstream_timeout(secs(2)).max_fails(2))
+    });
+    let to = core.addr.to_string();
+    let t0 = Instant::now();
+    for name in ["short.test.", "short2.test.", "pf.test."] {
+        assert_eq!(
+            udp_query(nodens.dns, &Q::new(name, Rt::A)).rcode(),
+            rcode::NOERROR
+        );
+    }
+    core.proc.signal(libc::SIGSTOP);
+    sleep_until(t0, Duration::from_millis(2500)); // short and short2 expired (TTL 2)
+
+    // The upstream is up as far as nodens knows: the timer answers.
+    let r = udp_query(nodens.dns, &Q::new("short.test.", Rt::A));
+    assert_eq!(r.a(), vec![ipv4("192.0.2.2")]);
+    assert!(
+        r.ttls().iter().all(|&t| t == 30),
+        "stale TTLs {:?}",
+        r.ttls()
+    );
+    assert!(
+        r.elapsed >= ms(250) && r.elapsed < ms(1500),
+        "stale answer after {:?}, stale_answer_timeout is 300 ms",
+        r.elapsed
+    );
+    // Two queries time out upstream (the refresh behind the answer above and
+    // a miss of a new name): the upstream is marked down.
+    let _ = udp_query_timeout(nodens.dns, &Q::new("nothere.test.", Rt::A), secs(6));
+    wait_until(secs(6), "the frozen upstream to be marked down", || {
+        (nodens.metric("nodens_upstream_healthy", &[("to", &to)]) == 0.0).then_some(())
+    });
+    let r = udp_query(nodens.dns, &Q::new("short2.test.", Rt::A));
+    assert_eq!(r.a(), vec![ipv4("192.0.2.4")]);
+    assert!(
+        r.elapsed < ms(100),
+        "stale answer with the upstream down after {:?}",
+        r.elapsed
+    );
+
+    core.proc.signal(libc::SIGCONT);
+    wait_until(secs(10), "the thawed upstream to be marked up", || {
+        (nodens.metric("nodens_upstream_healthy", &[("to", &to)]) == 1.0).then_some(())
+    });
+    let refreshed = wait_until(secs(5), "a refreshed answer for short.test.", || {
+        let r = udp_query(nodens.dns, &Q::new("short.test.", Rt::A));
+        r.ttls().iter().all(|&t| t <= 2).then_some(r)
+    });
+    assert_eq!(refreshed.a(), vec![ipv4("192.0.2.2")]);
+}
+
+/// stale_answer_timeout 0 (immediate): an expired name is answered stale at
+/// once although the upstream answers, and the refresh behind it puts the
+/// fresh answer in the cache for the next query.
+#[test]
+fn immediate_stale_answers_and_refreshes_behind() {
+    let (_net, core, nodens) = setup_with(|c, z| c.stale_answer_timeout(ms(0)).zone(z));
+    let t0 = Instant::now();
+    let first = udp_query(nodens.dns, &Q::new("short.test.", Rt::A));
+    assert_eq!(first.a(), vec![ipv4("192.0.2.2")]);
+    sleep_until(t0, Duration::from_millis(2500)); // expired (TTL 2)
+    let r = udp_query(nodens.dns, &Q::new("short.test.", Rt::A));
+    assert_eq!(r.a(), vec![ipv4("192.0.2.2")]);
+    assert!(
+        r.ttls().iter().all(|&t| t == 30),
+        "stale TTLs {:?}",
+        r.ttls()
+    );
+    let refreshed = wait_until(secs(2), "the refreshed answer in the cache", || {
+        let r = udp_query(nodens.dns, &Q::new("short.test.", Rt::A));
+        r.ttls().iter().all(|&t| t <= 2).then_some(r)
+    });
+    assert_eq!(refreshed.a(), vec![ipv4("192.0.2.2")]);
+    // Asked upstream twice in all: the first query and the refresh.
+    core.sync_log();
+    assert_eq!(core.count_queries("short.test.", "A"), 2);
 }

@@ -103,6 +103,7 @@ impl File {
                 failure_ttl: secs(self.cache.servfail_ttl),
                 stale_ttl: secs(self.cache.stale_ttl),
                 stale_max_age: self.cache.stale_max_age,
+                stale_answer_timeout: self.cache.stale_answer_timeout,
                 prefetch_min_hits: self.cache.prefetch_min_hits,
                 prefetch_percent: self.cache.prefetch_percent,
             },

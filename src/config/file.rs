@@ -296,6 +296,11 @@ pub struct CacheConfig {
     /// How long past expiry an answer may still be served stale; 0 disables serve-stale.
     #[serde(with = "humantime_serde")]
     pub stale_max_age: Duration,
+    /// How long a query for an expired name waits on upstream before its
+    /// stale answer is sent, the refresh going on behind (RFC 8767's client
+    /// response timer); 0: at once (CoreDNS `serve_stale immediate`).
+    #[serde(with = "humantime_serde")]
+    pub stale_answer_timeout: Duration,
     /// Hits an entry needs before it is refreshed ahead of expiry; 0 disables prefetch.
     pub prefetch_min_hits: u32,
     /// Refresh when this percentage of the original TTL or less remains.
@@ -309,6 +314,7 @@ impl Default for CacheConfig {
             servfail_ttl: Duration::from_secs(5),
             stale_ttl: Duration::from_secs(30),
             stale_max_age: Duration::from_secs(3600),
+            stale_answer_timeout: Duration::from_secs(1),
             prefetch_min_hits: 3,
             prefetch_percent: 10,
         }

@@ -115,6 +115,9 @@ pub struct CacheSettings {
     pub stale_ttl: u32,
     /// How long past expiry an answer may be served stale.
     pub stale_max_age: Duration,
+    /// How long a miss with a stale answer waits on upstream before it
+    /// gets the stale answer.
+    pub stale_answer_timeout: Duration,
     pub prefetch_min_hits: u32,
     pub prefetch_percent: u8,
 }

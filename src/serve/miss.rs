@@ -101,6 +101,9 @@ impl Shared {
         listener: &ListenerView,
         out: &mut Vec<u8>,
     ) {
+        if job.stale.is_some() {
+            return self.answer_stale_miss(job, listener, out).await;
+        }
         let query = job.query.get();
         self.metrics.inflight.inc();
         let deadline = job.started + job.settings.query_timeout;
@@ -190,6 +193,96 @@ impl Shared {
         job.stats
             .zone(job.zone.index)
             .reply(job.proto, code, from_cache, out.len(), seconds);
+    }
+
+    /// A miss for an expired name the cache can still serve stale: the
+    /// upstream's answer if it comes within `stale_answer_timeout`, else
+    /// the stale answer, the fetch going on behind to refresh the cache
+    /// (RFC 8767 section 5). When every upstream of the zone is marked
+    /// down, the stale answer at once and no fetch: the health probe finds
+    /// the upstream back, and the next query refreshes.
+    async fn answer_stale_miss(
+        self: &Arc<Self>,
+        job: MissJob,
+        listener: &ListenerView,
+        out: &mut Vec<u8>,
+    ) {
+        let MissJob {
+            query,
+            key,
+            zone,
+            settings,
+            stats,
+            stale,
+            started,
+            proto,
+            _ticket: ticket,
+        } = job;
+        let stale = stale.expect("a stale entry");
+        let query = query.get();
+        let limit = reply_limit(proto, &query, &settings);
+        let fetched = if zone.all_down() {
+            None
+        } else {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let deadline = started + settings.query_timeout;
+            let wait_until = started + settings.cache.stale_answer_timeout;
+            let (this, key, zone, settings) =
+                (self.clone(), key.clone(), zone.clone(), settings.clone());
+            self.metrics.inflight.inc();
+            self.tasks.spawn_query_on_main(async move {
+                // The ticket goes with the fetch: refreshes behind stale
+                // answers count among the misses in flight.
+                let _ticket = ticket;
+                let fetched = tokio::time::timeout_at(
+                    deadline.into(),
+                    this.fetch(&key, &zone, &settings, deadline),
+                )
+                .await
+                .ok()
+                .flatten();
+                this.metrics.inflight.dec();
+                let _ = tx.send(fetched);
+            });
+            if wait_until == started {
+                None // immediate: the stale answer, whatever the fetch does
+            } else {
+                tokio::time::timeout_at(wait_until.into(), rx)
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .flatten()
+                    .filter(|e| e.kind != Kind::Failure)
+            }
+        };
+        let now = Instant::now();
+        let code = match fetched {
+            Some(entry) => {
+                entry
+                    .render(&query, now, Freshness::Fresh, None, limit, out)
+                    .rcode
+            }
+            None => {
+                let ttl = Freshness::Stale {
+                    ttl: settings.cache.stale_ttl,
+                };
+                self.metrics
+                    .cache_served_stale
+                    .get(&CacheLabels {
+                        server: &listener.server,
+                        zones: &zone.name,
+                        view: VIEW,
+                    })
+                    .inc();
+                stale
+                    .render(&query, now, ttl, Some(ede::STALE_ANSWER), limit, out)
+                    .rcode
+            }
+        };
+        let seconds = started.elapsed().as_secs_f64();
+        stats
+            .zone(zone.index)
+            .reply(proto, code, true, out.len(), seconds);
     }
 
     /// Asks upstream for `key` (or joins the identical query in flight) and

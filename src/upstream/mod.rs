@@ -118,6 +118,14 @@ pub struct Zone {
     pub ttl: TtlPolicy,
 }
 
+impl Zone {
+    /// Every upstream of the zone is marked down: a miss would wait out
+    /// its timeouts before failing.
+    pub fn all_down(&self) -> bool {
+        self.upstreams.iter().all(|u| !u.health.is_up())
+    }
+}
+
 /// Maps a query name to its zone.
 pub struct Router {
     zones: Vec<Arc<Zone>>,

@@ -246,6 +246,7 @@ impl Cfg {
         servfail_ttl: Duration,
         stale_ttl: Duration,
         stale_max_age: Duration,
+        stale_answer_timeout: Duration,
         prefetch_min_hits: u32,
         prefetch_percent: u8,
     });
