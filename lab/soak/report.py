@@ -267,7 +267,8 @@ def analyze(args):
 COUNTERS = ("nodens_upstream_errors_total", "nodens_rejected_queries_total", "nodens_tcp_client_closed_total",
             "nodens_tcp_client_rejected_total", "nodens_upstream_health_checks_total", "nodens_config_reloads_total",
             "coredns_cache_served_stale_total", "coredns_cache_prefetch_total", "coredns_cache_evictions_total",
-            "nodens_upstream_queue_rejected_total", "nodens_coalesced_queries_total")
+            "nodens_upstream_queue_rejected_total", "nodens_coalesced_queries_total",
+            "nodens_upstream_health_transitions_total")
 
 
 def final_counters(path):
