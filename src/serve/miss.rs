@@ -199,8 +199,9 @@ impl Shared {
     /// upstream's answer if it comes within `stale_answer_timeout`, else
     /// the stale answer, the fetch going on behind to refresh the cache
     /// (RFC 8767 section 5). When every upstream of the zone is marked
-    /// down, the stale answer at once and no fetch: the health probe finds
-    /// the upstream back, and the next query refreshes.
+    /// down, the stale answer at once; the fetch still goes out (coalesced
+    /// with any other for the name), so the first answer after the outage
+    /// refreshes the entry and marks the upstream up.
     async fn answer_stale_miss(
         self: &Arc<Self>,
         job: MissJob,
@@ -221,12 +222,14 @@ impl Shared {
         let stale = stale.expect("a stale entry");
         let query = query.get();
         let limit = reply_limit(proto, &query, &settings);
-        let fetched = if zone.all_down() {
-            None
-        } else {
+        let fetched = {
             let (tx, rx) = tokio::sync::oneshot::channel();
             let deadline = started + settings.query_timeout;
-            let wait_until = started + settings.cache.stale_answer_timeout;
+            let wait_until = if zone.all_down() {
+                started
+            } else {
+                started + settings.cache.stale_answer_timeout
+            };
             let (this, key, zone, settings) =
                 (self.clone(), key.clone(), zone.clone(), settings.clone());
             self.metrics.inflight.inc();
@@ -245,7 +248,7 @@ impl Shared {
                 let _ = tx.send(fetched);
             });
             if wait_until == started {
-                None // immediate: the stale answer, whatever the fetch does
+                None // at once: the stale answer, whatever the fetch does
             } else {
                 tokio::time::timeout_at(wait_until.into(), rx)
                     .await
