@@ -240,19 +240,9 @@ fn doctor(args: DoctorArgs) -> ExitCode {
         },
         None => None,
     };
-    let resolv = match doctor::resolver::ResolvConf::read(&args.resolv_conf) {
-        Ok(resolv) => resolv,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
-    let servers = match doctor::probe::servers(&args.server, &resolv) {
-        Ok(servers) => servers,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
+    let (resolv, servers) = match resolv_and_servers(&args.resolv_conf, &args.server) {
+        Ok(both) => both,
+        Err(code) => return code,
     };
     let options = doctor::Options {
         resolv,
@@ -284,21 +274,33 @@ fn doctor(args: DoctorArgs) -> ExitCode {
     }
 }
 
+/// The resolv.conf doctor and trace read, and the servers they ask (`--server`,
+/// else its nameservers); exit 2 with the error printed when either is wrong.
+fn resolv_and_servers(
+    path: &std::path::Path,
+    given: &[String],
+) -> Result<
+    (
+        nodens::doctor::resolver::ResolvConf,
+        Vec<std::net::SocketAddr>,
+    ),
+    ExitCode,
+> {
+    use nodens::doctor;
+    let fail = |e: &dyn std::fmt::Display| {
+        eprintln!("{e}");
+        ExitCode::from(2)
+    };
+    let resolv = doctor::resolver::ResolvConf::read(path).map_err(|e| fail(&e))?;
+    let servers = doctor::probe::servers(given, &resolv).map_err(|e| fail(&e))?;
+    Ok((resolv, servers))
+}
+
 fn trace(args: TraceArgs) -> ExitCode {
     use nodens::doctor;
-    let resolv = match doctor::resolver::ResolvConf::read(&args.resolv_conf) {
-        Ok(resolv) => resolv,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
-    let servers = match doctor::probe::servers(&args.server, &resolv) {
-        Ok(servers) => servers,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
+    let (resolv, servers) = match resolv_and_servers(&args.resolv_conf, &args.server) {
+        Ok(both) => both,
+        Err(code) => return code,
     };
     let trace = doctor::trace::run(&resolv, &servers, args.resolver, args.family, &args.name);
     if args.json {

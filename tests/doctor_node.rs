@@ -42,7 +42,6 @@ mod common;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::thread;
 use std::time::Duration;
 
 use common::*;
@@ -663,82 +662,13 @@ fn port_conflict_on_the_metrics_port() {
 
 // ---- 8. CPU quota against threads ----------------------------------------------
 
-/// A cgroup with a CPU quota, removed on drop (the one of tests/node.rs,
-/// under another name so both can run at once).
-struct CpuCgroup {
-    dir: PathBuf,
-}
-
-impl CpuCgroup {
-    fn create(quota_us: u64, period_us: u64) -> CpuCgroup {
-        let name = format!("nodens-doctor-test-{}", std::process::id());
-        if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
-            let root = Path::new("/sys/fs/cgroup");
-            let ctl =
-                std::fs::read_to_string(root.join("cgroup.subtree_control")).unwrap_or_default();
-            if !ctl.split_whitespace().any(|c| c == "cpu") {
-                std::fs::write(root.join("cgroup.subtree_control"), "+cpu")
-                    .unwrap_or_else(|e| panic!("cannot enable the cpu controller: {e}"));
-            }
-            let dir = root.join(&name);
-            let _ = std::fs::remove_dir(&dir);
-            std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
-            std::fs::write(dir.join("cpu.max"), format!("{quota_us} {period_us}")).unwrap();
-            CpuCgroup { dir }
-        } else {
-            let root = ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"]
-                .iter()
-                .map(PathBuf::from)
-                .find(|p| p.join("cpu.cfs_quota_us").exists())
-                .expect("no cgroup v1 cpu controller mounted under /sys/fs/cgroup");
-            let dir = root.join(&name);
-            let _ = std::fs::remove_dir(&dir);
-            std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
-            std::fs::write(dir.join("cpu.cfs_period_us"), period_us.to_string()).unwrap();
-            std::fs::write(dir.join("cpu.cfs_quota_us"), quota_us.to_string()).unwrap();
-            CpuCgroup { dir }
-        }
-    }
-
-    /// A wrapper that moves the shell into the cgroup, then execs the command.
-    fn wrapper(&self) -> Vec<String> {
-        let procs = self.dir.join("cgroup.procs");
-        vec![
-            "sh".into(),
-            "-c".into(),
-            format!("echo $$ > '{}' && exec \"$@\"", procs.display()),
-            "sh".into(),
-        ]
-    }
-}
-
-impl Drop for CpuCgroup {
-    fn drop(&mut self) {
-        let procs = std::fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
-        for pid in procs
-            .split_whitespace()
-            .filter_map(|p| p.parse::<i32>().ok())
-        {
-            // SAFETY: kill(2) on a pid in the cgroup this test created.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-        for _ in 0..100 {
-            if std::fs::remove_dir(&self.dir).is_ok() || !self.dir.exists() {
-                return;
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-        eprintln!("could not remove cgroup {}", self.dir.display());
-    }
-}
-
 #[test]
 fn cpu_quota_against_threads() {
     if !require_root("cpu_quota_against_threads") {
         return;
     }
     let net = Net::alloc();
-    let cg = CpuCgroup::create(10_000, 100_000); // 0.1 CPU
+    let cg = CpuCgroup::create("doctor-test", 10_000, 100_000); // 0.1 CPU
     let wrapper = cg.wrapper();
     let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
     let cfg = Cfg::new(&net)

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 
+pub use crate::wire::rcode_name;
 use crate::wire::{self, HEADER_LEN, name, read_u16, read_u32, rtype};
 
 /// How a query is sent.
@@ -77,18 +78,6 @@ pub struct Reply {
 impl Reply {
     pub fn rcode_name(&self) -> &'static str {
         rcode_name(self.rcode)
-    }
-}
-
-pub fn rcode_name(rcode: u16) -> &'static str {
-    match rcode {
-        0 => "NOERROR",
-        1 => "FORMERR",
-        2 => "SERVFAIL",
-        3 => "NXDOMAIN",
-        4 => "NOTIMP",
-        5 => "REFUSED",
-        _ => "RCODE?",
     }
 }
 

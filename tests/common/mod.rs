@@ -11,6 +11,7 @@
 // Each test binary includes this module privately and uses part of it.
 #![allow(dead_code, unused_imports, unreachable_pub)]
 
+mod cgroup;
 mod config;
 mod coredns;
 mod dns;
@@ -33,6 +34,7 @@ mod zone;
 
 /// RCODE values: the library's own constants.
 pub use ::nodens::wire::rcode;
+pub use cgroup::CpuCgroup;
 pub use config::{Cfg, Pool, Transport, Zone};
 pub use coredns::{CoreDns, ERRATIC_A, LoggedQuery};
 pub use dns::{
