@@ -53,10 +53,9 @@ fn encode(key: &Key, p: &Parts<'_>, out: &mut Vec<u8>) {
     put_u32(out, p.original_ttl);
     put_u64(out, p.lifetime.as_millis() as u64);
     put_u64(out, p.age.as_millis() as u64);
-    put_u16(out, p.ttl_offsets.len() as u16);
-    for &at in p.ttl_offsets {
-        put_u16(out, at);
-    }
+    // The offsets as the entry stores them: big-endian u16 each.
+    put_u16(out, (p.ttl_offsets.len() / 2) as u16);
+    out.extend_from_slice(p.ttl_offsets);
     put_u32(out, p.wire.len() as u32);
     out.extend_from_slice(p.wire);
 }
@@ -98,7 +97,8 @@ fn decode(record: &[u8], now: Instant) -> Option<(Key, Entry)> {
     let original_ttl = f.u32()?;
     let lifetime = Duration::from_millis(f.u64()?);
     let age = Duration::from_millis(f.u64()?);
-    let offsets: Vec<u16> = (0..f.u16()?).map(|_| f.u16()).collect::<Option<_>>()?;
+    let offsets = f.u16()?;
+    let offsets = f.take(usize::from(offsets) * 2)?;
     let wire_len = f.u32()? as usize;
     let wire = f.take(wire_len)?;
     if !f.0.is_empty() || name.is_empty() || name.len() > 255 {
@@ -108,7 +108,7 @@ fn decode(record: &[u8], now: Instant) -> Option<(Key, Entry)> {
         kind,
         rcode,
         wire,
-        ttl_offsets: &offsets,
+        ttl_offsets: offsets,
         question_end,
         additional_start,
         age,
