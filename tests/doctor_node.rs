@@ -677,6 +677,18 @@ fn cpu_quota_against_threads() {
     let mut nodens = Nodens::launch(&cfg.to_toml(), &wrapper);
     nodens.wait_workers(Duration::from_secs(60));
     let pid = nodens.proc.pid();
+    // At 0.1 CPU the runtime's threads start slowly: wait until all 16
+    // workers exist as threads before doctor counts them.
+    let threads = || -> Option<u32> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let line = status.lines().find(|l| l.starts_with("Threads:"))?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    };
+    wait_until(
+        Duration::from_secs(30),
+        "nodens's 16 worker threads",
+        || threads().filter(|&n| n >= 16).map(|_| ()),
+    );
     // On the host: `ip netns exec` mounts a /sys of its own, without the
     // cgroup hierarchies. The node checks are read-only.
     let r = doctor(None, &[]);

@@ -79,6 +79,23 @@ impl Reply {
     pub fn rcode_name(&self) -> &'static str {
         rcode_name(self.rcode)
     }
+
+    /// The answer code, with NOERROR without records shown as NODATA.
+    pub fn result_name(&self) -> &'static str {
+        if self.rcode == 0 && self.answers == 0 {
+            "NODATA"
+        } else {
+            self.rcode_name()
+        }
+    }
+}
+
+/// The single-threaded runtime doctor's and trace's queries run on.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime")
 }
 
 /// Why no reply was read.

@@ -60,10 +60,7 @@ pub struct Probed {
 
 /// Runs every probe against every server, one server after the other.
 pub fn run(options: &ProbeOptions, resolv: &ResolvConf, samples: &[Sample]) -> Probed {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a current-thread runtime");
+    let runtime = client::runtime();
     let mut probed = Probed {
         lines: Vec::new(),
         findings: Vec::new(),
@@ -372,11 +369,7 @@ fn expansion_finding(
 }
 
 fn describe(r: &Reply) -> String {
-    if r.rcode == 0 && r.answers == 0 {
-        "NODATA".into()
-    } else {
-        r.rcode_name().into()
-    }
+    r.result_name().into()
 }
 
 /// Two identical queries for a name that does not exist, 1.1 s apart:

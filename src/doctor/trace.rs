@@ -108,11 +108,7 @@ pub fn run(
     family: Family,
     name: &str,
 ) -> Trace {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a current-thread runtime");
-    runtime.block_on(trace(resolv, servers, stub, family, name))
+    super::client::runtime().block_on(trace(resolv, servers, stub, family, name))
 }
 
 async fn trace(
@@ -240,11 +236,7 @@ fn step(
             qtype,
             name: name.to_string(),
             server,
-            result: if reply.rcode == 0 && reply.answers == 0 {
-                "NODATA".into()
-            } else {
-                rcode_name(reply.rcode).into()
-            },
+            result: reply.result_name().into(),
             answers: answers(reply),
             latency_ms: reply.latency.as_secs_f64() * 1000.0,
         },

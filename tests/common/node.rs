@@ -400,36 +400,9 @@ pub fn nft_rule_matches(rule: &str, w: &RuleWant) -> bool {
 }
 
 /// Splits an iptables-save line into words, a `"..."` (with `\"` escapes)
-/// being one word without its quotes.
+/// being one word without its quotes (the doctor's reader of the rules).
 pub fn split_quoted(line: &str) -> Vec<String> {
-    let mut words = Vec::new();
-    let mut cur = String::new();
-    let mut in_word = false;
-    let mut quoted = false;
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '"' => {
-                quoted = !quoted;
-                in_word = true;
-            }
-            '\\' if quoted => cur.extend(chars.next()),
-            c if c.is_whitespace() && !quoted => {
-                if in_word {
-                    words.push(std::mem::take(&mut cur));
-                    in_word = false;
-                }
-            }
-            c => {
-                cur.push(c);
-                in_word = true;
-            }
-        }
-    }
-    if in_word {
-        words.push(cur);
-    }
-    words
+    nodens::doctor::node::split_words(line)
 }
 
 /// The words of an iptables rule with the comment's text left out.

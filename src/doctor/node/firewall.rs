@@ -238,8 +238,9 @@ fn parse_net(text: &str) -> Option<IpNet> {
         .or_else(|| text.parse::<IpAddr>().ok().map(IpNet::from))
 }
 
-/// Splits a rule into words, a `"..."` (with `\"` escapes) being one word.
-fn split_words(line: &str) -> Vec<String> {
+/// Splits an iptables-save rule into words, a `"..."` (with `\"` escapes)
+/// being one word without its quotes.
+pub fn split_words(line: &str) -> Vec<String> {
     let mut words = Vec::new();
     let mut cur = String::new();
     let (mut in_word, mut quoted) = (false, false);

@@ -8,6 +8,8 @@
 mod conntrack;
 mod cpu;
 mod firewall;
+
+pub use firewall::split_words;
 mod forwarding;
 mod interfaces;
 mod kube_proxy;
