@@ -10,7 +10,10 @@
 //! address), in steps; after each step both servers are sampled once the
 //! watch holds every pod (nodens's object gauge; CoreDNS answering the
 //! last pod's `<ip>.<ns>.pod` name, which `pods verified` answers only for
-//! a pod it knows). RSS growth per pod is the slope from no pod.
+//! a pod it knows). RSS growth per pod is given two ways: from no pod to
+//! each step (fixed costs that come with the first large list, such as
+//! the HTTP client's read buffers, weigh on the small steps), and the
+//! least-squares slope over all steps.
 
 mod common;
 
@@ -22,7 +25,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams, PostParams};
 
 const NODE: &str = "node-1";
-const STEPS: [usize; 4] = [0, 1000, 5000, 20000];
+const STEPS: [usize; 7] = [0, 1000, 2000, 3000, 4000, 5000, 20000];
 
 fn pod_ip(i: usize) -> String {
     format!("10.{}.{}.{}", 100 + i / 65536, (i / 256) % 256, i % 256)
@@ -220,6 +223,23 @@ fn rss_per_watched_pod_against_coredns_pods_verified() {
             core_kib as f64 / 1024.0,
         );
     }
+    let slope = |column: fn(&(usize, u64, u64, usize)) -> u64| {
+        let n = rows.len() as f64;
+        let (sx, sy) = rows.iter().fold((0.0, 0.0), |(sx, sy), r| {
+            (sx + r.0 as f64, sy + column(r) as f64)
+        });
+        let (mx, my) = (sx / n, sy / n);
+        let (sxy, sxx) = rows.iter().fold((0.0, 0.0), |(sxy, sxx), r| {
+            let dx = r.0 as f64 - mx;
+            (sxy + dx * (column(r) as f64 - my), sxx + dx * dx)
+        });
+        sxy / sxx * 1024.0
+    };
+    let (fit_nodens, fit_core) = (slope(|r| r.1), slope(|r| r.2));
+    println!(
+        "\nLeast-squares slope over the steps: nodens {fit_nodens:.0} B per pod, CoreDNS {fit_core:.0} B per pod, ratio {:.3}",
+        fit_nodens / fit_core
+    );
     let per_fresh = (fresh_kib as f64 - nodens0 as f64) * 1024.0 / last as f64;
     println!(
         "\nA nodens started with the {last} pods there: {:.1} MiB, {per_fresh:.0} B per pod over a fresh process with none",

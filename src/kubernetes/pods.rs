@@ -20,7 +20,7 @@
 //! (coredns/coredns#7120); a pod that has finished (Succeeded, Failed) has
 //! released its address and claims nothing.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -171,23 +171,27 @@ fn client_of(pod: &Pod, namespaces: &mut Interner) -> PodClient {
 }
 
 /// The address map of a list: verified pods whose address no other pod claims.
+/// Built by sorting the claims (no table beside the list: a node restarted
+/// among its pods builds it once per burst of changes).
 fn client_map(pods: &BTreeMap<u128, PodClient>) -> ClientMap {
-    let mut claims: HashMap<IpAddr, Option<&Arc<str>>> = HashMap::with_capacity(pods.len());
-    for pod in pods.values() {
-        for ip in pod.addresses.iter() {
+    let mut claims: Vec<(IpAddr, Option<&Arc<str>>)> = pods
+        .values()
+        .flat_map(|pod| {
             let claim = pod.verified.then_some(&pod.namespace);
-            claims
-                .entry(ip.to_canonical())
-                .and_modify(|c| *c = None)
-                .or_insert(claim);
+            pod.addresses
+                .iter()
+                .map(move |ip| (ip.to_canonical(), claim))
+        })
+        .collect();
+    claims.sort_unstable_by_key(|c| c.0);
+    let mut map = Vec::with_capacity(claims.len());
+    for same in claims.chunk_by(|a, b| a.0 == b.0) {
+        if let [(ip, Some(namespace))] = same {
+            map.push((*ip, Arc::clone(namespace)));
         }
     }
-    ClientMap::new(
-        claims
-            .into_iter()
-            .filter_map(|(ip, ns)| Some((ip, ns?.clone())))
-            .collect(),
-    )
+    drop(claims);
+    ClientMap::new(map)
 }
 
 struct Writer(Arc<Clients>);
