@@ -225,19 +225,39 @@ fn upstreams_follow_the_endpointslices() {
         "queries lost across the API server restart"
     );
     assert!(answered.into_inner() > 100);
+    let watch_metric = |name: &str| {
+        in_netns(&lab.ns.name, || {
+            lab.nodens.metric(
+                name,
+                &[
+                    ("resource", "endpointslices"),
+                    ("watch", "kube-system/kube-dns"),
+                ],
+            )
+        })
+    };
+    let unix_now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as f64
+    };
+    let stopped_at = unix_now();
     lab.kube.stop_apiserver();
     lab.ask(20);
     lab.wait_discovered(0.0);
-    let synced = in_netns(&lab.ns.name, || {
-        lab.nodens.metric(
-            "nodens_kubernetes_watch_synced",
-            &[
-                ("resource", "endpointslices"),
-                ("watch", "kube-system/kube-dns"),
-            ],
-        )
-    });
-    assert_eq!(synced, 0.0);
+    assert_eq!(watch_metric("nodens_kubernetes_watch_synced"), 0.0);
+    // Staleness: the moment the watch lost the API, standing still while out.
+    let lost_at = watch_metric("nodens_kubernetes_watch_current_timestamp_seconds");
+    assert!(
+        lost_at >= stopped_at - 1.0 && lost_at <= unix_now(),
+        "lost at {lost_at}, API stopped at {stopped_at}"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        watch_metric("nodens_kubernetes_watch_current_timestamp_seconds"),
+        lost_at
+    );
     let before = lab.asked();
     lab.ask(10);
     assert_eq!(delta(&lab.asked(), &before), [0, 0, 0, 10]);
@@ -246,6 +266,8 @@ fn upstreams_follow_the_endpointslices() {
     lab.kube.start_apiserver();
     lab.ask(20);
     lab.wait_discovered(2.0);
+    assert_eq!(watch_metric("nodens_kubernetes_watch_synced"), 1.0);
+    assert!(watch_metric("nodens_kubernetes_watch_current_timestamp_seconds") > lost_at);
     let before = lab.asked();
     lab.ask(40);
     let d = delta(&lab.asked(), &before);

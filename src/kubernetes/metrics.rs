@@ -1,5 +1,6 @@
 //! `nodens_kubernetes_*`: whether each watch is synced with the API, how
-//! often it had to start over, and how many objects it holds.
+//! often it had to start over, since when it has been out of date, and how
+//! many objects it holds.
 
 use crate::metrics::{Counters, Gauges, Registry, label_set};
 
@@ -11,6 +12,7 @@ label_set! {
 pub struct KubeMetrics {
     pub synced: Gauges<WatchLabels<'static>>,
     pub errors: Counters<WatchLabels<'static>>,
+    pub current_at: Gauges<WatchLabels<'static>>,
     pub objects: Gauges<WatchLabels<'static>>,
     pub discovered_upstreams: Gauges<ZoneLabels<'static>>,
 }
@@ -25,6 +27,10 @@ impl KubeMetrics {
             errors: r.counters(
                 "nodens_kubernetes_watch_errors_total",
                 "Watch errors (API unreachable, watch expired with 410 Gone, ...): each starts a new list after a backoff.",
+            ),
+            current_at: r.gauges(
+                "nodens_kubernetes_watch_current_timestamp_seconds",
+                "Unix time at which the watch last knew its list current: a list completed, a change handed over, or the moment it lost the API. While synced is 0, time() minus this is how long the feature has been falling back.",
             ),
             objects: r.gauges(
                 "nodens_kubernetes_watch_objects",

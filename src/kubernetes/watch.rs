@@ -28,6 +28,13 @@ const QUIET: Duration = Duration::from_millis(20);
 const COALESCE_MAX: Duration = Duration::from_millis(200);
 const RETRY_MAX: Duration = Duration::from_secs(30);
 
+/// Seconds since the Unix epoch.
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
 /// What a feature does with the list: `Some(map)` when complete and
 /// current, `None` when not known. Returns false to end the watch.
 pub(super) trait Follower<Id, V> {
@@ -47,6 +54,9 @@ pub(super) async fn follow<K, Id: Ord, V: PartialEq, S>(
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
 {
     let mut retry = RETRY_FIRST;
+    // Whether the last list handed over was current until now: only then
+    // does an error move the moment the watch last knew it current.
+    let mut current = false;
     loop {
         metrics.synced.get(&labels).set(0);
         let mut events = std::pin::pin!(events());
@@ -65,6 +75,8 @@ pub(super) async fn follow<K, Id: Ord, V: PartialEq, S>(
                             unpublished = None;
                             retry = RETRY_FIRST;
                             metrics.synced.get(&labels).set(1);
+                            metrics.current_at.get(&labels).set(unix_now());
+                            current = true;
                             metrics.objects.get(&labels).set(objects.len() as i64);
                             if !follower.publish(Some(&objects)) {
                                 return;
@@ -118,6 +130,9 @@ pub(super) async fn follow<K, Id: Ord, V: PartialEq, S>(
             unpublished.get_or_insert_with(tokio::time::Instant::now);
         };
         metrics.errors.get(&labels).inc();
+        if std::mem::take(&mut current) {
+            metrics.current_at.get(&labels).set(unix_now());
+        }
         metrics.synced.get(&labels).set(0);
         let why = error.map_or_else(|| "ended".to_string(), |e| e.to_string());
         tracing::warn!(
