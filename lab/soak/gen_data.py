@@ -20,9 +20,11 @@ Query mix of the load files, per query:
         both carry an SOA, so nodens caches them (denial cache)
 
 popular.txt asks each popular name once (they are in the cache before the
-prefill). The prefill file holds only such fresh non-existent names: the soak sends
-it before the load, until nodens's denial cache evicts (it is full), so
-that memory is measured on a full cache from the start.
+prefill). The prefill file holds fresh names that exist (3 of 4, under the
+zone's wildcard *.fill.soak.test, TTL 3600 s) and fresh non-existent names
+(1 of 4): the soak sends it before the load until the cache holds its
+capacity (answers and denials both evict), so that memory is measured on a
+full cache from the start and RSS can be held against the capacity.
 
 Each file is long enough for its rate and time bound (dnsperf stops on -l,
 never at end of file, so no name is replayed). Deterministic for --seed.
@@ -38,6 +40,7 @@ def write_zone(path, names, popular, pop_ttl, host_ttl, neg_ttl):
         f.write(f"@ 3600 IN SOA ns.soak.test. hostmaster.soak.test. 1 7200 1800 86400 {neg_ttl}\n")
         f.write("@ 3600 IN NS ns.soak.test.\n")
         f.write("ns 3600 IN A 198.51.100.1\n")
+        f.write("*.fill 3600 IN A 198.51.100.201\n")
         for i in range(names):
             ip = f"198.51.100.{i % 250 + 2}"
             if i < popular:
@@ -106,8 +109,8 @@ def main():
     if args.prefill:
         nx = NxNames("p")
         with open(os.path.join(args.out, "prefill.txt"), "w") as f:
-            for _ in range(args.prefill):
-                f.write(f"{nx.next()} A\n")
+            for i in range(args.prefill):
+                f.write(f"{nx.next()} A\n" if i % 4 == 3 else f"f-{i}.fill.soak.test A\n")
     return 0
 
 

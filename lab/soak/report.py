@@ -15,6 +15,9 @@ Gates (the exit status is 1 if any fails):
                      window <= --fd-growth
   RSS                median in the end window over median in the base
                      window - 1 <= --rss-growth-pct
+  RSS bound          every sample's RSS (prefill, load, faults, quiet
+                     period) <= the cache capacity + --rss-over-capacity-mib:
+                     the capacity is a bound a memory limit can be sized from
 
 Reported, not gated: dnsperf lost/SERVFAIL (in and out of faults), probe
 latency, reloads, the abusive clients' view, fds after the quiet period,
@@ -35,6 +38,15 @@ def fnum(x):
         return float(x)
     except (TypeError, ValueError):
         return None
+
+
+def size_bytes(text):
+    """'16 MiB' -> 16777216 (the config's size syntax); None if unreadable."""
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([KMG]i?B|B)?\s*", text or "")
+    if not m:
+        return None
+    units = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "KB": 1e3, "MB": 1e6, "GB": 1e9}
+    return int(float(m.group(1)) * units.get(m.group(2), 1))
 
 
 def read_csv(path):
@@ -158,6 +170,14 @@ def analyze(args):
     res["first_dead"] = next((s["x"] for s in alive if s.get("alive") != 1), None)
     res["rss_peak_kb"] = max([s["rss_kb"] for s in samples if s.get("rss_kb")] or [float("nan")])
     res["hwm_kb"] = max([s["hwm_kb"] for s in samples if s.get("hwm_kb")] or [float("nan")])
+    # RSS over the capacity at every sample while nodens was up, and over
+    # what the cache actually held (the rest of the process).
+    cap = size_bytes(args.cache_capacity)
+    res["capacity_kb"] = cap / 1024 if cap else float("nan")
+    up = [s for s in samples if s.get("alive") == 1 and s.get("rss_kb")]
+    res["rss_over_capacity_kb"] = max((s["rss_kb"] - res["capacity_kb"] for s in up), default=float("nan"))
+    beside = [s["rss_kb"] - s["cache_bytes"] / 1024 for s in up if s.get("cache_bytes") is not None]
+    res["rss_beside_cache_kb"] = max(beside, default=float("nan"))
     res["rss_base_kb"] = med(col("rss_kb", *base))
     res["rss_end_kb"] = med(col("rss_kb", *endw))
     res["rss_growth_pct"] = (res["rss_end_kb"] / res["rss_base_kb"] - 1) * 100 if res["rss_base_kb"] else float("nan")
@@ -335,6 +355,10 @@ def verdict(res, args):
     checks.append(("RSS growth after warm-up (end median / base median)", f"<= {args.rss_growth_pct:g} %",
                    f"{res['rss_growth_pct']:+.1f} % ({mib(res['rss_base_kb'])} -> {mib(res['rss_end_kb'])})",
                    not math.isnan(res["rss_growth_pct"]) and res["rss_growth_pct"] <= args.rss_growth_pct))
+    over = res["rss_over_capacity_kb"]
+    checks.append(("RSS at every sample - cache capacity", f"<= {args.rss_over_capacity_mib:g} MiB",
+                   f"{mib(over)} at most (peak {mib(res['rss_peak_kb'])}, capacity {args.cache_capacity})",
+                   not math.isnan(over) and over <= args.rss_over_capacity_mib * 1024))
     return checks
 
 
@@ -367,6 +391,8 @@ def text_report(res, args, checks, env):
     if res["rss_after_faults"]:
         w("- RSS 10-30 s after each upstream outage: " + ", ".join(
             f"{mib(v)} (after the {k} ending at {e:.0f} s)" for k, e, v in res["rss_after_faults"]) + ".")
+    w(f"- RSS beside what the cache held (RSS - nodens_cache_bytes), at most: {mib(res['rss_beside_cache_kb'])}; "
+      f"RSS over the capacity, at most: {mib(res['rss_over_capacity_kb'])}.")
     w(f"- Cache: {mib((res['cache_bytes_end'] or 0) / 1024)} at the end (peak {mib(res['cache_bytes_max'] / 1024)}) "
       f"of {args.cache_capacity}.")
     w(f"- Open fds after warm-up: min {res['fd_min']:.0f}, max {res['fd_max']:.0f}; median {res['fd_base']:.0f} "
@@ -505,6 +531,11 @@ def plot(res, args, png):
     ax.plot([x for x, _ in cb], [y for _, y in cb], color="#2ca02c", lw=1.2, label="cache bytes (nodens_cache_bytes)")
     for lo, hi, key in ((*res["base"], "rss_base_kb"), (*res["endw"], "rss_end_kb")):
         ax.hlines(res[key] / 1024, lo, hi, color="black", lw=2)
+    if not math.isnan(res["capacity_kb"]):
+        bound = (res["capacity_kb"] + args.rss_over_capacity_mib * 1024) / 1024
+        ax.axhline(res["capacity_kb"] / 1024, color="#2ca02c", ls=":", lw=1)
+        ax.axhline(bound, color="#d62728", ls="--", lw=1)
+        ax.text(res["duration"], bound, f"capacity + {args.rss_over_capacity_mib:g} MiB", ha="right", va="bottom", fontsize=8)
     ax.axhline(res["rss_base_kb"] * (1 + args.rss_growth_pct / 100) / 1024, color="black", ls=":", lw=1)
     ax.text(res["duration"], res["rss_base_kb"] * (1 + args.rss_growth_pct / 100) / 1024,
             f"base + {args.rss_growth_pct:g} %", ha="right", va="bottom", fontsize=8)
@@ -585,6 +616,7 @@ def main():
     p.add_argument("--warmup", type=float, required=True)
     p.add_argument("--window", type=float, required=True)
     p.add_argument("--rss-growth-pct", type=float, default=10)
+    p.add_argument("--rss-over-capacity-mib", type=float, default=16)
     p.add_argument("--fd-growth", type=float, default=16)
     p.add_argument("--fd-idle-growth", type=float, default=4)
     p.add_argument("--probe-timeout", type=float, default=5)

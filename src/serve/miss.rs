@@ -336,54 +336,60 @@ impl Shared {
         deadline: Instant,
         refresh: bool,
     ) -> (Option<Arc<Entry>>, Role) {
+        // Boxed: an async fn keeps the future it is given and the one it
+        // awaits apart, and this one is the bulk of a miss (the upstream
+        // exchange); inline, every miss in flight would carry it twice.
         let (outcome, role) = self
             .inflight
-            .run(key, async {
-                // An identical fetch may have finished between the caller's
-                // cache lookup and this one's start (a speculation and the
-                // client it works ahead of): its answer is used, not asked
-                // again. A refresh asks whatever the cache holds.
-                if !refresh
-                    && let Lookup::Fresh(e) =
-                        self.cache
-                            .lookup(&key.as_ref(), Instant::now(), Duration::ZERO)
-                    && e.kind != Kind::Failure
-                {
-                    return Some(e);
-                }
-                let forwarded = forward(zone, key, deadline.into()).await;
-                let now = Instant::now();
-                // A failure never replaces an answer that can still be served,
-                // fresh (a prefetch that failed) or stale.
-                let has_usable =
-                    || match self
-                        .cache
-                        .lookup(&key.as_ref(), now, settings.cache.stale_max_age)
+            .run(
+                key,
+                Box::pin(async {
+                    // An identical fetch may have finished between the caller's
+                    // cache lookup and this one's start (a speculation and the
+                    // client it works ahead of): its answer is used, not asked
+                    // again. A refresh asks whatever the cache holds.
+                    if !refresh
+                        && let Lookup::Fresh(e) =
+                            self.cache
+                                .lookup(&key.as_ref(), Instant::now(), Duration::ZERO)
+                        && e.kind != Kind::Failure
                     {
-                        Lookup::Fresh(e) => e.kind != Kind::Failure,
-                        Lookup::Stale(_) => true,
-                        Lookup::Miss => false,
-                    };
-                match forwarded {
-                    Some(f) => {
-                        let entry =
-                            Arc::new(Entry::from_response(&f.msg, &f.layout, &zone.ttl, now));
-                        self.learn(&settings.cluster, key, zone, &entry, (&f.msg, &f.layout));
-                        if entry.kind != Kind::Failure || !has_usable() {
-                            self.cache.insert(key.clone(), entry.clone());
-                        }
-                        Some(entry)
+                        return Some(e);
                     }
-                    None => {
-                        let failure_ttl = settings.cache.failure_ttl;
-                        if failure_ttl > 0 && !has_usable() {
-                            let failure = Entry::failure(&key.question(), failure_ttl, now);
-                            self.cache.insert(key.clone(), Arc::new(failure));
+                    let forwarded = forward(zone, key, deadline.into()).await;
+                    let now = Instant::now();
+                    // A failure never replaces an answer that can still be served,
+                    // fresh (a prefetch that failed) or stale.
+                    let has_usable =
+                        || match self
+                            .cache
+                            .lookup(&key.as_ref(), now, settings.cache.stale_max_age)
+                        {
+                            Lookup::Fresh(e) => e.kind != Kind::Failure,
+                            Lookup::Stale(_) => true,
+                            Lookup::Miss => false,
+                        };
+                    match forwarded {
+                        Some(f) => {
+                            let entry =
+                                Arc::new(Entry::from_response(&f.msg, &f.layout, &zone.ttl, now));
+                            self.learn(&settings.cluster, key, zone, &entry, (&f.msg, &f.layout));
+                            if entry.kind != Kind::Failure || !has_usable() {
+                                self.cache.insert(key.clone(), entry.clone());
+                            }
+                            Some(entry)
                         }
-                        None
+                        None => {
+                            let failure_ttl = settings.cache.failure_ttl;
+                            if failure_ttl > 0 && !has_usable() {
+                                let failure = Entry::failure(&key.question(), failure_ttl, now);
+                                self.cache.insert(key.clone(), Arc::new(failure));
+                            }
+                            None
+                        }
                     }
-                }
-            })
+                }),
+            )
             .await;
         if role == Role::Follower {
             self.metrics.coalesced.inc();

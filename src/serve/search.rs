@@ -152,9 +152,11 @@ impl Shared {
             flags: 0,
         };
         let cached = self.cache.lookup(&node_key, now, Duration::ZERO).is_fresh();
+        // Boxed: the check's future is part of every miss's, and most
+        // misses have no namespace to check; a fetch inline would double
+        // the memory each miss in flight holds.
         let asked = !cached
-            && self
-                .fetch_as(&node_key.to_owned(), zone, settings, deadline)
+            && Box::pin(self.fetch_as(&node_key.to_owned(), zone, settings, deadline))
                 .await
                 .1
                 == Role::Leader;
