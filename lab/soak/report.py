@@ -616,7 +616,7 @@ def main():
     p.add_argument("--warmup", type=float, required=True)
     p.add_argument("--window", type=float, required=True)
     p.add_argument("--rss-growth-pct", type=float, default=10)
-    p.add_argument("--rss-over-capacity-mib", type=float, default=16)
+    p.add_argument("--rss-over-capacity-mib", type=float, default=24)
     p.add_argument("--fd-growth", type=float, default=16)
     p.add_argument("--fd-idle-growth", type=float, default=4)
     p.add_argument("--probe-timeout", type=float, default=5)
