@@ -436,7 +436,7 @@ def text_report(res, args, checks, env):
     if res["prefill"]:
         p = res["prefill"]
         w()
-        w(f"Prefill (fresh non-existent names until the denial cache evicts): {p.get('sent', '–')} sent, {p.get('lost', '–')} lost.")
+        w(f"Prefill (fresh names, 3 of 4 existing, until the cache is full): {p.get('sent', '–')} sent, {p.get('lost', '–')} lost.")
     w()
     w("## Faults")
     w()
