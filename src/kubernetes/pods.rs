@@ -171,8 +171,8 @@ fn client_of(pod: &Pod, namespaces: &mut Interner) -> PodClient {
 }
 
 /// The address map of a list: verified pods whose address no other pod claims.
-/// Built by sorting the claims (no table beside the list: a node restarted
-/// among its pods builds it once per burst of changes).
+/// Built by sorting the claims: no hash table beside the list while it is
+/// built (after each burst of changes).
 fn client_map(pods: &BTreeMap<u128, PodClient>) -> ClientMap {
     let mut claims: Vec<(IpAddr, Option<&Arc<str>>)> = pods
         .values()
