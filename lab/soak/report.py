@@ -90,6 +90,54 @@ def dnsperf_summary(path):
     return s
 
 
+POPULAR_QUERY = re.compile(r"^pop-\d+\.soak\.test A$")
+POPULAR_UPSTREAM = re.compile(r'"A IN pop-\d+\.soak\.test\. ', re.IGNORECASE)
+
+
+def popular_queries_sent(path, sent):
+    """How many of the first `sent` queries of a dnsperf data file ask a
+    popular name: dnsperf reads its file in order and never replays it."""
+    n = 0
+    try:
+        with open(path) as f:
+            for i, line in enumerate(f):
+                if i >= sent:
+                    break
+                n += bool(POPULAR_QUERY.match(line.strip()))
+    except OSError:
+        return None
+    return n
+
+
+def popular_upstream_queries(path):
+    """Queries for popular names that reached CoreDNS (its `log` plugin, one
+    line each, appended across its restarts): misses, prefetches and the
+    refreshes behind stale answers alike."""
+    try:
+        with open(path, errors="replace") as f:
+            return sum(bool(POPULAR_UPSTREAM.search(line)) for line in f)
+    except OSError:
+        return None
+
+
+def popular_hit_ratio(out, dnsperf):
+    """The popular set's hit ratio under the load's churn, from below: every
+    popular query CoreDNS saw is counted as a client's miss, though
+    prefetches and refreshes behind stale answers are not (and the probes'
+    and the abusive clients' popular queries are left out of the sent)."""
+    sent = 0
+    for name in ("udp", "tcp"):
+        n = dnsperf[name]["summary"].get("sent")
+        k = popular_queries_sent(os.path.join(out, "data", f"{name}.txt"), n) if n else None
+        if k is None:
+            return None
+        sent += k
+    upstream = popular_upstream_queries(os.path.join(out, "coredns.log"))
+    if upstream is None or sent == 0:
+        return None
+    return {"sent": sent, "upstream": upstream, "ratio": 1 - upstream / sent}
+
+
 def pct(vals, p):
     v = sorted(vals)
     if not v:
@@ -263,6 +311,7 @@ def analyze(args):
             "p99_normal": med([r["p99_ms"] for r in outf if r.get("p99_ms") is not None]),
         }
     res["prefill"] = dnsperf_summary(os.path.join(out, "dnsperf-prefill.summary"))
+    res["popular"] = popular_hit_ratio(out, res["dnsperf"])
     try:
         res["abuse"] = json.load(open(os.path.join(out, "abuse-summary.json")))
     except (OSError, ValueError):
@@ -359,6 +408,10 @@ def verdict(res, args):
     checks.append(("RSS at every sample - cache capacity", f"<= {args.rss_over_capacity_mib:g} MiB",
                    f"{mib(over)} at most (peak {mib(res['rss_peak_kb'])}, capacity {args.cache_capacity})",
                    not math.isnan(over) and over <= args.rss_over_capacity_mib * 1024))
+    pop = res["popular"]
+    checks.append(("popular names answered without asking upstream (at least)", f">= {args.popular_hit_pct:g} %",
+                   f"{pop['ratio'] * 100:.2f} % ({pop['upstream']} upstream of {pop['sent']})" if pop else "not measured",
+                   pop is not None and pop["ratio"] * 100 >= args.popular_hit_pct))
     return checks
 
 
@@ -395,6 +448,11 @@ def text_report(res, args, checks, env):
       f"RSS over the capacity, at most: {mib(res['rss_over_capacity_kb'])}.")
     w(f"- Cache: {mib((res['cache_bytes_end'] or 0) / 1024)} at the end (peak {mib(res['cache_bytes_max'] / 1024)}) "
       f"of {args.cache_capacity}.")
+    if res["popular"]:
+        pop = res["popular"]
+        w(f"- Popular names under the churn (random names and fresh denials evicting all along): of "
+          f"{pop['sent']} popular queries the load sent, {pop['upstream']} reached CoreDNS, counting "
+          f"prefetches and refreshes as misses: a hit ratio of at least {pop['ratio'] * 100:.2f} %.")
     w(f"- Open fds after warm-up: min {res['fd_min']:.0f}, max {res['fd_max']:.0f}; median {res['fd_base']:.0f} "
       f"after warm-up, {res['fd_end']:.0f} at the end. Idle, before the load: {res['fd_idle_before']:.0f}; "
       f"after the load and a quiet period: {res['fd_idle_after']:.0f}.")
@@ -618,6 +676,7 @@ def main():
     p.add_argument("--rss-growth-pct", type=float, default=10)
     p.add_argument("--rss-over-capacity-mib", type=float, default=24)
     p.add_argument("--fd-growth", type=float, default=16)
+    p.add_argument("--popular-hit-pct", type=float, default=99)
     p.add_argument("--fd-idle-growth", type=float, default=4)
     p.add_argument("--probe-timeout", type=float, default=5)
     p.add_argument("--silent-max", type=float, default=120)
