@@ -5,6 +5,16 @@ for d in /usr/local/sbin /usr/sbin /sbin /usr/local/go/bin "$HOME/go/bin"; do
 done
 export PATH
 
+# `cmd | contains [GREP_FLAGS] PATTERN`: grep -q that reads its input to the end.
+# grep -q exits at the first match; a producer that writes in pieces (nft writes
+# line by line) then dies of SIGPIPE, and under pipefail the pipeline fails (or,
+# negated, passes) whatever was found.
+contains() {
+  local input
+  input=$(cat) || return 1
+  grep -q "$@" <<<"$input"
+}
+
 K8S_VERSION=${K8S_VERSION:-v1.33.13}
 HELM_VERSION=${HELM_VERSION:-v3.22.0}
 NODENS_CACHE=${NODENS_CACHE:-$HOME/.cache/nodens}
