@@ -127,8 +127,10 @@ def popular_hit_ratio(out, dnsperf):
     and the abusive clients' popular queries are left out of the sent)."""
     sent = 0
     for name in ("udp", "tcp"):
-        n = dnsperf[name]["summary"].get("sent")
-        k = popular_queries_sent(os.path.join(out, "data", f"{name}.txt"), n) if n else None
+        n = dnsperf[name]["summary"].get("sent") or 0
+        if n == 0:
+            continue   # that load did not run (TCP_QPS=0, say)
+        k = popular_queries_sent(os.path.join(out, "data", f"{name}.txt"), n)
         if k is None:
             return None
         sent += k
