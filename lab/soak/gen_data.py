@@ -32,6 +32,15 @@ never at end of file, so no name is replayed). Deterministic for --seed.
 import argparse
 import os
 import random
+import re
+
+# A popular name, and the pattern that recognises one (lab/soak/report.py
+# counts them among the queries sent and those that reached CoreDNS).
+POPULAR_NAME_RE = re.compile(r"pop-\d+\.soak\.test", re.IGNORECASE)
+
+
+def popular_name(i):
+    return f"pop-{i}.soak.test"
 
 
 def write_zone(path, names, popular, pop_ttl, host_ttl, neg_ttl):
@@ -50,7 +59,7 @@ def write_zone(path, names, popular, pop_ttl, host_ttl, neg_ttl):
 
 
 def zone_name(i, popular):
-    return f"pop-{i}.soak.test" if i < popular else f"host-{i}.soak.test"
+    return popular_name(i) if i < popular else f"host-{i}.soak.test"
 
 
 class NxNames:
@@ -71,7 +80,7 @@ def write_load(path, count, rng, names, popular, nx):
         for _ in range(count):
             x = rng.random()
             if x < 0.70:
-                f.write(f"pop-{rng.randrange(popular)}.soak.test A\n")
+                f.write(f"{popular_name(rng.randrange(popular))} A\n")
             elif x < 0.90:
                 f.write(f"{zone_name(rng.randrange(names), popular)} {'A' if rng.random() < 0.75 else 'AAAA'}\n")
             else:
@@ -105,7 +114,7 @@ def main():
     write_load(os.path.join(args.out, "tcp.txt"), extra(args.tcp_qps), rng, args.names, args.popular, NxNames("t"))
     with open(os.path.join(args.out, "popular.txt"), "w") as f:
         for i in range(args.popular):
-            f.write(f"pop-{i}.soak.test A\n")
+            f.write(f"{popular_name(i)} A\n")
     if args.prefill:
         nx = NxNames("p")
         with open(os.path.join(args.out, "prefill.txt"), "w") as f:

@@ -32,6 +32,8 @@ import re
 import statistics
 import sys
 
+from gen_data import POPULAR_NAME_RE
+
 
 def fnum(x):
     try:
@@ -90,8 +92,9 @@ def dnsperf_summary(path):
     return s
 
 
-POPULAR_QUERY = re.compile(r"^pop-\d+\.soak\.test A$")
-POPULAR_UPSTREAM = re.compile(r'"A IN pop-\d+\.soak\.test\. ', re.IGNORECASE)
+# A line of a dnsperf data file, and a line of CoreDNS's `log` plugin.
+POPULAR_QUERY = re.compile(rf"^{POPULAR_NAME_RE.pattern} A$")
+POPULAR_UPSTREAM = re.compile(rf'"A IN {POPULAR_NAME_RE.pattern}\. ', re.IGNORECASE)
 
 
 def popular_queries_sent(path, sent):
