@@ -321,16 +321,21 @@ impl<S: Service> Worker<S> {
                 Handled::Drop => {}
                 Handled::Miss(job) => {
                     let guard = MissGuard::new(&self.misses);
-                    let (outbox, service, info) =
-                        (self.outbox.clone(), self.service.clone(), self.info.clone());
+                    let (service, info) = (self.service.clone(), self.info.clone());
+                    // Boxed before the spawn: the resolving future is a few
+                    // KiB, and a task's future is moved several times on its
+                    // way into the runtime and again as it finishes; the
+                    // task carries only the pointer.
+                    let resolving = Box::pin(async move {
+                        let mut out = Vec::new();
+                        service.resolve(job, &info, &mut out).await;
+                        out
+                    });
+                    let outbox = self.outbox.clone();
                     // On this thread's runtime (entered in `run`).
                     self.service.tasks().spawn_query(async move {
                         let _guard = guard;
-                        let mut out = Vec::new();
-                        // Boxed: the resolving future is a few KiB, and a
-                        // task's future is moved several times on its way.
-                        Box::pin(service.resolve(job, &info, &mut out)).await;
-                        outbox.push(out, peer, local);
+                        outbox.push(resolving.await, peer, local);
                     });
                 }
             }

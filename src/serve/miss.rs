@@ -189,7 +189,8 @@ impl Shared {
             );
             (rcode::SERVFAIL, false)
         };
-        let seconds = job.started.elapsed().as_secs_f64();
+        // Read at the answer's arrival: what rendering it costs is left out.
+        let seconds = now.saturating_duration_since(job.started).as_secs_f64();
         job.stats
             .zone(job.zone.index)
             .reply(job.proto, code, from_cache, out.len(), seconds);
@@ -357,7 +358,7 @@ impl Shared {
                         return Some(e);
                     }
                     let forwarded = forward(zone, key, deadline.into()).await;
-                    let now = Instant::now();
+                    let now = forwarded.as_ref().map_or_else(Instant::now, |f| f.received);
                     // A failure never replaces an answer that can still be served,
                     // fresh (a prefetch that failed) or stale.
                     let has_usable =

@@ -27,6 +27,8 @@ use crate::wire::{HEADER_LEN, build, flag, rcode, rcode_name, read_u16};
 pub struct Forwarded {
     pub msg: Vec<u8>,
     pub layout: Layout,
+    /// When the answer arrived: the time the caller stores and serves it at.
+    pub received: StdInstant,
 }
 
 pub async fn forward(zone: &Zone, key: &Key, deadline: Instant) -> Option<Forwarded> {
@@ -39,7 +41,7 @@ pub async fn forward(zone: &Zone, key: &Key, deadline: Instant) -> Option<Forwar
         }
         let try_deadline = (now + zone.upstream_timeout).min(deadline);
         let sent = now.into_std();
-        match ask(upstream, zone, key, &question, try_deadline).await {
+        match ask(upstream, zone, key, &question, now, try_deadline).await {
             Ok(answer) => {
                 upstream.record_success(sent);
                 match answer.layout.rcode {
@@ -67,28 +69,34 @@ pub async fn forward(zone: &Zone, key: &Key, deadline: Instant) -> Option<Forwar
     fallback
 }
 
-/// The zone's upstreams in policy order, those marked down last.
-fn try_order(zone: &Zone) -> Vec<&Arc<Upstream>> {
+/// The zone's upstreams in policy order, those marked down last (as they
+/// were at the start: an upstream marked down by its own try is not tried
+/// again at the end).
+fn try_order(zone: &Zone) -> impl Iterator<Item = &Arc<Upstream>> {
     let n = zone.upstreams.len();
     let first = match zone.policy {
         Policy::Sequential => 0,
         Policy::Random => rand::rng().random_range(0..n.max(1)),
     };
-    let ordered = (0..n).map(|i| &zone.upstreams[(first + i) % n]);
-    let (up, down): (Vec<_>, Vec<_>) = ordered.partition(|u| u.health.is_up());
-    up.into_iter().chain(down).collect()
+    let mut order: Vec<(bool, &Arc<Upstream>)> = (0..n)
+        .map(|i| &zone.upstreams[(first + i) % n])
+        .map(|u| (!u.health.is_up(), u))
+        .collect();
+    // Stable: the policy's order holds among the up and among the down.
+    order.sort_by_key(|&(down, _)| down);
+    order.into_iter().map(|(_, u)| u)
 }
 
-/// One upstream, over the zone's transport.
+/// One upstream, over the zone's transport, the try starting at `started`.
 async fn ask(
     upstream: &Upstream,
     zone: &Zone,
     key: &Key,
     question: &[u8],
+    started: Instant,
     deadline: Instant,
 ) -> Result<Forwarded, ExchangeError> {
-    let started = StdInstant::now();
-    let udp = |deadline| ask_udp(upstream, zone, key, question, deadline);
+    let udp = |deadline| ask_udp(upstream, zone, key, question, started, deadline);
     let tcp = || ask_tcp(upstream, key, question, deadline);
     let msg = match zone.transport {
         Transport::ForceTcp => tcp().await?,
@@ -108,9 +116,15 @@ async fn ask(
             }
         }
     };
+    let received = StdInstant::now();
     let layout = response::layout(&msg).map_err(|_| ExchangeError::Malformed)?;
-    upstream.observe_duration(layout.rcode, started.elapsed().as_secs_f64());
-    Ok(Forwarded { msg, layout })
+    let took = received.saturating_duration_since(started.into_std());
+    upstream.observe_duration(layout.rcode, took.as_secs_f64());
+    Ok(Forwarded {
+        msg,
+        layout,
+        received,
+    })
 }
 
 /// Over the upstream's TCP pool. TCP cannot be answered by an off-path
@@ -135,6 +149,7 @@ async fn ask_udp(
     zone: &Zone,
     key: &Key,
     question: &[u8],
+    started: Instant,
     deadline: Instant,
 ) -> Result<Vec<u8>, ExchangeError> {
     let id: u16 = rand::rng().random();
@@ -146,7 +161,7 @@ async fn ask_udp(
     };
     let query = build::upstream_query(id, &sent, key.dnssec_ok(), key.checking_disabled());
     upstream.inflight.inc();
-    let done = udp::exchange(upstream.addr, &query, id, &sent, case, deadline).await;
+    let done = udp::exchange(upstream.addr, &query, id, &sent, case, started, deadline).await;
     upstream.inflight.dec();
     if done.reused {
         upstream.udp_conn_hits.inc();

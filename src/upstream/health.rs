@@ -140,14 +140,15 @@ async fn probe_until_up(upstream: Weak<Upstream>) {
 async fn probe(up: &Upstream) -> bool {
     let id: u16 = rand::rng().random();
     let query = build::upstream_query(id, PROBE_QUESTION, false, false);
-    let deadline = Instant::now() + up.settings.probe_timeout;
+    let now = Instant::now();
+    let deadline = now + up.settings.probe_timeout;
     if up.settings.probe_over_tcp {
         up.pool
             .exchange(&query, PROBE_QUESTION, deadline)
             .await
             .is_ok()
     } else {
-        udp::exchange(up.addr, &query, id, PROBE_QUESTION, Case::Ignore, deadline)
+        udp::exchange(up.addr, &query, id, PROBE_QUESTION, Case::Ignore, now, deadline)
             .await
             .result
             .is_ok()

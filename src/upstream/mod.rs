@@ -129,8 +129,26 @@ impl Zone {
 /// Maps a query name to its zone.
 pub struct Router {
     zones: Vec<Arc<Zone>>,
-    by_name: HashMap<Vec<u8>, usize>,
+    /// Hashed with ahash: a lookup is on every query's path, hits included.
+    by_name: HashMap<Vec<u8>, usize, ahash::RandomState>,
+    /// The wire lengths of the zone names, so a suffix no zone has the
+    /// length of is not looked up: most queries are routed with one lookup.
+    lengths: NameLengths,
     upstreams: HashMap<SocketAddr, Arc<Upstream>>,
+}
+
+/// A set of wire name lengths (at most 255).
+#[derive(Default)]
+struct NameLengths([u64; 4]);
+
+impl NameLengths {
+    fn insert(&mut self, len: usize) {
+        self.0[len / 64 % 4] |= 1 << (len % 64);
+    }
+
+    fn contains(&self, len: usize) -> bool {
+        len < 256 && self.0[len / 64] & (1 << (len % 64)) != 0
+    }
 }
 
 impl Router {
@@ -145,7 +163,8 @@ impl Router {
     ) -> Router {
         let mut router = Router {
             zones: Vec::new(),
-            by_name: HashMap::new(),
+            by_name: HashMap::default(),
+            lengths: NameLengths::default(),
             upstreams: HashMap::new(),
         };
         for plan in zones {
@@ -165,6 +184,7 @@ impl Router {
                 ttl: plan.ttl,
             };
             let wire = name::from_text(&zone.name).expect("a checked zone name");
+            router.lengths.insert(wire.len());
             router.by_name.insert(wire, router.zones.len());
             router.zones.push(Arc::new(zone));
         }
@@ -175,6 +195,7 @@ impl Router {
     #[inline]
     pub fn route(&self, folded_name: &[u8]) -> Option<&Arc<Zone>> {
         name::label_starts(folded_name)
+            .filter(|&start| self.lengths.contains(folded_name.len() - start))
             .find_map(|start| self.by_name.get(&folded_name[start..]))
             .map(|&i| &self.zones[i])
     }
@@ -304,5 +325,23 @@ mod tests {
         assert_eq!(zone("xcluster.local"), ".");
         assert_eq!(zone("example.com"), ".");
         assert_eq!(zone("."), ".");
+    }
+
+    #[test]
+    fn a_suffix_of_a_zone_names_length_is_still_compared() {
+        let text = "[[zone]]\nname = \"cluster.local\"\nupstreams = [\"127.0.0.1:2\"]\n";
+        let config = crate::config::Config::parse(text).unwrap();
+        let metrics = Arc::new(UpstreamMetrics::register(&crate::metrics::Registry::new()));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let _main = runtime.enter();
+        let router = Router::build(&config.zones, &metrics, &Upkeep::current(), None);
+        let routed = |n: &str| router.route(&name::from_text(n).unwrap()).is_some();
+        assert!(routed("a.cluster.local"));
+        // Same wire length as cluster.local, other bytes: no zone.
+        assert!(!routed("a.abcdefg.local"));
+        assert!(!routed("example.com"));
+        assert!(!routed("."));
     }
 }

@@ -74,7 +74,8 @@ thread_local! {
 }
 
 /// Sends `query` (ID `id`, question `question` as sent) to `server` and
-/// waits until `deadline` for the datagram that answers it. An answer with
+/// waits until `deadline` for the datagram that answers it. `now` is the
+/// time of the try's start; a pooled socket's age is read against it. An answer with
 /// the right ID and the question in another letter case ends the wait
 /// with [`ExchangeError::CaseMismatch`] when `case` is [`Case::Exact`].
 pub async fn exchange(
@@ -83,11 +84,12 @@ pub async fn exchange(
     id: u16,
     question: &[u8],
     case: Case,
+    now: Instant,
     deadline: Instant,
 ) -> Exchanged {
-    let (mut pooled, mut mismatched) = match take_free(server) {
+    let (mut pooled, mut mismatched) = match take_free(server, now) {
         Some(free) => free,
-        None => match open(server) {
+        None => match open(server, now) {
             Ok(fresh) => (fresh, 0),
             Err(e) => {
                 return Exchanged {
@@ -111,7 +113,7 @@ pub async fn exchange(
     .await;
     if result.is_ok() {
         pooled.uses += 1;
-        give_back(server, pooled);
+        give_back(server, pooled, now);
     }
     Exchanged {
         reused,
@@ -183,13 +185,13 @@ async fn ask(
 
 /// A free socket to `server`, emptied; with the count of datagrams that
 /// were waiting on it (none but a late duplicate or a forgery can be).
-fn take_free(server: SocketAddr) -> Option<(PooledSocket, u32)> {
+fn take_free(server: SocketAddr, now: Instant) -> Option<(PooledSocket, u32)> {
     loop {
         let pooled = FREE.with_borrow_mut(|free| {
             let (_, list) = free.iter_mut().find(|(addr, _)| *addr == server)?;
             list.pop_back()
         })?;
-        if pooled.opened.elapsed() >= MAX_AGE {
+        if now.saturating_duration_since(pooled.opened) >= MAX_AGE {
             continue;
         }
         if let Ok(discarded) = discard_queued(&pooled.socket) {
@@ -198,8 +200,9 @@ fn take_free(server: SocketAddr) -> Option<(PooledSocket, u32)> {
     }
 }
 
-fn give_back(server: SocketAddr, pooled: PooledSocket) {
-    if pooled.uses >= MAX_USES || pooled.opened.elapsed() >= MAX_AGE {
+fn give_back(server: SocketAddr, pooled: PooledSocket, now: Instant) {
+    let too_old = |s: &PooledSocket| now.saturating_duration_since(s.opened) >= MAX_AGE;
+    if pooled.uses >= MAX_USES || too_old(&pooled) {
         return;
     }
     FREE.with_borrow_mut(|free| {
@@ -212,10 +215,7 @@ fn give_back(server: SocketAddr, pooled: PooledSocket) {
         };
         let list = &mut free[at].1;
         // Sockets left over from a burst do not stay open for long.
-        while list
-            .front()
-            .is_some_and(|oldest| oldest.opened.elapsed() >= MAX_AGE)
-        {
+        while list.front().is_some_and(too_old) {
             list.pop_front();
         }
         if list.len() < MAX_FREE {
@@ -261,7 +261,7 @@ fn read_until_empty(mut read: impl FnMut() -> io::Result<usize>) -> io::Result<u
 }
 
 /// A new socket on a random port, connected to `server`.
-fn open(server: SocketAddr) -> io::Result<PooledSocket> {
+fn open(server: SocketAddr, now: Instant) -> io::Result<PooledSocket> {
     let local: SocketAddr = match server {
         SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
         SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
@@ -277,7 +277,7 @@ fn open(server: SocketAddr) -> io::Result<PooledSocket> {
     Ok(PooledSocket {
         socket: UdpSocket::from_std(socket.into())?,
         uses: 0,
-        opened: Instant::now(),
+        opened: now,
     })
 }
 
@@ -326,6 +326,7 @@ mod tests {
                 id,
                 question,
                 Case::Ignore,
+                Instant::now(),
                 Instant::now() + wait,
             )
             .await
