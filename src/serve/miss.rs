@@ -102,15 +102,16 @@ impl Shared {
         out: &mut Vec<u8>,
     ) {
         if job.stale.is_some() {
-            return self.answer_stale_miss(job, listener, out).await;
+            // Boxed: the rare path's state stays out of every miss's future.
+            return Box::pin(self.answer_stale_miss(job, listener, out)).await;
         }
-        let query = job.query.get();
         self.metrics.inflight.inc();
         let deadline = job.started + job.settings.query_timeout;
-        let limit = reply_limit(job.proto, &query, &job.settings);
         let fetched = tokio::time::timeout_at(deadline.into(), async {
-            let check = self.namespace_denied(&job.key, &job.settings, deadline);
-            let fetch = self.fetch(&job.key, &job.zone, &job.settings, deadline);
+            // Each branch makes the futures it awaits: made before the
+            // branch, both would take room in every miss's future twice.
+            let check = || self.namespace_denied(&job.key, &job.settings, deadline);
+            let fetch = || self.fetch(&job.key, &job.zone, &job.settings, deadline);
             // A lookup's predicted second expansion waits for the check
             // (it most likely saves the query); any other name is asked
             // with it, so the check adds no round trip (see search.rs).
@@ -121,14 +122,14 @@ impl Shared {
                 || !cluster.search().speculate
                 || self.predicted_expansion(job.key.name());
             if waits {
-                if check.await {
+                if check().await {
                     return Err(());
                 }
-                Ok(fetch.await)
+                Ok(fetch().await)
             } else {
                 // The name's own answer, when it came, is the one to give;
                 // the cut only stands in for it.
-                let (denied, fetched) = tokio::join!(check, fetch);
+                let (denied, fetched) = tokio::join!(check(), fetch());
                 if denied && fetched.is_none() {
                     Err(())
                 } else {
@@ -140,6 +141,8 @@ impl Shared {
         .unwrap_or(Ok(None));
         self.metrics.inflight.dec();
         let now = Instant::now();
+        let query = job.query.get();
+        let limit = reply_limit(job.proto, &query, &job.settings);
         let fetched = match fetched {
             Ok(fetched) => fetched,
             Err(()) => {
