@@ -128,8 +128,9 @@ impl Shared {
                 Ok(fetch().await)
             } else {
                 // The name's own answer, when it came, is the one to give;
-                // the cut only stands in for it.
-                let (denied, fetched) = tokio::join!(check(), fetch());
+                // the cut only stands in for it. Boxed: both futures at
+                // once would double what every miss's future holds.
+                let (denied, fetched) = Box::pin(async { tokio::join!(check(), fetch()) }).await;
                 if denied && fetched.is_none() {
                     Err(())
                 } else {
