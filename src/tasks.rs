@@ -6,9 +6,10 @@
 //!
 //! - **Query work** (resolving a miss, serving a TCP connection, a prefetch)
 //!   is tracked: shutdown stops reading and waits for it. A miss runs where
-//!   its query arrived ([`Tasks::spawn_query`]: the UDP worker's own loop,
-//!   or main for TCP), so its reply leaves from the same thread without a
-//!   hand-off. A prefetch is not tied to a client and runs on main
+//!   its query arrived: a UDP worker polls its misses on its own loop (and
+//!   holds a [`Tasks::token`] while it has any), TCP spawns them on main
+//!   ([`Tasks::spawn_query`]), so a reply leaves from the same thread without
+//!   a hand-off. A prefetch is not tied to a client and runs on main
 //!   ([`Tasks::spawn_query_on_main`]): a worker's loop may stop turning.
 //! - **Upkeep** (TCP accept loops, upstream pool connections, health
 //!   probes, the HTTP server) is not tracked: it lives as long as its owner
@@ -73,6 +74,12 @@ impl Tasks {
     /// Query work on the main runtime, whatever thread asks.
     pub fn spawn_query_on_main<F: Future<Output = ()> + Send + 'static>(&self, task: F) {
         drop(self.queries.spawn_on(task, &self.upkeep.0));
+    }
+
+    /// Query work that is not a task of its own (a UDP worker's misses,
+    /// polled by its event loop): the drain waits until the token is dropped.
+    pub fn token(&self) -> tokio_util::task::task_tracker::TaskTrackerToken {
+        self.queries.token()
     }
 
     pub fn upkeep(&self) -> &Upkeep {

@@ -2,12 +2,12 @@
 //! SO_REUSEPORT so the kernel spreads queries across them.
 //!
 //! A worker takes a batch of queries per system call, answers the hits
-//! itself and sends those replies in one call. Each miss becomes a task on
-//! the worker's own event loop (a single-threaded runtime), which also waits
-//! on the miss's upstream socket; the replies of the misses answered in one
-//! turn of that loop go out through the worker's socket in one call. A miss
-//! never crosses to another thread, so on a node where the cache has one
-//! core it costs no context switch.
+//! itself and sends those replies in one call. Each miss becomes a future
+//! the worker's own event loop (a single-threaded runtime) polls, not a task
+//! of its own; the loop also waits on the miss's upstream socket, and the
+//! replies of the misses answered in one turn of it go out through the
+//! worker's socket in one call. A miss never crosses to another thread, so
+//! on a node where the cache has one core it costs no context switch.
 //!
 //! The worker has two modes. While it has no miss in flight (the steady
 //! state of a node cache) it blocks in `recvmmsg`: one system call per
@@ -15,17 +15,22 @@
 //! event loop, which waits on the listening socket and the upstream sockets
 //! together, until the last miss is answered.
 
+use std::future::Future;
 use std::net::{SocketAddr, UdpSocket};
+use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::unix::AsyncFd;
-use tokio::sync::Notify;
+use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use super::batch::{BATCH, Destination, RecvBatch, SendBatch, enable_destination_info};
 use super::{Handled, ListenerInfo, Proto, Service};
+use crate::tasks::Tasks;
 
 /// How often a worker blocked in `recvmmsg` checks whether it should stop.
 const STOP_POLL: Duration = Duration::from_millis(100);
@@ -96,8 +101,6 @@ impl UdpWorkers {
                 info: info.clone(),
                 stop: stop.clone(),
                 wildcard: addr.ip().is_unspecified(),
-                misses: Arc::default(),
-                outbox: Arc::default(),
             };
             std::thread::Builder::new()
                 .name(format!("udp-{i}"))
@@ -130,79 +133,57 @@ struct Worker<S: Service> {
     stop: Arc<AtomicBool>,
     /// Bound to 0.0.0.0 or ::: replies name their source address.
     wildcard: bool,
-    misses: Arc<Misses>,
-    outbox: Arc<Outbox>,
 }
 
 /// A reply, its client, and the address to send it from (wildcard sockets).
 type QueuedReply = (Vec<u8>, SocketAddr, Option<Destination>);
 
-/// Replies of misses, waiting to be sent together: the misses answered in
-/// one turn of the event loop go out in one `sendmmsg`.
+/// A miss being resolved, to its reply.
+type Resolving = Pin<Box<dyn Future<Output = QueuedReply> + Send>>;
+
+/// The worker's misses in flight. They are futures its own event loop
+/// polls, not tasks: a task per miss cost a spawn, a cache-line-aligned
+/// allocation, its scheduling and a hand-off of the reply, about an eighth
+/// of a miss's instructions (docs/performance.md). While any is in flight,
+/// a token of the query tracker keeps the shutdown drain waiting for them,
+/// as it waits for tasks.
 #[derive(Default)]
-struct Outbox {
-    replies: std::sync::Mutex<Vec<QueuedReply>>,
-    filled: Notify,
+struct Pending {
+    misses: FuturesUnordered<Resolving>,
+    token: Option<TaskTrackerToken>,
 }
 
-impl Outbox {
-    fn push(&self, reply: Vec<u8>, to: SocketAddr, from: Option<Destination>) {
-        let mut replies = self.replies.lock().expect("outbox lock");
-        replies.push((reply, to, from));
-        if replies.len() == 1 {
-            self.filled.notify_one();
+impl Pending {
+    fn push(&mut self, miss: Resolving, tasks: &Tasks) {
+        if self.token.is_none() {
+            self.token = Some(tasks.token());
         }
+        self.misses.push(miss);
     }
 
-    /// Moves the waiting replies into `batch`.
-    fn drain_into(&self, batch: &mut SendBatch) {
-        let mut replies = self.replies.lock().expect("outbox lock");
-        for (reply, to, from) in replies.drain(..) {
+    fn is_empty(&self) -> bool {
+        self.misses.is_empty()
+    }
+
+    /// The next reply (`None` when no miss is left).
+    async fn next(&mut self) -> Option<QueuedReply> {
+        let reply = self.misses.next().await;
+        if self.misses.is_empty() {
+            self.token = None;
+        }
+        reply
+    }
+
+    /// Moves `first` and every other reply ready now into `batch`, so the
+    /// misses answered in one turn of the event loop go out in one call.
+    fn take_ready(&mut self, first: QueuedReply, batch: &mut SendBatch) {
+        let mut reply = Some(first);
+        while let Some((packet, to, from)) = reply {
             let buffer = batch.next_buffer();
             buffer.clear();
-            buffer.extend_from_slice(&reply);
+            buffer.extend_from_slice(&packet);
             batch.commit(to, from);
-        }
-    }
-}
-
-/// The worker's misses in flight, and a signal when the last one is done.
-#[derive(Default)]
-struct Misses {
-    count: AtomicUsize,
-    none_left: Notify,
-}
-
-impl Misses {
-    fn none(&self) -> bool {
-        self.count.load(Ordering::Acquire) == 0
-    }
-
-    async fn all_done(&self) {
-        loop {
-            let notified = self.none_left.notified();
-            if self.none() {
-                return;
-            }
-            notified.await;
-        }
-    }
-}
-
-/// Counts a miss task from its start to its end (or its cancellation).
-struct MissGuard(Arc<Misses>);
-
-impl MissGuard {
-    fn new(misses: &Arc<Misses>) -> MissGuard {
-        misses.count.fetch_add(1, Ordering::AcqRel);
-        MissGuard(misses.clone())
-    }
-}
-
-impl Drop for MissGuard {
-    fn drop(&mut self) {
-        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.none_left.notify_waiters();
+            reply = self.next().now_or_never().flatten();
         }
     }
 }
@@ -213,23 +194,34 @@ impl<S: Service> Worker<S> {
         let _entered = self.runtime.enter();
         let mut received = RecvBatch::new(self.wildcard);
         let mut replies = SendBatch::default();
+        let mut pending = Pending::default();
         while !self.stop.load(Ordering::Relaxed) {
-            if self.misses.none() {
-                self.serve_blocking(&mut received, &mut replies);
+            if pending.is_empty() {
+                self.serve_blocking(&mut received, &mut replies, &mut pending);
             } else {
-                self.runtime
-                    .block_on(self.serve_with_misses(&mut received, &mut replies));
+                self.runtime.block_on(self.serve_with_misses(
+                    &mut received,
+                    &mut replies,
+                    &mut pending,
+                ));
             }
         }
         // Stopped reading: answer what is in flight, then close.
         self.runtime.block_on(async {
-            self.misses.all_done().await;
-            self.send_outbox(&mut replies).await;
+            while let Some(reply) = pending.next().await {
+                pending.take_ready(reply, &mut replies);
+                flush(&self.socket, &mut replies).await;
+            }
         });
     }
 
     /// One batch, waiting for it in `recvmmsg`.
-    fn serve_blocking(&self, received: &mut RecvBatch, replies: &mut SendBatch) {
+    fn serve_blocking(
+        &self,
+        received: &mut RecvBatch,
+        replies: &mut SendBatch,
+        pending: &mut Pending,
+    ) {
         let count = match received.recv(self.socket.get_ref(), true) {
             Ok(n) => n,
             Err(e) => {
@@ -239,7 +231,7 @@ impl<S: Service> Worker<S> {
                 return;
             }
         };
-        self.answer(received, count, replies);
+        self.answer(received, count, replies, pending);
         if let Err(e) = replies.send(self.socket.get_ref(), true) {
             tracing::debug!(error = %e, "UDP send failed");
             replies.clear();
@@ -248,17 +240,24 @@ impl<S: Service> Worker<S> {
 
     /// Runs the event loop, reading queries as they come, until the last
     /// miss in flight is answered (or the worker is told to stop).
-    async fn serve_with_misses(&self, received: &mut RecvBatch, replies: &mut SendBatch) {
+    async fn serve_with_misses(
+        &self,
+        received: &mut RecvBatch,
+        replies: &mut SendBatch,
+        pending: &mut Pending,
+    ) {
         loop {
             let mut ready = tokio::select! {
                 biased;
-                _ = self.outbox.filled.notified() => {
-                    self.send_outbox(replies).await;
+                reply = pending.next() => {
+                    if let Some(reply) = reply {
+                        pending.take_ready(reply, replies);
+                        flush(&self.socket, replies).await;
+                    }
+                    if pending.is_empty() {
+                        return;
+                    }
                     continue;
-                }
-                _ = self.misses.all_done() => {
-                    self.send_outbox(replies).await;
-                    return;
                 }
                 ready = self.socket.readable() => match ready {
                     Ok(r) => r,
@@ -289,23 +288,23 @@ impl<S: Service> Worker<S> {
                 ready.clear_ready();
             }
             drop(ready);
-            self.answer(received, count, replies);
+            self.answer(received, count, replies, pending);
             flush(&self.socket, replies).await;
             if count == BATCH {
-                // More may be waiting: let the miss tasks run first.
+                // More may be waiting: let the misses make progress first.
                 tokio::task::yield_now().await;
             }
         }
     }
 
-    /// Sends the replies the miss tasks have queued, in one call.
-    async fn send_outbox(&self, replies: &mut SendBatch) {
-        self.outbox.drain_into(replies);
-        flush(&self.socket, replies).await;
-    }
-
-    /// Answers the hits of a batch into `replies` and starts a task per miss.
-    fn answer(&self, received: &RecvBatch, count: usize, replies: &mut SendBatch) {
+    /// Answers the hits of a batch into `replies` and starts the misses.
+    fn answer(
+        &self,
+        received: &RecvBatch,
+        count: usize,
+        replies: &mut SendBatch,
+        pending: &mut Pending,
+    ) {
         for i in 0..count {
             let Some((packet, peer, local)) = received.get(i) else {
                 continue;
@@ -320,23 +319,15 @@ impl<S: Service> Worker<S> {
                 Handled::Reply => replies.commit(peer, local),
                 Handled::Drop => {}
                 Handled::Miss(job) => {
-                    let guard = MissGuard::new(&self.misses);
                     let (service, info) = (self.service.clone(), self.info.clone());
-                    // Boxed before the spawn: the resolving future is a few
-                    // KiB, and a task's future is moved several times on its
-                    // way into the runtime and again as it finishes; the
-                    // task carries only the pointer.
-                    let resolving = Box::pin(async move {
-                        let mut out = Vec::new();
-                        service.resolve(job, &info, &mut out).await;
-                        out
-                    });
-                    let outbox = self.outbox.clone();
-                    // On this thread's runtime (entered in `run`).
-                    self.service.tasks().spawn_query(async move {
-                        let _guard = guard;
-                        outbox.push(resolving.await, peer, local);
-                    });
+                    pending.push(
+                        Box::pin(async move {
+                            let mut out = Vec::new();
+                            service.resolve(job, &info, &mut out).await;
+                            (out, peer, local)
+                        }),
+                        self.service.tasks(),
+                    );
                 }
             }
         }

@@ -148,9 +148,17 @@ async fn probe(up: &Upstream) -> bool {
             .await
             .is_ok()
     } else {
-        udp::exchange(up.addr, &query, id, PROBE_QUESTION, Case::Ignore, now, deadline)
-            .await
-            .result
-            .is_ok()
+        udp::exchange(
+            up.addr,
+            &query,
+            id,
+            PROBE_QUESTION,
+            Case::Ignore,
+            now,
+            deadline,
+        )
+        .await
+        .result
+        .is_ok()
     }
 }
