@@ -7,6 +7,8 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
+use std::time::Instant;
+
 use tokio::sync::oneshot;
 
 use crate::cache::{Entry, Key};
@@ -31,8 +33,10 @@ pub enum Role {
 
 impl InFlight {
     /// Runs `fetch` for `key` unless a fetch for it is already running, in
-    /// which case waits for that one's outcome.
-    pub async fn run<F>(&self, key: &Key, fetch: F) -> (Outcome, Role)
+    /// which case waits for that one's outcome, until `deadline` at most
+    /// (the one it joined may have a later one: a reload may have changed
+    /// the timeout); `fetch` itself is bounded by its caller.
+    pub async fn run<F>(&self, key: &Key, deadline: Instant, fetch: F) -> (Outcome, Role)
     where
         F: Future<Output = Outcome>,
     {
@@ -51,7 +55,8 @@ impl InFlight {
             }
         };
         if let Some(rx) = follower {
-            return (rx.await.unwrap_or(None), Role::Follower);
+            let outcome = tokio::time::timeout_at(deadline.into(), rx).await;
+            return (outcome.ok().and_then(Result::ok).flatten(), Role::Follower);
         }
         let mut guard = LeaderGuard {
             table: self,
@@ -101,7 +106,7 @@ impl Drop for LeaderGuard<'_> {
 mod tests {
     use super::*;
     use crate::cache::KeyRef;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     #[tokio::test]
     async fn followers_share_the_leaders_outcome() {
@@ -119,7 +124,7 @@ mod tests {
             let (table, key, calls) = (table.clone(), key.clone(), calls.clone());
             handles.push(tokio::spawn(async move {
                 table
-                    .run(&key, async {
+                    .run(&key, Instant::now() + Duration::from_secs(5), async {
                         calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         Some(Arc::new(Entry::failure(
@@ -140,5 +145,51 @@ mod tests {
         assert_eq!(leaders, 1);
         assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
         assert!(table.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_follower_waits_no_longer_than_its_own_deadline() {
+        let table = Arc::new(InFlight::default());
+        let key = KeyRef {
+            name: b"\x01b\x00",
+            qtype: 1,
+            qclass: 1,
+            flags: 0,
+        }
+        .to_owned();
+        let leader = {
+            let (table, key) = (table.clone(), key.clone());
+            tokio::spawn(async move {
+                table
+                    .run(&key, Instant::now() + Duration::from_secs(10), async {
+                        tokio::time::sleep(Duration::from_secs(2)).await;
+                        Some(Arc::new(Entry::failure(
+                            b"\x01b\x00\x00\x01\x00\x01",
+                            5,
+                            Instant::now(),
+                        )))
+                    })
+                    .await
+            })
+        };
+        while table.is_empty() {
+            tokio::task::yield_now().await;
+        }
+        let started = Instant::now();
+        let deadline = started + Duration::from_millis(100);
+        let (outcome, role) = table
+            .run(&key, deadline, async {
+                panic!("a follower does not fetch")
+            })
+            .await;
+        assert_eq!(role, Role::Follower);
+        assert!(outcome.is_none(), "nothing by its deadline");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "gave up at its deadline, not the leader's end"
+        );
+        let (outcome, role) = leader.await.unwrap();
+        assert_eq!(role, Role::Leader);
+        assert!(outcome.is_some(), "the leader's fetch went on");
     }
 }

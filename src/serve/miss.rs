@@ -106,40 +106,41 @@ impl Shared {
             return Box::pin(self.answer_stale_miss(job, listener, out)).await;
         }
         self.metrics.inflight.inc();
+        // Every wait below ends by the deadline on its own: each upstream
+        // try and the TCP pool (forward.rs), the namespace check's fetch, and
+        // a coalesced query's wait for the one it joined (inflight.rs). So
+        // the miss needs no timer of its own beside its upstream try's.
         let deadline = job.started + job.settings.query_timeout;
-        let fetched = tokio::time::timeout_at(deadline.into(), async {
-            // Each branch makes the futures it awaits: made before the
-            // branch, both would take room in every miss's future twice.
-            let check = || self.namespace_denied(&job.key, &job.settings, deadline);
-            let fetch = || self.fetch(&job.key, &job.zone, &job.settings, deadline);
-            // A lookup's predicted second expansion waits for the check
-            // (it most likely saves the query); any other name is asked
-            // with it, so the check adds no round trip (see search.rs).
-            // Without speculation nothing is predicted: all wait. A name
-            // with no check to make skips the prediction table's lock.
-            let cluster = &job.settings.cluster;
-            let waits = cluster.namespace_to_check(job.key.name()).is_none()
-                || !cluster.search().speculate
-                || self.predicted_expansion(job.key.name());
-            if waits {
-                if check().await {
-                    return Err(());
-                }
-                Ok(fetch().await)
+        // Each branch makes the futures it awaits: made before the branch,
+        // both would take room in every miss's future twice.
+        let check = || self.namespace_denied(&job.key, &job.settings, deadline);
+        let fetch = || self.fetch(&job.key, &job.zone, &job.settings, deadline);
+        // A lookup's predicted second expansion waits for the check (it most
+        // likely saves the query); any other name is asked with it, so the
+        // check adds no round trip (see search.rs). Without speculation
+        // nothing is predicted: all wait. A name with no check to make skips
+        // the prediction table's lock.
+        let cluster = &job.settings.cluster;
+        let waits = cluster.namespace_to_check(job.key.name()).is_none()
+            || !cluster.search().speculate
+            || self.predicted_expansion(job.key.name());
+        let fetched = if waits {
+            if check().await {
+                Err(())
             } else {
-                // The name's own answer, when it came, is the one to give;
-                // the cut only stands in for it. Boxed: both futures at
-                // once would double what every miss's future holds.
-                let (denied, fetched) = Box::pin(async { tokio::join!(check(), fetch()) }).await;
-                if denied && fetched.is_none() {
-                    Err(())
-                } else {
-                    Ok(fetched)
-                }
+                Ok(fetch().await)
             }
-        })
-        .await
-        .unwrap_or(Ok(None));
+        } else {
+            // The name's own answer, when it came, is the one to give; the
+            // cut only stands in for it. Boxed: both futures at once would
+            // double what every miss's future holds.
+            let (denied, fetched) = Box::pin(async { tokio::join!(check(), fetch()) }).await;
+            if denied && fetched.is_none() {
+                Err(())
+            } else {
+                Ok(fetched)
+            }
+        };
         self.metrics.inflight.dec();
         let now = Instant::now();
         let query = job.query.get();
@@ -348,6 +349,7 @@ impl Shared {
             .inflight
             .run(
                 key,
+                deadline,
                 Box::pin(async {
                     // An identical fetch may have finished between the caller's
                     // cache lookup and this one's start (a speculation and the
