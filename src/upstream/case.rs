@@ -65,32 +65,20 @@ impl CaseMemory {
     }
 }
 
-/// `question` (wire name, type, class) with each ASCII letter of the name
-/// in a random case; the type and class after it are left alone.
-pub fn randomise(question: &[u8]) -> Vec<u8> {
-    let mut out = question.to_vec();
+/// Puts each ASCII letter of `question`'s name (a wire name, then type
+/// and class) in a random case; the type and class are left alone. A
+/// length byte is at most 63, below every letter, so the name's bytes can
+/// be taken as they come, one random bit each.
+pub fn randomise(question: &mut [u8]) {
+    let name_len = question.len().saturating_sub(4);
     let mut rng = rand::rng();
-    let mut bits: u64 = rng.random();
-    let mut left = 64;
-    let mut at = 0;
-    while at < out.len() && out[at] != 0 {
-        let len = usize::from(out[at]);
-        for byte in out.iter_mut().skip(at + 1).take(len) {
-            if byte.is_ascii_alphabetic() {
-                if left == 0 {
-                    bits = rng.random();
-                    left = 64;
-                }
-                if bits & 1 == 1 {
-                    *byte ^= 0x20;
-                }
-                bits >>= 1;
-                left -= 1;
-            }
+    for chunk in question[..name_len].chunks_mut(64) {
+        let bits: u64 = rng.random();
+        for (i, byte) in chunk.iter_mut().enumerate() {
+            let flip = ((bits >> i) & 1) as u8 & u8::from(byte.is_ascii_alphabetic());
+            *byte ^= flip << 5;
         }
-        at += 1 + len;
     }
-    out
 }
 
 #[cfg(test)]
@@ -103,13 +91,28 @@ mod tests {
         let q = b"\x1aabcdefghijklmnopqrstuvwxyz\x0b0123456789-\x01x\x00\x00\x41\x00\x01";
         let mut seen_upper = false;
         for _ in 0..8 {
-            let r = randomise(q);
+            let mut r = q.to_vec();
+            randomise(&mut r);
             assert!(r.eq_ignore_ascii_case(q));
             assert_eq!(r[27..39], q[27..39]);
             assert_eq!(&r[r.len() - 4..], &q[q.len() - 4..]);
             seen_upper |= r.iter().any(u8::is_ascii_uppercase);
         }
         assert!(seen_upper);
+    }
+
+    #[test]
+    fn randomises_letters_past_the_first_64_bytes_too() {
+        let label = [b"\x28".as_slice(), &[b'a'; 40]].concat();
+        let q = [label.as_slice(), &label, &label, b"\x00\x00\x01\x00\x01"].concat();
+        let mut upper_late = false;
+        for _ in 0..8 {
+            let mut r = q.clone();
+            randomise(&mut r);
+            assert!(r.eq_ignore_ascii_case(&q));
+            upper_late |= r[64..].iter().any(u8::is_ascii_uppercase);
+        }
+        assert!(upper_late);
     }
 
     #[test]

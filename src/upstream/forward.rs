@@ -154,14 +154,18 @@ async fn ask_udp(
 ) -> Result<Vec<u8>, ExchangeError> {
     let id: u16 = rand::rng().random();
     let randomised = zone.randomize_case && upstream.case.randomise();
-    let (sent, case) = if randomised {
-        (case::randomise(question), Case::Exact)
+    let mut query = build::upstream_query(id, question, key.dnssec_ok(), key.checking_disabled());
+    // The question as it goes out, in the query itself.
+    let sent_at = HEADER_LEN..HEADER_LEN + question.len();
+    let case = if randomised {
+        case::randomise(&mut query[sent_at.clone()]);
+        Case::Exact
     } else {
-        (question.to_vec(), Case::Ignore)
+        Case::Ignore
     };
-    let query = build::upstream_query(id, &sent, key.dnssec_ok(), key.checking_disabled());
+    let sent = &query[sent_at];
     upstream.inflight.inc();
-    let done = udp::exchange(upstream.addr, &query, id, &sent, case, started, deadline).await;
+    let done = udp::exchange(upstream.addr, &query, id, sent, case, started, deadline).await;
     upstream.inflight.dec();
     if done.reused {
         upstream.udp_conn_hits.inc();
