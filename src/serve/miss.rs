@@ -3,9 +3,12 @@
 //! next askers fail fast (RFC 9520), unless there is a stale answer to serve
 //! instead (RFC 8767).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+use futures_util::FutureExt;
 
 use super::hit::Request;
 use super::metrics::CacheLabels;
@@ -298,40 +301,43 @@ impl Shared {
     /// stores the result. `None` when no upstream gave a usable answer; a
     /// failure entry is then cached so the next queries fail fast (RFC 9520),
     /// unless a stale entry is there to be served instead.
-    pub(super) async fn fetch(
-        self: &Arc<Self>,
-        key: &Key,
-        zone: &Arc<Zone>,
-        settings: &Settings,
+    ///
+    /// This and the other wrappers below are not `async fn`s: each layer
+    /// would keep its own copy of the arguments in every miss's future.
+    pub(super) fn fetch<'a>(
+        self: &'a Arc<Self>,
+        key: &'a Key,
+        zone: &'a Arc<Zone>,
+        settings: &'a Settings,
         deadline: Instant,
-    ) -> Option<Arc<Entry>> {
-        self.fetch_as(key, zone, settings, deadline).await.0
+    ) -> impl Future<Output = Option<Arc<Entry>>> + Send + 'a {
+        self.fetch_or_refresh(key, zone, settings, deadline, false)
+            .map(|(entry, _)| entry)
     }
 
     /// [`Shared::fetch`] of an entry still fresh (a prefetch): asks upstream
     /// whatever the cache holds.
-    pub(super) async fn refresh(
-        self: &Arc<Self>,
-        key: &Key,
-        zone: &Arc<Zone>,
-        settings: &Settings,
+    pub(super) fn refresh<'a>(
+        self: &'a Arc<Self>,
+        key: &'a Key,
+        zone: &'a Arc<Zone>,
+        settings: &'a Settings,
         deadline: Instant,
-    ) {
+    ) -> impl Future<Output = ()> + Send + 'a {
         self.fetch_or_refresh(key, zone, settings, deadline, true)
-            .await;
+            .map(drop)
     }
 
     /// [`Shared::fetch`], and whether this call asked upstream (leader)
     /// or joined a fetch already in flight (follower).
-    pub(super) async fn fetch_as(
-        self: &Arc<Self>,
-        key: &Key,
-        zone: &Arc<Zone>,
-        settings: &Settings,
+    pub(super) fn fetch_as<'a>(
+        self: &'a Arc<Self>,
+        key: &'a Key,
+        zone: &'a Arc<Zone>,
+        settings: &'a Settings,
         deadline: Instant,
-    ) -> (Option<Arc<Entry>>, Role) {
+    ) -> impl Future<Output = (Option<Arc<Entry>>, Role)> + Send + 'a {
         self.fetch_or_refresh(key, zone, settings, deadline, false)
-            .await
     }
 
     async fn fetch_or_refresh(

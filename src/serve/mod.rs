@@ -35,12 +35,14 @@ mod search;
 mod settings;
 pub mod stats;
 
+use std::future::Future;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
+use futures_util::future::Either;
 
 use crate::cache::key::NameBuf;
 use crate::cache::{Cache, KeyRef};
@@ -225,10 +227,19 @@ impl Service for Shared {
         self.plain_stages(&request, listener, all_stats, out)
     }
 
-    async fn resolve(self: &Arc<Self>, job: Job, listener: &ListenerView, out: &mut Vec<u8>) {
+    /// Not an `async fn`: its future would keep the job a second time
+    /// beside the miss's own copy; this returns the miss's future itself.
+    fn resolve(
+        self: &Arc<Self>,
+        job: Job,
+        listener: &ListenerView,
+        out: &mut Vec<u8>,
+    ) -> impl Future<Output = ()> + Send {
         match job {
-            Job::Miss(miss) => self.answer_miss(miss, listener, out).await,
-            Job::Autopath(walk) => Box::pin(self.answer_autopath(walk, listener, out)).await,
+            Job::Miss(miss) => Either::Left(self.answer_miss(miss, listener, out)),
+            Job::Autopath(walk) => {
+                Either::Right(Box::pin(self.answer_autopath(walk, listener, out)))
+            }
         }
     }
 
