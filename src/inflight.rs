@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-
 use std::time::Instant;
 
 use tokio::sync::oneshot;

@@ -74,10 +74,11 @@ thread_local! {
 }
 
 /// Sends `query` (ID `id`, question `question` as sent) to `server` and
-/// waits until `deadline` for the datagram that answers it. `now` is the
-/// time of the try's start; a pooled socket's age is read against it. An answer with
+/// waits until `deadline` for the datagram that answers it. An answer with
 /// the right ID and the question in another letter case ends the wait
 /// with [`ExchangeError::CaseMismatch`] when `case` is [`Case::Exact`].
+/// `now` is the time of the try's start: a pooled socket's age is read
+/// against it, so an exchange reads no clock of its own.
 pub async fn exchange(
     server: SocketAddr,
     query: &[u8],
