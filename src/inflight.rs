@@ -107,16 +107,27 @@ mod tests {
     use crate::cache::KeyRef;
     use std::time::Duration;
 
-    #[tokio::test]
-    async fn followers_share_the_leaders_outcome() {
-        let table = Arc::new(InFlight::default());
-        let key = KeyRef {
-            name: b"\x01a\x00",
+    /// An IN A key for `name`.
+    fn key(name: &[u8]) -> Key {
+        KeyRef {
+            name,
             qtype: 1,
             qclass: 1,
             flags: 0,
         }
-        .to_owned();
+        .to_owned()
+    }
+
+    /// A failure entry for `name`'s IN A question: any outcome will do.
+    fn failure(name: &[u8]) -> Arc<Entry> {
+        let question = [name, b"\x00\x01\x00\x01"].concat();
+        Arc::new(Entry::failure(&question, 5, Instant::now()))
+    }
+
+    #[tokio::test]
+    async fn followers_share_the_leaders_outcome() {
+        let table = Arc::new(InFlight::default());
+        let key = key(b"\x01a\x00");
         let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
         let mut handles = Vec::new();
         for _ in 0..10 {
@@ -126,11 +137,7 @@ mod tests {
                     .run(&key, Instant::now() + Duration::from_secs(5), async {
                         calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         tokio::time::sleep(Duration::from_millis(50)).await;
-                        Some(Arc::new(Entry::failure(
-                            b"\x01a\x00\x00\x01\x00\x01",
-                            5,
-                            Instant::now(),
-                        )))
+                        Some(failure(b"\x01a\x00"))
                     })
                     .await
             }));
@@ -149,24 +156,14 @@ mod tests {
     #[tokio::test]
     async fn a_follower_waits_no_longer_than_its_own_deadline() {
         let table = Arc::new(InFlight::default());
-        let key = KeyRef {
-            name: b"\x01b\x00",
-            qtype: 1,
-            qclass: 1,
-            flags: 0,
-        }
-        .to_owned();
+        let key = key(b"\x01b\x00");
         let leader = {
             let (table, key) = (table.clone(), key.clone());
             tokio::spawn(async move {
                 table
                     .run(&key, Instant::now() + Duration::from_secs(10), async {
                         tokio::time::sleep(Duration::from_secs(2)).await;
-                        Some(Arc::new(Entry::failure(
-                            b"\x01b\x00\x00\x01\x00\x01",
-                            5,
-                            Instant::now(),
-                        )))
+                        Some(failure(b"\x01b\x00"))
                     })
                     .await
             })

@@ -300,18 +300,23 @@ impl ExchangeError {
 mod tests {
     use super::*;
 
-    #[test]
-    fn longest_suffix_wins() {
-        let text = "[[zone]]\nname = \".\"\nupstreams = [\"127.0.0.1:1\"]\n\
-                    [[zone]]\nname = \"cluster.local\"\nupstreams = [\"127.0.0.1:2\"]\n\
-                    [[zone]]\nname = \"svc.cluster.local\"\nupstreams = [\"127.0.0.1:3\"]\n";
-        let config = crate::config::Config::parse(text).unwrap();
+    /// The router of a config's zones (built on a runtime of its own).
+    fn router(config: &str) -> Router {
+        let config = crate::config::Config::parse(config).unwrap();
         let metrics = Arc::new(UpstreamMetrics::register(&crate::metrics::Registry::new()));
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
         let _main = runtime.enter();
-        let router = Router::build(&config.zones, &metrics, &Upkeep::current(), None);
+        Router::build(&config.zones, &metrics, &Upkeep::current(), None)
+    }
+
+    #[test]
+    fn longest_suffix_wins() {
+        let text = "[[zone]]\nname = \".\"\nupstreams = [\"127.0.0.1:1\"]\n\
+                    [[zone]]\nname = \"cluster.local\"\nupstreams = [\"127.0.0.1:2\"]\n\
+                    [[zone]]\nname = \"svc.cluster.local\"\nupstreams = [\"127.0.0.1:3\"]\n";
+        let router = router(text);
         let zone = |n: &str| {
             router
                 .route(&name::from_text(n).unwrap())
@@ -330,13 +335,7 @@ mod tests {
     #[test]
     fn a_suffix_of_a_zone_names_length_is_still_compared() {
         let text = "[[zone]]\nname = \"cluster.local\"\nupstreams = [\"127.0.0.1:2\"]\n";
-        let config = crate::config::Config::parse(text).unwrap();
-        let metrics = Arc::new(UpstreamMetrics::register(&crate::metrics::Registry::new()));
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let _main = runtime.enter();
-        let router = Router::build(&config.zones, &metrics, &Upkeep::current(), None);
+        let router = router(text);
         let routed = |n: &str| router.route(&name::from_text(n).unwrap()).is_some();
         assert!(routed("a.cluster.local"));
         // Same wire length as cluster.local, other bytes: no zone.
