@@ -68,17 +68,46 @@ impl CaseMemory {
 /// Puts each ASCII letter of `question`'s name (a wire name, then type
 /// and class) in a random case; the type and class are left alone. A
 /// length byte is at most 63, below every letter, so the name's bytes can
-/// be taken as they come, one random bit each.
+/// be taken as they come: eight at a time, one random bit each, from one
+/// random word per 64 bytes.
 pub fn randomise(question: &mut [u8]) {
     let name_len = question.len().saturating_sub(4);
     let mut rng = rand::rng();
-    for chunk in question[..name_len].chunks_mut(64) {
-        let bits: u64 = rng.random();
-        for (i, byte) in chunk.iter_mut().enumerate() {
-            let flip = ((bits >> i) & 1) as u8 & u8::from(byte.is_ascii_alphabetic());
-            *byte ^= flip << 5;
+    let mut bits = 0u64;
+    for (i, chunk) in question[..name_len].chunks_mut(8).enumerate() {
+        if i % 8 == 0 {
+            bits = rng.random();
         }
+        let flips = spread_to_bit5(bits as u8);
+        bits >>= 8;
+        let mut word = [0u8; 8];
+        word[..chunk.len()].copy_from_slice(chunk);
+        let flipped = flip_letters(u64::from_le_bytes(word), flips).to_le_bytes();
+        chunk.copy_from_slice(&flipped[..chunk.len()]);
     }
+}
+
+/// Bit `k` of `bits` as bit 5 (the case bit) of byte `k` of a word.
+fn spread_to_bit5(bits: u8) -> u64 {
+    const EACH: u64 = 0x0101_0101_0101_0101;
+    // Byte k keeps bit k of its copy of `bits`; adding 0x7f then carries
+    // into bit 7 exactly when that bit is set, and never past the byte.
+    let isolated = (u64::from(bits) * EACH) & 0x8040_2010_0804_0201;
+    ((isolated + 0x7f * EACH) & (0x80 * EACH)) >> 2
+}
+
+/// `word`'s eight bytes with the case of each ASCII letter flipped where
+/// bit 5 of the same byte of `flips` is set; other bytes unchanged.
+fn flip_letters(word: u64, flips: u64) -> u64 {
+    const EACH: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x80 * EACH;
+    let lower = word | (0x20 * EACH);
+    // Below 0x80 in every byte, so the sums below never carry into the next.
+    let low7 = lower & !HIGH;
+    let at_least_a = (low7 + (0x80 - b'a' as u64) * EACH) & HIGH;
+    let past_z = (low7 + (0x80 - b'z' as u64 - 1) * EACH) & HIGH;
+    let letter = at_least_a & !past_z & !(lower & HIGH);
+    word ^ ((letter >> 2) & flips)
 }
 
 #[cfg(test)]
@@ -99,6 +128,33 @@ mod tests {
             seen_upper |= r.iter().any(u8::is_ascii_uppercase);
         }
         assert!(seen_upper);
+    }
+
+    #[test]
+    fn flips_exactly_the_letters_whose_random_bit_is_set() {
+        for byte in 0..=255u8 {
+            for random in [0u8, 0x20, 0xff, 0xdf] {
+                let word = u64::from(byte) << 24 | 0x41 << 8;
+                let flipped = flip_letters(word, u64::from(random) << 24);
+                let want = if byte.is_ascii_alphabetic() && random & 0x20 != 0 {
+                    byte ^ 0x20
+                } else {
+                    byte
+                };
+                assert_eq!(flipped, u64::from(want) << 24 | 0x41 << 8, "byte {byte:#x}");
+            }
+        }
+    }
+
+    #[test]
+    fn spreads_each_bit_to_the_case_bit_of_its_byte() {
+        for bits in 0..=255u8 {
+            let spread = spread_to_bit5(bits).to_le_bytes();
+            for (k, byte) in spread.iter().enumerate() {
+                let want = if bits >> k & 1 == 1 { 0x20 } else { 0 };
+                assert_eq!(*byte, want, "bits {bits:#x}, byte {k}");
+            }
+        }
     }
 
     #[test]
