@@ -3,11 +3,11 @@
 //! instead of sending their own. A burst of pods asking for the same name
 //! costs the cluster DNS one query.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use hashbrown::HashTable;
 use tokio::sync::oneshot;
 
 use crate::cache::{Entry, Key};
@@ -16,11 +16,16 @@ use crate::cache::{Entry, Key};
 /// came back (every upstream failed, or the leader was cancelled).
 pub type Outcome = Option<Arc<Entry>>;
 
+/// The fetches in flight, each with the queries waiting for it.
+///
 /// Keyed by query names clients choose, so hashed with a per-process
-/// random key (as the cache is), and faster than the standard SipHash.
+/// random key (as the cache is), and faster than the standard SipHash. A
+/// table rather than a map: the key is hashed once per fetch, and that hash
+/// finds it again when the fetch ends (a map hashes at each of the three).
 #[derive(Default)]
 pub struct InFlight {
-    waiting: Mutex<HashMap<Key, Vec<oneshot::Sender<Outcome>>, ahash::RandomState>>,
+    waiting: Mutex<HashTable<(Key, Vec<oneshot::Sender<Outcome>>)>>,
+    hasher: ahash::RandomState,
 }
 
 /// Whether this call asked upstream or waited for another one that did.
@@ -39,16 +44,19 @@ impl InFlight {
     where
         F: Future<Output = Outcome>,
     {
+        let hash = self.hasher.hash_one(key);
         let follower = {
             let mut waiting = self.waiting.lock().expect("in-flight table lock");
-            match waiting.get_mut(key) {
-                Some(waiters) => {
+            match waiting.find_mut(hash, |(k, _)| k == key) {
+                Some((_, waiters)) => {
                     let (tx, rx) = oneshot::channel();
                     waiters.push(tx);
                     Some(rx)
                 }
                 None => {
-                    waiting.insert(key.clone(), Vec::new());
+                    waiting.insert_unique(hash, (key.clone(), Vec::new()), |(k, _)| {
+                        self.hasher.hash_one(k)
+                    });
                     None
                 }
             }
@@ -60,6 +68,7 @@ impl InFlight {
         let mut guard = LeaderGuard {
             table: self,
             key,
+            hash,
             outcome: None,
         };
         let outcome = fetch.await;
@@ -82,6 +91,7 @@ impl InFlight {
 struct LeaderGuard<'a> {
     table: &'a InFlight,
     key: &'a Key,
+    hash: u64,
     outcome: Option<Outcome>,
 }
 
@@ -92,7 +102,8 @@ impl Drop for LeaderGuard<'_> {
             .waiting
             .lock()
             .expect("in-flight table lock")
-            .remove(self.key)
+            .find_entry(self.hash, |(k, _)| k == self.key)
+            .map(|entry| entry.remove().0.1)
             .unwrap_or_default();
         let outcome = self.outcome.take().flatten();
         for w in waiters {
