@@ -43,6 +43,22 @@ impl Drop for MissTicket {
     }
 }
 
+/// What a fetch knows of the cache when it starts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Start {
+    /// The caller's lookup may be old: an identical fetch may have finished
+    /// since (a speculation and the client it works ahead of, a miss that
+    /// waited for a namespace check). The cache is looked at again and a
+    /// fresh answer there is used, not asked again.
+    LookAgain,
+    /// The caller found nothing fresh in this same turn of its event loop.
+    /// Looking again would cost two cache lookups (3 % of a miss) for
+    /// a race of microseconds whose loss is one redundant upstream query.
+    JustLookedUp,
+    /// A prefetch: asks whatever the cache holds.
+    Refresh,
+}
+
 /// A cache miss, owned so it can move to a task.
 pub struct MissJob {
     query: OwnedQuery,
@@ -117,27 +133,34 @@ impl Shared {
         // Each branch makes the futures it awaits: made before the branch,
         // both would take room in every miss's future twice.
         let check = || self.namespace_denied(&job.key, &job.settings, deadline);
-        let fetch = || self.fetch(&job.key, &job.zone, &job.settings, deadline);
+        let fetch = |start| {
+            self.fetch_or_refresh(&job.key, &job.zone, &job.settings, deadline, start)
+                .map(|(entry, _)| entry)
+        };
         // A lookup's predicted second expansion waits for the check (it most
         // likely saves the query); any other name is asked with it, so the
         // check adds no round trip (see search.rs). Without speculation
         // nothing is predicted: all wait. A name with no check to make skips
         // the prediction table's lock.
         let cluster = &job.settings.cluster;
-        let waits = cluster.namespace_to_check(job.key.name()).is_none()
-            || !cluster.search().speculate
-            || self.predicted_expansion(job.key.name());
+        let checks = cluster.namespace_to_check(job.key.name()).is_some();
+        let waits =
+            !checks || !cluster.search().speculate || self.predicted_expansion(job.key.name());
         let fetched = if waits {
             if check().await {
                 Err(())
+            } else if checks {
+                // The check took a round trip: the cache may hold the answer by now.
+                Ok(fetch(Start::LookAgain).await)
             } else {
-                Ok(fetch().await)
+                Ok(fetch(Start::JustLookedUp).await)
             }
         } else {
             // The name's own answer, when it came, is the one to give; the
             // cut only stands in for it. Boxed: both futures at once would
             // double what every miss's future holds.
-            let (denied, fetched) = Box::pin(async { tokio::join!(check(), fetch()) }).await;
+            let (denied, fetched) =
+                Box::pin(async { tokio::join!(check(), fetch(Start::JustLookedUp)) }).await;
             if denied && fetched.is_none() {
                 Err(())
             } else {
@@ -311,7 +334,7 @@ impl Shared {
         settings: &'a Settings,
         deadline: Instant,
     ) -> impl Future<Output = Option<Arc<Entry>>> + Send + 'a {
-        self.fetch_or_refresh(key, zone, settings, deadline, false)
+        self.fetch_or_refresh(key, zone, settings, deadline, Start::LookAgain)
             .map(|(entry, _)| entry)
     }
 
@@ -324,7 +347,7 @@ impl Shared {
         settings: &'a Settings,
         deadline: Instant,
     ) -> impl Future<Output = ()> + Send + 'a {
-        self.fetch_or_refresh(key, zone, settings, deadline, true)
+        self.fetch_or_refresh(key, zone, settings, deadline, Start::Refresh)
             .map(drop)
     }
 
@@ -337,7 +360,7 @@ impl Shared {
         settings: &'a Settings,
         deadline: Instant,
     ) -> impl Future<Output = (Option<Arc<Entry>>, Role)> + Send + 'a {
-        self.fetch_or_refresh(key, zone, settings, deadline, false)
+        self.fetch_or_refresh(key, zone, settings, deadline, Start::LookAgain)
     }
 
     async fn fetch_or_refresh(
@@ -346,7 +369,7 @@ impl Shared {
         zone: &Arc<Zone>,
         settings: &Settings,
         deadline: Instant,
-        refresh: bool,
+        start: Start,
     ) -> (Option<Arc<Entry>>, Role) {
         // Boxed: an async fn keeps the future it is given and the one it
         // awaits apart, and this one is the bulk of a miss (the upstream
@@ -357,11 +380,7 @@ impl Shared {
                 key,
                 deadline,
                 Box::pin(async {
-                    // An identical fetch may have finished between the caller's
-                    // cache lookup and this one's start (a speculation and the
-                    // client it works ahead of): its answer is used, not asked
-                    // again. A refresh asks whatever the cache holds.
-                    if !refresh
+                    if start == Start::LookAgain
                         && let Lookup::Fresh(e) =
                             self.cache
                                 .lookup(&key.as_ref(), Instant::now(), Duration::ZERO)
