@@ -33,17 +33,28 @@ pub struct Forwarded {
 
 pub async fn forward(zone: &Zone, key: &Key, deadline: Instant) -> Option<Forwarded> {
     let question = key.question();
-    let mut fallback = None;
+    // Boxed: a rare path, which would otherwise take room in every miss.
+    let mut fallback: Option<Box<Forwarded>> = None;
     for upstream in try_order(zone) {
         let now = Instant::now();
         if now >= deadline {
             break;
         }
         let try_deadline = (now + zone.upstream_timeout).min(deadline);
-        let sent = now.into_std();
-        match ask(upstream, zone, key, &question, now, try_deadline).await {
+        let attempt = Attempt {
+            upstream,
+            zone,
+            key,
+            question: &question,
+            started: now,
+            deadline: try_deadline,
+        };
+        // Read from `attempt` from here on: what lives across the wait
+        // takes room in every miss, once is enough.
+        match ask(&attempt).await {
             Ok(answer) => {
-                upstream.record_success(sent);
+                let upstream = attempt.upstream;
+                upstream.record_success(attempt.started.into_std());
                 match answer.layout.rcode {
                     rcode::NOERROR | rcode::NXDOMAIN => return Some(answer),
                     other => {
@@ -53,20 +64,21 @@ pub async fn forward(zone: &Zone, key: &Key, deadline: Instant) -> Option<Forwar
                             key,
                             &format!("answered {}", rcode_name(other)),
                         );
-                        fallback = Some(answer);
+                        fallback = Some(Box::new(answer));
                     }
                 }
             }
             Err(e) => {
+                let upstream = attempt.upstream;
                 if e.counts_against_health() {
-                    upstream.record_failure(sent);
+                    upstream.record_failure(attempt.started.into_std());
                 }
                 upstream.count_error(&e);
                 log_failure(upstream, &zone.name, key, &e.to_string());
             }
         }
     }
-    fallback
+    fallback.map(|f| *f)
 }
 
 /// The zone's upstreams in policy order, those marked down last (as they
@@ -87,34 +99,50 @@ fn try_order(zone: &Zone) -> impl Iterator<Item = &Arc<Upstream>> {
     order.into_iter().map(|(_, u)| u)
 }
 
-/// One upstream, over the zone's transport, the try starting at `started`.
-async fn ask(
-    upstream: &Upstream,
-    zone: &Zone,
-    key: &Key,
-    question: &[u8],
+/// One try: an upstream asked the question, from `started` until
+/// `deadline`. Passed by reference: each layer of the try's future would
+/// otherwise keep its own copy of all of it.
+struct Attempt<'a> {
+    upstream: &'a Arc<Upstream>,
+    zone: &'a Zone,
+    key: &'a Key,
+    question: &'a [u8],
     started: Instant,
     deadline: Instant,
-) -> Result<Forwarded, ExchangeError> {
-    let udp = |deadline| ask_udp(upstream, zone, key, question, started, deadline);
-    let tcp = || ask_tcp(upstream, key, question, deadline);
-    let msg = match zone.transport {
-        Transport::ForceTcp => tcp().await?,
-        Transport::PreferUdp => match udp(deadline).await {
-            Ok(msg) if read_u16(&msg, 2) & flag::TC == 0 => msg,
-            Ok(_) => tcp().await?,
-            Err(e) if e.needs_tcp_confirmation() => tcp().await?,
+}
+
+/// One upstream, over the zone's transport.
+async fn ask(attempt: &Attempt<'_>) -> Result<Forwarded, ExchangeError> {
+    let &Attempt {
+        upstream,
+        zone,
+        started,
+        deadline,
+        ..
+    } = attempt;
+    // The UDP answer, or `None` when TCP is to be asked. Decided before TCP
+    // is awaited, so the two exchanges share their room in the future.
+    let over_udp = match zone.transport {
+        Transport::ForceTcp => None,
+        Transport::PreferUdp => match ask_udp(attempt, deadline).await {
+            Ok(msg) if read_u16(&msg, 2) & flag::TC == 0 => Some(msg),
+            Ok(_) => None,
+            Err(e) if e.needs_tcp_confirmation() => None,
             Err(e) => return Err(e),
         },
         Transport::TcpFallbackOnTimeout => {
             let now = Instant::now();
-            match udp(now + (deadline - now) / 2).await {
-                Ok(msg) if read_u16(&msg, 2) & flag::TC == 0 => msg,
-                Ok(_) | Err(ExchangeError::Timeout) => tcp().await?,
-                Err(e) if e.needs_tcp_confirmation() => tcp().await?,
+            match ask_udp(attempt, now + (deadline - now) / 2).await {
+                Ok(msg) if read_u16(&msg, 2) & flag::TC == 0 => Some(msg),
+                Ok(_) | Err(ExchangeError::Timeout) => None,
+                Err(e) if e.needs_tcp_confirmation() => None,
                 Err(e) => return Err(e),
             }
         }
+    };
+    let msg = match over_udp {
+        Some(msg) => msg,
+        None => ask_tcp(attempt).await?,
     };
     let received = StdInstant::now();
     let layout = response::layout(&msg).map_err(|_| ExchangeError::Malformed)?;
@@ -129,12 +157,14 @@ async fn ask(
 
 /// Over the upstream's TCP pool. TCP cannot be answered by an off-path
 /// forger, so the question goes in the case it was asked.
-async fn ask_tcp(
-    upstream: &Upstream,
-    key: &Key,
-    question: &[u8],
-    deadline: Instant,
-) -> Result<Vec<u8>, ExchangeError> {
+async fn ask_tcp(attempt: &Attempt<'_>) -> Result<Vec<u8>, ExchangeError> {
+    let &Attempt {
+        upstream,
+        key,
+        question,
+        deadline,
+        ..
+    } = attempt;
     let id: u16 = rand::rng().random();
     let query = build::upstream_query(id, question, key.dnssec_ok(), key.checking_disabled());
     upstream.pool.exchange(&query, question, deadline).await
@@ -144,14 +174,15 @@ async fn ask_tcp(
 /// question's letters in random case. The answer goes back with the
 /// question as asked, so the cache holds one spelling. An answer that
 /// needs TCP confirmation is counted here, as what it was.
-async fn ask_udp(
-    upstream: &Upstream,
-    zone: &Zone,
-    key: &Key,
-    question: &[u8],
-    started: Instant,
-    deadline: Instant,
-) -> Result<Vec<u8>, ExchangeError> {
+async fn ask_udp(attempt: &Attempt<'_>, deadline: Instant) -> Result<Vec<u8>, ExchangeError> {
+    let &Attempt {
+        upstream,
+        zone,
+        key,
+        question,
+        started,
+        ..
+    } = attempt;
     let id: u16 = rand::rng().random();
     let randomised = zone.randomize_case && upstream.case.randomise();
     let mut query = build::upstream_query(id, question, key.dnssec_ok(), key.checking_disabled());
@@ -165,7 +196,7 @@ async fn ask_udp(
     };
     let sent = &query[sent_at];
     upstream.inflight.inc();
-    let done = udp::exchange(upstream.addr, &query, id, sent, case, started, deadline).await;
+    let done = udp::exchange(&upstream.addr, &query, id, sent, case, started, deadline).await;
     upstream.inflight.dec();
     if done.reused {
         upstream.udp_conn_hits.inc();

@@ -58,7 +58,9 @@ pub struct Exchanged {
 struct PooledSocket {
     socket: UdpSocket,
     uses: u32,
-    opened: Instant,
+    /// When it is closed instead of reused ([`MAX_AGE`] after it opened):
+    /// a comparison per use, where an age would be a subtraction.
+    expires: Instant,
 }
 
 thread_local! {
@@ -80,7 +82,7 @@ thread_local! {
 /// `now` is the time of the try's start: a pooled socket's age is read
 /// against it, so an exchange reads no clock of its own.
 pub async fn exchange(
-    server: SocketAddr,
+    server: &SocketAddr,
     query: &[u8],
     id: u16,
     question: &[u8],
@@ -88,9 +90,9 @@ pub async fn exchange(
     now: Instant,
     deadline: Instant,
 ) -> Exchanged {
-    let (mut pooled, mut mismatched) = match take_free(server, now) {
+    let (mut pooled, mut mismatched) = match take_free(*server, now) {
         Some(free) => free,
-        None => match open(server, now) {
+        None => match open(*server, now) {
             Ok(fresh) => (fresh, 0),
             Err(e) => {
                 return Exchanged {
@@ -114,7 +116,7 @@ pub async fn exchange(
     .await;
     if result.is_ok() {
         pooled.uses += 1;
-        give_back(server, pooled, now);
+        give_back(*server, pooled, now);
     }
     Exchanged {
         reused,
@@ -192,7 +194,7 @@ fn take_free(server: SocketAddr, now: Instant) -> Option<(PooledSocket, u32)> {
             let (_, list) = free.iter_mut().find(|(addr, _)| *addr == server)?;
             list.pop_back()
         })?;
-        if now.saturating_duration_since(pooled.opened) >= MAX_AGE {
+        if now >= pooled.expires {
             continue;
         }
         if let Ok(discarded) = discard_queued(&pooled.socket) {
@@ -202,7 +204,7 @@ fn take_free(server: SocketAddr, now: Instant) -> Option<(PooledSocket, u32)> {
 }
 
 fn give_back(server: SocketAddr, pooled: PooledSocket, now: Instant) {
-    let too_old = |s: &PooledSocket| now.saturating_duration_since(s.opened) >= MAX_AGE;
+    let too_old = |s: &PooledSocket| now >= s.expires;
     if pooled.uses >= MAX_USES || too_old(&pooled) {
         return;
     }
@@ -278,7 +280,7 @@ fn open(server: SocketAddr, now: Instant) -> io::Result<PooledSocket> {
     Ok(PooledSocket {
         socket: UdpSocket::from_std(socket.into())?,
         uses: 0,
-        opened: now,
+        expires: now + MAX_AGE,
     })
 }
 
@@ -322,7 +324,7 @@ mod tests {
         let query = build::upstream_query(id, question, false, false);
         let asking = tokio::spawn(async move {
             exchange(
-                addr,
+                &addr,
                 &query,
                 id,
                 question,
