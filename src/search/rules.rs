@@ -97,6 +97,16 @@ impl CloudSuffix {
         CloudSuffix { labels, max_labels }
     }
 
+    /// Whether `name` may be under this suffix: whether its last label is
+    /// the suffix's. Lets most names skip the list of their labels.
+    fn may_hold(&self, name: &[u8]) -> bool {
+        let Some(Some(last)) = self.labels.last() else {
+            return true;
+        };
+        let last_at = label_starts(name).filter(|&at| name[at] != 0).last();
+        last_at.is_some_and(|at| name[at + 1..=at + name[at] as usize] == **last)
+    }
+
     /// How many of a name's `labels` (all of them, left to right) are left
     /// of this suffix, if the name is under it.
     fn labels_left(&self, labels: &[Label<'_>]) -> Option<usize> {
@@ -302,7 +312,7 @@ impl ClusterRules {
         if suffix_at(name, &self.domain).is_some() {
             return self.cluster_rule(name).filter(|r| self.on(*r));
         }
-        if self.on(Rule::CloudSuffix) && !self.cloud_suffixes.is_empty() {
+        if self.on(Rule::CloudSuffix) && self.cloud_suffixes.iter().any(|s| s.may_hold(name)) {
             let labels = labels_left_of(name, b"\x00");
             let too_long =
                 |s: &CloudSuffix| s.labels_left(&labels).is_some_and(|n| n > s.max_labels);
