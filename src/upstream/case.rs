@@ -74,17 +74,43 @@ pub fn randomise(question: &mut [u8]) {
     let name_len = question.len().saturating_sub(4);
     let mut rng = rand::rng();
     let mut bits = 0u64;
-    for (i, chunk) in question[..name_len].chunks_mut(8).enumerate() {
-        if i % 8 == 0 {
+    let mut next_flips = |chunk: usize| {
+        if chunk % 8 == 0 {
             bits = rng.random();
         }
         let flips = spread_to_bit5(bits as u8);
         bits >>= 8;
-        let mut word = [0u8; 8];
-        word[..chunk.len()].copy_from_slice(chunk);
-        let flipped = flip_letters(u64::from_le_bytes(word), flips).to_le_bytes();
-        chunk.copy_from_slice(&flipped[..chunk.len()]);
+        flips
+    };
+    let name = &mut question[..name_len];
+    let mut count = 0;
+    for chunk in name.chunks_exact_mut(8) {
+        flip_word(chunk, next_flips(count));
+        count += 1;
     }
+    let rest = name_len % 8;
+    if rest == 0 {
+        return;
+    }
+    let flips = next_flips(count);
+    if name_len >= 8 {
+        // The last eight bytes, of which only the last `rest` (the high
+        // ones of a little-endian word) are still to do.
+        flip_word(
+            &mut name[name_len - 8..],
+            flips & (u64::MAX << (8 * (8 - rest))),
+        );
+    } else {
+        for (byte, flip) in name.iter_mut().zip(flips.to_le_bytes()) {
+            *byte = flip_letters(u64::from(*byte), u64::from(flip)) as u8;
+        }
+    }
+}
+
+/// [`flip_letters`] on eight bytes in place.
+fn flip_word(bytes: &mut [u8], flips: u64) {
+    let word = u64::from_le_bytes((*bytes).try_into().expect("8 bytes"));
+    bytes.copy_from_slice(&flip_letters(word, flips).to_le_bytes());
 }
 
 /// Bit `k` of `bits` as bit 5 (the case bit) of byte `k` of a word.
@@ -142,6 +168,29 @@ mod tests {
                     byte
                 };
                 assert_eq!(flipped, u64::from(want) << 24 | 0x41 << 8, "byte {byte:#x}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_letter_comes_out_in_both_cases() {
+        // Names of every length up to 20 bytes: whole words, a tail after
+        // them, and names shorter than a word.
+        for len in 1..=18 {
+            let label = [&[len as u8][..], &vec![b'q'; len]].concat();
+            let q = [label.as_slice(), b"\x00\x00\x01\x00\x01"].concat();
+            let (mut upper, mut lower) = (vec![false; q.len()], vec![false; q.len()]);
+            for _ in 0..64 {
+                let mut r = q.clone();
+                randomise(&mut r);
+                assert!(r.eq_ignore_ascii_case(&q));
+                for (i, b) in r.iter().enumerate() {
+                    upper[i] |= *b == b'Q';
+                    lower[i] |= *b == b'q';
+                }
+            }
+            for i in 1..=len {
+                assert!(upper[i] && lower[i], "length {len}, byte {i}");
             }
         }
     }
