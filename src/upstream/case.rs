@@ -107,6 +107,9 @@ pub fn randomise(question: &mut [u8]) {
     }
 }
 
+/// A byte's value in each of a word's eight bytes, when multiplied by it.
+const EACH: u64 = 0x0101_0101_0101_0101;
+
 /// [`flip_letters`] on eight bytes in place.
 fn flip_word(bytes: &mut [u8], flips: u64) {
     let word = u64::from_le_bytes((*bytes).try_into().expect("8 bytes"));
@@ -115,7 +118,6 @@ fn flip_word(bytes: &mut [u8], flips: u64) {
 
 /// Bit `k` of `bits` as bit 5 (the case bit) of byte `k` of a word.
 fn spread_to_bit5(bits: u8) -> u64 {
-    const EACH: u64 = 0x0101_0101_0101_0101;
     // Byte k keeps bit k of its copy of `bits`; adding 0x7f then carries
     // into bit 7 exactly when that bit is set, and never past the byte.
     let isolated = (u64::from(bits) * EACH) & 0x8040_2010_0804_0201;
@@ -125,7 +127,6 @@ fn spread_to_bit5(bits: u8) -> u64 {
 /// `word`'s eight bytes with the case of each ASCII letter flipped where
 /// bit 5 of the same byte of `flips` is set; other bytes unchanged.
 fn flip_letters(word: u64, flips: u64) -> u64 {
-    const EACH: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x80 * EACH;
     let lower = word | (0x20 * EACH);
     // Below 0x80 in every byte, so the sums below never carry into the next.
