@@ -49,11 +49,12 @@ pub async fn forward(zone: &Zone, key: &Key, deadline: Instant) -> Option<Forwar
             started: now,
             deadline: try_deadline,
         };
-        // Read from `attempt` from here on: what lives across the wait
-        // takes room in every miss, once is enough.
-        match ask(&attempt).await {
+        let result = ask(&attempt).await;
+        // Taken from `attempt` after the wait: what lives across it takes
+        // room in every miss, once is enough.
+        let upstream = attempt.upstream;
+        match result {
             Ok(answer) => {
-                let upstream = attempt.upstream;
                 upstream.record_success(attempt.started.into_std());
                 match answer.layout.rcode {
                     rcode::NOERROR | rcode::NXDOMAIN => return Some(answer),
@@ -69,7 +70,6 @@ pub async fn forward(zone: &Zone, key: &Key, deadline: Instant) -> Option<Forwar
                 }
             }
             Err(e) => {
-                let upstream = attempt.upstream;
                 if e.counts_against_health() {
                     upstream.record_failure(attempt.started.into_std());
                 }
