@@ -84,19 +84,60 @@ pub async fn forward(zone: &Zone, key: &Key, deadline: Instant) -> Option<Forwar
 /// The zone's upstreams in policy order, those marked down last (as they
 /// were at the start: an upstream marked down by its own try is not tried
 /// again at the end).
-fn try_order(zone: &Zone) -> impl Iterator<Item = &Arc<Upstream>> {
-    let n = zone.upstreams.len();
+fn try_order(zone: &Zone) -> TryOrder<'_> {
+    let upstreams = &zone.upstreams[..];
+    let n = upstreams.len();
     let first = match zone.policy {
         Policy::Sequential => 0,
         Policy::Random => rand::rng().random_range(0..n.max(1)),
     };
-    let mut order: Vec<(bool, &Arc<Upstream>)> = (0..n)
-        .map(|i| &zone.upstreams[(first + i) % n])
-        .map(|u| (!u.health.is_up(), u))
-        .collect();
+    let in_policy_order = (0..n).map(move |i| &upstreams[(first + i) % n]);
+    if in_policy_order.clone().all(|u| u.health.is_up()) {
+        return TryOrder::AllUp {
+            upstreams,
+            first,
+            tried: 0,
+        };
+    }
+    let mut order: Vec<(bool, &Arc<Upstream>)> =
+        in_policy_order.map(|u| (!u.health.is_up(), u)).collect();
     // Stable: the policy's order holds among the up and among the down.
     order.sort_by_key(|&(down, _)| down);
-    order.into_iter().map(|(_, u)| u)
+    TryOrder::DownLast(order.into_iter())
+}
+
+/// The order of [`try_order`]. All up is the usual case: the policy's
+/// order as it is, with no list to build (an allocation per miss). Small:
+/// the forward future keeps it across every try.
+enum TryOrder<'a> {
+    AllUp {
+        upstreams: &'a [Arc<Upstream>],
+        first: usize,
+        tried: usize,
+    },
+    DownLast(std::vec::IntoIter<(bool, &'a Arc<Upstream>)>),
+}
+
+impl<'a> Iterator for TryOrder<'a> {
+    type Item = &'a Arc<Upstream>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            TryOrder::AllUp {
+                upstreams,
+                first,
+                tried,
+            } => {
+                let n = upstreams.len();
+                if *tried == n {
+                    return None;
+                }
+                *tried += 1;
+                Some(&upstreams[(*first + *tried - 1) % n])
+            }
+            TryOrder::DownLast(order) => order.next().map(|(_, u)| u),
+        }
+    }
 }
 
 /// One try: an upstream asked the question, from `started` until
