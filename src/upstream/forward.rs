@@ -32,7 +32,6 @@ pub struct Forwarded {
 }
 
 pub async fn forward(zone: &Zone, key: &Key, deadline: Instant) -> Option<Forwarded> {
-    let question = key.question();
     // Boxed: a rare path, which would otherwise take room in every miss.
     let mut fallback: Option<Box<Forwarded>> = None;
     for upstream in try_order(zone) {
@@ -45,7 +44,6 @@ pub async fn forward(zone: &Zone, key: &Key, deadline: Instant) -> Option<Forwar
             upstream,
             zone,
             key,
-            question: &question,
             started: now,
             deadline: try_deadline,
         };
@@ -118,6 +116,23 @@ enum TryOrder<'a> {
     DownLast(std::vec::IntoIter<(bool, &'a Arc<Upstream>)>),
 }
 
+impl Attempt<'_> {
+    /// A query for the key's question (in lower case), with ID `id`; and
+    /// where in it the question is.
+    fn query(&self, id: u16) -> (Vec<u8>, std::ops::Range<usize>) {
+        let key = self.key;
+        let query = build::query_for(
+            id,
+            key.name(),
+            key.qtype(),
+            key.qclass(),
+            key.dnssec_ok(),
+            key.checking_disabled(),
+        );
+        (query, HEADER_LEN..HEADER_LEN + key.name().len() + 4)
+    }
+}
+
 impl<'a> Iterator for TryOrder<'a> {
     type Item = &'a Arc<Upstream>;
 
@@ -147,7 +162,6 @@ struct Attempt<'a> {
     upstream: &'a Arc<Upstream>,
     zone: &'a Zone,
     key: &'a Key,
-    question: &'a [u8],
     started: Instant,
     deadline: Instant,
 }
@@ -199,16 +213,12 @@ async fn ask(attempt: &Attempt<'_>) -> Result<Forwarded, ExchangeError> {
 /// Over the upstream's TCP pool. TCP cannot be answered by an off-path
 /// forger, so the question goes in the case it was asked.
 async fn ask_tcp(attempt: &Attempt<'_>) -> Result<Vec<u8>, ExchangeError> {
-    let &Attempt {
-        upstream,
-        key,
-        question,
-        deadline,
-        ..
-    } = attempt;
     let id: u16 = rand::rng().random();
-    let query = build::upstream_query(id, question, key.dnssec_ok(), key.checking_disabled());
-    upstream.pool.exchange(&query, question, deadline).await
+    let (query, question_at) = attempt.query(id);
+    let question = &query[question_at];
+    (attempt.upstream.pool)
+        .exchange(&query, question, attempt.deadline)
+        .await
 }
 
 /// Over UDP, from a socket of its own, with a random ID and (0x20) the
@@ -220,15 +230,13 @@ async fn ask_udp(attempt: &Attempt<'_>, deadline: Instant) -> Result<Vec<u8>, Ex
         upstream,
         zone,
         key,
-        question,
         started,
         ..
     } = attempt;
     let id: u16 = rand::rng().random();
     let randomised = zone.randomize_case && upstream.case.randomise();
-    let mut query = build::upstream_query(id, question, key.dnssec_ok(), key.checking_disabled());
     // The question as it goes out, in the query itself.
-    let sent_at = HEADER_LEN..HEADER_LEN + question.len();
+    let (mut query, sent_at) = attempt.query(id);
     let case = if randomised {
         case::randomise(&mut query[sent_at.clone()]);
         Case::Exact
@@ -273,14 +281,11 @@ async fn ask_udp(attempt: &Attempt<'_>, deadline: Instant) -> Result<Vec<u8>, Ex
     if randomised {
         upstream.case.preserved();
     }
-    msg[HEADER_LEN..HEADER_LEN + question.len()].copy_from_slice(question);
+    // Type and class matched; the name goes back in lower case.
+    let name = key.name();
+    msg[HEADER_LEN..HEADER_LEN + name.len()].copy_from_slice(name);
     if randomised {
-        let name_len = question.len() - 4;
-        crate::wire::response::restore_owner_case(
-            &mut msg,
-            &sent[..name_len],
-            &question[..name_len],
-        );
+        crate::wire::response::restore_owner_case(&mut msg, &sent[..name.len()], name);
     }
     Ok(msg)
 }

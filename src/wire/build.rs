@@ -17,7 +17,33 @@ pub fn upstream_query(
     dnssec_ok: bool,
     checking_disabled: bool,
 ) -> Vec<u8> {
-    let mut q = Vec::with_capacity(HEADER_LEN + question.len() + 11);
+    query_of_parts(id, [question, &[]], dnssec_ok, checking_disabled)
+}
+
+/// [`upstream_query`] for a question in parts (`name` in wire form): the
+/// caller need not put the question together first.
+pub fn query_for(
+    id: u16,
+    name: &[u8],
+    qtype: u16,
+    qclass: u16,
+    dnssec_ok: bool,
+    checking_disabled: bool,
+) -> Vec<u8> {
+    let [t0, t1] = qtype.to_be_bytes();
+    let [c0, c1] = qclass.to_be_bytes();
+    let parts = [name, &[t0, t1, c0, c1]];
+    query_of_parts(id, parts, dnssec_ok, checking_disabled)
+}
+
+fn query_of_parts(
+    id: u16,
+    question: [&[u8]; 2],
+    dnssec_ok: bool,
+    checking_disabled: bool,
+) -> Vec<u8> {
+    let question_len = question[0].len() + question[1].len();
+    let mut q = Vec::with_capacity(HEADER_LEN + question_len + 11);
     let mut flags = flag::RD;
     if checking_disabled {
         flags |= flag::CD;
@@ -25,7 +51,8 @@ pub fn upstream_query(
     q.extend(id.to_be_bytes());
     q.extend(flags.to_be_bytes());
     q.extend([0, 1, 0, 0, 0, 0, 0, 1]);
-    q.extend(question);
+    q.extend(question[0]);
+    q.extend(question[1]);
     push_opt(&mut q, dnssec_ok, 0, None);
     q
 }
