@@ -4,13 +4,14 @@
 //! costs the cluster DNS one query.
 
 use std::future::Future;
+use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use hashbrown::HashTable;
 use tokio::sync::oneshot;
 
-use crate::cache::{Entry, Key};
+use crate::cache::{Entry, Key, KeyHashing};
 
 /// The result every waiter gets: the entry, or `None` when nothing usable
 /// came back (every upstream failed, or the leader was cancelled).
@@ -18,14 +19,14 @@ pub type Outcome = Option<Arc<Entry>>;
 
 /// The fetches in flight, each with the queries waiting for it.
 ///
-/// Keyed by query names clients choose, so hashed with a per-process
-/// random key (as the cache is), and faster than the standard SipHash. A
-/// table rather than a map: the key is hashed once per fetch, and that hash
-/// finds it again when the fetch ends (a map hashes at each of the three).
+/// Keyed by query names clients choose, so hashed as the cache hashes
+/// them (with a per-process random key, [`KeyHashing`]). A table rather
+/// than a map: the key is hashed once per fetch, and that hash finds it
+/// again when the fetch ends (a map hashes at each of the three).
 #[derive(Default)]
 pub struct InFlight {
     waiting: Mutex<HashTable<(Key, Vec<oneshot::Sender<Outcome>>)>>,
-    hasher: ahash::RandomState,
+    hasher: KeyHashing,
 }
 
 /// Whether this call asked upstream or waited for another one that did.

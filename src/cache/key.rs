@@ -2,7 +2,8 @@
 //! DO and CD bits (a DNSSEC-aware client must not get an answer stripped of
 //! signatures, nor a validating one an answer fetched with CD set).
 
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::LazyLock;
 
 use equivalent::Equivalent;
 
@@ -121,23 +122,40 @@ impl Key {
     }
 }
 
+/// The key of the process's key hash, random per process: query names are
+/// chosen by clients, who must not be able to pile them into one bucket.
+static SEED: LazyLock<ahash::RandomState> = LazyLock::new(ahash::RandomState::new);
+
 /// Both key forms must hash the same bytes in the same order.
-fn hash_parts<H: Hasher>(name: &[u8], qtype: u16, qclass: u16, flags: u8, state: &mut H) {
+fn keyed_hash(name: &[u8], qtype: u16, qclass: u16, flags: u8) -> u64 {
+    let mut state = SEED.build_hasher();
     state.write(name);
     state.write_u16(qtype);
     state.write_u16(qclass);
     state.write_u8(flags);
+    state.finish()
 }
 
 impl Hash for Key {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        hash_parts(&self.name, self.qtype, self.qclass, self.flags, state);
+        state.write_u64(keyed_hash(&self.name, self.qtype, self.qclass, self.flags));
     }
 }
 
 impl Hash for KeyRef<'_> {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        hash_parts(self.name, self.qtype, self.qclass, self.flags, state);
+        state.write_u64(self.hashed().hash);
+    }
+}
+
+impl<'a> KeyRef<'a> {
+    /// The key with its hash, to look it up in several tables for the
+    /// price of one hash.
+    pub fn hashed(self) -> Hashed<'a> {
+        Hashed {
+            hash: keyed_hash(self.name, self.qtype, self.qclass, self.flags),
+            key: self,
+        }
     }
 }
 
@@ -147,6 +165,60 @@ impl Equivalent<Key> for KeyRef<'_> {
             && self.qclass == key.qclass
             && self.flags == key.flags
             && self.name == &*key.name
+    }
+}
+
+/// A key and its hash, computed once.
+#[derive(Debug, Clone, Copy)]
+pub struct Hashed<'a> {
+    pub key: KeyRef<'a>,
+    hash: u64,
+}
+
+impl Hash for Hashed<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl Equivalent<Key> for Hashed<'_> {
+    fn equivalent(&self, key: &Key) -> bool {
+        self.key.equivalent(key)
+    }
+}
+
+/// The hasher of the tables keyed by [`Key`]: a key hashes itself (keyed,
+/// see [`SEED`]) into one `u64`, which this passes through. So a key
+/// hashed once ([`Hashed`]) costs nothing more per table it is looked up in.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KeyHashing;
+
+impl BuildHasher for KeyHashing {
+    type Hasher = PassThrough;
+    fn build_hasher(&self) -> PassThrough {
+        PassThrough(0)
+    }
+}
+
+/// See [`KeyHashing`].
+#[derive(Debug)]
+pub struct PassThrough(u64);
+
+impl Hasher for PassThrough {
+    fn write_u64(&mut self, hash: u64) {
+        self.0 = hash;
+    }
+
+    /// Only keys hash into this, with `write_u64`; anything else is
+    /// mixed in all the same rather than lost.
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
     }
 }
 
@@ -171,6 +243,8 @@ mod tests {
         };
         let k = r.to_owned();
         assert_eq!(h(&r), h(&k));
+        assert_eq!(h(&r.hashed()), h(&k));
+        assert!(r.hashed().equivalent(&k));
         assert!(r.equivalent(&k));
         let other = KeyRef { flags: 0, ..r };
         assert!(!other.equivalent(&k));

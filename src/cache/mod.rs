@@ -20,10 +20,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use quick_cache::sync::Cache as Map;
-use quick_cache::{DefaultHashBuilder, Lifecycle, Weighter};
+use quick_cache::{Lifecycle, Weighter};
 
 pub use entry::{Entry, Freshness, Kind, TtlPolicy};
-pub use key::{Key, KeyRef};
+pub use key::{Hashed, Key, KeyHashing, KeyRef};
 
 /// Share of the capacity given to the denial cache.
 const DENIAL_SHARE: u64 = 4;
@@ -60,7 +60,7 @@ impl Lifecycle<Key, Arc<Entry>> for EvictionCounter {
     }
 }
 
-type Part = Map<Key, Arc<Entry>, EntryWeight, DefaultHashBuilder, EvictionCounter>;
+type Part = Map<Key, Arc<Entry>, EntryWeight, KeyHashing, EvictionCounter>;
 
 pub struct Cache {
     success: Part,
@@ -87,7 +87,7 @@ fn part(capacity: u64, evictions: &EvictionCounter) -> Part {
         items,
         capacity.max(1),
         EntryWeight,
-        DefaultHashBuilder::default(),
+        KeyHashing,
         evictions.clone(),
     )
 }
@@ -109,7 +109,8 @@ impl Cache {
     /// Finds the entry for `key`, fresh or stale-but-servable.
     #[inline]
     pub fn lookup(&self, key: &KeyRef<'_>, now: Instant, stale_max_age: Duration) -> Lookup {
-        let found = self.success.get(key).or_else(|| self.denial.get(key));
+        let key = key.hashed();
+        let found = self.success.get(&key).or_else(|| self.denial.get(&key));
         match found {
             None => Lookup::Miss,
             Some(e) if e.is_fresh(now) => Lookup::Fresh(e),
@@ -128,7 +129,7 @@ impl Cache {
             Kind::Success => (&self.success, &self.denial),
             Kind::Denial | Kind::Failure => (&self.denial, &self.success),
         };
-        other.remove(&key.as_ref());
+        other.remove(&key.as_ref().hashed());
         into.insert(key, entry);
     }
 
