@@ -7,6 +7,11 @@
  *
  *   gcc -O2 -o reflector bench/reflector.c
  *   ./reflector 127.77.1.53 53
+ *   ./reflector 127.77.1.53 53 answer   # an A record for every question instead
+ *
+ * With "answer" each reply is the question with one A record (192.0.2.1, TTL
+ * 3600) and nothing else (no OPT): a cache stores it, as it stores a real
+ * answer, so a miss does all a real one does (bench/instructions).
  *
  * Runs until SIGTERM or SIGINT.
  */
@@ -25,13 +30,36 @@
 #define BUFSZ 1500
 
 static volatile sig_atomic_t stop;
+
+/* Rewrites the query in buf (len bytes, QR already set) into an answer: the
+ * question, then one A record pointing at it. Returns the new length, or -1
+ * for a query without one whole question. */
+static int with_answer(unsigned char *buf, int len) {
+    if (buf[4] != 0 || buf[5] != 1) return -1;   /* QDCOUNT 1 */
+    int at = 12;
+    while (at < len && buf[at] != 0) {
+        if (buf[at] > 63) return -1;             /* no pointers in a question */
+        at += buf[at] + 1;
+    }
+    at += 1 + 4;                                 /* root label, type, class */
+    if (at > len || at + 16 > BUFSZ) return -1;
+    static const unsigned char record[16] = {
+        0xc0, 12, 0, 1, 0, 1, 0, 0, 0x0e, 0x10, 0, 4, 192, 0, 2, 1,
+    };
+    memcpy(buf + at, record, sizeof record);
+    buf[3] = (unsigned char)(0x80 | (buf[3] & 0x70)); /* RA, NOERROR */
+    buf[6] = 0; buf[7] = 1;                      /* ANCOUNT 1 */
+    buf[8] = buf[9] = buf[10] = buf[11] = 0;     /* NSCOUNT, ARCOUNT 0 */
+    return at + (int)sizeof record;
+}
 static void on_signal(int sig) { (void)sig; stop = 1; }
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: %s IPV4 PORT\n", argv[0]);
+    if (argc != 3 && !(argc == 4 && strcmp(argv[3], "answer") == 0)) {
+        fprintf(stderr, "usage: %s IPV4 PORT [answer]\n", argv[0]);
         return 2;
     }
+    int answer = argc == 4;
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((unsigned short)atoi(argv[2]))};
     if (inet_pton(AF_INET, argv[1], &addr.sin_addr) != 1) {
         fprintf(stderr, "reflector: bad address %s\n", argv[1]);
@@ -77,6 +105,11 @@ int main(int argc, char **argv) {
             if (msgs[i].msg_len < 12) continue;      /* not even a DNS header */
             bufs[i][2] |= (char)0x80;                /* QR: this is a response */
             iov[i].iov_len = msgs[i].msg_len;
+            if (answer) {
+                int len = with_answer((unsigned char *)bufs[i], (int)msgs[i].msg_len);
+                if (len < 0) continue;
+                iov[i].iov_len = (size_t)len;
+            }
             if (k != i) {                            /* compact the batch */
                 msgs[k] = msgs[i];
             }
