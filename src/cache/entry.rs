@@ -123,30 +123,28 @@ impl Entry {
         };
         // Drop the OPT record. It is normally last; if not, drop the whole
         // additional section rather than shift records that may be pointed at.
-        let (mut wire, arcount_cut) = match &layout.opt {
-            None => (msg[..layout.end].to_vec(), None),
-            Some(opt) if opt.end == layout.end => {
-                (msg[..opt.start].to_vec(), Some(read_u16(msg, 10) - 1))
-            }
-            Some(_) => (msg[..layout.additional_start].to_vec(), Some(0)),
+        let (wire_len, arcount_cut) = match &layout.opt {
+            None => (layout.end, None),
+            Some(opt) if opt.end == layout.end => (opt.start, Some(read_u16(msg, 10) - 1)),
+            Some(_) => (layout.additional_start, Some(0)),
         };
+        let kept = || layout.ttls.iter().filter(|(at, _)| *at + 4 <= wire_len);
+        // One allocation of the final size: the message, then the offsets
+        // of its TTL fields (see `Entry::new`).
+        let mut bytes = Vec::with_capacity(wire_len + 2 * kept().count());
+        bytes.extend_from_slice(&msg[..wire_len]);
         if let Some(count) = arcount_cut {
-            write_u16(&mut wire, 10, count);
+            write_u16(&mut bytes, 10, count);
         }
-        let flags = read_u16(&wire, 2) & !(flag::AA | flag::TC);
-        write_u16(&mut wire, 2, flags);
+        let flags = read_u16(&bytes, 2) & !(flag::AA | flag::TC);
+        write_u16(&mut bytes, 2, flags);
 
-        let offsets: Vec<(usize, Section)> = layout
-            .ttls
-            .iter()
-            .copied()
-            .filter(|(at, _)| *at + 4 <= wire.len())
-            .collect();
         let lifetime = match kind {
-            Kind::Success => offsets
-                .iter()
+            Kind::Success => kept()
                 .filter(|(_, s)| *s != Section::Additional)
-                .map(|(at, _)| sane_ttl(read_u32(&wire, *at)).clamp(policy.min_ttl, policy.max_ttl))
+                .map(|(at, _)| {
+                    sane_ttl(read_u32(&bytes, *at)).clamp(policy.min_ttl, policy.max_ttl)
+                })
                 .min()
                 .unwrap_or(0),
             Kind::Denial => layout
@@ -154,20 +152,24 @@ impl Entry {
                 .map_or(0, |t| t.min(policy.negative_max_ttl)),
             Kind::Failure => policy.failure_ttl,
         };
-        for (at, _) in &offsets {
-            let ttl = sane_ttl(read_u32(&wire, *at));
+        for (at, _) in kept() {
+            let ttl = sane_ttl(read_u32(&bytes, *at));
             let clamped = match kind {
                 Kind::Success => ttl.clamp(policy.min_ttl, policy.max_ttl),
                 Kind::Denial | Kind::Failure => ttl.min(lifetime),
             };
-            write_u32(&mut wire, *at, clamped);
+            write_u32(&mut bytes, *at, clamped);
         }
-        let additional_start = layout.additional_start.min(wire.len());
+        for (at, _) in kept() {
+            // A message is at most 65,535 bytes long.
+            bytes.extend((*at as u16).to_be_bytes());
+        }
+        let additional_start = layout.additional_start.min(wire_len);
         Entry::new(
             kind,
             layout.rcode,
-            wire,
-            offsets.iter().map(|(at, _)| *at as u16).collect(),
+            bytes,
+            wire_len,
             layout.question_end,
             additional_start,
             lifetime,
@@ -198,7 +200,7 @@ impl Entry {
             Kind::Failure,
             rcode::SERVFAIL,
             wire,
-            Vec::new(),
+            end,
             end,
             end,
             ttl,
@@ -206,28 +208,24 @@ impl Entry {
         )
     }
 
+    /// `bytes` holds the message (its first `wire_len` bytes), then the
+    /// offset of each of its TTL fields, two bytes each.
     #[allow(clippy::too_many_arguments)]
     fn new(
         kind: Kind,
         rcode: u16,
-        wire: Vec<u8>,
-        ttl_offsets: Vec<u16>,
+        bytes: Vec<u8>,
+        wire_len: usize,
         question_end: usize,
         additional_start: usize,
         ttl: u32,
         now: Instant,
     ) -> Entry {
-        let wire_len = wire.len() as u16;
-        let mut bytes = wire;
-        bytes.reserve_exact(ttl_offsets.len() * 2);
-        for at in ttl_offsets {
-            bytes.extend(at.to_be_bytes());
-        }
         Entry {
             kind,
             rcode,
             bytes: bytes.into_boxed_slice(),
-            wire_len,
+            wire_len: wire_len as u16,
             question_end: question_end as u16,
             additional_start: additional_start as u16,
             stored_at: now,

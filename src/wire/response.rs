@@ -4,6 +4,7 @@
 
 use std::ops::Range;
 
+use smallvec::SmallVec;
 use thiserror::Error;
 
 use super::{HEADER_LEN, flag, name, rdata, read_u16, read_u32, rtype};
@@ -186,17 +187,22 @@ pub fn layout(msg: &[u8]) -> Result<Layout, ResponseError> {
         (read_u16(msg, 8), Section::Authority),
         (read_u16(msg, 10), Section::Additional),
     ];
+    // Every record takes 11 bytes at least: room for all at once, not
+    // grown record by record, and no more than the message can hold.
+    let records: usize = counts.iter().map(|&(n, _)| usize::from(n)).sum();
     let mut out = Layout {
         flags,
         rcode: flags & flag::RCODE_MASK,
         question_end,
         answer_count: counts[0].0,
+        ttls: Vec::with_capacity(records.min((msg.len() - question_end) / 11)),
         ..Layout::default()
     };
     let mut at = question_end;
     // Labels reached through compression pointers: they must not lie in a
-    // TTL field, or rewriting the TTL would rewrite the name.
-    let mut jumped_labels: Vec<(usize, usize)> = Vec::new();
+    // TTL field, or rewriting the TTL would rewrite the name. On the stack
+    // for an answer of a usual size.
+    let mut jumped_labels: SmallVec<[(usize, usize); 16]> = SmallVec::new();
     for (count, section) in counts {
         if section == Section::Additional {
             out.additional_start = at;
@@ -265,7 +271,7 @@ fn check_rdata_names(
     rrtype: u16,
     rdata: usize,
     end: usize,
-    jumped: &mut Vec<(usize, usize)>,
+    jumped: &mut SmallVec<[(usize, usize); 16]>,
 ) -> Result<usize, ResponseError> {
     let Some((prefix, names)) = rdata::names(rrtype) else {
         return Ok(rdata);
