@@ -139,33 +139,38 @@ pub fn with_question(msg: &[u8], question: &[u8]) -> Vec<u8> {
 /// instead of pointing at the question (CoreDNS's `kubernetes` and `whoami`
 /// plugins do) would otherwise hand the random case on to every client.
 /// Names reached through pointers need nothing: the question they read is
-/// already restored. Stops quietly at anything malformed ([`layout`]
-/// judges the message later).
+/// already restored. `msg`'s question is `asked` already (the caller wrote
+/// it back), so its end is known without a walk. Stops quietly at anything
+/// malformed ([`layout`] judges the message later).
 pub fn restore_owner_case(msg: &mut [u8], sent: &[u8], asked: &[u8]) {
     debug_assert_eq!(sent.len(), asked.len());
-    let Ok(question_end) = name::parse_uncompressed(msg, HEADER_LEN) else {
+    let Some(&first_label) = sent.first() else {
         return;
     };
     let records: usize = [6, 8, 10]
         .iter()
         .map(|&at| read_u16(msg, at) as usize)
         .sum();
-    let mut at = question_end + 4;
+    let mut at = HEADER_LEN + asked.len() + 4;
     for _ in 0..records {
-        // The owner's literal labels, up to a pointer or the root.
+        // The owner's literal labels, up to a pointer or the root: where
+        // the owner ends, the record's type follows.
         let mut label = at;
-        while let Some(&len) = msg.get(label) {
-            if msg.get(label..label + sent.len()) == Some(sent) {
+        let name_end = loop {
+            let Some(&len) = msg.get(label) else {
+                return;
+            };
+            if len == first_label && msg.get(label..label + sent.len()) == Some(sent) {
                 msg[label..label + asked.len()].copy_from_slice(asked);
-                break;
+                // `sent` ends in the root label: so does the owner.
+                break label + sent.len();
             }
-            if len == 0 || len & 0xc0 != 0 {
-                break;
+            match len & 0xc0 {
+                _ if len == 0 => break label + 1,
+                0xc0 => break label + 2,
+                0x00 => label += 1 + len as usize,
+                _ => return,
             }
-            label += 1 + len as usize;
-        }
-        let Ok(name_end) = name::skip(msg, at) else {
-            return;
         };
         if name_end + 10 > msg.len() {
             return;
@@ -203,14 +208,20 @@ pub fn layout(msg: &[u8]) -> Result<Layout, ResponseError> {
     // TTL field, or rewriting the TTL would rewrite the name. On the stack
     // for an answer of a usual size.
     let mut jumped_labels: SmallVec<[(usize, usize); 16]> = SmallVec::new();
+    // Pointers point back: a label that ends within the question (the
+    // usual target) lies before every TTL field.
+    let mut visit = |label: usize, len: usize| {
+        if label + len > question_end {
+            jumped_labels.push((label, len));
+        }
+    };
     for (count, section) in counts {
         if section == Section::Additional {
             out.additional_start = at;
         }
         for _ in 0..count {
             let start = at;
-            at = name::skip_visiting(msg, at, |label, len| jumped_labels.push((label, len)))
-                .map_err(|_| ResponseError::Malformed)?;
+            at = name::skip_visiting(msg, at, &mut visit).map_err(|_| ResponseError::Malformed)?;
             if at + 10 > msg.len() {
                 return Err(ResponseError::Malformed);
             }
@@ -232,7 +243,7 @@ pub fn layout(msg: &[u8]) -> Result<Layout, ResponseError> {
             }
             out.ttls.push((ttl_at, section));
             // Names inside RDATA (CNAME, NS, SOA, MX, SRV...) may point too.
-            let names_end = check_rdata_names(msg, rrtype, rdata, at, &mut jumped_labels)?;
+            let names_end = check_rdata_names(msg, rrtype, rdata, at, &mut visit)?;
             if rrtype == rtype::SOA {
                 // Two names, then five 32-bit fields, MINIMUM the last:
                 // exactly, or MINIMUM would be read from inside a name.
@@ -271,15 +282,14 @@ fn check_rdata_names(
     rrtype: u16,
     rdata: usize,
     end: usize,
-    jumped: &mut SmallVec<[(usize, usize); 16]>,
+    jumped: &mut impl FnMut(usize, usize),
 ) -> Result<usize, ResponseError> {
     let Some((prefix, names)) = rdata::names(rrtype) else {
         return Ok(rdata);
     };
     let mut at = rdata + prefix;
     for _ in 0..names {
-        at = name::skip_visiting(msg, at, |label, len| jumped.push((label, len)))
-            .map_err(|_| ResponseError::Malformed)?;
+        at = name::skip_visiting(msg, at, &mut *jumped).map_err(|_| ResponseError::Malformed)?;
         if at > end {
             return Err(ResponseError::Malformed);
         }
