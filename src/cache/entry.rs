@@ -345,8 +345,13 @@ impl Entry {
         limit: usize,
         out: &mut Vec<u8>,
     ) -> Rendered {
+        let opt_len = query
+            .edns
+            .map_or(0, |_| 11 + if ede.is_some() { 6 } else { 0 });
         out.clear();
         let wire = self.wire();
+        // Room for the OPT record too: no second allocation for it.
+        out.reserve(wire.len() + opt_len);
         out.extend_from_slice(wire);
         write_u16(out, 0, query.id);
         // RA always: to its clients nodens is a recursive service, whatever
@@ -374,9 +379,6 @@ impl Entry {
             rcode: self.rcode,
             truncated: false,
         };
-        let opt_len = query
-            .edns
-            .map_or(0, |_| 11 + if ede.is_some() { 6 } else { 0 });
         if out.len() + opt_len > limit {
             // RFC 2181 9: leaving out additional data needs no TC bit.
             let cut = if self.additional_start as usize + opt_len <= limit {

@@ -292,6 +292,14 @@ impl ClusterRules {
         }
     }
 
+    /// Whether any rule may concern `name` at all: it is at or below the
+    /// cluster domain, or may be below a cloud suffix. Every other name (most
+    /// upstream misses) skips the rules with this one test.
+    pub fn in_scope(&self, name: &[u8]) -> bool {
+        suffix_at(name, &self.domain).is_some()
+            || self.cloud_suffixes.iter().any(|s| s.may_hold(name))
+    }
+
     pub fn domain(&self) -> &[u8] {
         &self.domain
     }
@@ -489,6 +497,45 @@ mod tests {
         ];
         for (name, rule) in cases {
             assert_eq!(verdict(&r, name), Some(rule), "{name}");
+        }
+    }
+
+    #[test]
+    fn no_rule_concerns_a_name_out_of_scope() {
+        let r = rules().with_search(SearchPlan {
+            namespace_check: true,
+            speculate: true,
+            ..SearchPlan::default()
+        });
+        let names = [
+            ("example.com", false),
+            ("cluster.local.example.com", false),
+            ("api.example.com.external", false),
+            // Its last label is that of `c.*.internal`: may be below it.
+            ("api.example.com.internal", true),
+            ("cluster.local", true),
+            ("kubernetes.default.svc.cluster.local", true),
+            ("api.example.com.team-a.svc.cluster.local", true),
+            ("api.example.com.abcd.bx.internal.cloudapp.net", true),
+            ("api.example.com.c.my-project.internal", true),
+            ("x.google.internal", true),
+        ];
+        for (text, in_scope) in names {
+            let name = from_text(text).unwrap();
+            assert_eq!(r.in_scope(&name), in_scope, "{text}");
+            if !in_scope {
+                assert_eq!(r.cannot_exist(&name), None, "{text}");
+                assert_eq!(r.namespace_to_check(&name), None, "{text}");
+                assert_eq!(r.first_expansion(&name), None, "{text}");
+                assert_eq!(r.namespace_node(&name), None, "{text}");
+                assert_eq!(r.svc_namespace(&name), None, "{text}");
+                assert_eq!(r.cut_points(&name).count(), 0, "{text}");
+                assert!(!r.is_cut_node(&name), "{text}");
+                assert!(
+                    !r.may_learn_soa(&name, &from_text("com").unwrap()),
+                    "{text}"
+                );
+            }
         }
     }
 

@@ -39,6 +39,9 @@ impl Shared {
         }
         let rules = &request.settings.cluster;
         let name = request.key.name;
+        if !rules.in_scope(name) {
+            return false;
+        }
         let limit = reply_limit(request.proto, request.query, request.settings);
         if let Some(rule) = rules.cannot_exist(name) {
             let soa = if suffix_at(name, rules.domain()).is_some() {
@@ -150,7 +153,7 @@ impl Shared {
         response: (&[u8], &Layout),
     ) {
         let name = key.name();
-        if key.qclass() != class::IN || entry.kind == Kind::Failure {
+        if key.qclass() != class::IN || entry.kind == Kind::Failure || !rules.in_scope(name) {
             return;
         }
         let (msg, layout) = response;

@@ -140,20 +140,19 @@ impl Shared {
         // A lookup's predicted second expansion waits for the check (it most
         // likely saves the query); any other name is asked with it, so the
         // check adds no round trip (see search.rs). Without speculation
-        // nothing is predicted: all wait. A name with no check to make skips
-        // the prediction table's lock.
+        // nothing is predicted: all wait. A name with no check to make (most
+        // misses) goes straight to its fetch, without the prediction
+        // table's lock.
         let cluster = &job.settings.cluster;
         let checks = cluster.namespace_to_check(job.key.name()).is_some();
-        let waits =
-            !checks || !cluster.search().speculate || self.predicted_expansion(job.key.name());
-        let fetched = if waits {
+        let fetched = if !checks {
+            Ok(fetch(Start::JustLookedUp).await)
+        } else if !cluster.search().speculate || self.predicted_expansion(job.key.name()) {
             if check().await {
                 Err(())
-            } else if checks {
+            } else {
                 // The check took a round trip: the cache may hold the answer by now.
                 Ok(fetch(Start::LookAgain).await)
-            } else {
-                Ok(fetch(Start::JustLookedUp).await)
             }
         } else {
             // The name's own answer, when it came, is the one to give; the
