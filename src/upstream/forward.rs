@@ -116,23 +116,6 @@ enum TryOrder<'a> {
     DownLast(std::vec::IntoIter<(bool, &'a Arc<Upstream>)>),
 }
 
-impl Attempt<'_> {
-    /// A query for the key's question (in lower case), with ID `id`; and
-    /// where in it the question is.
-    fn query(&self, id: u16) -> (Vec<u8>, std::ops::Range<usize>) {
-        let key = self.key;
-        let query = build::query_for(
-            id,
-            key.name(),
-            key.qtype(),
-            key.qclass(),
-            key.dnssec_ok(),
-            key.checking_disabled(),
-        );
-        (query, HEADER_LEN..HEADER_LEN + key.name().len() + 4)
-    }
-}
-
 impl<'a> Iterator for TryOrder<'a> {
     type Item = &'a Arc<Upstream>;
 
@@ -164,6 +147,23 @@ struct Attempt<'a> {
     key: &'a Key,
     started: Instant,
     deadline: Instant,
+}
+
+impl Attempt<'_> {
+    /// A query for the key's question (in lower case), with ID `id`; and
+    /// where in it the question is.
+    fn query(&self, id: u16) -> (Vec<u8>, std::ops::Range<usize>) {
+        let key = self.key;
+        let query = build::query_for(
+            id,
+            key.name(),
+            key.qtype(),
+            key.qclass(),
+            key.dnssec_ok(),
+            key.checking_disabled(),
+        );
+        (query, HEADER_LEN..HEADER_LEN + key.name().len() + 4)
+    }
 }
 
 /// One upstream, over the zone's transport.

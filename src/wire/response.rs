@@ -165,10 +165,10 @@ pub fn restore_owner_case(msg: &mut [u8], sent: &[u8], asked: &[u8]) {
                 // `sent` ends in the root label: so does the owner.
                 break label + sent.len();
             }
-            match len & 0xc0 {
-                _ if len == 0 => break label + 1,
-                0xc0 => break label + 2,
-                0x00 => label += 1 + len as usize,
+            match len {
+                0 => break label + 1,
+                pointer if pointer & 0xc0 == 0xc0 => break label + 2,
+                literal if literal & 0xc0 == 0 => label += 1 + usize::from(literal),
                 _ => return,
             }
         };
