@@ -159,9 +159,7 @@ impl Entry {
                 Kind::Denial | Kind::Failure => ttl.min(lifetime),
             };
             write_u32(&mut bytes, *at, clamped);
-        }
-        for (at, _) in kept() {
-            // A message is at most 65,535 bytes long.
+            // After the message, its offset (a message is at most 65,535 bytes).
             bytes.extend((*at as u16).to_be_bytes());
         }
         let additional_start = layout.additional_start.min(wire_len);

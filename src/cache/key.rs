@@ -170,7 +170,7 @@ impl Equivalent<Key> for KeyRef<'_> {
 /// A key and its hash, computed once.
 #[derive(Debug, Clone, Copy)]
 pub struct Hashed<'a> {
-    pub key: KeyRef<'a>,
+    key: KeyRef<'a>,
     hash: u64,
 }
 

@@ -23,7 +23,7 @@ use quick_cache::sync::Cache as Map;
 use quick_cache::{Lifecycle, Weighter};
 
 pub use entry::{Entry, Freshness, Kind, TtlPolicy};
-pub use key::{Hashed, Key, KeyHashing, KeyRef};
+pub use key::{Key, KeyHashing, KeyRef};
 
 /// Share of the capacity given to the denial cache.
 const DENIAL_SHARE: u64 = 4;
@@ -129,7 +129,7 @@ impl Cache {
             Kind::Success => (&self.success, &self.denial),
             Kind::Denial | Kind::Failure => (&self.denial, &self.success),
         };
-        other.remove(&key.as_ref().hashed());
+        other.remove(&key.as_ref());
         into.insert(key, entry);
     }
 
