@@ -76,8 +76,9 @@ impl Tasks {
         drop(self.queries.spawn_on(task, &self.upkeep.0));
     }
 
-    /// Query work that is not a task of its own (a UDP worker's misses,
-    /// polled by its event loop): the drain waits until the token is dropped.
+    /// Query work that is not a task of its own (a UDP worker, which
+    /// answers its misses on its own event loop): the drain waits until the
+    /// token is dropped.
     pub fn token(&self) -> tokio_util::task::task_tracker::TaskTrackerToken {
         self.queries.token()
     }
@@ -92,7 +93,7 @@ impl Tasks {
         self.queries.wait().await;
     }
 
-    /// Query work still running.
+    /// Query work still running (tasks, and UDP workers not yet exited).
     pub fn running(&self) -> usize {
         self.queries.len()
     }

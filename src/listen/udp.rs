@@ -30,7 +30,6 @@ use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use super::batch::{BATCH, Destination, RecvBatch, SendBatch, enable_destination_info};
 use super::{Handled, ListenerInfo, Proto, Service};
-use crate::tasks::Tasks;
 
 /// How often a worker blocked in `recvmmsg` checks whether it should stop.
 const STOP_POLL: Duration = Duration::from_millis(100);
@@ -101,6 +100,7 @@ impl UdpWorkers {
                 info: info.clone(),
                 stop: stop.clone(),
                 wildcard: addr.ip().is_unspecified(),
+                alive: service.tasks().token(),
             };
             std::thread::Builder::new()
                 .name(format!("udp-{i}"))
@@ -133,6 +133,12 @@ struct Worker<S: Service> {
     stop: Arc<AtomicBool>,
     /// Bound to 0.0.0.0 or ::: replies name their source address.
     wildcard: bool,
+    /// Keeps the shutdown drain waiting until this worker has exited. A
+    /// worker blocked in `recvmmsg` when told to stop may still read a
+    /// batch (a handover shares the socket with the next process); it
+    /// answers it, and the misses in flight, before it exits. Without the
+    /// token the process could exit between that read and the reply.
+    alive: TaskTrackerToken,
 }
 
 /// A reply, its client, and the address to send it from (wildcard sockets).
@@ -144,21 +150,17 @@ type Resolving = Pin<Box<dyn Future<Output = QueuedReply> + Send>>;
 /// The worker's misses in flight. They are futures its own event loop
 /// polls, not tasks: a task per miss cost a spawn, a cache-line-aligned
 /// allocation, its scheduling and a hand-off of the reply, some 1,000 of a
-/// miss's 14,500 instructions (decision 50). While any is in flight, a
-/// token of the query tracker keeps the shutdown drain waiting for them,
-/// as it waits for tasks. `take_ready` polls without a waker; every caller
-/// polls `next` again before the loop sleeps, which registers it anew.
+/// miss's 14,500 instructions (decision 50). The shutdown drain waits for
+/// them through the worker's own token ([`Worker::alive`]).
+/// `take_ready` polls without a waker; every caller polls `next` again
+/// before the loop sleeps, which registers it anew.
 #[derive(Default)]
 struct Pending {
     misses: FuturesUnordered<Resolving>,
-    token: Option<TaskTrackerToken>,
 }
 
 impl Pending {
-    fn push(&mut self, miss: Resolving, tasks: &Tasks) {
-        if self.token.is_none() {
-            self.token = Some(tasks.token());
-        }
+    fn push(&mut self, miss: Resolving) {
         self.misses.push(miss);
     }
 
@@ -168,11 +170,7 @@ impl Pending {
 
     /// The next reply (`None` when no miss is left).
     async fn next(&mut self) -> Option<QueuedReply> {
-        let reply = self.misses.next().await;
-        if self.misses.is_empty() {
-            self.token = None;
-        }
-        reply
+        self.misses.next().await
     }
 
     /// Moves `first` and every other reply ready now into `batch`, so the
@@ -214,6 +212,7 @@ impl<S: Service> Worker<S> {
                 flush(&self.socket, &mut replies).await;
             }
         });
+        drop(self.alive);
     }
 
     /// One batch, waiting for it in `recvmmsg`.
@@ -321,14 +320,11 @@ impl<S: Service> Worker<S> {
                 Handled::Drop => {}
                 Handled::Miss(job) => {
                     let (service, info) = (self.service.clone(), self.info.clone());
-                    pending.push(
-                        Box::pin(async move {
-                            let mut out = Vec::new();
-                            service.resolve(job, &info, &mut out).await;
-                            (out, peer, local)
-                        }),
-                        self.service.tasks(),
-                    );
+                    pending.push(Box::pin(async move {
+                        let mut out = Vec::new();
+                        service.resolve(job, &info, &mut out).await;
+                        (out, peer, local)
+                    }));
                 }
             }
         }
