@@ -119,6 +119,10 @@ impl Server {
             &telemetry.upstream,
         ));
         log_zones(&shared);
+        shared
+            .tasks
+            .upkeep()
+            .spawn(crate::upstream::udp::close_expired_sockets());
         let watches = Watches::new(
             telemetry.kubernetes.clone(),
             shared.namespaces.clone(),

@@ -375,3 +375,40 @@ fn servfail_within_query_timeout() {
     );
     assert_eq!(s0.drain().len(), 1);
 }
+
+/// A burst of slow misses leaves a socket per concurrent miss free for
+/// reuse, on the UDP worker (UDP clients) and on the main runtime (TCP
+/// clients); with no query after it, every one is closed within their
+/// 5 s age and the 1 s sweep, not kept until the next miss.
+#[test]
+fn a_bursts_upstream_sockets_close_when_idle() {
+    let (_net, core, nodens) = setup_custom(
+        |net| CoreDns::test_zone_delayed(net.upstream(0), "200ms"),
+        |c, z| c.zone(z),
+    );
+    let before = udp_connected_to(core.addr);
+    let t0 = Instant::now();
+    let answered = in_parallel(48, |i| {
+        let q = Q::new(&format!("burst-{i}.delay.test."), Rt::A);
+        let r = if i % 2 == 0 {
+            udp_query(nodens.dns, &q)
+        } else {
+            tcp_query(nodens.dns, &q)
+        };
+        r.a() == vec![ipv4(ERRATIC_A)]
+    });
+    assert!(answered.iter().all(|&a| a), "every burst query answered");
+    let after_burst = udp_connected_to(core.addr);
+    assert!(
+        after_burst >= before + 8,
+        "the burst's sockets are kept for reuse: {before} before, {after_burst} after"
+    );
+    let closed_at = wait_until(secs(10), "the burst's sockets to close", || {
+        (udp_connected_to(core.addr) <= before).then(Instant::now)
+    });
+    assert!(
+        closed_at - t0 >= Duration::from_secs(4),
+        "closed after {:?}, before their age",
+        closed_at - t0
+    );
+}

@@ -719,7 +719,21 @@ def main():
     print("checks (threshold / measured):")
     for name, thr, meas, ok in checks:
         print(f"  {'PASS' if ok else 'FAIL'}  {name}: {thr} / {meas}")
+    if not all(ok for name, _, _, ok in checks if name.startswith("fds idle")):
+        print_fd_snapshots(args.out)
     return 0 if all(c[3] for c in checks) else 1
+
+
+def print_fd_snapshots(out):
+    """The fds nodens held idle before the load and after it (lab/soak/run's
+    fd_snapshot), for a failed idle-fd gate: which kind of fd stayed."""
+    for name in ("fds-idle-before.txt", "fds-idle-after.txt"):
+        try:
+            with open(os.path.join(out, name)) as f:
+                print()
+                print(f.read().rstrip())
+        except OSError:
+            print(f"\n({name}: not written)")
 
 
 if __name__ == "__main__":

@@ -13,12 +13,16 @@
 //! on it is read and thrown away: only datagrams that arrive after the query
 //! left are considered, so answers cannot be planted ahead of a query. A
 //! socket whose query failed or timed out is closed, never reused: a late
-//! answer must not meet the next query.
+//! answer must not meet the next query. Free sockets past their age are
+//! closed by [`close_expired_sockets`] too, so a thread that has no more
+//! misses (the burst of refreshes after an outage, then quiet) does not keep
+//! them open until its next one.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
@@ -35,6 +39,9 @@ const MAX_USES: u32 = 32;
 const MAX_AGE: Duration = Duration::from_secs(5);
 /// Free sockets kept per upstream and thread; more are closed.
 const MAX_FREE: usize = 256;
+/// How often [`close_expired_sockets`] looks for free sockets past
+/// [`MAX_AGE`]: none stays open longer than `MAX_AGE` and this.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// Room for any UDP datagram.
 const RECV_ROOM: usize = 65535;
 /// Datagrams that were not our answer, arriving while one query waits,
@@ -63,14 +70,27 @@ struct PooledSocket {
     expires: Instant,
 }
 
+/// One thread's free sockets, per upstream. A list rather than a map: a
+/// thread talks to a handful of upstreams. Each queue has the socket given
+/// back last at the back: it is used next, and expired ones are closed from
+/// the front.
+type FreeLists = Vec<(SocketAddr, VecDeque<PooledSocket>)>;
+
+/// Every thread's free lists, for [`close_expired_sockets`]. A thread that
+/// exits drops its lists (and closes their sockets); its entry here is
+/// then dead and is removed by the next sweep.
+static ALL_FREE: Mutex<Vec<Weak<Mutex<FreeLists>>>> = Mutex::new(Vec::new());
+
 thread_local! {
-    /// Free sockets per upstream. Per thread because a socket is registered
+    /// This thread's free lists. Per thread because a socket is registered
     /// with the event loop of the runtime that opened it, and every thread
-    /// of nodens runs tasks of one runtime only.
-    /// A list rather than a map: a thread talks to a handful of upstreams.
-    /// Each queue has the oldest socket at the front: the newest is used
-    /// next, and expired ones are closed from the front.
-    static FREE: RefCell<Vec<(SocketAddr, VecDeque<PooledSocket>)>> = RefCell::default();
+    /// of nodens runs tasks of one runtime only. Behind a lock only for the
+    /// sweep, once a second: the thread's own exchanges find it uncontended.
+    static FREE: Arc<Mutex<FreeLists>> = {
+        let lists = Arc::default();
+        lock(&ALL_FREE).push(Arc::downgrade(&lists));
+        lists
+    };
     /// Where datagrams land before the answer is copied out at its size.
     static RECV_BUFFER: RefCell<Box<[u8]>> = RefCell::new(vec![0; RECV_ROOM].into_boxed_slice());
 }
@@ -190,7 +210,8 @@ async fn ask(
 /// were waiting on it (none but a late duplicate or a forgery can be).
 fn take_free(server: SocketAddr, now: Instant) -> Option<(PooledSocket, u32)> {
     loop {
-        let pooled = FREE.with_borrow_mut(|free| {
+        let pooled = FREE.with(|free| {
+            let mut free = lock(free);
             let (_, list) = free.iter_mut().find(|(addr, _)| *addr == server)?;
             list.pop_back()
         })?;
@@ -208,7 +229,8 @@ fn give_back(server: SocketAddr, pooled: PooledSocket, now: Instant) {
     if pooled.uses >= MAX_USES || too_old(&pooled) {
         return;
     }
-    FREE.with_borrow_mut(|free| {
+    FREE.with(|free| {
+        let mut free = lock(free);
         let at = match free.iter().position(|(addr, _)| *addr == server) {
             Some(at) => at,
             None => {
@@ -225,6 +247,50 @@ fn give_back(server: SocketAddr, pooled: PooledSocket, now: Instant) {
             list.push_back(pooled);
         }
     });
+}
+
+/// Closes, every [`SWEEP_EVERY`], the free sockets of every thread that are
+/// past [`MAX_AGE`]. Runs for the life of the process (upkeep).
+pub async fn close_expired_sockets() {
+    let mut tick = tokio::time::interval(SWEEP_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        close_expired(Instant::now());
+    }
+}
+
+/// Closes the free sockets of every thread that expire by `now`; returns
+/// how many it closed.
+fn close_expired(now: Instant) -> usize {
+    let mut all = lock(&ALL_FREE);
+    all.retain(|lists| lists.strong_count() > 0);
+    let threads: Vec<_> = all.iter().filter_map(Weak::upgrade).collect();
+    drop(all);
+    threads
+        .iter()
+        .map(|lists| close_expired_in(lists, now))
+        .sum()
+}
+
+/// Closes the sockets of one thread's `lists` that expire by `now`.
+fn close_expired_in(lists: &Mutex<FreeLists>, now: Instant) -> usize {
+    let mut expired = Vec::new();
+    for (_, list) in lock(lists).iter_mut() {
+        let (keep, old): (VecDeque<_>, VecDeque<_>) = std::mem::take(list)
+            .into_iter()
+            .partition(|s| now < s.expires);
+        *list = keep;
+        expired.extend(old);
+    }
+    // They close on return, out of the lock (each leaves its event loop).
+    expired.len()
+}
+
+/// The lock, whether or not a thread panicked holding it: the lists stay
+/// consistent (a panic cannot leave one half-changed).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Reads everything queued on `socket` and returns how many datagrams that
@@ -386,6 +452,33 @@ mod tests {
         );
         let msg = reply.result.unwrap();
         assert_eq!(msg.last(), Some(&2), "the real answer, not the planted one");
+    }
+
+    /// Whether a UDP socket of this process (or any) holds `port`.
+    fn port_taken(port: u16) -> bool {
+        std::net::UdpSocket::bind(("127.0.0.1", port)).is_err()
+    }
+
+    /// The free lists of the runtime's one worker thread, swept there.
+    async fn sweep_worker_thread(now: Instant) -> usize {
+        tokio::spawn(async move { FREE.with(|lists| close_expired_in(lists, now)) })
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_free_socket_is_closed_at_its_age_without_another_query() {
+        let (server, _) = upstream().await;
+        let (reply, port) = ask_once(&server, QUESTION_A, 1, Some(1), Duration::from_secs(2)).await;
+        reply.result.unwrap();
+        assert!(port_taken(port), "the socket is free, and open");
+        assert_eq!(sweep_worker_thread(Instant::now()).await, 0);
+        assert!(port_taken(port), "younger than MAX_AGE: kept");
+        assert_eq!(sweep_worker_thread(Instant::now() + MAX_AGE).await, 1);
+        assert!(!port_taken(port), "past MAX_AGE: closed");
+        let (reply, _) = ask_once(&server, QUESTION_A, 2, Some(1), Duration::from_secs(2)).await;
+        assert!(!reply.reused, "the next query opens a new socket");
+        reply.result.unwrap();
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]

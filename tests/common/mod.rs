@@ -58,7 +58,7 @@ pub use proc::Proc;
 pub use prom::{Sample, has_series, parse_metrics, sum_metric};
 pub use raw::{RawMsg, RawOpt, question_bytes};
 pub use silent::Silent;
-pub use ss::{SsConn, ss_established, ss_established_via};
+pub use ss::{SsConn, ss_established, ss_established_via, udp_connected_to};
 pub use stub::{build_go_lookup, build_musl_lookup};
 pub use tools::{coredns_bin, nodens_bin, random_u64, tool, wrapped_command};
 pub use wait::{in_parallel, sample_during, sleep_until, wait_until};

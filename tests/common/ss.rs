@@ -45,3 +45,19 @@ pub fn ss_established_via(wrapper: &[&str], local: SocketAddr) -> Vec<SsConn> {
 pub fn ss_established(local: SocketAddr) -> Vec<SsConn> {
     ss_established_via(&[], local)
 }
+
+/// How many UDP sockets in this network namespace are connected to `peer`
+/// (`ss -Hun dst PEER`): a forwarder's sockets towards its upstream, which
+/// itself listens unconnected.
+pub fn udp_connected_to(peer: SocketAddr) -> usize {
+    let ss = tool("ss");
+    let mut cmd = wrapped_command(&[], &ss);
+    cmd.args(["-Hun", "dst", &peer.to_string()]);
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
