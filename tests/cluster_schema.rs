@@ -321,8 +321,9 @@ impl Lab {
         )
     }
 
-    /// Waits until CoreDNS has logged a query asked of it now, so that
-    /// every query it answered before has been logged too.
+    /// Waits until CoreDNS has logged a query asked of it now, and
+    /// [`LOG_SETTLE`] more, so that every query it answered before has been
+    /// logged too.
     fn sync_log(&self) {
         static SEQ: AtomicU32 = AtomicU32::new(0);
         let name = format!(
@@ -333,6 +334,7 @@ impl Lab {
         wait_until(secs(5), "CoreDNS to log a query", || {
             (self.core.count_queries(&name, "TXT") == 1).then_some(())
         });
+        std::thread::sleep(LOG_SETTLE);
     }
 }
 

@@ -141,8 +141,8 @@ impl CoreDns {
     }
 
     /// A barrier on the query log: asks CoreDNS directly for a unique name and
-    /// waits for its log line, so every query answered before this call has
-    /// had time to be logged too. Use before asserting that a count did NOT grow.
+    /// waits for its log line, and [`LOG_SETTLE`] more, so every query
+    /// answered before this call has had time to be logged too.
     pub fn sync_log(&self) {
         let addr = self.addr;
         self.sync_log_via(|name| {
@@ -157,6 +157,7 @@ impl CoreDns {
         let name = format!("_sync{n}.{}", self.origins[0]);
         send(&name);
         self.wait_queries(&name, "TXT", 1, Duration::from_secs(5));
+        std::thread::sleep(LOG_SETTLE);
     }
 
     /// Kills CoreDNS: the upstream goes away (its port is then closed).
@@ -166,6 +167,12 @@ impl CoreDns {
 }
 
 pub const ERRATIC_A: &str = "192.0.2.53";
+
+/// CoreDNS logs a query from the goroutine that answered it, after the
+/// answer left: on a busy machine the line of a query answered just before
+/// a barrier's own can come just after it (its goroutine descheduled in
+/// between). A log barrier waits this long after its own line.
+pub const LOG_SETTLE: Duration = Duration::from_millis(100);
 
 impl CoreDns {
     /// [`CoreDns::launch`] plus more server blocks on the same address, each

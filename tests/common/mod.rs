@@ -36,7 +36,7 @@ mod zone;
 pub use ::nodens::wire::rcode;
 pub use cgroup::CpuCgroup;
 pub use config::{Cfg, Pool, Transport, Zone};
-pub use coredns::{CoreDns, ERRATIC_A, LoggedQuery};
+pub use coredns::{CoreDns, ERRATIC_A, LOG_SETTLE, LoggedQuery};
 pub use dns::{
     EdeCodes, Q, Reply, Rt, Tcp, TcpRead, ipv4, question_of, take_frame, tcp_query, udp_exchange,
     udp_exchange_from, udp_query, udp_query_timeout,
