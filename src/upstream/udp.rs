@@ -263,10 +263,15 @@ pub async fn close_expired_sockets() {
 /// Closes the free sockets of every thread that expire by `now`; returns
 /// how many it closed.
 fn close_expired(now: Instant) -> usize {
-    let mut all = lock(&ALL_FREE);
-    all.retain(|lists| lists.strong_count() > 0);
-    let threads: Vec<_> = all.iter().filter_map(Weak::upgrade).collect();
-    drop(all);
+    // The threads still running; the lists of those that exited are gone.
+    let mut threads = Vec::new();
+    lock(&ALL_FREE).retain(|lists| match lists.upgrade() {
+        Some(running) => {
+            threads.push(running);
+            true
+        }
+        None => false,
+    });
     threads
         .iter()
         .map(|lists| close_expired_in(lists, now))
