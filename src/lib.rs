@@ -30,5 +30,6 @@ pub mod serve;
 pub mod server;
 pub mod stub;
 pub mod tasks;
+pub mod trust;
 pub mod upstream;
 pub mod wire;

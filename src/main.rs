@@ -510,6 +510,7 @@ async fn node_guard(path: &std::path::Path) -> anyhow::Result<ExitCode> {
             path.display()
         );
     };
+    run_as(&config, &privileges::for_guarding())?;
     Ok(node::guard::guard(plan).await)
 }
 
@@ -537,6 +538,34 @@ async fn node_teardown(path: Option<&std::path::Path>) -> anyhow::Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
+/// Switches to `[server] run_as_user` (from root, before any thread
+/// starts), keeping `keep`; first makes the directories of nodens's local
+/// channels (the claim's, the handover socket's) private to that uid.
+/// Nothing when unset, or when already that uid (a supervised server).
+fn run_as(config: &Config, keep: &[caps::Capability]) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let Some((uid, gid)) = config.server.run_as else {
+        return Ok(());
+    };
+    if nodens::trust::own_uid() == uid {
+        return Ok(());
+    }
+    let claim = config.node.as_ref().map(|n| n.state_dir.as_path());
+    let handover = config
+        .server
+        .handover_socket
+        .as_deref()
+        .and_then(|p| p.parent());
+    for dir in claim.into_iter().chain(handover) {
+        nodens::trust::prepare_dir(dir, (uid, gid))
+            .with_context(|| format!("making {} nodens's own", dir.display()))?;
+    }
+    privileges::become_user(uid, gid, keep)
+        .with_context(|| format!("switching to uid {uid}, gid {gid}"))?;
+    tracing::info!(uid, gid, "running as uid {uid}");
+    Ok(())
+}
+
 fn serve(path: Option<PathBuf>, keep_rules: bool, supervised: bool) -> ExitCode {
     let config = match &path {
         Some(p) => match Config::load(p) {
@@ -555,6 +584,11 @@ fn serve(path: Option<PathBuf>, keep_rules: bool, supervised: bool) -> ExitCode 
         },
     };
     let log = logging::init(&config.log);
+    let keep = privileges::for_serving(config.node.is_some());
+    if let Err(e) = run_as(&config, &keep) {
+        tracing::error!("{e:#}");
+        return ExitCode::FAILURE;
+    }
     if let Some(path) = &path
         && !supervised
         && config.node.as_ref().is_some_and(|n| n.fail_open)

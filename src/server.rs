@@ -26,7 +26,7 @@ use crate::logging::LogHandle;
 use crate::metrics::{Counters, Registry, ResultLabels};
 use crate::node::Node;
 use crate::node::metrics::NodeMetrics;
-use crate::node::presence::Presence;
+use crate::node::presence::{self, Presence};
 use crate::serve::metrics::ServeMetrics;
 use crate::serve::{Settings, Shared};
 use crate::upstream::metrics::UpstreamMetrics;
@@ -85,6 +85,9 @@ pub struct Server {
     inherited: Inherited,
     /// Where the next process asks for our sockets.
     handover: Option<tokio::net::UnixListener>,
+    /// A handover in progress on its own thread: true once the new
+    /// process said it serves our sockets.
+    giving: Option<tokio::sync::oneshot::Receiver<std::io::Result<bool>>>,
     /// Set once our sockets went to a new process: nothing is served or
     /// reloaded any more, SIGTERM is awaited.
     handed_over: bool,
@@ -141,6 +144,7 @@ impl Server {
             keep_node,
             inherited: Inherited::default(),
             handover: None,
+            giving: None,
             handed_over: false,
             presence: None,
             watches,
@@ -151,8 +155,19 @@ impl Server {
                 let load = |input: &mut dyn std::io::Read| {
                     snapshot::read(cache, std::time::Instant::now(), input)
                 };
-                handover::take_over(path, load)
-                    .with_context(|| format!("taking over through {}", path.display()))?
+                match handover::take_over(path, load) {
+                    Ok(taken) => taken,
+                    Err(e) => {
+                        // Refused before anything received was used: no
+                        // socket, no cache entry.
+                        server.telemetry.listen.handovers_refused.inc();
+                        tracing::warn!(
+                            path = %path.display(),
+                            "handover: {e}; starting without the previous process's sockets and cache"
+                        );
+                        None
+                    }
+                }
             }
             None => None,
         };
@@ -163,13 +178,21 @@ impl Server {
         if let Some(plan) = &config.node {
             if confirm.is_some() {
                 // The previous process holds the claim until it exits.
-                claim_when_free(server.shared.tasks.upkeep(), plan.interface.clone());
+                claim_when_free(server.shared.tasks.upkeep(), plan);
             } else {
-                server.presence = Some(
-                    Presence::claim(&plan.interface, PRESENCE_PATIENCE)
-                        .await
-                        .context("node setup")?,
-                );
+                let serving = plan.clone();
+                let (claim, overruled) = presence::claim(
+                    &plan.state_dir,
+                    &plan.interface,
+                    PRESENCE_PATIENCE,
+                    move || crate::node::serving(&serving),
+                )
+                .await
+                .context("node setup")?;
+                if overruled {
+                    server.telemetry.node.claims_overruled.inc();
+                }
+                server.presence = Some(claim);
             }
         }
         // The interface first: the listeners bind to the addresses it holds.
@@ -213,9 +236,13 @@ impl Server {
                 _ = int.recv() => break,
                 accepted = accept(&self.handover), if self.handover.is_some() => {
                     match accepted {
-                        Ok(stream) => self.hand_over(stream).await,
+                        Ok(stream) => self.hand_over(stream),
                         Err(e) => tracing::warn!("handover: accept failed: {e}"),
                     }
+                }
+                given = given(&mut self.giving), if self.giving.is_some() => {
+                    self.giving = None;
+                    self.handed(given);
                 }
                 () = tokio::time::sleep(repair_in), if self.node.is_some() => {
                     if let Some(node) = &self.node
@@ -303,10 +330,20 @@ impl Server {
         Ok(())
     }
 
-    /// Gives our sockets to the process that asked for them; once it says
-    /// it serves them, stops reading (what is in flight is still answered),
-    /// leaves the node setup to it, and waits, not ready, for SIGTERM.
-    async fn hand_over(&mut self, stream: tokio::net::UnixStream) {
+    /// Gives our sockets to the process that asked for them, on a thread
+    /// of its own (a slow or silent peer cannot hold up signals, reloads
+    /// and node repairs); [`Server::handed`] takes the outcome. Only a peer
+    /// that runs as nodens's uid is served, and one at a time.
+    fn hand_over(&mut self, stream: tokio::net::UnixStream) {
+        if let Err(e) = crate::trust::check_peer(&stream) {
+            self.telemetry.listen.handovers_refused.inc();
+            tracing::warn!("handover refused: {e}");
+            return;
+        }
+        if self.giving.is_some() {
+            tracing::warn!("handover refused: another one is in progress");
+            return;
+        }
         let mut sockets: Vec<_> = self
             .listeners
             .values()
@@ -320,20 +357,56 @@ impl Server {
             };
             sockets.push((name, listener.as_raw_fd()));
         }
+        // The descriptors stay ours while the thread sends them: the
+        // listeners are stopped only after `handed`, on this thread.
+        let sockets: Vec<_> = match sockets
+            .into_iter()
+            .map(|(name, fd)| {
+                // SAFETY: `fd` is open, owned by a listener that outlives
+                // this call; the duplicate is owned by the thread.
+                let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+                borrowed.try_clone_to_owned().map(|owned| (name, owned))
+            })
+            .collect::<std::io::Result<_>>()
+        {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("handover failed, still serving: {e}");
+                return;
+            }
+        };
         let shared = self.shared.clone();
         let stale_max_age = self.config.cache.stale_max_age;
         let send_cache = move |out: &mut dyn std::io::Write| {
             snapshot::write(&shared.cache, std::time::Instant::now(), stale_max_age, out)
         };
-        let given = match stream.into_std() {
-            Ok(mut stream) => tokio::task::spawn_blocking(move || {
-                stream.set_nonblocking(false)?;
-                handover::give(&mut stream, &sockets, send_cache)
-            })
-            .await
-            .unwrap_or_else(|e| Err(std::io::Error::other(e))),
-            Err(e) => Err(e),
-        };
+        let (done, giving) = tokio::sync::oneshot::channel();
+        self.giving = Some(giving);
+        let stream = stream.into_std();
+        let spawned = std::thread::Builder::new()
+            .name("nodens-handover".into())
+            .spawn(move || {
+                use std::os::fd::AsRawFd;
+                let given = stream.and_then(|stream| {
+                    stream.set_nonblocking(false)?;
+                    let raw: Vec<_> = sockets
+                        .iter()
+                        .map(|(name, fd)| (*name, fd.as_raw_fd()))
+                        .collect();
+                    handover::give(&stream, &raw, send_cache)
+                });
+                let _ = done.send(given);
+            });
+        if let Err(e) = spawned {
+            self.giving = None;
+            tracing::warn!("handover failed, still serving: {e}");
+        }
+    }
+
+    /// Once the new process says it serves our sockets: stops reading
+    /// (what is in flight is still answered), leaves the node setup to it,
+    /// and waits, not ready, for SIGTERM.
+    fn handed(&mut self, given: std::io::Result<bool>) {
         match given {
             Ok(true) => {}
             Ok(false) => {
@@ -486,18 +559,31 @@ impl Server {
 
 /// Listens on `path` for the process that will replace this one; a socket
 /// file left there (by the process this one replaced, or a crash) is
-/// replaced.
+/// replaced. The directory must be nodens's alone (`trust::check_dir`;
+/// created so when missing), the socket is made 0600.
 fn listen_for_successor(path: &Path) -> Result<tokio::net::UnixListener> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        if !dir.exists() {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .with_context(|| format!("creating {}", dir.display()))?;
+        }
+        crate::trust::check_dir(dir).context("the handover directory")?;
     }
     match std::fs::remove_file(path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e).with_context(|| format!("removing {}", path.display())),
     }
-    tokio::net::UnixListener::bind(path)
-        .with_context(|| format!("listening for a handover on {}", path.display()))
+    let listener = tokio::net::UnixListener::bind(path)
+        .with_context(|| format!("listening for a handover on {}", path.display()))?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("making {} private", path.display()))?;
+    Ok(listener)
 }
 
 async fn accept(
@@ -505,6 +591,17 @@ async fn accept(
 ) -> std::io::Result<tokio::net::UnixStream> {
     match listener {
         Some(l) => l.accept().await.map(|(stream, _)| stream),
+        None => std::future::pending().await,
+    }
+}
+
+async fn given(
+    giving: &mut Option<tokio::sync::oneshot::Receiver<std::io::Result<bool>>>,
+) -> std::io::Result<bool> {
+    match giving {
+        Some(rx) => rx
+            .await
+            .unwrap_or_else(|_| Err(std::io::Error::other("the handover thread ended"))),
         None => std::future::pending().await,
     }
 }
@@ -518,10 +615,11 @@ fn log_zones(shared: &Shared) {
 
 /// After a handover: claims the node setup once the previous process has
 /// exited, and holds the claim until this one does.
-fn claim_when_free(upkeep: &crate::tasks::Upkeep, interface: String) {
+fn claim_when_free(upkeep: &crate::tasks::Upkeep, plan: &crate::config::NodePlan) {
+    let (dir, interface) = (plan.state_dir.clone(), plan.interface.clone());
     upkeep.spawn(async move {
         loop {
-            match Presence::try_claim(&interface) {
+            match Presence::try_claim(&dir, &interface) {
                 Ok(Some(claim)) => {
                     let _held = claim;
                     std::future::pending::<()>().await;

@@ -36,6 +36,12 @@ impl Lab {
     /// The lab with nodens's rules in `backend`, and `server` added to the
     /// `[server]` section.
     fn start_with(backend: &str, server: &str) -> Lab {
+        Lab::start_after(backend, server, |_| {})
+    }
+
+    /// Like `start_with`, running `before` in the node once its network is
+    /// up, before nodens starts.
+    fn start_after(backend: &str, server: &str, before: impl FnOnce(&Netns)) -> Lab {
         let node = Netns::create("fo-node");
         let dns = Netns::create("fo-dns");
         let (a, b) = (
@@ -82,9 +88,10 @@ impl Lab {
         let toml = format!(
             "[server]\nlisten = [\"{SERVICE_IP}:53\"]\nworkers = 1\n{server}\n\
              [metrics]\nlisten = \"127.0.0.1:9253\"\n\
-             [node]\nsetup = true\nbackend = \"{backend}\"\n\
+             [node]\nsetup = true\nbackend = \"{backend}\"\nstate_dir = \"{TEST_STATE_DIR}\"\n\
              [[zone]]\nname = \".\"\nupstreams = [\"{CLUSTER_DNS}\"]\n"
         );
+        before(&node);
         let mut nodens = Nodens::launch(&toml, &node.exec());
         in_netns(&node.name, || nodens.wait_ready());
         Lab {
@@ -365,7 +372,7 @@ fn a_successor_keeps_the_node_when_its_predecessor_dies() {
     // The old server is killed after handing over and before its SIGTERM
     // (an OOM kill in a rollout): its supervisor must not withdraw the node
     // setup that the new process now serves.
-    let dir = tempfile::tempdir().unwrap();
+    let dir = private_dir();
     let socket = dir.path().join("handover.sock");
     let mut lab = Lab::start_with("auto", &format!("handover_socket = {:?}", socket));
     let mut old = lab.restart();
@@ -391,4 +398,179 @@ fn a_successor_keeps_the_node_when_its_predecessor_dies() {
     );
     let links = lab.node.run(&["ip", "-o", "addr"]);
     assert!(links.contains("10.96.0.10"), "address withdrawn: {links}");
+}
+
+// ---- the claim on the node setup, against other processes ------------------------
+
+/// The uid of a process on the node that is not nodens.
+const NOBODY: u32 = 65534;
+
+/// The file of nodens's claim on the node setup of `node` (a claim is per
+/// network namespace: named after its inode).
+fn claim_file(node: &Netns) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let netns = std::fs::metadata(format!("/var/run/netns/{}", node.name))
+        .unwrap()
+        .ino();
+    format!("{TEST_STATE_DIR}/claim-nodelocaldns-{netns}")
+}
+
+/// The claim's directory, as nodens makes it (0700, root's) before any test
+/// nodens ran: so a squatter meets the directory, not its absence.
+fn state_dir_exists() {
+    use std::os::unix::fs::DirBuilderExt;
+    let _ = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(TEST_STATE_DIR);
+}
+
+#[test]
+fn a_squatter_before_a_cold_start_cannot_stop_the_node_failing_open() {
+    if !require_root("a_squatter_before_a_cold_start_cannot_stop_the_node_failing_open") {
+        return;
+    }
+    // A process of another uid on the host network squats the name nodens
+    // used to claim the node setup with (an abstract Unix name), and tries
+    // the claim file, before nodens starts. nodens must start at once, and
+    // fail open when its server is killed.
+    state_dir_exists();
+    let mut squatter = None;
+    let lab = Lab::start_after("auto", "", |node| {
+        let mut p = intruder(
+            &node.exec(),
+            Some(NOBODY),
+            "squat",
+            &["nodelocaldns", &claim_file(node)],
+        );
+        p.wait_for_line(0, secs(10), "the squat", |l| l.contains("claim refused"));
+        squatter = Some(p);
+    });
+    let squatter = squatter.unwrap();
+    assert!(
+        squatter
+            .lines()
+            .iter()
+            .any(|l| l.contains("squatting the abstract name")),
+        "{:#?}",
+        squatter.lines()
+    );
+    let gap = lab
+        .gap_after(libc::SIGKILL)
+        .unwrap_or_else(|| panic!("no answer within 6 s after SIGKILL: {:#?}", lab.debug()));
+    eprintln!("with a squatter: answered again {gap:?} after SIGKILL");
+    assert!(gap <= Duration::from_secs(2), "{gap:?} without answers");
+    assert!(
+        lab.core
+            .wait_queries("www.test.", "A", 1, Duration::from_secs(5))
+            >= 1
+    );
+}
+
+#[test]
+fn a_squatter_during_a_rolling_update_cannot_stop_the_node_failing_open() {
+    if !require_root("a_squatter_during_a_rolling_update_cannot_stop_the_node_failing_open") {
+        return;
+    }
+    // The squatter waits for the moment of a rolling update when the old
+    // server has exited and the new one has not yet claimed the node setup,
+    // and takes the claim's name then.
+    let dir = private_dir();
+    let socket = dir.path().join("handover.sock");
+    let mut lab = Lab::start_with("auto", &format!("handover_socket = {:?}", socket));
+    let squatter = intruder(
+        &lab.node.exec(),
+        Some(NOBODY),
+        "squat",
+        &["nodelocaldns", &claim_file(&lab.node), "--wait"],
+    );
+    let mut old = lab.restart();
+    lab.nodens
+        .proc
+        .wait_for_line(0, secs(10), "took over", |l| {
+            l.contains("handover: took over")
+        });
+    assert!(old.terminate().success());
+    // The new server claims once the old one is gone.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !squatter
+            .lines()
+            .iter()
+            .any(|l| l.contains("holding the claim")),
+        "the squatter holds the claim: {:#?}",
+        squatter.lines()
+    );
+    let gap = lab
+        .gap_after(libc::SIGKILL)
+        .unwrap_or_else(|| panic!("no answer within 6 s after SIGKILL: {:#?}", lab.debug()));
+    eprintln!("squatter in a rolling update: answered again {gap:?} after SIGKILL");
+    assert!(gap <= Duration::from_secs(2), "{gap:?} without answers");
+}
+
+#[test]
+fn a_claim_held_by_something_that_does_not_serve_is_overruled() {
+    if !require_root("a_claim_held_by_something_that_does_not_serve_is_overruled") {
+        return;
+    }
+    // A process that can reach the claim (root, with the state directory)
+    // holds it and serves nothing. The starting server takes the claim over
+    // after HOLDER_SILENCE (10 s), says so and counts it; and when the
+    // holder of the claim is a frozen container, the guard withdraws all
+    // the same.
+    state_dir_exists();
+    let mut holders = Vec::new();
+    let lab = Lab::start_after("auto", "", |node| {
+        let claim = claim_file(node);
+        std::fs::write(&claim, b"").unwrap();
+        let mut p = intruder(
+            &node.exec(),
+            None,
+            "squat",
+            &["nodelocaldns", &claim, "--wait"],
+        );
+        p.wait_for_line(0, secs(10), "the hold", |l| l.contains("holding the claim"));
+        holders.push(p);
+    });
+    let said = lab.nodens.proc.lines().join("\n");
+    assert!(
+        said.contains("not a serving nodens; taking the claim over"),
+        "{said}"
+    );
+    let overruled = in_netns(&lab.node.name, || {
+        lab.nodens.metric("nodens_node_claims_overruled_total", &[])
+    });
+    assert_eq!(overruled, 1.0);
+    assert!(lab.answered());
+
+    let mut guard = lab.guard();
+    guard.wait_for_line(0, secs(10), "watching", |l| {
+        l.contains("guard: watching the node setup")
+    });
+    // The whole container freezes (supervisor and server stopped): the
+    // claim stays held, by a process that serves nothing. The guard
+    // overrules it after HOLDER_SILENCE.
+    let start = Instant::now();
+    for pid in [lab.nodens.proc.pid() as i32, lab.server_pid()] {
+        // SAFETY: kill(2) on a pid of this test's processes.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+    }
+    while start.elapsed() < Duration::from_secs(20) && !lab.answered() {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "container frozen with its claim: answered again {:?} after it",
+        start.elapsed()
+    );
+    assert!(lab.answered(), "not withdrawn: {:#?}", lab.debug());
+    // The line follows the withdraw's last step: wait for it.
+    guard.wait_for_line(0, secs(5), "the withdraw", |l| {
+        l.contains("guard: withdrew the node setup")
+    });
+    let said = guard.lines().join("\n");
+    assert!(said.contains("withdrawing anyway"), "{said}");
+    for pid in [lab.nodens.proc.pid() as i32, lab.server_pid()] {
+        // SAFETY: kill(2) on a pid of this test's processes.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
 }

@@ -94,7 +94,7 @@ fn load(server: SocketAddr, source: SocketAddr, stop: Arc<AtomicBool>) -> Load {
 fn ten_handovers_under_load_lose_nothing() {
     let net = Net::alloc();
     let core = CoreDns::test_zone(net.upstream(0), "");
-    let dir = tempfile::tempdir().unwrap();
+    let dir = private_dir();
     let socket_path = dir.path().join("handover.sock");
     let toml = format!(
         "[server]\nlisten = [\"{dns}\"]\nworkers = 2\nhandover_socket = \"{path}\"\n\
@@ -143,4 +143,158 @@ fn ten_handovers_under_load_lose_nothing() {
         "queries lost across {HANDOVERS} handovers (ID, ms after the start): {:?}",
         load.lost
     );
+}
+
+// ---- the handover socket, against processes that are not nodens -----------------
+
+/// A nodens with a handover socket in a private directory of its own,
+/// running as `run_as` when given; with `extra` in `[server]`.
+fn handover_nodens(
+    net: &Net,
+    core: &CoreDns,
+    dir: &std::path::Path,
+    run_as: Option<u32>,
+) -> Nodens {
+    let run_as = run_as.map_or(String::new(), |uid| format!("run_as_user = {uid}\n"));
+    let toml = format!(
+        "[server]\nlisten = [\"{dns}\"]\nworkers = 1\nhandover_socket = \"{path}\"\n{run_as}\
+         [metrics]\nlisten = \"{http}\"\n\
+         [[zone]]\nname = \".\"\nupstreams = [\"{up}\"]\n",
+        dns = net.nodens(),
+        http = net.metrics(),
+        path = dir.join("handover.sock").display(),
+        up = core.addr,
+    );
+    Nodens::launch(&toml, &[])
+}
+
+/// Sends `signal` to nodens and waits for a line saying it was handled;
+/// how long that took.
+fn handled_within(nodens: &mut Nodens, signal: libc::c_int, line: &str) -> Duration {
+    let from = nodens.proc.line_count();
+    let start = Instant::now();
+    nodens.proc.signal(signal);
+    nodens
+        .proc
+        .wait_for_line(from, secs(10), line, |l| l.contains(line));
+    start.elapsed()
+}
+
+#[test]
+fn a_client_that_is_not_nodens_gets_nothing_and_stalls_nothing() {
+    if !require_root("a_client_that_is_not_nodens_gets_nothing_and_stalls_nothing") {
+        return;
+    }
+    // nodens runs as a uid of its own. A root process on the node connects
+    // to its handover socket and asks for the sockets; another connects and
+    // says nothing; a process of nodens's own uid connects and says nothing
+    // (it passes the credential check: only the deadline bounds it). Nobody
+    // gets a descriptor or a byte of cache, and signals are handled at once.
+    const UID: u32 = 64998;
+    let net = Net::alloc();
+    let core = CoreDns::test_zone(net.upstream(0), "");
+    let dir = private_dir();
+    let mut nodens = handover_nodens(&net, &core, dir.path(), Some(UID));
+    nodens.wait_ready();
+    let path = dir.path().join("handover.sock");
+    let path = path.to_str().unwrap();
+    let mut same_uid = intruder(&[], Some(UID), "client", &[path, "--silent"]);
+    same_uid.wait_for_line(0, secs(10), "connected", |l| l == "connected");
+    let mut silent = intruder(&[], None, "client", &[path, "--silent"]);
+    silent.wait_for_line(0, secs(10), "connected", |l| l == "connected");
+    let mut thief = intruder(&[], None, "client", &[path]);
+    thief.wait_for_line(0, secs(10), "the end of the exchange", |l| {
+        l.starts_with("end:")
+    });
+    assert!(
+        thief
+            .lines()
+            .iter()
+            .any(|l| l == "end: 0 descriptors, 0 bytes"),
+        "{:#?}",
+        thief.lines()
+    );
+    let hup = handled_within(&mut nodens, libc::SIGHUP, "configuration reloaded");
+    eprintln!("SIGHUP handled in {hup:?} with three clients on the handover socket");
+    assert!(hup <= Duration::from_secs(1), "SIGHUP took {hup:?}");
+    let refused = nodens.metric("nodens_handovers_refused_total", &[]);
+    assert!(refused >= 2.0, "{refused}");
+    let start = Instant::now();
+    nodens.proc.signal(libc::SIGTERM);
+    let status = nodens.proc.wait_exit(secs(10)).expect("exit after SIGTERM");
+    eprintln!("SIGTERM: exited in {:?}", start.elapsed());
+    assert!(status.success(), "{status:?}");
+    assert!(
+        start.elapsed() <= Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+/// The planted answer of the fake predecessor.
+const PLANTED: &str = "planted.test.";
+const PLANTED_IP: &str = "203.0.113.66";
+
+/// Starts a fake predecessor on the handover socket of `dir` and a nodens
+/// after it; checks the handover was refused and the planted answer is not
+/// served (the name is asked of CoreDNS, where it does not exist).
+fn refuse_a_fake_predecessor(run_as: Option<u32>, why: &str) {
+    let net = Net::alloc();
+    let core = CoreDns::test_zone(net.upstream(0), "");
+    let dir = private_dir();
+    let path = dir.path().join("handover.sock");
+    let mut fake = intruder(
+        &[],
+        None,
+        "predecessor",
+        &[
+            path.to_str().unwrap(),
+            &net.nodens().to_string(),
+            PLANTED,
+            PLANTED_IP,
+        ],
+    );
+    fake.wait_for_line(0, secs(10), "listening", |l| l == "listening");
+    let mut nodens = handover_nodens(&net, &core, dir.path(), run_as);
+    nodens.wait_ready();
+    let said = nodens.proc.lines().join("\n");
+    assert!(said.contains("handover refused"), "{said}");
+    assert!(said.contains(why), "not refused for {why:?}: {said}");
+    assert_eq!(nodens.metric("nodens_handovers_refused_total", &[]), 1.0);
+    let reply = udp_query(nodens.dns, &Q::new(PLANTED, Rt::A));
+    assert!(
+        reply.a().is_empty(),
+        "the planted answer was served: {:?}",
+        reply.a()
+    );
+    assert_eq!(reply.rcode(), 3, "NXDOMAIN from CoreDNS");
+    assert_eq!(core.wait_queries(PLANTED, "A", 1, secs(5)), 1);
+    // And it serves on sockets of its own.
+    assert_eq!(
+        udp_query(nodens.dns, &Q::new("www.test.", Rt::A)).a(),
+        vec![ipv4("192.0.2.1")]
+    );
+    drop(fake);
+}
+
+#[test]
+fn a_fake_predecessor_of_another_uid_is_refused() {
+    if !require_root("a_fake_predecessor_of_another_uid_is_refused") {
+        return;
+    }
+    // nodens runs as a uid of its own; a root process listens on its
+    // handover path first, with a socket that is not the one it names and
+    // a cache that answers a name with its own address.
+    refuse_a_fake_predecessor(Some(64997), "not to nodens's uid");
+}
+
+#[test]
+fn a_fake_predecessor_of_the_same_uid_is_refused_for_its_descriptor() {
+    if !require_root("a_fake_predecessor_of_the_same_uid_is_refused_for_its_descriptor") {
+        return;
+    }
+    // Both run as root: the credentials pass, the descriptor does not (a
+    // UDP socket bound elsewhere, named as nodens's listen address): the
+    // whole handover is refused, the planted cache with it.
+    refuse_a_fake_predecessor(None, "is bound elsewhere");
 }

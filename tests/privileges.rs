@@ -89,3 +89,69 @@ fn serving_threads_hold_no_capabilities() {
         }
     }
 }
+
+/// A STATUS query (answered NOTIMP by nodens itself, no upstream asked)
+/// with this ID.
+fn status_query(id: u16) -> [u8; 12] {
+    let [hi, lo] = id.to_be_bytes();
+    [hi, lo, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+}
+
+#[test]
+fn no_root_process_can_join_the_sockets_of_a_nodens_that_runs_as_its_own_uid() {
+    if !require_root("no_root_process_can_join_the_sockets") {
+        return;
+    }
+    // nodens on 169.254.20.10:53 (its node address), started as root and
+    // running as a uid of its own, as the chart runs it. Another root
+    // process on the host network binds the same address and port with
+    // SO_REUSEPORT, which the kernel allows only for the uid that made the
+    // group: it must get no query, and nodens must answer every one.
+    const UID: u32 = 64999;
+    let ns = Netns::create("reuse");
+    ns.run(&["ip", "addr", "add", "169.254.20.10/32", "dev", "lo"]);
+    let addr: SocketAddr = "169.254.20.10:53".parse().unwrap();
+    let toml = format!(
+        "[server]\nlisten = [\"{addr}\"]\nworkers = 2\nrun_as_user = {UID}\n\
+         [metrics]\nlisten = \"127.0.0.1:9253\"\n\
+         [[zone]]\nname = \".\"\nupstreams = [\"127.0.0.1:5300\"]\n"
+    );
+    let mut nodens = Nodens::launch(&toml, &ns.exec());
+    in_netns(&ns.name, || nodens.wait_ready());
+    let status = std::fs::read_to_string(format!("/proc/{}/status", nodens.proc.pid())).unwrap();
+    let uids = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    assert_eq!(
+        uids.split_whitespace().skip(1).collect::<Vec<_>>(),
+        vec![UID.to_string(); 4],
+        "{uids}"
+    );
+
+    let mut thief = intruder(&ns.exec(), None, "reuseport", &["169.254.20.10", "53"]);
+    thief.wait_for_line(0, secs(10), "the attempt on TCP", |l| l.contains("tcp "));
+    let answered = in_netns(&ns.name, || {
+        (0..300u16)
+            .filter(|&id| {
+                udp_exchange_from(
+                    addr.ip(),
+                    addr,
+                    &status_query(id),
+                    Duration::from_millis(500),
+                )
+                .is_some_and(|reply| reply[..2] == id.to_be_bytes())
+            })
+            .count()
+    });
+    let said = thief.lines();
+    let stolen = said.iter().filter(|l| l.starts_with("received")).count();
+    eprintln!("300 queries: {answered} answered by nodens, {stolen} received by the other process");
+    assert!(
+        said.iter().any(|l| l.starts_with("udp refused")),
+        "{said:#?}"
+    );
+    assert!(
+        said.iter().any(|l| l.starts_with("tcp refused")),
+        "{said:#?}"
+    );
+    assert_eq!(stolen, 0, "{said:#?}");
+    assert_eq!(answered, 300);
+}

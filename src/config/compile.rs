@@ -97,6 +97,9 @@ impl File {
                 shutdown_grace: s.shutdown_grace,
                 handover_socket: s.handover_socket.clone(),
                 identity: s.identity,
+                run_as: s
+                    .run_as_user
+                    .map(|uid| (uid, s.run_as_group.unwrap_or(uid))),
             },
             cache: CacheSettings {
                 capacity: self.cache.capacity.as_u64(),
@@ -115,6 +118,7 @@ impl File {
                 reconcile_interval: self.node.reconcile_interval,
                 keep_on_exit: self.node.keep_on_exit,
                 fail_open: self.node.fail_open,
+                state_dir: self.node.state_dir.clone(),
                 addresses: self.node_addresses(),
             }),
             cluster: self.compile_cluster()?,

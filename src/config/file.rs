@@ -167,6 +167,10 @@ pub struct NodeConfig {
     /// interface and rules when the server dies or stops answering, so the
     /// pods' queries to the cluster DNS Service IP reach the cluster DNS.
     pub fail_open: bool,
+    /// The directory of the claim on the node setup (`claim-<interface>`):
+    /// private to nodens's uid (mode 0700), mounted by nodens's containers
+    /// only (docs/security.md).
+    pub state_dir: PathBuf,
 }
 
 impl Default for NodeConfig {
@@ -179,6 +183,7 @@ impl Default for NodeConfig {
             reconcile_interval: Duration::from_secs(10),
             keep_on_exit: false,
             fail_open: true,
+            state_dir: PathBuf::from("/run/nodens"),
         }
     }
 }
@@ -254,6 +259,15 @@ pub struct ServerConfig {
     /// `version.server`/`version.bind` (nodens's version), so that a client
     /// (or `nodens doctor`) can tell which server answers.
     pub identity: bool,
+    /// The uid nodens runs as once started (as root, by the container
+    /// runtime): the server, its supervisor and the guard switch to it,
+    /// keeping only the capabilities they need. With it, no other root
+    /// process on the node can join nodens's listening sockets, reach its
+    /// handover socket or take its claim (docs/security.md). Unset: stay
+    /// as started.
+    pub run_as_user: Option<u32>,
+    /// The gid that goes with `run_as_user` (default: the same number).
+    pub run_as_group: Option<u32>,
 }
 
 impl Default for ServerConfig {
@@ -278,6 +292,8 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(5),
             handover_socket: None,
             identity: true,
+            run_as_user: None,
+            run_as_group: None,
         }
     }
 }

@@ -87,6 +87,8 @@ pub struct ServerSettings {
     pub handover_socket: Option<PathBuf>,
     /// Answer the CHAOS identity names (`[server] identity`).
     pub identity: bool,
+    /// The uid and gid to run as (`[server] run_as_user`, `run_as_group`).
+    pub run_as: Option<(u32, u32)>,
 }
 
 /// The client TCP bounds (see docs/security.md).
@@ -137,6 +139,8 @@ pub struct NodePlan {
     pub reconcile_interval: Duration,
     pub keep_on_exit: bool,
     pub fail_open: bool,
+    /// Where the claim on the node setup lives (`node::presence`).
+    pub state_dir: PathBuf,
     /// The listen addresses the interface holds, and whose port-53 traffic
     /// the rules take out of conntrack.
     pub addresses: Vec<SocketAddr>,

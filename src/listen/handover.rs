@@ -12,24 +12,39 @@
 //! 5. The new one serves on the sockets (both now read them) and says
 //!    `ready`; the old one stops reading, answers what it has in flight,
 //!    keeps the node setup in place, and waits, not ready, for SIGTERM.
+//!
+//! Whoever can connect to this socket gets every listening socket and the
+//! whole cache, and whoever listens on it feeds the next nodens its sockets
+//! and cache. So both sides trust nothing but nodens (`crate::trust`): the
+//! socket file must be nodens's (mode 0600, in a 0700 directory of
+//! nodens's uid), the peer must run as nodens's uid (`SO_PEERCRED`, checked
+//! on both sides), every descriptor received must be the socket its name
+//! says (family, type, listening, bound to the named address) or the whole
+//! handover is refused, and each side bounds what it reads and gives the
+//! whole exchange one deadline.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, IoSlice, IoSliceMut, Write};
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 use serde::{Deserialize, Serialize};
 
+use crate::trust;
+
 const HELLO: &[u8] = b"nodens-handover 1\n";
 const READY: &[u8] = b"ready\n";
-/// How long either side waits for the other at each step.
-pub const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+/// The whole exchange, on either side: greeting, sockets, cache, `ready`.
+/// A cache of a few hundred MB goes over a Unix socket in a few seconds.
+pub const DEADLINE: Duration = Duration::from_secs(30);
 /// Sockets one message can carry (the kernel's SCM_MAX_FD is 253).
 const MAX_FDS: usize = 250;
+/// The largest list of sockets a new process reads.
+const MAX_LIST: usize = 64 << 10;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -71,41 +86,166 @@ impl Inherited {
     }
 }
 
+/// One deadline for a whole exchange: each blocking call on the stream
+/// gets what is left of it.
+#[derive(Clone, Copy)]
+struct Deadline(Instant);
+
+impl Deadline {
+    fn start() -> Deadline {
+        Deadline(Instant::now() + DEADLINE)
+    }
+
+    fn arm(self, stream: &UnixStream) -> io::Result<()> {
+        let left = self.0.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("handover: not done within {DEADLINE:?}"),
+            ));
+        }
+        stream.set_read_timeout(Some(left))?;
+        stream.set_write_timeout(Some(left))
+    }
+}
+
+/// The stream with the deadline re-armed before each read and write.
+struct Timed<'a> {
+    stream: &'a UnixStream,
+    deadline: Deadline,
+}
+
+impl Read for Timed<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.deadline.arm(self.stream)?;
+        (&mut &*self.stream).read(buf)
+    }
+}
+
+impl Write for Timed<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.deadline.arm(self.stream)?;
+        (&mut &*self.stream).write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Reads exactly `expected` (a greeting or `ready`), never more bytes than it has.
+fn expect(input: &mut impl Read, expected: &[u8]) -> io::Result<bool> {
+    let mut got = vec![0u8; expected.len()];
+    match input.read_exact(&mut got) {
+        Ok(()) => Ok(got == expected),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+fn refused(why: String) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!("handover refused: {why}"),
+    )
+}
+
+/// The list of sockets a previous process sent, bounded.
+pub fn parse_names(payload: &[u8]) -> io::Result<Vec<Named>> {
+    if payload.len() > MAX_LIST {
+        return Err(refused("list of sockets too long".into()));
+    }
+    let names: Vec<Named> = serde_json::from_slice(payload)
+        .map_err(|e| refused(format!("bad list of sockets: {e}")))?;
+    if names.len() > MAX_FDS {
+        return Err(refused(format!("{} sockets named", names.len())));
+    }
+    Ok(names)
+}
+
+/// Checks that `fd` is the socket `name` says: a listening TCP socket or a
+/// UDP socket, of the address's family, bound to the address, not connected.
+fn check_socket(fd: &OwnedFd, name: &Named) -> io::Result<()> {
+    let sock = socket2::SockRef::from(fd);
+    let wrong = |what: &str| refused(format!("the descriptor named {name:?} {what}"));
+    let domain = sock.domain().map_err(|_| wrong("is not a socket"))?;
+    let family = if name.addr.is_ipv4() {
+        socket2::Domain::IPV4
+    } else {
+        socket2::Domain::IPV6
+    };
+    if domain != family {
+        return Err(wrong("is of another address family"));
+    }
+    let (ty, listening) = match name.kind {
+        Kind::Udp => (socket2::Type::DGRAM, false),
+        Kind::Tcp | Kind::Http => (socket2::Type::STREAM, true),
+    };
+    if sock.r#type()? != ty {
+        return Err(wrong("is of another socket type"));
+    }
+    if sock.is_listener()? != listening {
+        return Err(wrong(if listening {
+            "is not listening"
+        } else {
+            "is listening"
+        }));
+    }
+    if sock.local_addr()?.as_socket() != Some(name.addr) {
+        return Err(wrong("is bound elsewhere"));
+    }
+    if sock.peer_addr().is_ok() {
+        return Err(wrong("is connected"));
+    }
+    Ok(())
+}
+
 /// The new process's side: takes the sockets of the nodens listening on
 /// `path`, if there is one. The returned stream says `ready` with
-/// [`confirm`] once the sockets are served.
+/// [`confirm`] once the sockets are served. An error is a handover refused
+/// (the socket file or the peer is not nodens's, a descriptor is not what
+/// it is named, the deadline passed): nothing received is used, and the
+/// caller starts as on a first start.
 pub fn take_over(
     path: &Path,
-    load_cache: impl FnOnce(&mut dyn std::io::Read) -> std::io::Result<usize>,
-) -> std::io::Result<Option<(Inherited, UnixStream)>> {
-    let mut stream = match UnixStream::connect(path) {
+    load_cache: impl FnOnce(&mut dyn Read) -> io::Result<usize>,
+) -> io::Result<Option<(Inherited, UnixStream)>> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        _ => trust::check_socket_file(path).map_err(|e| refused(e.to_string()))?,
+    }
+    let stream = match UnixStream::connect(path) {
         Ok(s) => s,
         // Nobody there: a first start.
         Err(e)
             if matches!(
                 e.kind(),
-                std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+                io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
             ) =>
         {
             return Ok(None);
         }
         Err(e) => return Err(e),
     };
-    stream.set_read_timeout(Some(STEP_TIMEOUT))?;
-    stream.set_write_timeout(Some(STEP_TIMEOUT))?;
-    stream.write_all(HELLO)?;
-    let mut payload = vec![0u8; 64 << 10];
+    trust::check_peer(&stream).map_err(|e| refused(e.to_string()))?;
+    let deadline = Deadline::start();
+    let mut timed = Timed {
+        stream: &stream,
+        deadline,
+    };
+    timed.write_all(HELLO)?;
+    let mut payload = vec![0u8; MAX_LIST];
     let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
     let mut iov = [IoSliceMut::new(&mut payload)];
+    deadline.arm(&stream)?;
     let message = recvmsg::<()>(
         stream.as_raw_fd(),
         &mut iov,
         Some(&mut space),
         MsgFlags::MSG_CMSG_CLOEXEC,
     )
-    .map_err(std::io::Error::from)?;
+    .map_err(io::Error::from)?;
     let mut fds: Vec<OwnedFd> = Vec::new();
-    for cmsg in message.cmsgs().map_err(std::io::Error::from)? {
+    for cmsg in message.cmsgs().map_err(io::Error::from)? {
         if let ControlMessageOwned::ScmRights(raw) = cmsg {
             // SAFETY: the kernel installed these descriptors in this process
             // for this message; nothing else owns them.
@@ -115,20 +255,28 @@ pub fn take_over(
             );
         }
     }
+    if message.flags.contains(MsgFlags::MSG_CTRUNC) {
+        return Err(refused("more descriptors than one message holds".into()));
+    }
     // The list came in the same segment as the descriptors, and a Unix
     // stream read stops after a segment that carried descriptors, so these
     // bytes are the list alone (the cache follows in later segments).
     let len = message.bytes;
-    let names: Vec<Named> = serde_json::from_slice(&payload[..len])
-        .map_err(|e| std::io::Error::other(format!("handover: bad list of sockets: {e}")))?;
+    let names = parse_names(&payload[..len])?;
     if names.len() != fds.len() {
-        return Err(std::io::Error::other(format!(
-            "handover: {} sockets named, {} received",
+        return Err(refused(format!(
+            "{} sockets named, {} received",
             names.len(),
             fds.len()
         )));
     }
-    let loaded = load_cache(&mut BufReader::new(stream.try_clone()?));
+    for (name, fd) in names.iter().zip(&fds) {
+        check_socket(fd, name)?;
+    }
+    let loaded = load_cache(&mut io::BufReader::new(Timed {
+        stream: &stream,
+        deadline,
+    }));
     match loaded {
         Ok(n) => tracing::info!(entries = n, "handover: cache received"),
         Err(e) => tracing::warn!("handover: cache not (all) received: {e}"),
@@ -153,34 +301,34 @@ pub fn take_over(
 }
 
 /// Tells the previous process that its sockets are served here now.
-pub fn confirm(stream: &mut UnixStream) -> std::io::Result<()> {
+pub fn confirm(stream: &mut UnixStream) -> io::Result<()> {
+    stream.set_write_timeout(Some(Duration::from_secs(1)))?;
     stream.write_all(READY)
 }
 
-/// The old process's side, for one new process on `stream`: checks its
-/// greeting, sends `sockets`, and waits for `ready`. Blocking; true when
-/// the new process took over.
+/// The old process's side, for one new process on `stream` whose peer
+/// passed [`trust::check_peer`]: checks its greeting, sends `sockets` and
+/// the cache, and waits for `ready`, all within [`DEADLINE`]. Blocking: run
+/// it off the main loop. True when the new process took over.
 pub fn give(
-    stream: &mut UnixStream,
+    stream: &UnixStream,
     sockets: &[(Named, RawFd)],
-    send_cache: impl FnOnce(&mut dyn Write) -> std::io::Result<usize>,
-) -> std::io::Result<bool> {
-    stream.set_read_timeout(Some(STEP_TIMEOUT))?;
-    stream.set_write_timeout(Some(STEP_TIMEOUT))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut hello = String::new();
-    reader.read_line(&mut hello)?;
-    if hello.as_bytes() != HELLO {
+    send_cache: impl FnOnce(&mut dyn Write) -> io::Result<usize>,
+) -> io::Result<bool> {
+    let deadline = Deadline::start();
+    let mut timed = Timed { stream, deadline };
+    if !expect(&mut timed, HELLO)? {
         return Ok(false);
     }
     if sockets.len() > MAX_FDS {
-        return Err(std::io::Error::other(
+        return Err(io::Error::other(
             "handover: too many sockets for one message",
         ));
     }
     let names: Vec<Named> = sockets.iter().map(|(n, _)| *n).collect();
-    let payload = serde_json::to_vec(&names).map_err(std::io::Error::other)?;
+    let payload = serde_json::to_vec(&names).map_err(io::Error::other)?;
     let fds: Vec<RawFd> = sockets.iter().map(|(_, fd)| *fd).collect();
+    deadline.arm(stream)?;
     sendmsg::<()>(
         stream.as_raw_fd(),
         &[IoSlice::new(&payload)],
@@ -188,12 +336,69 @@ pub fn give(
         MsgFlags::empty(),
         None,
     )
-    .map_err(std::io::Error::from)?;
-    let mut out = std::io::BufWriter::new(stream.try_clone()?);
+    .map_err(io::Error::from)?;
+    let mut out = io::BufWriter::new(Timed { stream, deadline });
     let sent = send_cache(&mut out)?;
     out.flush()?;
+    drop(out);
     tracing::info!(entries = sent, "handover: cache sent");
-    let mut ready = String::new();
-    reader.read_line(&mut ready)?;
-    Ok(ready.as_bytes() == READY)
+    expect(&mut timed, READY)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(addr: &str, kind: Kind) -> Named {
+        Named {
+            addr: addr.parse().unwrap(),
+            kind,
+        }
+    }
+
+    #[test]
+    fn a_descriptor_must_be_the_socket_its_name_says() {
+        let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let udp_addr = udp.local_addr().unwrap();
+        let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
+        let tcp_addr = tcp.local_addr().unwrap();
+        let udp = OwnedFd::from(udp);
+        let tcp = OwnedFd::from(tcp);
+        check_socket(&udp, &named(&udp_addr.to_string(), Kind::Udp)).unwrap();
+        check_socket(&tcp, &named(&tcp_addr.to_string(), Kind::Tcp)).unwrap();
+        check_socket(&tcp, &named(&tcp_addr.to_string(), Kind::Http)).unwrap();
+        // Another kind, another address, another family.
+        assert!(check_socket(&udp, &named(&udp_addr.to_string(), Kind::Tcp)).is_err());
+        assert!(check_socket(&tcp, &named(&tcp_addr.to_string(), Kind::Udp)).is_err());
+        assert!(check_socket(&udp, &named("127.0.0.1:53", Kind::Udp)).is_err());
+        assert!(check_socket(&udp, &named("[::1]:53", Kind::Udp)).is_err());
+        // A stream that is not listening, a connected datagram socket, a pipe.
+        let client = std::net::TcpStream::connect(tcp_addr).unwrap();
+        let local = client.local_addr().unwrap().to_string();
+        assert!(check_socket(&OwnedFd::from(client), &named(&local, Kind::Tcp)).is_err());
+        let connected = UdpSocket::bind("127.0.0.1:0").unwrap();
+        connected.connect(udp_addr).unwrap();
+        let local = connected.local_addr().unwrap().to_string();
+        assert!(check_socket(&OwnedFd::from(connected), &named(&local, Kind::Udp)).is_err());
+        let (pipe, _other) = UnixStream::pair().unwrap();
+        assert!(check_socket(&OwnedFd::from(pipe), &named("127.0.0.1:53", Kind::Udp)).is_err());
+    }
+
+    #[test]
+    fn the_list_of_sockets_is_bounded() {
+        let one = r#"[{"addr":"127.0.0.1:53","kind":"udp"}]"#;
+        assert_eq!(parse_names(one.as_bytes()).unwrap().len(), 1);
+        let many = format!("[{}]", vec![&one[1..one.len() - 1]; MAX_FDS + 1].join(","));
+        assert!(parse_names(many.as_bytes()).is_err());
+        assert!(parse_names(b"{").is_err());
+    }
+
+    #[test]
+    fn a_greeting_is_read_to_its_length_only() {
+        let mut long = &b"nodens-handover 1\nmore bytes that are not read"[..];
+        assert!(expect(&mut long, HELLO).unwrap());
+        assert_eq!(long, b"more bytes that are not read");
+        assert!(!expect(&mut &b"nodens"[..], HELLO).unwrap());
+        assert!(!expect(&mut &b"nodens-handover 2\n"[..], HELLO).unwrap());
+    }
 }

@@ -8,6 +8,7 @@ pub struct ListenMetrics {
     pub tcp_connections: IntGauge,
     pub tcp_rejected: IntCounter,
     pub tcp_closed: Counters<ReasonLabels<'static>>,
+    pub handovers_refused: IntCounter,
 }
 
 impl ListenMetrics {
@@ -16,6 +17,10 @@ impl ListenMetrics {
             tcp_connections: r.gauge(
                 "nodens_tcp_client_connections",
                 "Open client TCP connections.",
+            ),
+            handovers_refused: r.counter(
+                "nodens_handovers_refused_total",
+                "Handovers refused, on either side: a peer not running as nodens's uid, a socket file or directory not nodens's alone, a descriptor not the socket it was named, the deadline passed.",
             ),
             tcp_rejected: r.counter(
                 "nodens_tcp_client_rejected_total",

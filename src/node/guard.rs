@@ -13,7 +13,9 @@
 //! that is starting (it claims before it sets anything up) is never taken for
 //! a dead one. The withdraw also asks the probe, for the moment of a handover
 //! when the new process serves but has not yet claimed. A hung server is
-//! still alive: that is the supervisor's case (it kills it).
+//! still alive: that is the supervisor's case (it kills it). A claim whose
+//! holder nothing answers for is overruled after a while (see `withdraw`):
+//! whatever holds it then is not serving the pods.
 
 use std::process::ExitCode;
 
@@ -21,7 +23,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use super::link;
 use super::presence::Presence;
-use super::probe::PROBE_EVERY;
+use super::probe::{MISSES, PROBE_EVERY, answers};
 use crate::config::NodePlan;
 
 /// Whether the interface exists.
@@ -36,19 +38,34 @@ async fn interface_exists(plan: &NodePlan) -> bool {
     }
 }
 
-/// Whether the node setup is in place with no nodens holding it. (The
-/// withdraw itself still leaves it if something answers on its address.)
-async fn abandoned(plan: &NodePlan) -> bool {
+/// Whether the node setup is in place with no nodens serving it: nobody
+/// holds the claim, or its holder has not answered for `silent` probes in a
+/// row (the withdraw then waits out [`super::presence::HOLDER_SILENCE`]
+/// before it overrules a holder, so an overload that loses some probes
+/// does not withdraw a serving nodens).
+async fn abandoned(plan: &NodePlan, silent: &mut u32) -> bool {
     if !interface_exists(plan).await {
+        *silent = 0;
         return false;
     }
-    match Presence::held(&plan.interface) {
-        Ok(held) => !held,
+    match Presence::held(&plan.state_dir, &plan.interface) {
+        Ok(false) => return true,
+        Ok(true) => {}
         Err(e) => {
             tracing::warn!("guard: cannot tell whether a server holds the node setup: {e}");
-            false
+            return false;
         }
     }
+    let target = plan.addresses[0];
+    if tokio::task::spawn_blocking(move || answers(target))
+        .await
+        .unwrap_or(false)
+    {
+        *silent = 0;
+        return false;
+    }
+    *silent += 1;
+    *silent >= MISSES
 }
 
 /// Watches the node setup of `plan` until SIGTERM or SIGINT (see the module
@@ -63,14 +80,16 @@ pub async fn guard(plan: &NodePlan) -> ExitCode {
     };
     tracing::info!(interface = %plan.interface, "guard: watching the node setup");
     let mut ticks = tokio::time::interval(PROBE_EVERY);
+    let mut silent = 0;
     loop {
         tokio::select! {
             _ = term.recv() => return ExitCode::SUCCESS,
             _ = int.recv() => return ExitCode::SUCCESS,
             _ = ticks.tick() => {
-                if abandoned(plan).await {
-                    tracing::error!(interface = %plan.interface, "guard: the node setup is in place but no nodens holds it");
+                if abandoned(plan, &mut silent).await {
+                    tracing::error!(interface = %plan.interface, "guard: the node setup is in place but no nodens serves it");
                     super::withdraw(plan, "guard").await;
+                    silent = 0;
                 }
             }
         }

@@ -1,7 +1,8 @@
 //! `nodens_node_*`: whether the interface and the rules are in place, and
-//! how often they had to be repaired.
+//! how often they had to be repaired, and claims held by something that
+//! was not serving.
 
-use prometheus::IntGauge;
+use prometheus::{IntCounter, IntGauge};
 
 use crate::metrics::{Counters, Gauges, Registry, label_set};
 
@@ -14,6 +15,7 @@ pub struct NodeMetrics {
     pub interface_present: IntGauge,
     pub rules_present: Gauges<BackendLabels<'static>>,
     pub repairs: Counters<WhatLabels<'static>>,
+    pub claims_overruled: IntCounter,
 }
 
 impl NodeMetrics {
@@ -30,6 +32,10 @@ impl NodeMetrics {
             repairs: r.counters(
                 "nodens_node_repairs_total",
                 "Times the interface or the rules were found missing or changed and restored.",
+            ),
+            claims_overruled: r.counter(
+                "nodens_node_claims_overruled_total",
+                "Times this server found the claim on the node setup held by a process that nothing answered for, and took it over.",
             ),
         }
     }

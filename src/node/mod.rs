@@ -19,6 +19,17 @@ use crate::config::{Backend, NodePlan};
 use metrics::{BackendLabels, NodeMetrics, WhatLabels};
 use rules::Rule;
 
+/// Whether a nodens serves the node setup of `plan` now: its interface
+/// exists and its first address answers a probe (blocking, at most 250 ms).
+/// Without the interface an answer is not nodens's: the Service IP is then
+/// answered by the cluster DNS, through kube-proxy's DNAT.
+pub fn serving(plan: &NodePlan) -> bool {
+    std::path::Path::new("/sys/class/net")
+        .join(&plan.interface)
+        .exists()
+        && probe::answers(plan.addresses[0])
+}
+
 /// Why the node could not be set up, checked or cleaned.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
@@ -256,28 +267,64 @@ pub async fn teardown_everything(interface: &str) -> Result<Vec<String>, NodeErr
 /// Not while another nodens holds the node setup (a server starting) or
 /// still answers on its address (a successor serving the sockets it took
 /// over, before it could claim): the claim is held for the time of the
-/// removal, so a starting server waits for it instead of interleaving.
+/// removal, so a starting server waits for it instead of interleaving. A
+/// holder of the claim that nothing answers for, for [`HOLDER_SILENCE`],
+/// does not stop it: whatever holds the claim then is not serving the pods.
+///
+/// [`HOLDER_SILENCE`]: presence::HOLDER_SILENCE
 pub async fn withdraw(plan: &NodePlan, who: &str) {
     let interface = plan.interface.as_str();
-    let claim = match presence::Presence::try_claim(interface) {
+    let dir = plan.state_dir.as_path();
+    let target = plan.addresses[0];
+    let answers = move || async move {
+        tokio::task::spawn_blocking(move || probe::answers(target))
+            .await
+            .unwrap_or(false)
+    };
+    let claim = match presence::Presence::try_claim(dir, interface) {
         Ok(Some(claim)) => Some(claim),
         Ok(None) => {
-            tracing::info!(
-                interface,
-                "{who}: another nodens holds the node setup; leaving it in place"
-            );
-            return;
+            // Someone holds the claim: a server starting or serving is
+            // heard on the address within a moment; wait for that, or for
+            // the claim to be let go, for HOLDER_SILENCE at most.
+            let since = std::time::Instant::now();
+            loop {
+                if answers().await {
+                    tracing::info!(
+                        interface,
+                        "{who}: another nodens holds the node setup and answers; leaving it in place"
+                    );
+                    return;
+                }
+                match presence::Presence::try_claim(dir, interface) {
+                    Ok(Some(claim)) => break Some(claim),
+                    Ok(None) if since.elapsed() < presence::HOLDER_SILENCE => {
+                        tokio::time::sleep(probe::PROBE_EVERY).await;
+                    }
+                    Ok(None) => {
+                        tracing::error!(
+                            interface,
+                            holder = ?presence::Presence::holder(dir, interface),
+                            "{who}: the node setup's claim is held, but nothing has answered on its address for {:?}: withdrawing anyway",
+                            presence::HOLDER_SILENCE
+                        );
+                        break None;
+                    }
+                    Err(e) => {
+                        tracing::warn!(
+                            "{who}: cannot tell who holds the node setup ({e}); withdrawing"
+                        );
+                        break None;
+                    }
+                }
+            }
         }
         Err(e) => {
             tracing::warn!("{who}: cannot tell who holds the node setup ({e}); withdrawing");
             None
         }
     };
-    let target = plan.addresses[0];
-    if tokio::task::spawn_blocking(move || probe::answers(target))
-        .await
-        .unwrap_or(false)
-    {
+    if answers().await {
         tracing::info!(%target, "{who}: a nodens still answers; leaving the node setup in place");
         return;
     }

@@ -17,6 +17,7 @@ mod coredns;
 mod dns;
 mod fixture;
 mod http;
+mod intruder;
 mod kube;
 mod net;
 mod netns;
@@ -45,13 +46,14 @@ pub use fixture::{
     delayed_force_tcp, ms, secs, setup, setup_custom, setup_with, silent_first, silent_first_with,
 };
 pub use http::http_get;
+pub use intruder::intruder;
 pub use kube::{COREDNS_IP, Kube, KubeDns};
 pub use net::Net;
 pub use netns::{Netns, euid, in_netns, require_root, run_ok};
 pub use node::{
-    HOOKS, Hook, IptSave, Link, NftTable, NodeNs, NodeSection, RuleWant, Side, Verdict,
-    ipt_comment, ipt_rule_matches, nft_comment, nft_rule_matches, output_within, split_quoted,
-    strip_counters, wanted_rules,
+    HOOKS, Hook, IptSave, Link, NftTable, NodeNs, NodeSection, RuleWant, Side, TEST_STATE_DIR,
+    Verdict, ipt_comment, ipt_rule_matches, nft_comment, nft_rule_matches, output_within,
+    split_quoted, strip_counters, wanted_rules,
 };
 pub use nodens::Nodens;
 pub use proc::Proc;
@@ -60,6 +62,6 @@ pub use raw::{RawMsg, RawOpt, question_bytes};
 pub use silent::Silent;
 pub use ss::{SsConn, ss_established, ss_established_via, udp_connected_to};
 pub use stub::{build_go_lookup, build_musl_lookup};
-pub use tools::{coredns_bin, nodens_bin, random_u64, tool, wrapped_command};
+pub use tools::{coredns_bin, nodens_bin, private_dir, random_u64, tool, wrapped_command};
 pub use wait::{in_parallel, sample_during, sleep_until, wait_until};
 pub use zone::{BIG_TXT_COUNT, MID_TXT_COUNT, test_records, test_zone, zone_file};

@@ -187,6 +187,11 @@ pub struct Link {
 
 // ---- the [node] section ---------------------------------------------------------
 
+/// Where tests keep the claim on the node setup: not the default
+/// `/run/nodens`, which a chart on this machine (lab/kube) makes its own
+/// uid's. Claims are per network namespace, so parallel tests share it.
+pub const TEST_STATE_DIR: &str = "/run/nodens-test";
+
 /// The `[node]` section, setting by setting; only what is set is written.
 /// [`NodeSection::new`] starts with `setup = true`.
 #[derive(Clone, Debug)]
@@ -200,7 +205,12 @@ fn quoted(s: &str) -> String {
 
 impl NodeSection {
     pub fn new() -> NodeSection {
-        NodeSection { keys: Vec::new() }.setup(true)
+        NodeSection { keys: Vec::new() }
+            .setup(true)
+            .state_dir(TEST_STATE_DIR)
+    }
+    pub fn state_dir(self, dir: &str) -> Self {
+        self.set("state_dir", quoted(dir))
     }
     fn set(mut self, key: &'static str, value: String) -> Self {
         self.keys.retain(|(k, _)| *k != key);

@@ -83,3 +83,13 @@ pub fn random_u64() -> u64 {
     h.write_u128(Instant::now().elapsed().as_nanos());
     h.finish()
 }
+
+/// A temporary directory only its owner may enter (0700), as nodens wants
+/// the directory of its handover socket and of its claim: tempfile's follow
+/// the umask.
+pub fn private_dir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    dir
+}

@@ -89,6 +89,10 @@ allow = {{ toJson . }}
 {{- if .Values.handover.enabled }}
 handover_socket = "/run/nodens/handover.sock"
 {{- end }}
+{{- with .Values.server.runAsUser }}
+run_as_user = {{ . | int }}
+run_as_group = {{ $.Values.server.runAsGroup | default . | int }}
+{{- end }}
 
 [cache]
 capacity = {{ .Values.cache.capacity | toJson }}
@@ -107,6 +111,7 @@ setup = true
 interface = {{ .Values.node.interface | toJson }}
 backend = {{ .Values.node.backend | toJson }}
 reconcile_interval = {{ .Values.node.reconcileInterval | toJson }}
+state_dir = "/run/nodens"
 
 [cluster]
 domain = {{ .Values.clusterDomain | toJson }}
