@@ -12,6 +12,10 @@
 //!   and `CAP_NET_RAW`, for the netlink requests and the `nft`/`iptables`
 //!   runs that keep the interface and rules in place (done on that thread).
 //!
+//! The fail-open supervisor (`node/supervisor.rs`), a process of its own,
+//! keeps `CAP_NET_ADMIN`, `CAP_NET_RAW` and `CAP_KILL` once it has started
+//! the server: what its withdraw and its signals to the server need.
+//!
 //! Threads share one address space, so this is a bound on what a thread
 //! is allowed by the kernel, not isolation between them: the container's
 //! own capability set (deploy: `NET_BIND_SERVICE`, and `NET_ADMIN` for node
@@ -49,6 +53,13 @@ pub fn keep_only_in_this_thread(node_setup: bool) {
     if node_setup {
         keep.extend([Capability::CAP_NET_ADMIN, Capability::CAP_NET_RAW]);
     }
+    keep_only_these_in_this_thread(&keep);
+}
+
+/// Keeps only `keep` in the calling thread's effective, permitted and
+/// bounding sets, and clears its inheritable set. Threads it starts from
+/// then on, and programs it runs, get at most these.
+pub fn keep_only_these_in_this_thread(keep: &[Capability]) {
     // The bounding set first: dropping from it needs CAP_SETPCAP, which
     // goes with the effective set below.
     if let Ok(bounding) = caps::read(None, CapSet::Bounding) {
@@ -60,7 +71,8 @@ pub fn keep_only_in_this_thread(node_setup: bool) {
         }
     }
     let only: CapsHashSet = keep
-        .into_iter()
+        .iter()
+        .copied()
         .filter(|&cap| caps::has_cap(None, CapSet::Permitted, cap).unwrap_or(false))
         .collect();
     for set in [CapSet::Effective, CapSet::Permitted, CapSet::Inheritable] {

@@ -392,3 +392,62 @@ fn a_successor_keeps_the_node_when_its_predecessor_dies() {
     let links = lab.node.run(&["ip", "-o", "addr"]);
     assert!(links.contains("10.96.0.10"), "address withdrawn: {links}");
 }
+
+/// A capability set line (`CapEff:\t0000...`) of /proc/PID/status (or of a
+/// thread's, under task/TID).
+fn cap_set(status: &str, name: &str) -> u64 {
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .unwrap_or_else(|| panic!("no {name} in {status}"));
+    u64::from_str_radix(line.trim(), 16).unwrap()
+}
+
+#[test]
+fn the_supervisor_keeps_only_what_withdraw_needs() {
+    if !require_root("the_supervisor_keeps_only_what_withdraw_needs") {
+        return;
+    }
+    const KILL: u64 = 1 << 5;
+    const NET_BIND_SERVICE: u64 = 1 << 10;
+    const NET_ADMIN: u64 = 1 << 12;
+    const NET_RAW: u64 = 1 << 13;
+    let mut lab = Lab::start();
+    let supervisor = lab.nodens.proc.pid();
+    for task in std::fs::read_dir(format!("/proc/{supervisor}/task")).unwrap() {
+        let status = std::fs::read_to_string(task.unwrap().path().join("status")).unwrap();
+        for set in ["CapEff", "CapPrm", "CapBnd"] {
+            assert_eq!(
+                cap_set(&status, set),
+                KILL | NET_ADMIN | NET_RAW,
+                "supervisor {set}:\n{status}"
+            );
+        }
+        assert_eq!(cap_set(&status, "CapInh"), 0, "{status}");
+        assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+    }
+    // The server it started still has what it binds port 53 and sets the
+    // node up with (its main thread).
+    let server = lab.server_pid();
+    let status = std::fs::read_to_string(format!("/proc/{server}/status")).unwrap();
+    assert_eq!(
+        cap_set(&status, "CapEff"),
+        NET_BIND_SERVICE | NET_ADMIN | NET_RAW,
+        "server:\n{status}"
+    );
+    // And what it kept is enough to withdraw (netlink, nft).
+    let from = lab.nodens.proc.line_count();
+    // SAFETY: kill(2) on the server of this test.
+    assert_eq!(unsafe { libc::kill(server, libc::SIGKILL) }, 0);
+    lab.nodens
+        .proc
+        .wait_for_line(from, Duration::from_secs(5), "the withdraw", |l| {
+            l.contains("supervisor: withdrew the node setup")
+        });
+    let links = lab.node.run(&["ip", "-o", "link"]);
+    assert!(!links.contains("nodelocaldns"), "interface left: {links}");
+    for list in [&["nft", "list", "ruleset"][..], &["iptables-save"]] {
+        let rules = lab.node.run(list);
+        assert!(!rules.contains("nodens"), "rules left: {rules}");
+    }
+}
