@@ -22,6 +22,7 @@
 mod common;
 
 use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -167,7 +168,10 @@ impl Lab {
         let data = dir.join("queries");
         std::fs::write(&data, format!("{CACHED} A\n")).unwrap();
         let mut cmd = wrapped_command(&self.node.exec(), &tool("dnsperf"));
-        cmd.args(["-s", SERVICE_IP, "-c", "64", "-t", "1", "-l"])
+        cmd.args(["-s", SERVICE_IP, "-c", "64", "-t", "1"])
+            // A line per lost query otherwise.
+            .args(["-O", "suppress=timeouts,congestion,sendfailed,unexpected"])
+            .arg("-l")
             .arg(seconds.to_string())
             .arg("-d")
             .arg(&data);
@@ -227,7 +231,9 @@ fn a_flood_degrades_the_server_and_never_gets_it_killed() {
 
     // The flood, and a client asking the cached name every 50 ms.
     const FLOOD: Duration = Duration::from_secs(60);
-    let flood = lab.dnsperf(dir.path(), FLOOD.as_secs() as u32, Some(rate));
+    // Stopped by SIGINT at the end (it then prints its figures at once);
+    // its own limit is a bound.
+    let flood = lab.dnsperf(dir.path(), FLOOD.as_secs() as u32 + 10, Some(rate));
     let start = Instant::now();
     let client = lab.client_socket();
     client
@@ -236,12 +242,15 @@ fn a_flood_degrades_the_server_and_never_gets_it_killed() {
     let sent: Arc<Mutex<Vec<Option<Instant>>>> = Arc::new(Mutex::new(vec![None; 1 << 16]));
     // (seconds since the start when the answer came, its latency)
     let answers: Arc<Mutex<Vec<(Duration, Duration)>>> = Arc::default();
+    let done = Arc::new(AtomicBool::new(false));
     let receiver = {
         let (client, sent, answers) = (client.try_clone().unwrap(), sent.clone(), answers.clone());
+        let done = done.clone();
         std::thread::spawn(move || {
             let mut buf = [0u8; 1500];
             // Bounded: the flood's length and a second for the last answers.
-            while start.elapsed() < FLOOD + Duration::from_secs(1) {
+            while start.elapsed() < FLOOD + Duration::from_secs(1) && !done.load(Ordering::Relaxed)
+            {
                 let Ok(n) = client.recv(&mut buf) else {
                     continue;
                 };
@@ -257,7 +266,7 @@ fn a_flood_degrades_the_server_and_never_gets_it_killed() {
     };
     let service: SocketAddr = format!("{SERVICE_IP}:53").parse().unwrap();
     client.connect(service).unwrap();
-    let mut absent = Vec::new();
+    let mut withdrawn = None;
     let mut next_look = Duration::ZERO;
     let mut asked = 0u32;
     for i in 0u16.. {
@@ -272,15 +281,30 @@ fn a_flood_degrades_the_server_and_never_gets_it_killed() {
         let _ = client.send(&Q::new(CACHED, Rt::A).id(i).to_bytes());
         asked += 1;
         if start.elapsed() >= next_look {
-            // The node setup, once a second.
+            // The node setup, once a second; gone, the test has failed.
             if !lab.interface_present() {
-                absent.push(start.elapsed());
+                withdrawn = Some(start.elapsed());
+                break;
             }
             next_look += Duration::from_secs(1);
         }
     }
+    let said: Vec<String> = lab
+        .nodens
+        .proc
+        .lines()
+        .into_iter()
+        .filter(|l| l.contains("supervisor"))
+        .collect();
+    let said = said.join("\n");
+    if let Some(at) = withdrawn {
+        done.store(true, Ordering::Relaxed);
+        drop(flood);
+        panic!("the node setup was withdrawn {at:?} into the flood:\n{said}");
+    }
+    flood.signal(libc::SIGINT);
     receiver.join().unwrap();
-    let flood_lines = wait_dnsperf(flood, Duration::from_secs(15));
+    let flood_lines = wait_dnsperf(flood, Duration::from_secs(20));
     let flood_sent = dnsperf_figure(&flood_lines, "Queries sent:");
     let flood_done = dnsperf_figure(&flood_lines, "Queries completed:");
     eprintln!(
@@ -308,7 +332,6 @@ fn a_flood_degrades_the_server_and_never_gets_it_killed() {
         .filter(|&s| !answers.iter().any(|&(at, _)| at.as_secs() == s))
         .collect();
 
-    let said = lab.nodens.proc.lines().join("\n");
     assert!(
         !said.contains("killing it"),
         "the supervisor killed the server under the flood:\n{said}"
@@ -318,14 +341,16 @@ fn a_flood_degrades_the_server_and_never_gets_it_killed() {
         "the node setup was withdrawn:\n{said}"
     );
     assert_eq!(lab.server_pid(), server, "the server was replaced");
-    assert!(absent.is_empty(), "the interface was gone at {absent:?}");
     assert!(lab.interface_present(), "the interface is gone");
     // The cache was kept: the cached name (TTL 300) was not asked again.
     let after = lab.upstream_count();
     assert_eq!(after, before, "the cached name was asked upstream again");
+    // The server was flooded: its sockets overflowed. (How fast dnsperf
+    // sends depends on the CPU it gets; the overflow is what matters.)
     assert!(
-        flood_sent >= 2.0 * capacity * FLOOD.as_secs_f64(),
-        "dnsperf sent {flood_sent} queries in {FLOOD:?}: not a flood of {rate}/s"
+        flood_sent - flood_done >= flood_sent / 3.0,
+        "only {} of {flood_sent} flood queries went unanswered: not a flood",
+        flood_sent - flood_done
     );
     assert!(
         silent_seconds.is_empty(),
