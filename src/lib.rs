@@ -20,6 +20,7 @@ pub mod inflight;
 pub mod kubernetes;
 pub mod limits;
 pub mod listen;
+pub mod liveness;
 pub mod log_limit;
 pub mod logging;
 pub mod metrics;

@@ -39,6 +39,10 @@ enum Command {
         /// Set by the fail-open supervisor on the server it starts.
         #[arg(long, hide = true)]
         supervised: bool,
+        /// Set by the fail-open supervisor: the pipe the server beats on
+        /// while its serving loops make progress.
+        #[arg(long, hide = true, value_name = "FD", requires = "supervised")]
+        heartbeat_fd: Option<i32>,
     },
     /// The node setup ([node] in the configuration): what is in place, or remove it.
     Node {
@@ -219,7 +223,8 @@ fn main() -> ExitCode {
             config,
             keep_rules,
             supervised,
-        } => serve(config, keep_rules, supervised),
+            heartbeat_fd,
+        } => serve(config, keep_rules, supervised, heartbeat_fd),
         Command::Node { action } => node_command(action),
         Command::ConvertCorefile(args) => convert_corefile(args),
         Command::Querygen(args) => querygen(args),
@@ -566,7 +571,21 @@ fn run_as(config: &Config, keep: &[caps::Capability]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn serve(path: Option<PathBuf>, keep_rules: bool, supervised: bool) -> ExitCode {
+fn serve(
+    path: Option<PathBuf>,
+    keep_rules: bool,
+    supervised: bool,
+    heartbeat_fd: Option<i32>,
+) -> ExitCode {
+    // First, before any program is started: the pipe is made close-on-exec.
+    let heartbeat = match heartbeat_fd.map(nodens::liveness::Heartbeat::adopt) {
+        None => None,
+        Some(Ok(h)) => Some(h),
+        Some(Err(e)) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let config = match &path {
         Some(p) => match Config::load(p) {
             Ok(c) => c,
@@ -633,6 +652,11 @@ fn serve(path: Option<PathBuf>, keep_rules: bool, supervised: bool) -> ExitCode 
     };
     let result = runtime.block_on(async {
         let node_setup = config.node.is_some();
+        // The supervisor judges the server from its first beat on: from
+        // before it sets anything up.
+        if let Some(heartbeat) = heartbeat {
+            heartbeat.start(&tokio::runtime::Handle::current())?;
+        }
         let server = Server::start(config, path, workers, log, keep_rules).await?;
         privileges::keep_only_in_this_thread(node_setup);
         server.run().await

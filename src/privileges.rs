@@ -12,6 +12,10 @@
 //!   and `CAP_NET_RAW`, for the netlink requests and the `nft`/`iptables`
 //!   runs that keep the interface and rules in place (done on that thread).
 //!
+//! The fail-open supervisor (`node/supervisor.rs`), a process of its own,
+//! keeps `CAP_NET_ADMIN`, `CAP_NET_RAW` and `CAP_KILL` once it has started
+//! the server: what its withdraw and its signals to the server need.
+//!
 //! Threads share one address space, so this is a bound on what a thread
 //! is allowed by the kernel, not isolation between them: the container's
 //! own capability set (deploy: `NET_BIND_SERVICE`, and `NET_ADMIN` for node
@@ -119,6 +123,19 @@ pub fn drop_all_in_this_thread() {
 /// `execve`.
 pub fn keep_only_in_this_thread(node_setup: bool) {
     let keep = needed(node_setup);
+    let for_programs: Vec<Capability> = keep
+        .iter()
+        .copied()
+        .filter(|&cap| cap != Capability::CAP_NET_BIND_SERVICE)
+        .collect();
+    keep_only_these_in_this_thread(&keep, &for_programs);
+}
+
+/// Keeps only `keep` in the calling thread's effective, permitted and
+/// bounding sets, and `for_programs` (a part of `keep`) in its inheritable
+/// and ambient sets: threads it starts from then on get at most `keep`,
+/// programs it runs at most `for_programs`.
+pub fn keep_only_these_in_this_thread(keep: &[Capability], for_programs: &[Capability]) {
     // The bounding set first: dropping from it needs CAP_SETPCAP, which
     // goes with the effective set below.
     if let Ok(bounding) = caps::read(None, CapSet::Bounding) {
@@ -130,13 +147,14 @@ pub fn keep_only_in_this_thread(node_setup: bool) {
         }
     }
     let only: CapsHashSet = keep
-        .into_iter()
+        .iter()
+        .copied()
         .filter(|&cap| caps::has_cap(None, CapSet::Permitted, cap).unwrap_or(false))
         .collect();
     let for_programs: CapsHashSet = only
         .iter()
         .copied()
-        .filter(|&cap| cap != Capability::CAP_NET_BIND_SERVICE)
+        .filter(|cap| for_programs.contains(cap))
         .collect();
     for set in [CapSet::Effective, CapSet::Permitted, CapSet::Inheritable] {
         let wanted = if matches!(set, CapSet::Inheritable) {

@@ -18,6 +18,14 @@ use std::time::{Duration, Instant};
 use common::*;
 
 const SERVICE_IP: &str = "10.96.0.10";
+
+thread_local! {
+    /// For a test whose nodens runs as a uid of its own: the binary its labs
+    /// run (one that uid can run) and the state directory (one of its own:
+    /// nodens makes it that uid's, and the shared one stays root's).
+    static OWN_UID: std::cell::RefCell<Option<(std::path::PathBuf, std::path::PathBuf)>> =
+        const { std::cell::RefCell::new(None) };
+}
 const CLUSTER_DNS: &str = "10.77.0.2:53";
 
 struct Lab {
@@ -42,6 +50,9 @@ impl Lab {
     /// Like `start_with`, running `before` in the node once its network is
     /// up, before nodens starts.
     fn start_after(backend: &str, server: &str, before: impl FnOnce(&Netns)) -> Lab {
+        let (bin, state_dir) = OWN_UID
+            .with(|o| o.borrow().clone())
+            .unwrap_or_else(|| (nodens_bin(), TEST_STATE_DIR.into()));
         let node = Netns::create("fo-node");
         let dns = Netns::create("fo-dns");
         let (a, b) = (
@@ -88,11 +99,12 @@ impl Lab {
         let toml = format!(
             "[server]\nlisten = [\"{SERVICE_IP}:53\"]\nworkers = 1\n{server}\n\
              [metrics]\nlisten = \"127.0.0.1:9253\"\n\
-             [node]\nsetup = true\nbackend = \"{backend}\"\nstate_dir = \"{TEST_STATE_DIR}\"\n\
-             [[zone]]\nname = \".\"\nupstreams = [\"{CLUSTER_DNS}\"]\n"
+             [node]\nsetup = true\nbackend = \"{backend}\"\nstate_dir = \"{state}\"\n\
+             [[zone]]\nname = \".\"\nupstreams = [\"{CLUSTER_DNS}\"]\n",
+            state = state_dir.display()
         );
         before(&node);
-        let mut nodens = Nodens::launch(&toml, &node.exec());
+        let mut nodens = Nodens::launch_bin(&toml, &node.exec(), &bin);
         in_netns(&node.name, || nodens.wait_ready());
         Lab {
             node,
@@ -573,4 +585,108 @@ fn a_claim_held_by_something_that_does_not_serve_is_overruled() {
         // SAFETY: kill(2) on a pid of this test's processes.
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
+}
+
+/// A capability set line (`CapEff:\t0000...`) of /proc/PID/status (or of a
+/// thread's, under task/TID).
+fn cap_set(status: &str, name: &str) -> u64 {
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .unwrap_or_else(|| panic!("no {name} in {status}"));
+    u64::from_str_radix(line.trim(), 16).unwrap()
+}
+
+#[test]
+fn the_supervisor_keeps_only_what_withdraw_needs() {
+    if !require_root("the_supervisor_keeps_only_what_withdraw_needs") {
+        return;
+    }
+    const KILL: u64 = 1 << 5;
+    const NET_BIND_SERVICE: u64 = 1 << 10;
+    const NET_ADMIN: u64 = 1 << 12;
+    const NET_RAW: u64 = 1 << 13;
+    let mut lab = Lab::start();
+    let supervisor = lab.nodens.proc.pid();
+    for task in std::fs::read_dir(format!("/proc/{supervisor}/task")).unwrap() {
+        let status = std::fs::read_to_string(task.unwrap().path().join("status")).unwrap();
+        for set in ["CapEff", "CapPrm", "CapBnd"] {
+            assert_eq!(
+                cap_set(&status, set),
+                KILL | NET_ADMIN | NET_RAW,
+                "supervisor {set}:\n{status}"
+            );
+        }
+        // What its withdraw's nft and iptables get (through the ambient set
+        // when it runs as a uid of its own).
+        for set in ["CapInh", "CapAmb"] {
+            assert_eq!(
+                cap_set(&status, set),
+                NET_ADMIN | NET_RAW,
+                "{set}: {status}"
+            );
+        }
+        assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+    }
+    // The server it started still has what it binds port 53 and sets the
+    // node up with (its main thread).
+    let server = lab.server_pid();
+    let status = std::fs::read_to_string(format!("/proc/{server}/status")).unwrap();
+    assert_eq!(
+        cap_set(&status, "CapEff"),
+        NET_BIND_SERVICE | NET_ADMIN | NET_RAW,
+        "server:\n{status}"
+    );
+    // And what it kept is enough to withdraw (netlink, nft).
+    let from = lab.nodens.proc.line_count();
+    // SAFETY: kill(2) on the server of this test.
+    assert_eq!(unsafe { libc::kill(server, libc::SIGKILL) }, 0);
+    lab.nodens
+        .proc
+        .wait_for_line(from, Duration::from_secs(5), "the withdraw", |l| {
+            l.contains("supervisor: withdrew the node setup")
+        });
+    let links = lab.node.run(&["ip", "-o", "link"]);
+    assert!(!links.contains("nodelocaldns"), "interface left: {links}");
+    for list in [&["nft", "list", "ruleset"][..], &["iptables-save"]] {
+        let rules = lab.node.run(list);
+        assert!(!rules.contains("nodens"), "rules left: {rules}");
+    }
+}
+
+#[test]
+fn a_nodens_that_runs_as_its_own_uid_fails_open() {
+    if !require_root("a_nodens_that_runs_as_its_own_uid_fails_open") {
+        return;
+    }
+    // As the chart runs it: started as root, the supervisor and the server
+    // switch to a uid of their own, keeping what they need; the server still
+    // sets the node up (nft as that uid, through the ambient set), and the
+    // supervisor still withdraws it when the server is killed.
+    const UID: u32 = 64995;
+    let (_copy, bin) = world_runnable_nodens();
+    let state = private_dir();
+    OWN_UID.with(|o| *o.borrow_mut() = Some((bin, state.path().to_owned())));
+    let dir = private_dir();
+    let socket = dir.path().join("handover.sock");
+    let lab = Lab::start_with(
+        "auto",
+        &format!("run_as_user = {UID}\nhandover_socket = {socket:?}"),
+    );
+    for pid in [lab.nodens.proc.pid(), lab.server_pid() as u32] {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let uids = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+        assert!(
+            uids.ends_with(&format!("{UID}\t{UID}\t{UID}\t{UID}")),
+            "{uids}"
+        );
+    }
+    assert!(lab.node.run(&["ip", "-o", "addr"]).contains(SERVICE_IP));
+    let gap = lab
+        .gap_after(libc::SIGKILL)
+        .unwrap_or_else(|| panic!("no answer within 6 s after SIGKILL: {:#?}", lab.debug()));
+    eprintln!("run as uid {UID}: answered again {gap:?} after SIGKILL");
+    assert!(gap <= Duration::from_secs(2), "{gap:?} without answers");
+    let rules = lab.node.run(&["nft", "list", "ruleset"]);
+    assert!(!rules.contains("nodens"), "rules left: {rules}");
 }

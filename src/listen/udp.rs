@@ -14,6 +14,10 @@
 //! wake-up, as cheap as UDP gets. While misses are in flight it runs its
 //! event loop, which waits on the listening socket and the upstream sockets
 //! together, until the last miss is answered.
+//!
+//! Each turn of either mode bumps the worker's progress counter
+//! (`liveness`): a worker blocked for good stops it, and the fail-open
+//! supervisor then kills the server. A flood only makes it turn faster.
 
 use std::future::Future;
 use std::net::{SocketAddr, UdpSocket};
@@ -101,6 +105,7 @@ impl UdpWorkers {
                 stop: stop.clone(),
                 wildcard: addr.ip().is_unspecified(),
                 alive: service.tasks().token(),
+                progress: crate::liveness::register(format!("udp {addr} #{i}")),
             };
             std::thread::Builder::new()
                 .name(format!("udp-{i}"))
@@ -139,6 +144,8 @@ struct Worker<S: Service> {
     /// answers it, and the misses in flight, before it exits. Without the
     /// token the process could exit between that read and the reply.
     alive: TaskTrackerToken,
+    /// Bumped as the worker's loop turns, at least every [`STOP_POLL`].
+    progress: Arc<crate::liveness::Progress>,
 }
 
 /// A reply, its client, and the address to send it from (wildcard sockets).
@@ -194,7 +201,12 @@ impl<S: Service> Worker<S> {
         let mut received = RecvBatch::new(self.wildcard);
         let mut replies = SendBatch::default();
         let mut pending = Pending::default();
+        // Wakes the event loop while misses wait on a quiet socket, so that
+        // its progress shows; one timer for the worker's life.
+        let mut turn = tokio::time::interval(STOP_POLL);
+        turn.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         while !self.stop.load(Ordering::Relaxed) {
+            self.progress.bump();
             if pending.is_empty() {
                 self.serve_blocking(&mut received, &mut replies, &mut pending);
             } else {
@@ -202,14 +214,18 @@ impl<S: Service> Worker<S> {
                     &mut received,
                     &mut replies,
                     &mut pending,
+                    &mut turn,
                 ));
             }
         }
-        // Stopped reading: answer what is in flight, then close.
+        // Stopped reading: answer what is in flight, then close. The
+        // drain is bounded by the misses' own timeouts; it is no longer a
+        // serving loop.
+        drop(self.progress);
         self.runtime.block_on(async {
             while let Some(reply) = pending.next().await {
                 pending.take_ready(reply, &mut replies);
-                flush(&self.socket, &mut replies).await;
+                flush(&self.socket, &mut replies, None).await;
             }
         });
         drop(self.alive);
@@ -245,14 +261,16 @@ impl<S: Service> Worker<S> {
         received: &mut RecvBatch,
         replies: &mut SendBatch,
         pending: &mut Pending,
+        turn: &mut tokio::time::Interval,
     ) {
         loop {
+            self.progress.bump();
             let mut ready = tokio::select! {
                 biased;
                 reply = pending.next() => {
                     if let Some(reply) = reply {
                         pending.take_ready(reply, replies);
-                        flush(&self.socket, replies).await;
+                        flush(&self.socket, replies, Some(&self.progress)).await;
                     }
                     if pending.is_empty() {
                         return;
@@ -266,6 +284,7 @@ impl<S: Service> Worker<S> {
                         return;
                     }
                 },
+                _ = turn.tick() => continue,
             };
             if self.stop.load(Ordering::Relaxed) {
                 return;
@@ -289,7 +308,7 @@ impl<S: Service> Worker<S> {
             }
             drop(ready);
             self.answer(received, count, replies, pending);
-            flush(&self.socket, replies).await;
+            flush(&self.socket, replies, Some(&self.progress)).await;
             if count == BATCH {
                 // More may be waiting: let the misses make progress first.
                 tokio::task::yield_now().await;
@@ -343,9 +362,13 @@ fn is_quiet(e: &std::io::Error) -> bool {
 
 /// Sends a batch's replies from the event loop, waiting (a bounded time)
 /// for room if the socket's buffer is full.
-async fn flush(socket: &AsyncFd<UdpSocket>, replies: &mut SendBatch) {
+async fn flush(
+    socket: &AsyncFd<UdpSocket>,
+    replies: &mut SendBatch,
+    progress: Option<&crate::liveness::Progress>,
+) {
     while replies.send(socket.get_ref(), false).is_err() {
-        if !wait_writable(socket).await {
+        if !wait_writable(socket, progress).await {
             tracing::debug!("UDP socket buffer stayed full: replies dropped");
             replies.clear();
             return;
@@ -353,13 +376,27 @@ async fn flush(socket: &AsyncFd<UdpSocket>, replies: &mut SendBatch) {
     }
 }
 
-/// Waits until the socket can take a datagram again; false after [`SEND_WAIT`].
-async fn wait_writable(socket: &AsyncFd<UdpSocket>) -> bool {
-    match tokio::time::timeout(SEND_WAIT, socket.writable()).await {
-        Ok(Ok(mut ready)) => {
-            ready.clear_ready();
-            true
+/// Waits until the socket can take a datagram again; false after
+/// [`SEND_WAIT`]. A wait the worker bounds itself is progress: it is
+/// bumped every [`STOP_POLL`] of it.
+async fn wait_writable(
+    socket: &AsyncFd<UdpSocket>,
+    progress: Option<&crate::liveness::Progress>,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + SEND_WAIT;
+    while tokio::time::Instant::now() < deadline {
+        if let Some(progress) = progress {
+            progress.bump();
         }
-        _ => false,
+        let slice = deadline.min(tokio::time::Instant::now() + STOP_POLL);
+        match tokio::time::timeout_at(slice, socket.writable()).await {
+            Ok(Ok(mut ready)) => {
+                ready.clear_ready();
+                return true;
+            }
+            Ok(Err(_)) => return false,
+            Err(_) => {}
+        }
     }
+    false
 }

@@ -23,8 +23,13 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use super::link;
 use super::presence::Presence;
-use super::probe::{MISSES, PROBE_EVERY, answers};
+use super::probe::{PROBE_EVERY, answers};
 use crate::config::NodePlan;
+
+/// Probes in a row that a holder of the claim may leave unanswered before
+/// the guard asks for a withdraw (which then gives the holder
+/// `HOLDER_SILENCE` more to answer).
+const SILENT_PROBES: u32 = 4;
 
 /// Whether the interface exists.
 async fn interface_exists(plan: &NodePlan) -> bool {
@@ -65,7 +70,7 @@ async fn abandoned(plan: &NodePlan, silent: &mut u32) -> bool {
         return false;
     }
     *silent += 1;
-    *silent >= MISSES
+    *silent >= SILENT_PROBES
 }
 
 /// Watches the node setup of `plan` until SIGTERM or SIGINT (see the module

@@ -114,7 +114,16 @@ impl Presence {
     /// holds it. A claim file another uid left here (only root could have,
     /// the directory being ours) is replaced.
     pub fn try_claim(dir: &Path, interface: &str) -> io::Result<Option<Presence>> {
-        let file = open(dir, interface, true)?.ok_or_else(|| io::Error::other("claim file"))?;
+        let file = match open(dir, interface, true) {
+            Ok(file) => file.ok_or_else(|| io::Error::other("claim file"))?,
+            // Another uid's, that ours may not open: replaced as below.
+            Err(e)
+                if e.kind() == io::ErrorKind::PermissionDenied && trust::check_dir(dir).is_ok() =>
+            {
+                return Presence::replace(dir, interface);
+            }
+            Err(e) => return Err(e),
+        };
         if file.metadata()?.uid() != trust::own_uid() {
             drop(file);
             return Presence::replace(dir, interface);

@@ -1,14 +1,17 @@
-//! The liveness probe the supervisor and the guard send: a query the server
-//! answers itself, whatever its upstreams do.
+//! The probe a withdraw sends before it removes the node setup: a query the
+//! server answers itself, whatever its upstreams do. Something that answers
+//! it on the node address (a successor after a handover, before it has
+//! claimed the setup) keeps the setup in place.
+//!
+//! It decides no kill: it travels the client sockets, which a client flood
+//! fills, so a lost probe says nothing about a server's health. The
+//! supervisor judges that by the server's heartbeat (`liveness.rs`).
 
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
-/// How often the server is probed, and how long a probe waits.
+/// How long a probe waits for its answer; also the guard's period.
 pub(super) const PROBE_EVERY: Duration = Duration::from_millis(250);
-/// Missed probes in a row after which the server counts as hung: a second
-/// without an answer to a query it answers without any upstream.
-pub(super) const MISSES: u32 = 4;
 
 /// A query the server answers itself, whatever its upstreams do: opcode
 /// STATUS, answered NOTIMP by the parse stage.

@@ -63,11 +63,17 @@ impl Nodens {
     /// Writes the config and starts `[wrapper...] nodens serve --config FILE`
     /// without waiting for anything.
     pub fn launch(toml_text: &str, wrapper: &[&str]) -> Nodens {
+        Nodens::launch_bin(toml_text, wrapper, &nodens_bin())
+    }
+
+    /// [`Nodens::launch`] with another copy of the binary (one a uid other
+    /// than the test's can run).
+    pub fn launch_bin(toml_text: &str, wrapper: &[&str], bin: &std::path::Path) -> Nodens {
         let dir = tempfile::tempdir().unwrap();
         let config_path = dir.path().join("nodens.toml");
         std::fs::write(&config_path, toml_text).unwrap();
         let (dns, http) = addresses_of(toml_text);
-        let mut cmd = wrapped_command(wrapper, &nodens_bin());
+        let mut cmd = wrapped_command(wrapper, bin);
         cmd.arg("serve").arg("--config").arg(&config_path);
         let proc = Proc::spawn(&format!("nodens {dns}"), cmd);
         Nodens {

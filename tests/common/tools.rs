@@ -93,3 +93,17 @@ pub fn private_dir() -> tempfile::TempDir {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     dir
 }
+
+/// A copy of the nodens binary that any uid can run (the build's may sit
+/// under a home directory only root can enter), for tests where nodens
+/// switches to a uid of its own and then runs itself (the supervised
+/// server). Removed with the returned directory.
+pub fn world_runnable_nodens() -> (tempfile::TempDir, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = dir.path().join("nodens");
+    std::fs::copy(nodens_bin(), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (dir, bin)
+}
