@@ -36,7 +36,8 @@ const MAX_FDS: usize = 250;
 pub enum Kind {
     Udp,
     Tcp,
-    /// The /metrics, /health, /ready listener.
+    /// An HTTP listener (the metrics server's or the probe server's), by
+    /// its address.
     Http,
 }
 
