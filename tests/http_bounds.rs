@@ -268,3 +268,29 @@ fn an_idle_connection_flood_leaves_probes_and_metrics_answering() {
     );
     nodens.assert_alive();
 }
+
+/// `NODENS_METRICS_LISTEN` (what the chart sets from the pod's
+/// `status.hostIP`) moves /metrics to that IP with the file's port: the
+/// file's address is not served, and the probe server stays where it is.
+#[test]
+fn the_environment_gives_the_metrics_address() {
+    let net = Net::alloc();
+    let probes = net.other(1, 9254);
+    let node_ip = net.ip(3);
+    let cfg = Cfg::new(&net)
+        .log_level("info")
+        .metrics_option("probe_listen", &format!("\"{probes}\""));
+    let env = format!("NODENS_METRICS_LISTEN={node_ip}");
+    let mut nodens = Nodens::launch(&cfg.to_toml(), &["env", &env]);
+    let moved = SocketAddr::new(node_ip, net.metrics().port());
+    nodens.http = Some(moved);
+    nodens.wait_ready();
+    let (code, body) = http_get(moved, "/metrics").unwrap();
+    assert_eq!(code, 200);
+    assert!(body.contains("nodens_http_connections"));
+    assert!(
+        http_get(net.metrics(), "/metrics").is_err(),
+        "the file's address is still served"
+    );
+    assert_eq!(http_get(probes, "/health").unwrap().0, 200);
+}
