@@ -294,3 +294,39 @@ fn the_environment_gives_the_metrics_address() {
     );
     assert_eq!(http_get(probes, "/health").unwrap().0, 200);
 }
+
+/// SIGHUP starts the probe server and gives the metrics server new bounds
+/// (on its own socket): with `max_connections = 1`, one idle connection
+/// holding the slot gets a scrape refused; closing it frees the slot.
+#[test]
+fn a_reload_starts_the_probe_server_and_changes_the_bounds() {
+    let net = Net::alloc();
+    let probes = net.other(1, 9254);
+    let mut nodens = Nodens::start(&Cfg::new(&net).log_level("info"));
+    assert!(http_get(probes, "/health").is_err(), "no probe server yet");
+    let reloaded = Cfg::new(&net)
+        .log_level("info")
+        .metrics_option("probe_listen", &format!("\"{probes}\""))
+        .metrics_option("max_connections", "1");
+    nodens.reload(&reloaded.to_toml());
+    wait_until(secs(5), "the probe server after SIGHUP", || {
+        (http_get(probes, "/health").ok()?.0 == 200).then_some(())
+    });
+    let mut idle = Vec::new();
+    wait_until(secs(5), "a scrape refused while the slot is held", || {
+        idle.push(std::net::TcpStream::connect(net.metrics()).unwrap());
+        thread::sleep(ms(50));
+        http_get(net.metrics(), "/metrics").is_err().then_some(())
+    });
+    drop(idle);
+    wait_until(secs(5), "/metrics once the slot is free", || {
+        (http_get(net.metrics(), "/metrics").ok()?.0 == 200).then_some(())
+    });
+    let refused = metric(
+        net.metrics(),
+        "nodens_http_connections_refused_total",
+        "metrics",
+    );
+    assert!(refused >= 1.0, "no refusal counted");
+    nodens.assert_alive();
+}

@@ -66,14 +66,24 @@ impl HttpServers {
             };
             sockets.push((addr, role, socket));
         }
-        let mut next = Vec::new();
+        let (mut kept, mut started) = (Vec::new(), Vec::new());
         for (addr, role, socket) in sockets {
             let unchanged = |r: &Running| r.addr == addr && r.role == role && r.bounds == bounds;
-            match self.running.iter().position(unchanged) {
-                Some(i) => next.push(self.running.swap_remove(i)),
-                None => next.push(start(addr, role, bounds, socket, &state, metrics, upkeep)?),
+            if let Some(i) = self.running.iter().position(unchanged) {
+                kept.push(self.running.swap_remove(i));
+                continue;
+            }
+            match start(addr, role, bounds, socket, &state, metrics, upkeep) {
+                Ok(r) => started.push(r),
+                Err(e) => {
+                    started.iter().for_each(|r| r.stop.cancel());
+                    self.running.append(&mut kept);
+                    return Err(e);
+                }
             }
         }
+        let mut next = kept;
+        next.append(&mut started);
         self.stop();
         self.running = next;
         Ok(())
