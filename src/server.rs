@@ -11,12 +11,11 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use prometheus::IntGauge;
 use tokio::signal::unix::{SignalKind, signal};
-use tokio_util::sync::CancellationToken;
 
 use crate::cache::metrics::CacheGauges;
 use crate::cache::snapshot;
 use crate::config::Config;
-use crate::http::{self, HttpState};
+use crate::http::{HttpMetrics, HttpServers, HttpState};
 use crate::kubernetes::Watches;
 use crate::kubernetes::endpoints::Discovery;
 use crate::kubernetes::metrics::KubeMetrics;
@@ -38,6 +37,7 @@ pub struct Telemetry {
     pub serve: Arc<ServeMetrics>,
     pub upstream: Arc<UpstreamMetrics>,
     pub listen: Arc<ListenMetrics>,
+    pub http: Arc<HttpMetrics>,
     pub cache: CacheGauges,
     pub node: Arc<NodeMetrics>,
     pub kubernetes: Arc<KubeMetrics>,
@@ -53,6 +53,7 @@ impl Telemetry {
             serve: Arc::new(ServeMetrics::register(&registry)),
             upstream: Arc::new(UpstreamMetrics::register(&registry)),
             listen: Arc::new(ListenMetrics::register(&registry)),
+            http: Arc::new(HttpMetrics::register(&registry)),
             cache: CacheGauges::register(&registry, cache_server),
             node: Arc::new(NodeMetrics::register(&registry)),
             kubernetes: Arc::new(KubeMetrics::register(&registry)),
@@ -73,9 +74,9 @@ pub struct Server {
     config_path: Option<PathBuf>,
     workers: usize,
     listeners: HashMap<SocketAddr, Listener>,
-    /// The HTTP address, its stop token, and a second descriptor of its
-    /// listening socket (handed over with the DNS sockets).
-    http: Option<(SocketAddr, CancellationToken, std::net::TcpListener)>,
+    /// The metrics and probe servers (their sockets are handed over with
+    /// the DNS sockets).
+    http: HttpServers,
     log: LogHandle,
     /// The node setup, checked and repaired from the main loop (`run`).
     node: Option<Node>,
@@ -138,7 +139,7 @@ impl Server {
             config_path,
             workers,
             listeners: HashMap::new(),
-            http: None,
+            http: HttpServers::default(),
             log,
             node: None,
             keep_node,
@@ -198,7 +199,7 @@ impl Server {
         // The interface first: the listeners bind to the addresses it holds.
         server.apply_node(&config).await?;
         server.apply_listeners(&config.listen)?;
-        server.apply_http(config.http_listen).await?;
+        server.apply_http(&config.http)?;
         server
             .watches
             .follow(&config, server.shared.tasks.upkeep())
@@ -321,7 +322,7 @@ impl Server {
         self.apply_node(&config).await?;
         // Listeners next: if a new address cannot be bound, nothing else changes.
         self.apply_listeners(&config.listen)?;
-        self.apply_http(config.http_listen).await?;
+        self.apply_http(&config.http)?;
         self.shared.cache.set_capacity(config.cache.capacity);
         self.shared.settings.store(Arc::new(settings));
         log_zones(&self.shared);
@@ -349,13 +350,9 @@ impl Server {
             .values()
             .flat_map(Listener::sockets)
             .collect();
-        if let Some((addr, _, listener)) = &self.http {
-            use std::os::fd::AsRawFd;
-            let name = handover::Named {
-                addr: *addr,
-                kind: handover::Kind::Http,
-            };
-            sockets.push((name, listener.as_raw_fd()));
+        for (addr, fd) in self.http.sockets() {
+            let kind = handover::Kind::Http;
+            sockets.push((handover::Named { addr, kind }, fd));
         }
         // The descriptors stay ours while the thread sends them: the
         // listeners are stopped only after `handed`, on this thread.
@@ -428,9 +425,7 @@ impl Server {
         self.handover = None;
         self.keep_node = true;
         self.handed_over = true;
-        if let Some((_, stop, _)) = self.http.take() {
-            stop.cancel();
-        }
+        self.http.stop();
     }
 
     /// Starts listeners for new addresses and stops those no longer wanted.
@@ -471,42 +466,27 @@ impl Server {
         Ok(())
     }
 
-    async fn apply_http(&mut self, listen: Option<SocketAddr>) -> Result<()> {
-        if self.http.as_ref().map(|(addr, _, _)| *addr) == listen {
-            return Ok(());
-        }
-        let new = match listen {
-            None => None,
-            Some(addr) => {
-                let std_listener = match self.inherited.take_http(addr) {
-                    Some(inherited) => inherited,
-                    None => std::net::TcpListener::bind(addr)
-                        .with_context(|| format!("cannot serve metrics on {addr}"))?,
-                };
-                std_listener.set_nonblocking(true)?;
-                let copy = std_listener.try_clone()?;
-                let listener = tokio::net::TcpListener::from_std(std_listener)?;
-                let stop = CancellationToken::new();
-                let (shared, telemetry) = (self.shared.clone(), self.telemetry.clone());
-                let state = Arc::new(HttpState {
-                    metrics: Box::new(move || {
-                        telemetry.cache.observe(&shared.cache.stats());
-                        telemetry.registry.encode()
-                    }),
-                    ready: self.shared.ready.clone(),
-                });
-                self.shared
-                    .tasks
-                    .upkeep()
-                    .spawn(http::serve(listener, state, stop.clone()));
-                tracing::info!(%addr, "serving /metrics, /health and /ready");
-                Some((addr, stop, copy))
-            }
+    fn apply_http(&mut self, plan: &crate::config::HttpPlan) -> Result<()> {
+        let (shared, telemetry) = (&self.shared, &self.telemetry);
+        let state = || {
+            let ready = shared.ready.clone();
+            let (shared, telemetry) = (shared.clone(), telemetry.clone());
+            Arc::new(HttpState {
+                metrics: Box::new(move || {
+                    telemetry.cache.observe(&shared.cache.stats());
+                    telemetry.registry.encode()
+                }),
+                ready,
+            })
         };
-        if let Some((_, old, _)) = std::mem::replace(&mut self.http, new) {
-            old.cancel();
-        }
-        Ok(())
+        let inherited = &mut self.inherited;
+        self.http.apply(
+            plan,
+            |addr| inherited.take_http(addr),
+            state,
+            &self.telemetry.http,
+            self.shared.tasks.upkeep(),
+        )
     }
 
     /// Sets up the node as `config` asks, if that changed: the interface
@@ -543,9 +523,7 @@ impl Server {
                 "shutdown grace period over with queries still in flight"
             );
         }
-        if let Some((_, stop, _)) = self.http.take() {
-            stop.cancel();
-        }
+        self.http.stop();
         if let Some(node) = self.node.take() {
             if self.keep_node || node.keep_on_exit() {
                 tracing::info!("node: interface and rules kept for the next process");

@@ -98,10 +98,11 @@ fn ten_handovers_under_load_lose_nothing() {
     let socket_path = dir.path().join("handover.sock");
     let toml = format!(
         "[server]\nlisten = [\"{dns}\"]\nworkers = 2\nhandover_socket = \"{path}\"\n\
-         [metrics]\nlisten = \"{http}\"\n\
+         [metrics]\nlisten = \"{http}\"\nprobe_listen = \"{probes}\"\n\
          [[zone]]\nname = \".\"\nupstreams = [\"{up}\"]\n",
         dns = net.nodens(),
         http = net.metrics(),
+        probes = net.other(1, 9254),
         path = socket_path.display(),
         up = core.addr,
     );
@@ -123,6 +124,12 @@ fn ten_handovers_under_load_lose_nothing() {
             .wait_for_line(0, secs(10), &format!("handover {i}: hand over"), |l| {
                 l.contains("handover: the new process serves our sockets")
             });
+        // The probe server's socket came over too (else the new process
+        // could not have bound its address while the old one held it).
+        wait_until(secs(5), "/ready on the probe server", || {
+            let ready = http_get(net.other(1, 9254), "/ready").ok()?.0 == 200;
+            ready.then_some(())
+        });
         let mut old = std::mem::replace(&mut current, next);
         let status = old.terminate();
         assert!(

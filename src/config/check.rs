@@ -15,7 +15,7 @@ pub(super) enum Invalid {
     Key(Vec<Step<'static>>, String),
 }
 
-fn key(path: &[&'static str], message: impl Into<String>) -> Invalid {
+pub(super) fn key(path: &[&'static str], message: impl Into<String>) -> Invalid {
     Invalid::Key(path.iter().map(|k| Key(k)).collect(), message.into())
 }
 

@@ -110,7 +110,7 @@ impl File {
                 prefetch_min_hits: self.cache.prefetch_min_hits,
                 prefetch_percent: self.cache.prefetch_percent,
             },
-            http_listen: self.metrics.listen.0,
+            http: self.compile_http()?,
             node: self.node.setup.then(|| NodePlan {
                 interface: self.node.interface.clone(),
                 link_kind: self.node.link_kind,

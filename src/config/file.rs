@@ -340,14 +340,30 @@ impl Default for CacheConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MetricsConfig {
-    /// Address of the HTTP server for /metrics, /health and /ready; "" disables it.
+    /// Address of the HTTP server for /metrics (and /health, /ready); ""
+    /// disables it. `NODENS_METRICS_LISTEN` in the environment overrides it
+    /// (the chart's per-node address: one ConfigMap serves every node).
     pub listen: HttpListen,
+    /// A second HTTP server with /health and /ready only, for the kubelet's
+    /// probes: on loopback, out of reach of whoever can reach `listen`;
+    /// "" (the default): none.
+    pub probe_listen: HttpListen,
+    /// Open connections per HTTP server; one more is accepted and closed at
+    /// once, so waiting clients do not fill the kernel's backlog.
+    pub max_connections: usize,
+    /// A connection that has not sent a whole request head this long after
+    /// it opened, or after its previous answer (keep-alive), is closed.
+    #[serde(with = "humantime_serde")]
+    pub header_timeout: Duration,
 }
 
 impl Default for MetricsConfig {
     fn default() -> Self {
         MetricsConfig {
             listen: HttpListen(Some(([127, 0, 0, 1], 9253).into())),
+            probe_listen: HttpListen(None),
+            max_connections: 32,
+            header_timeout: Duration::from_secs(5),
         }
     }
 }

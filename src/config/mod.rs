@@ -13,6 +13,7 @@
 mod check;
 mod compile;
 mod file;
+mod http;
 mod position;
 pub mod resolv_conf;
 mod values;
@@ -44,8 +45,8 @@ pub struct Config {
     pub workers: usize,
     pub server: ServerSettings,
     pub cache: CacheSettings,
-    /// The HTTP server for /metrics, /health and /ready, if any.
-    pub http_listen: Option<SocketAddr>,
+    /// The HTTP servers (`[metrics]`).
+    pub http: HttpPlan,
     pub log: LogSettings,
     /// The node setup, when `[node] setup = true`.
     pub node: Option<NodePlan>,
@@ -99,6 +100,19 @@ pub struct TcpLimits {
     pub max_connections: usize,
     pub max_connections_per_client: usize,
     pub max_inflight: usize,
+}
+
+/// The HTTP servers and their bounds (`[metrics]`, docs/security.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpPlan {
+    /// /metrics, /health and /ready, if any.
+    pub metrics: Option<SocketAddr>,
+    /// /health and /ready alone (the kubelet's probes), if any.
+    pub probes: Option<SocketAddr>,
+    /// Open connections per server.
+    pub max_connections: usize,
+    /// For a whole request head, from the connection's start or its last answer.
+    pub header_timeout: Duration,
 }
 
 /// The per-client token bucket.

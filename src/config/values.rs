@@ -62,7 +62,8 @@ impl FromStr for DnsAddr {
 }
 deserialize_from_str!(DnsAddr);
 
-/// `metrics.listen`: `IP:port`, or "" for no HTTP server.
+/// `metrics.listen`, `metrics.probe_listen`: `IP:port`, or "" for no HTTP
+/// server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HttpListen(pub Option<SocketAddr>);
 
@@ -74,7 +75,7 @@ impl FromStr for HttpListen {
         }
         s.parse()
             .map(|a| HttpListen(Some(a)))
-            .map_err(|_| BadValue(format!("metrics.listen: `{s}` is not IP:port")))
+            .map_err(|_| BadValue(format!("`{s}` is not IP:port (or \"\" for none)")))
     }
 }
 deserialize_from_str!(HttpListen);

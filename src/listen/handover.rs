@@ -51,7 +51,8 @@ const MAX_LIST: usize = 64 << 10;
 pub enum Kind {
     Udp,
     Tcp,
-    /// The /metrics, /health, /ready listener.
+    /// An HTTP listener (the metrics server's or the probe server's), by
+    /// its address.
     Http,
 }
 

@@ -256,6 +256,12 @@ impl Cfg {
         self.metrics.set("listen", addr.toml());
         self
     }
+    /// `[metrics] KEY = VALUE` (`value` as TOML): `probe_listen`,
+    /// `max_connections`, `header_timeout`.
+    pub fn metrics_option(mut self, key: &'static str, value: &str) -> Cfg {
+        self.metrics.set(key, value.to_string());
+        self
+    }
     /// `[log] level`.
     pub fn log_level(mut self, level: &str) -> Cfg {
         self.log.set("level", level.toml());

@@ -81,16 +81,18 @@ struct Wanted {
 
 fn wanted(config: Option<&Config>) -> Vec<Wanted> {
     let mut ports = Vec::new();
-    let http = match config {
-        Some(c) => c.http_listen,
-        None => crate::config::MetricsConfig::default().listen.0,
+    let (http, probes) = match config {
+        Some(c) => (c.http.metrics, c.http.probes),
+        None => (crate::config::MetricsConfig::default().listen.0, None),
     };
-    if let Some(addr) = http {
-        ports.push(Wanted {
-            proto: Proto::Tcp,
-            addr,
-            what: "metrics.listen",
-        });
+    for (addr, what) in [(http, "metrics.listen"), (probes, "metrics.probe_listen")] {
+        if let Some(addr) = addr {
+            ports.push(Wanted {
+                proto: Proto::Tcp,
+                addr,
+                what,
+            });
+        }
     }
     for &addr in config.map(|c| c.listen.as_slice()).unwrap_or_default() {
         for proto in [Proto::Udp, Proto::Tcp] {

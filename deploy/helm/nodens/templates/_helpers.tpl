@@ -100,7 +100,16 @@ stale_max_age = {{ .Values.cache.staleMaxAge | toJson }}
 prefetch_min_hits = {{ .Values.cache.prefetchMinHits | int }}
 
 [metrics]
+{{- if eq .Values.metrics.address "hostIP" }}
+# NODENS_METRICS_LISTEN (the node's IP, status.hostIP) replaces this address
+# on each node; the port stays.
+listen = {{ include "nodens.hostPort" (list "127.0.0.1" .Values.metrics.port) | toJson }}
+{{- else }}
 listen = {{ include "nodens.hostPort" (list .Values.metrics.address .Values.metrics.port) | toJson }}
+{{- end }}
+probe_listen = {{ include "nodens.hostPort" (list "127.0.0.1" .Values.metrics.probePort) | toJson }}
+max_connections = {{ .Values.metrics.maxConnections | int }}
+header_timeout = {{ .Values.metrics.headerTimeout | toJson }}
 
 [log]
 level = {{ .Values.log.level | toJson }}
