@@ -299,6 +299,7 @@ listen = "127.0.0.1:9253"
 [node]
 setup = true
 backend = "{backend}"
+state_dir = "{TMP}/state"
 [[zone]]
 name = "."
 upstream_service = "kube-dns-upstream"
