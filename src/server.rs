@@ -525,8 +525,19 @@ impl Server {
         }
         self.http.stop();
         if let Some(node) = self.node.take() {
+            let plan = node.plan();
+            let overruled = self
+                .presence
+                .as_ref()
+                .is_some_and(|p| !p.current(&plan.state_dir, &plan.interface));
             if self.keep_node || node.keep_on_exit() {
                 tracing::info!("node: interface and rules kept for the next process");
+            } else if overruled {
+                // A server that found us silent took the claim over (a drain
+                // longer than HOLDER_SILENCE): the setup is its now.
+                tracing::warn!(
+                    "node: our claim was taken over; the interface and rules are left to its holder"
+                );
             } else if let Err(e) = node.tear_down().await {
                 tracing::error!("node: cannot remove the interface and rules: {e}");
             }

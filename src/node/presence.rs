@@ -143,6 +143,18 @@ impl Presence {
         Ok(try_lock(&file)?.then_some(Presence { _file: file }))
     }
 
+    /// Whether this claim is still the one at its path: false once another
+    /// server overruled it (`replace`), whose node setup it then is.
+    pub fn current(&self, dir: &Path, interface: &str) -> bool {
+        let (Ok(ours), Ok(there)) = (
+            self._file.metadata(),
+            std::fs::metadata(claim_path(dir, interface)),
+        ) else {
+            return false;
+        };
+        (ours.dev(), ours.ino()) == (there.dev(), there.ino())
+    }
+
     /// Whether some process holds the claim now. (Taking the lock for an
     /// instant to see: a server claiming at that instant tries again.)
     pub fn held(dir: &Path, interface: &str) -> io::Result<bool> {
@@ -256,6 +268,8 @@ mod tests {
         let dir = private_dir();
         let old = Presence::try_claim(dir.path(), "if0").unwrap().unwrap();
         let new = Presence::replace(dir.path(), "if0").unwrap().unwrap();
+        assert!(!old.current(dir.path(), "if0"));
+        assert!(new.current(dir.path(), "if0"));
         drop(old);
         assert!(Presence::held(dir.path(), "if0").unwrap());
         drop(new);
