@@ -119,8 +119,7 @@ pub fn take_over(
     // stream read stops after a segment that carried descriptors, so these
     // bytes are the list alone (the cache follows in later segments).
     let len = message.bytes;
-    let names: Vec<Named> = serde_json::from_slice(&payload[..len])
-        .map_err(|e| std::io::Error::other(format!("handover: bad list of sockets: {e}")))?;
+    let names = parse_names(&payload[..len])?;
     if names.len() != fds.len() {
         return Err(std::io::Error::other(format!(
             "handover: {} sockets named, {} received",
@@ -150,6 +149,20 @@ pub fn take_over(
         }
     }
     Ok(Some((inherited, stream)))
+}
+
+/// The list of sockets the previous process sent: input, bounded like the
+/// descriptors it names (at most `MAX_FDS`).
+pub fn parse_names(payload: &[u8]) -> std::io::Result<Vec<Named>> {
+    let names: Vec<Named> = serde_json::from_slice(payload)
+        .map_err(|e| std::io::Error::other(format!("handover: bad list of sockets: {e}")))?;
+    if names.len() > MAX_FDS {
+        return Err(std::io::Error::other(format!(
+            "handover: {} sockets named, at most {MAX_FDS} can be passed",
+            names.len()
+        )));
+    }
+    Ok(names)
 }
 
 /// Tells the previous process that its sockets are served here now.
