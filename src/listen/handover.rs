@@ -152,10 +152,15 @@ pub fn take_over(
 }
 
 /// The list of sockets the previous process sent: input, bounded like the
-/// descriptors it names (at most `MAX_FDS`).
+/// descriptors it names (at most `MAX_FDS`). UTF-8 is checked first: read
+/// from bytes, serde_json does not check the strings it skips (a field it
+/// does not know).
 pub fn parse_names(payload: &[u8]) -> std::io::Result<Vec<Named>> {
-    let names: Vec<Named> = serde_json::from_slice(payload)
-        .map_err(|e| std::io::Error::other(format!("handover: bad list of sockets: {e}")))?;
+    let bad = |e: &dyn std::fmt::Display| {
+        std::io::Error::other(format!("handover: bad list of sockets: {e}"))
+    };
+    let text = std::str::from_utf8(payload).map_err(|e| bad(&e))?;
+    let names: Vec<Named> = serde_json::from_str(text).map_err(|e| bad(&e))?;
     if names.len() > MAX_FDS {
         return Err(std::io::Error::other(format!(
             "handover: {} sockets named, at most {MAX_FDS} can be passed",
