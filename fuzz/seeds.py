@@ -6,6 +6,7 @@ network. Run again after editing; files are rewritten, none are removed.
 
     python3 fuzz/seeds.py
 """
+import json
 import os
 import struct
 
@@ -372,6 +373,81 @@ corefiles["syntax_mix"] = (
 corefiles["regression_escaped_zone"] = b"a\x7fb:53 {\n  forward . 127.0.0.1:5300\n}\n"
 
 
+# ---------------------------------------------------------------- cache snapshots
+def snapshot_record(qname, msg, qtype=1, flags=0, kind=0, rcode=0, age_ms=0, lifetime_ms=300_000, offsets=()):
+    """One record of a cache snapshot (src/cache/snapshot.rs), every field chosen."""
+    key = name(qname)
+    out = bytes([len(key)]) + key + struct.pack(">HHBBH", qtype, 1, flags, kind, rcode)
+    out += struct.pack(">HHIQQH", 0, 0, 0, lifetime_ms, age_ms, len(offsets))
+    out += b"".join(struct.pack(">H", o) for o in offsets)
+    return out + struct.pack(">I", len(msg)) + msg
+
+
+def snapshot(params, *records, end=True):
+    """The 1-byte parameters of snapshot_read, then the stream."""
+    out = bytes([params]) + b"NDC1"
+    for r in records:
+        out += struct.pack(">I", len(r)) + r
+    return out + (struct.pack(">I", 0) if end else b"")
+
+
+www_a = response("www.example.com", 1, RD | RA, answers=[rr(ptr(Q), 1, 300, bytes([192, 0, 2, 1]))])
+nx = response(
+    "nope.example.com", 1, RD | RA | 3,
+    authority=[rr(name("example.com"), 6, 3600, soa(name("ns.example.com"), name("h.example.com"), minimum=60))],
+)
+nodata = response(
+    "www.example.com", 28, RD | RA,
+    authority=[rr(ptr(Q + 4), 6, 3600, soa(name("ns.example.com"), name("h.example.com"), minimum=60))],
+)
+snapshots = {
+    "answer": snapshot(0, snapshot_record("www.example.com", www_a, offsets=(45,))),
+    "answer_do_cd_stale": snapshot(4, snapshot_record("www.example.com", www_a, flags=3, age_ms=400_000)),
+    "nxdomain": snapshot(1, snapshot_record("nope.example.com", nx, kind=1, rcode=3)),
+    "nodata": snapshot(2, snapshot_record("www.example.com", nodata, qtype=28, kind=1)),
+    "cname_chain": snapshot(0, snapshot_record("www.example.com", responses["cname_chain"][8:])),
+    "ttl_136_years": snapshot(3, snapshot_record(
+        "www.example.com",
+        response("www.example.com", 1, RD | RA, answers=[rr(ptr(Q), 1, 0xFFFFFFFF, bytes([192, 0, 2, 1]))]),
+        lifetime_ms=0xFFFFFFFF * 1000)),
+    "ttl_68_years": snapshot(3, snapshot_record(
+        "www.example.com",
+        response("www.example.com", 1, RD | RA, answers=[rr(ptr(Q), 1, 0x7FFFFFFF, bytes([192, 0, 2, 1]))]),
+        lifetime_ms=2**64 - 1)),
+    "question_mismatch": snapshot(0, snapshot_record("victim.example.com", response(
+        "attack.example.com", 1, RD | RA, answers=[rr(ptr(Q), 1, 300, bytes([192, 0, 2, 66]))]))),
+    "kind_mismatch": snapshot(0, snapshot_record("nope.example.com", nx, kind=0, rcode=3)),
+    "servfail": snapshot(0, snapshot_record("www.example.com", response("www.example.com", 1, RD | RA | 2), kind=1, rcode=2)),
+    "no_zone": snapshot(0, snapshot_record("www.nz", response("www.nz", 1, RD | RA, answers=[rr(ptr(Q), 1, 300, bytes([192, 0, 2, 1]))]))),
+    "several_and_bounded": snapshot(8, *[snapshot_record("www.example.com", www_a)] * 5),
+    "no_end_marker": snapshot(0, snapshot_record("www.example.com", www_a), end=False),
+    "empty": snapshot(0),
+}
+
+
+def named(*items):
+    return json.dumps([{"addr": a, "kind": k} for a, k in items]).encode()
+
+
+handover_lists = {
+    "udp_tcp_http": named(("169.254.20.10:53", "udp"), ("169.254.20.10:53", "udp"),
+                          ("169.254.20.10:53", "tcp"), ("[fd00::a]:53", "tcp"), ("0.0.0.0:9253", "http")),
+    "empty": b"[]",
+    "bad_kind": named(("127.0.0.1:53", "sctp")),
+    "max": named(*[("127.0.0.1:53", "udp")] * 250),
+    "one_too_many": named(*[("127.0.0.1:53", "udp")] * 251),
+    "not_a_list": b'{"addr": "127.0.0.1:53", "kind": "udp"}',
+    # Found by the fuzzer: bytes that are not UTF-8 in a field serde_json skips were
+    # accepted (now refused: the payload is checked for UTF-8 first).
+    "regression_invalid_utf8_unknown_field": bytes.fromhex(
+        "5b7b2261646472223a20223136382e3235342e32302e31303a3533222c20226b696e64223a2022756470"
+        "227d2c207b2261646472223a20223136392e3235342e32302e31303a3533222c20226b696e6164647222"
+        "3a20225b666430d7d7d7d7d7d7d7d7d7d7d7d7d7d7d7d7d7d7d7d7d7d7d7d7d7d7d7d7d7d7303a3a215d"
+        "3a3533222c20226b696e64223a2022746370227d2c207b2261646472223a2022302e302e302e303a3932"
+        "3533222c20226b696e64223a202268747470227d5d"),
+}
+
+
 def write(target, items):
     d = os.path.join(CORPUS, target)
     os.makedirs(d, exist_ok=True)
@@ -387,3 +463,5 @@ write("config_parse", configs)
 write("resolv_conf", resolvs)
 write("response_walk", {"regression_" + k: v for k, v in regressions.items()})
 write("corefile_convert", corefiles)
+write("snapshot_read", snapshots)
+write("handover_names", handover_lists)

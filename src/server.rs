@@ -152,9 +152,9 @@ impl Server {
         };
         let predecessor = match &config.server.handover_socket {
             Some(path) => {
-                let cache = &server.shared.cache;
+                let (shared, telemetry) = (&server.shared, &server.telemetry);
                 let load = |input: &mut dyn std::io::Read| {
-                    snapshot::read(cache, std::time::Instant::now(), input)
+                    load_snapshot(shared, telemetry, &config.cache, input)
                 };
                 match handover::take_over(path, load) {
                     Ok(taken) => taken,
@@ -600,6 +600,37 @@ fn log_zones(shared: &Shared) {
         let ups: Vec<&str> = zone.upstreams.iter().map(|u| u.label.as_str()).collect();
         tracing::info!(zone = %zone.name, upstreams = ?ups, "forwarding zone");
     }
+}
+
+/// Loads the previous process's cache from `input`, every record checked
+/// against this process's settings (`cache::snapshot`): the TTL policy of
+/// the zone that serves its name, the stale window, a bound on records from
+/// the capacity, a deadline.
+fn load_snapshot(
+    shared: &Shared,
+    telemetry: &Telemetry,
+    cache: &crate::config::CacheSettings,
+    input: &mut dyn std::io::Read,
+) -> std::io::Result<usize> {
+    let settings = shared.settings.load();
+    let policy = |name: &[u8]| settings.router.route(name).map(|zone| zone.ttl);
+    let now = std::time::Instant::now();
+    let rules = snapshot::Rules {
+        policy: &policy,
+        stale_max_age: cache.stale_max_age,
+        max_records: snapshot::max_records(cache.capacity),
+        deadline: now + snapshot::LOAD_TIME,
+    };
+    let loaded = snapshot::read(&shared.cache, now, &rules, input);
+    telemetry.cache.snapshot_read(&loaded);
+    if let Some(why) = loaded.first_refusal {
+        tracing::warn!(
+            refused = loaded.refused,
+            loaded = loaded.loaded,
+            "cache snapshot: records refused (the first: {why})"
+        );
+    }
+    loaded.into_result()
 }
 
 /// After a handover: claims the node setup once the previous process has

@@ -275,34 +275,6 @@ impl Entry {
         }
     }
 
-    /// An entry from a snapshot's parts, `age` old at `now`; `None` unless
-    /// every offset lies inside the message (a snapshot is input).
-    pub(crate) fn from_parts(p: Parts<'_>, now: Instant) -> Option<Entry> {
-        let len = p.wire.len();
-        let sound = len >= HEADER_LEN
-            && usize::from(p.question_end) >= HEADER_LEN
-            && p.question_end <= p.additional_start
-            && usize::from(p.additional_start) <= len
-            && len <= usize::from(u16::MAX)
-            && p.ttl_offsets.len() % 2 == 0
-            && offsets(p.ttl_offsets).all(|at| at + 4 <= len)
-            && p.rcode < 16;
-        sound.then(|| Entry {
-            kind: p.kind,
-            rcode: p.rcode,
-            bytes: [p.wire, p.ttl_offsets].concat().into_boxed_slice(),
-            wire_len: len as u16,
-            question_end: p.question_end,
-            additional_start: p.additional_start,
-            stored_at: now.checked_sub(p.age).unwrap_or(now),
-            lifetime_secs: p.lifetime.as_secs().min(u32::MAX.into()) as u32,
-            original_ttl: p.original_ttl,
-            hits: AtomicU32::new(0),
-            prefetch_started: AtomicBool::new(false),
-            speculative: AtomicBool::new(false),
-        })
-    }
-
     /// The question as stored (the name as the upstream echoed it).
     pub fn question(&self) -> &[u8] {
         &self.wire()[HEADER_LEN..self.question_end as usize]

@@ -72,7 +72,7 @@ impl Key {
         }
     }
 
-    /// A key from a snapshot: the folded name, type, class and flags.
+    /// A key from its parts: the folded name, type, class and flags.
     pub(crate) fn from_parts(name: &[u8], qtype: u16, qclass: u16, flags: u8) -> Key {
         Key {
             name: name.into(),

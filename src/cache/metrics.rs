@@ -6,8 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use prometheus::IntGauge;
 
 use super::CacheStats;
+use super::snapshot::Loaded;
 use crate::metrics::label_set;
-use crate::metrics::{Counters, Gauges, Registry, VIEW};
+use crate::metrics::{Counters, Gauges, Registry, ResultLabels, VIEW};
 
 label_set! {
     /// CoreDNS's labels on its cache-wide series; `zones` is "." here, the
@@ -22,6 +23,8 @@ pub struct CacheGauges {
     evictions: Counters<CacheKindLabels<'static>>,
     bytes: IntGauge,
     capacity: IntGauge,
+    /// Records of the cache snapshot read at a takeover, loaded or refused.
+    snapshot_records: Counters<ResultLabels<'static>>,
     /// Eviction totals at the last scrape, to turn them into increments.
     evictions_seen: [AtomicU64; 2],
     /// The `server` label these series carry (the first listener).
@@ -47,6 +50,10 @@ impl CacheGauges {
                 "nodens_cache_capacity_bytes",
                 "The configured cache capacity in bytes.",
             ),
+            snapshot_records: r.counters(
+                "nodens_cache_snapshot_records_total",
+                "Cache snapshot records read from the previous process, by result (loaded, refused).",
+            ),
             evictions_seen: [AtomicU64::new(0), AtomicU64::new(0)],
             server,
         }
@@ -71,5 +78,14 @@ impl CacheGauges {
         }
         self.bytes.set(stats.bytes as i64);
         self.capacity.set(stats.capacity as i64);
+    }
+
+    /// Counts what a snapshot load did.
+    pub fn snapshot_read(&self, loaded: &Loaded) {
+        for (result, n) in [("loaded", loaded.loaded), ("refused", loaded.refused)] {
+            self.snapshot_records
+                .get(&ResultLabels { result })
+                .inc_by(n as u64);
+        }
     }
 }

@@ -150,15 +150,23 @@ fn refused(why: String) -> io::Error {
     )
 }
 
-/// The list of sockets a previous process sent, bounded.
+/// The list of sockets the previous process sent: input, bounded like the
+/// descriptors it names (at most `MAX_FDS`). UTF-8 is checked first: read
+/// from bytes, serde_json does not check the strings it skips (a field it
+/// does not know).
 pub fn parse_names(payload: &[u8]) -> io::Result<Vec<Named>> {
     if payload.len() > MAX_LIST {
         return Err(refused("list of sockets too long".into()));
     }
-    let names: Vec<Named> = serde_json::from_slice(payload)
-        .map_err(|e| refused(format!("bad list of sockets: {e}")))?;
+    let text =
+        std::str::from_utf8(payload).map_err(|e| refused(format!("bad list of sockets: {e}")))?;
+    let names: Vec<Named> =
+        serde_json::from_str(text).map_err(|e| refused(format!("bad list of sockets: {e}")))?;
     if names.len() > MAX_FDS {
-        return Err(refused(format!("{} sockets named", names.len())));
+        return Err(refused(format!(
+            "{} sockets named, at most {MAX_FDS} can be passed",
+            names.len()
+        )));
     }
     Ok(names)
 }
@@ -282,6 +290,10 @@ pub fn take_over(
         Ok(n) => tracing::info!(entries = n, "handover: cache received"),
         Err(e) => tracing::warn!("handover: cache not (all) received: {e}"),
     }
+    // Nothing more is read: a sender still writing a cache the load cut
+    // short (its deadline, its record bound) gets EPIPE at once, instead of
+    // blocking on a full socket until its deadline, and goes on to `ready`.
+    let _ = stream.shutdown(std::net::Shutdown::Read);
     let mut inherited = Inherited::default();
     for (name, fd) in names.into_iter().zip(fds) {
         match name.kind {
@@ -339,10 +351,15 @@ pub fn give(
     )
     .map_err(io::Error::from)?;
     let mut out = io::BufWriter::new(Timed { stream, deadline });
-    let sent = send_cache(&mut out)?;
-    out.flush()?;
+    // A cache not all taken (the new process stops reading when its load
+    // is cut short) is not a failed handover: the sockets are what counts.
+    match send_cache(&mut out).and_then(|sent| out.flush().map(|()| sent)) {
+        Ok(sent) => tracing::info!(entries = sent, "handover: cache sent"),
+        Err(e) => {
+            tracing::warn!("handover: cache not all sent ({e}); the new process starts partly warm")
+        }
+    }
     drop(out);
-    tracing::info!(entries = sent, "handover: cache sent");
     expect(&mut timed, READY)
 }
 
