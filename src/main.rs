@@ -561,12 +561,17 @@ fn run_as(config: &Config, keep: &[caps::Capability]) -> anyhow::Result<()> {
         .handover_socket
         .as_deref()
         .and_then(|p| p.parent());
-    for dir in claim.into_iter().chain(handover) {
+    let dirs: Vec<&std::path::Path> = claim.into_iter().chain(handover).collect();
+    for dir in &dirs {
         nodens::trust::prepare_dir(dir, (uid, gid))
             .with_context(|| format!("making {} nodens's own", dir.display()))?;
     }
     privileges::become_user(uid, gid, keep)
         .with_context(|| format!("switching to uid {uid}, gid {gid}"))?;
+    for dir in &dirs {
+        nodens::trust::make_private(dir)
+            .with_context(|| format!("making {} private", dir.display()))?;
+    }
     tracing::info!(uid, gid, "running as uid {uid}");
     Ok(())
 }

@@ -73,11 +73,13 @@ fn check_owned(path: &Path, meta: &std::fs::Metadata, forbidden: u32) -> io::Res
     Ok(())
 }
 
-/// Creates `dir` if missing and makes it private to `owner`: mode 0700,
-/// owned by `owner`. Only a directory that belongs to root or to `owner`
-/// already is taken (a hostPath the kubelet created is root's); one that
-/// another uid owns, or a symlink, is refused: someone else made it, and
-/// may have left something inside. Run as root, before the uid switch.
+/// Creates `dir` if missing and gives it to `owner`, mode 0700. Only a
+/// directory that belongs to root or to `owner` already is taken (a
+/// hostPath the kubelet created is root's); one that another uid owns, or a
+/// symlink, is refused: someone else made it, and may have left something
+/// inside. Run as root, before the uid switch (with `CAP_CHOWN`); a mode
+/// that root may not change without `CAP_FOWNER` (the directory is already
+/// `owner`'s) is set by [`make_private`] after the switch.
 pub fn prepare_dir(dir: &Path, owner: (u32, u32)) -> io::Result<()> {
     match std::fs::create_dir(dir) {
         Ok(()) => {}
@@ -99,9 +101,23 @@ pub fn prepare_dir(dir: &Path, owner: (u32, u32)) -> io::Result<()> {
             owner.0
         )));
     }
-    std::os::unix::fs::lchown(dir, Some(owner.0), Some(owner.1))?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    // The mode first, while the directory is still ours to change.
+    if meta.uid() == own_uid() && meta.mode() & 0o7777 != 0o700 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    if (meta.uid(), meta.gid()) != owner {
+        std::os::unix::fs::lchown(dir, Some(owner.0), Some(owner.1))?;
+    }
     Ok(())
+}
+
+/// Makes `dir`, which is ours, mode 0700, and checks it ([`check_dir`]).
+pub fn make_private(dir: &Path) -> io::Result<()> {
+    let meta = std::fs::symlink_metadata(dir)?;
+    if meta.file_type().is_dir() && meta.uid() == own_uid() && meta.mode() & 0o7777 != 0o700 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    check_dir(dir)
 }
 
 /// The credentials of the process at the other end of a Unix socket, as
@@ -163,6 +179,8 @@ mod tests {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
         prepare_dir(&dir, me).unwrap();
         check_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o750)).unwrap();
+        make_private(&dir).unwrap();
     }
 
     #[test]

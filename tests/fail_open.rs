@@ -50,9 +50,9 @@ impl Lab {
     /// Like `start_with`, running `before` in the node once its network is
     /// up, before nodens starts.
     fn start_after(backend: &str, server: &str, before: impl FnOnce(&Netns)) -> Lab {
-        let (bin, state_dir) = OWN_UID
-            .with(|o| o.borrow().clone())
-            .unwrap_or_else(|| (nodens_bin(), TEST_STATE_DIR.into()));
+        let own_uid = OWN_UID.with(|o| o.borrow().clone());
+        let chart_caps = own_uid.is_some();
+        let (bin, state_dir) = own_uid.unwrap_or_else(|| (nodens_bin(), TEST_STATE_DIR.into()));
         let node = Netns::create("fo-node");
         let dns = Netns::create("fo-dns");
         let (a, b) = (
@@ -104,7 +104,12 @@ impl Lab {
             state = state_dir.display()
         );
         before(&node);
-        let mut nodens = Nodens::launch_bin(&toml, &node.exec(), &bin);
+        // A nodens of its own uid runs under the chart's capabilities.
+        let wrapper = match chart_caps {
+            true => [&node.exec()[..], &AS_THE_CHART_RUNS_IT[..]].concat(),
+            false => node.exec().to_vec(),
+        };
+        let mut nodens = Nodens::launch_bin(&toml, &wrapper, &bin);
         in_netns(&node.name, || nodens.wait_ready());
         Lab {
             node,

@@ -162,6 +162,12 @@ fn handover_nodens(
     dir: &std::path::Path,
     run_as: Option<u32>,
 ) -> Nodens {
+    // With a uid of its own, under the chart's capabilities.
+    let wrapper: &[&str] = if run_as.is_some() {
+        &AS_THE_CHART_RUNS_IT
+    } else {
+        &[]
+    };
     let run_as = run_as.map_or(String::new(), |uid| format!("run_as_user = {uid}\n"));
     let toml = format!(
         "[server]\nlisten = [\"{dns}\"]\nworkers = 1\nhandover_socket = \"{path}\"\n{run_as}\
@@ -172,7 +178,7 @@ fn handover_nodens(
         path = dir.join("handover.sock").display(),
         up = core.addr,
     );
-    Nodens::launch(&toml, &[])
+    Nodens::launch(&toml, wrapper)
 }
 
 /// Sends `signal` to nodens and waits for a line saying it was handled;

@@ -116,7 +116,8 @@ fn no_root_process_can_join_the_sockets_of_a_nodens_that_runs_as_its_own_uid() {
          [metrics]\nlisten = \"127.0.0.1:9253\"\n\
          [[zone]]\nname = \".\"\nupstreams = [\"127.0.0.1:5300\"]\n"
     );
-    let mut nodens = Nodens::launch(&toml, &ns.exec());
+    let wrapper = [&ns.exec()[..], &AS_THE_CHART_RUNS_IT[..]].concat();
+    let mut nodens = Nodens::launch(&toml, &wrapper);
     in_netns(&ns.name, || nodens.wait_ready());
     let status = std::fs::read_to_string(format!("/proc/{}/status", nodens.proc.pid())).unwrap();
     let uids = status.lines().find(|l| l.starts_with("Uid:")).unwrap();

@@ -63,7 +63,8 @@ pub use silent::Silent;
 pub use ss::{SsConn, ss_established, ss_established_via, udp_connected_to};
 pub use stub::{build_go_lookup, build_musl_lookup};
 pub use tools::{
-    coredns_bin, nodens_bin, private_dir, random_u64, tool, world_runnable_nodens, wrapped_command,
+    AS_THE_CHART_RUNS_IT, coredns_bin, nodens_bin, private_dir, random_u64, tool,
+    world_runnable_nodens, wrapped_command,
 };
 pub use wait::{in_parallel, sample_during, sleep_until, wait_until};
 pub use zone::{BIG_TXT_COUNT, MID_TXT_COUNT, test_records, test_zone, zone_file};

@@ -107,3 +107,12 @@ pub fn world_runnable_nodens() -> (tempfile::TempDir, PathBuf) {
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     (dir, bin)
 }
+
+/// `setpriv` limiting what follows to the capabilities the Helm chart gives
+/// nodens's container (`capabilities: drop: [ALL], add: [...]`): what a test
+/// of `run_as_user` must run under, since a root shell has them all.
+pub const AS_THE_CHART_RUNS_IT: [&str; 3] = [
+    "setpriv",
+    "--bounding-set=-all,+chown,+setuid,+setgid,+net_bind_service,+net_admin,+net_raw",
+    "--",
+];
