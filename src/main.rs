@@ -178,6 +178,11 @@ struct ConvertArgs {
     /// over on /run/nodens/handover.sock).
     #[arg(long, value_name = "PATH")]
     handover_socket: Option<PathBuf>,
+    /// Also write what the Helm chart's pods expect of a configOverride: the
+    /// handover socket (/run/nodens/handover.sock), run_as_user = 65532 and
+    /// the probe server on 127.0.0.1:9254.
+    #[arg(long)]
+    for_chart: bool,
     /// Exit 2 when something was not translated (the configuration is still written).
     #[arg(long)]
     strict: bool,
@@ -389,6 +394,7 @@ fn convert_corefile(args: ConvertArgs) -> ExitCode {
         upstream_service: args.upstream_service,
         resolv_conf: args.resolv_conf,
         handover_socket: args.handover_socket,
+        for_chart: args.for_chart,
         source_name: name.clone(),
     };
     let conversion = match convert::convert(&text, &options, &|v| std::env::var(v).ok()) {

@@ -449,3 +449,30 @@ fn converted_configuration_forwards_to_the_cluster_dns() {
     );
     assert_eq!(core.count_tcp_queries("5.0.0.10.in-addr.arpa.", "PTR"), 1);
 }
+
+#[test]
+fn for_the_chart_the_conversion_carries_what_its_pods_expect() {
+    // A configOverride replaces the whole file the chart writes: the
+    // converted one must bring the chart's handover socket, uid and probe
+    // server (its liveness probe asks 127.0.0.1:9254), or the pods never
+    // get ready.
+    let dir = tempfile::tempdir().unwrap();
+    let resolv = resolv_conf(dir.path(), "127.0.0.9");
+    let path = fixture("nodelocaldns-substituted.Corefile");
+    let run = convert(
+        &path,
+        &["--resolv-conf", resolv.to_str().unwrap(), "--for-chart"],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    check_config(&run.toml);
+    let t = run.table();
+    assert_eq!(
+        t["server"]["handover_socket"].as_str(),
+        Some("/run/nodens/handover.sock")
+    );
+    assert_eq!(t["server"]["run_as_user"].as_integer(), Some(65532));
+    assert_eq!(
+        t["metrics"]["probe_listen"].as_str(),
+        Some("127.0.0.1:9254")
+    );
+}

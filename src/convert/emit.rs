@@ -51,7 +51,7 @@ pub(super) fn emit(plan: &Plan, options: &Options) -> String {
     );
     server(w, plan, options);
     cache(w, plan);
-    metrics(w, plan);
+    metrics(w, plan, options);
     cluster(w, options);
     for zone in &plan.zones {
         self::zone(w, zone);
@@ -59,13 +59,30 @@ pub(super) fn emit(plan: &Plan, options: &Options) -> String {
     out
 }
 
+/// What the Helm chart's pods expect of a `configOverride` (its defaults):
+/// the handover socket on its state hostPath, its uid, its probe server.
+const CHART_HANDOVER_SOCKET: &str = "/run/nodens/handover.sock";
+const CHART_UID: u32 = 65532;
+const CHART_PROBE_LISTEN: &str = "127.0.0.1:9254";
+
 fn server(w: &mut String, plan: &Plan, options: &Options) {
     let _ = writeln!(w, "\n[server]\nlisten = {}", quoted_list(&plan.listen));
-    if let Some(path) = &options.handover_socket {
+    let handover = match (&options.handover_socket, options.for_chart) {
+        (Some(path), _) => Some(path.display().to_string()),
+        (None, true) => Some(CHART_HANDOVER_SOCKET.to_string()),
+        (None, false) => None,
+    };
+    if let Some(path) = handover {
         let _ = writeln!(
             w,
             "handover_socket = {}   # zero-loss upgrades (docs/node.md)",
-            quote(&path.display().to_string())
+            quote(&path)
+        );
+    }
+    if options.for_chart {
+        let _ = writeln!(
+            w,
+            "run_as_user = {CHART_UID}   # the chart's server.runAsUser (docs/security.md)"
         );
     }
     if let Some(n) = plan.max_misses_in_flight {
@@ -133,13 +150,17 @@ fn cache(w: &mut String, plan: &Plan) {
     }
 }
 
-fn metrics(w: &mut String, plan: &Plan) {
+fn metrics(w: &mut String, plan: &Plan, options: &Options) {
     let chosen = plan.metrics.or(plan.health);
     let Some((addr, line)) = chosen else {
         let _ = writeln!(
             w,
             "\n# No prometheus or health in the Corefile: nodens' default [metrics] listen, 127.0.0.1:9253."
         );
+        if options.for_chart {
+            let _ = writeln!(w, "[metrics]");
+            chart_probes(w);
+        }
         return;
     };
     let _ = writeln!(
@@ -155,6 +176,18 @@ fn metrics(w: &mut String, plan: &Plan) {
         );
     }
     let _ = writeln!(w, "listen = {}", quote(&addr.to_string()));
+    if options.for_chart {
+        chart_probes(w);
+    }
+}
+
+/// The probe server the chart's liveness and readiness probes ask.
+fn chart_probes(w: &mut String) {
+    let _ = writeln!(
+        w,
+        "probe_listen = {}   # the chart's probes (metrics.probePort)",
+        quote(CHART_PROBE_LISTEN)
+    );
 }
 
 fn zone(w: &mut String, z: &ZoneOut) {

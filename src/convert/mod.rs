@@ -39,6 +39,9 @@ pub struct Options {
     /// `[server] handover_socket` to write: the converter cannot know it
     /// from a Corefile, and the Helm chart's upgrades need it.
     pub handover_socket: Option<PathBuf>,
+    /// Also write what the Helm chart's pods expect of a `configOverride`:
+    /// the handover socket, the probe server and the uid of the chart.
+    pub for_chart: bool,
     /// Shown in the header of the output.
     pub source_name: String,
 }
@@ -52,6 +55,7 @@ impl Default for Options {
             upstream_service: "kube-dns-upstream".into(),
             resolv_conf: PathBuf::from("/etc/resolv.conf"),
             handover_socket: None,
+            for_chart: false,
             source_name: "Corefile".into(),
         }
     }
