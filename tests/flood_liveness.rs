@@ -91,7 +91,7 @@ impl Lab {
         let toml = format!(
             "[server]\nlisten = [\"{SERVICE_IP}:53\"]\nworkers = {workers}\n\
              [metrics]\nlisten = \"127.0.0.1:9253\"\n\
-             [node]\nsetup = true\n\
+             [node]\nsetup = true\nstate_dir = \"{TEST_STATE_DIR}\"\n\
              [[zone]]\nname = \".\"\nupstreams = [\"{CLUSTER_DNS}\"]\n"
         );
         // The whole `nodens serve`, supervisor and server, in the cgroup,
