@@ -442,6 +442,28 @@ fn state_dir_exists() {
         .create(TEST_STATE_DIR);
 }
 
+/// After a kill of the server: its supervisor withdrew the node setup and
+/// exited, and the cluster DNS answers the Service IP.
+fn withdrawn_after_the_kill(lab: &mut Lab) {
+    lab.nodens
+        .proc
+        .wait_exit(Duration::from_secs(10))
+        .expect("supervisor exit");
+    let said = lab.nodens.proc.lines().join("\n");
+    assert!(said.contains("withdrew the node setup"), "{said}");
+    let links = lab.node.run(&["ip", "-o", "link"]);
+    assert!(
+        !links.contains("nodelocaldns"),
+        "interface left behind: {links}"
+    );
+    assert!(lab.answered(), "{:#?}", lab.debug());
+    assert!(
+        lab.core
+            .wait_queries("www.test.", "A", 1, Duration::from_secs(5))
+            >= 1
+    );
+}
+
 #[test]
 fn a_squatter_before_a_cold_start_cannot_stop_the_node_failing_open() {
     if !require_root("a_squatter_before_a_cold_start_cannot_stop_the_node_failing_open") {
@@ -464,6 +486,7 @@ fn a_squatter_before_a_cold_start_cannot_stop_the_node_failing_open() {
         squatter = Some(p);
     });
     let squatter = squatter.unwrap();
+    let mut lab = lab;
     assert!(
         squatter
             .lines()
@@ -477,11 +500,7 @@ fn a_squatter_before_a_cold_start_cannot_stop_the_node_failing_open() {
         .unwrap_or_else(|| panic!("no answer within 6 s after SIGKILL: {:#?}", lab.debug()));
     eprintln!("with a squatter: answered again {gap:?} after SIGKILL");
     assert!(gap <= Duration::from_secs(2), "{gap:?} without answers");
-    assert!(
-        lab.core
-            .wait_queries("www.test.", "A", 1, Duration::from_secs(5))
-            >= 1
-    );
+    withdrawn_after_the_kill(&mut lab);
 }
 
 #[test]
@@ -523,6 +542,7 @@ fn a_squatter_during_a_rolling_update_cannot_stop_the_node_failing_open() {
         .unwrap_or_else(|| panic!("no answer within 6 s after SIGKILL: {:#?}", lab.debug()));
     eprintln!("squatter in a rolling update: answered again {gap:?} after SIGKILL");
     assert!(gap <= Duration::from_secs(2), "{gap:?} without answers");
+    withdrawn_after_the_kill(&mut lab);
 }
 
 #[test]
