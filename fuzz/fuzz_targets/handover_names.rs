@@ -10,6 +10,8 @@ use libfuzzer_sys::fuzz_target;
 use nodens::listen::handover::parse_names;
 
 const MAX_FDS: usize = 250;
+/// The longest list a new process reads (64 KiB).
+const MAX_LIST: usize = 64 << 10;
 
 fuzz_target!(|data: &[u8]| {
     let parsed = parse_names(data);
@@ -29,11 +31,14 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(pairs(&names), pairs(&again));
         }
         Err(e) => {
-            assert!(e.to_string().starts_with("handover: "), "unclear error: {e}");
+            assert!(e.to_string().starts_with("handover refused: "), "unclear error: {e}");
             if let Some(n) = array_len {
-                // An array refused for its length, or for an item that is no
-                // socket name.
-                assert!(n > MAX_FDS || e.to_string().contains("bad list"), "{n} items refused: {e}");
+                // An array refused for its length, for the payload's size, or
+                // for an item that is no socket name.
+                assert!(
+                    n > MAX_FDS || data.len() > MAX_LIST || e.to_string().contains("bad list"),
+                    "{n} items refused: {e}"
+                );
             }
         }
     }
