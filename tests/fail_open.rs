@@ -588,10 +588,28 @@ fn a_claim_held_by_something_that_does_not_serve_is_overruled() {
     // claim stays held, by a process that serves nothing. The guard
     // overrules it after HOLDER_SILENCE.
     let start = Instant::now();
-    for pid in [lab.nodens.proc.pid() as i32, lab.server_pid()] {
+    let frozen = [lab.nodens.proc.pid() as i32, lab.server_pid()];
+    for pid in frozen {
         // SAFETY: kill(2) on a pid of this test's processes.
         unsafe { libc::kill(pid, libc::SIGSTOP) };
     }
+    // A stop reaches every thread in its own time: until then the server
+    // may still answer. Wait until all are stopped, then see it silent.
+    for pid in frozen {
+        wait_until(Duration::from_secs(5), "the freeze", || {
+            std::fs::read_dir(format!("/proc/{pid}/task"))
+                .unwrap()
+                .all(|t| {
+                    let stat =
+                        std::fs::read_to_string(t.unwrap().path().join("stat")).unwrap_or_default();
+                    stat.rsplit(')')
+                        .next()
+                        .is_some_and(|rest| rest.trim_start().starts_with('T'))
+                })
+                .then_some(())
+        });
+    }
+    assert!(!lab.answered(), "a frozen server answered");
     while start.elapsed() < Duration::from_secs(20) && !lab.answered() {
         std::thread::sleep(Duration::from_millis(100));
     }
