@@ -45,7 +45,7 @@ fn service_address(service: &str) -> Result<std::net::SocketAddr, String> {
 /// fully qualified, as ZoneName holds them). 0x20 is off by default there:
 /// CoreDNS's `kubernetes` plugin compares the question with its zone in the
 /// case asked, so a random-case question gets NODATA for the apex NS and
-/// NXDOMAIN for `ns.dns` (tests/cluster_schema.rs), as unbound exempts such
+/// NXDOMAIN for `ns.dns` (tests/integration/cluster_schema.rs), as unbound exempts such
 /// servers with `caps-exempt`.
 fn at_or_below(zone: &str, domain: &str) -> bool {
     zone == domain

@@ -3,7 +3,7 @@
 //! kilobytes a pod) is skipped while parsing, never allocated, so a list of
 //! a node's pods costs the watch little more than what it keeps, and the
 //! allocator is not left holding the pages a whole `Pod` would have filled
-//! (measured: tests/autopath_memory.rs).
+//! (measured: tests/integration/autopath_memory.rs).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::{Deserialize, Deserializer};

@@ -5,7 +5,7 @@
 //! The rules follow the Kubernetes DNS specification (kubernetes/dns
 //! docs/specification.md) and what CoreDNS's `kubernetes` plugin answers
 //! (`parseRequest` and `findServices`/`findPods` in plugin/kubernetes),
-//! and are checked against it in tests/cluster_schema.rs. Under the zone
+//! and are checked against it in tests/integration/cluster_schema.rs. Under the zone
 //! `Z`, CoreDNS serves only:
 //!
 //! - `Z` itself, `dns-version.Z` (TXT) and `ns.dns.Z` (its own address);

@@ -1,0 +1,48 @@
+//! The integration tests: one binary, one module per area, each against
+//! real software (nodens's own binary, CoreDNS, dnsmasq, unbound, a
+//! kube-apiserver, `ip`/`nft`/`iptables` in network namespaces). The harness
+//! is the `support` crate (tests/support/), compiled once.
+//!
+//! One binary because each of the 34 it replaces compiled and linked the
+//! harness, kube, rustls and tokio on its own (decision 55). Tests that need
+//! root or a tool the machine lacks fail saying what to install, or, with
+//! `NODENS_ALLOW_SKIP=1`, pass at once and print `skipped: needs X`.
+//!
+//! Run one area with `cargo test --test integration abuse::`, one test by
+//! (part of) its name. `tests/hit_no_alloc.rs` stays a binary of its own: it
+//! counts the process's allocations with a global allocator.
+
+mod abuse;
+mod autopath;
+mod autopath_memory;
+mod cluster_schema;
+mod coalescing;
+mod convert_corefile;
+mod doctor;
+mod doctor_node;
+mod endpoint_discovery;
+mod fail_open;
+mod flood_liveness;
+mod forwarding;
+mod handover;
+mod http_bounds;
+mod lifecycle;
+mod malformed;
+mod metrics;
+mod negative;
+mod node;
+mod node_setup;
+mod privileges;
+mod querygen;
+mod search_rules;
+mod snapshot_trust;
+mod stale_prefetch;
+mod tcp;
+mod transport_fallback;
+mod truncation;
+mod udp_worker;
+mod upstream_faults;
+mod upstream_health;
+mod upstream_pool;
+mod upstream_service;
+mod wire_robustness;

@@ -1,0 +1,290 @@
+//! Serve-stale (RFC 8767) and prefetch, against a real CoreDNS.
+//!
+//! Serve-stale: once the upstream is gone, an expired entry still within
+//! stale_max_age is answered with TTL stale_ttl (30) and, for EDNS clients,
+//! an Extended DNS Error (option 15) with INFO-CODE 3 "Stale Answer";
+//! coredns_cache_served_stale_total counts them; a name never cached gets
+//! SERVFAIL within query_timeout; past stale_max_age there is no stale answer.
+//!
+//! The stale answer does not wait out the upstream: a frozen upstream's
+//! expired names are answered stale after stale_answer_timeout, and at once
+//! once the upstream is marked down; with stale_answer_timeout 0
+//! (immediate), at once while the refresh goes on behind, and the next
+//! query gets the refreshed answer.
+//!
+//! Prefetch: an entry hit at least prefetch_min_hits times is refreshed from
+//! the upstream when a hit finds at most prefetch_percent of its TTL left, so
+//! it is still cached after its original expiry; an entry with fewer hits is
+//! not refreshed.
+
+use std::time::{Duration, Instant};
+
+use support::*;
+
+fn stale_setup(stale_max_age: Duration) -> (Net, CoreDns, Nodens) {
+    setup_with(|c, z| {
+        c.query_timeout(secs(2))
+            .stale_max_age(stale_max_age)
+            .stale_ttl(secs(30))
+            .zone(z.upstream_timeout(ms(500)))
+    })
+}
+
+#[test]
+fn serves_stale_when_upstream_is_down() {
+    needs!(Need::CoreDns);
+    let (_net, mut core, nodens) = stale_setup(secs(3600));
+
+    let t0 = Instant::now();
+    // short and short2 have TTL 2.
+    assert_eq!(
+        udp_query(nodens.dns, &Q::new("short.test.", Rt::A)).a(),
+        vec![ipv4("192.0.2.2")]
+    );
+    assert_eq!(
+        udp_query(nodens.dns, &Q::new("short2.test.", Rt::A)).a(),
+        vec![ipv4("192.0.2.4")]
+    );
+    let stale_before = nodens.metric("coredns_cache_served_stale_total", &[]);
+    core.stop();
+    sleep_until(t0, Duration::from_millis(3200)); // both expired
+
+    // No EDNS: stale data, TTL 30, no OPT.
+    let r = udp_query(nodens.dns, &Q::new("short.test.", Rt::A).no_edns());
+    assert_eq!(r.rcode(), rcode::NOERROR, "expired entry not served stale");
+    assert_eq!(r.a(), vec![ipv4("192.0.2.2")]);
+    assert!(
+        r.ttls().iter().all(|&t| t == 30),
+        "stale TTLs {:?}, expected 30",
+        r.ttls()
+    );
+    assert!(r.opt().is_none(), "OPT in a reply to a query without one");
+    assert!(
+        r.elapsed <= Duration::from_millis(3000),
+        "stale answer after {:?}",
+        r.elapsed
+    );
+
+    // EDNS: also an EDE "Stale Answer".
+    let r = udp_query(nodens.dns, &Q::new("short2.test.", Rt::A));
+    assert_eq!(r.rcode(), rcode::NOERROR);
+    assert_eq!(r.a(), vec![ipv4("192.0.2.4")]);
+    assert!(
+        r.ttls().iter().all(|&t| t == 30),
+        "stale TTLs {:?}, expected 30",
+        r.ttls()
+    );
+    let opt = r.opt().expect("OPT in the reply to an EDNS query");
+    assert!(
+        opt.ede_codes().contains(&3),
+        "no EDE INFO-CODE 3 (Stale Answer): options {:?}",
+        opt.options()
+    );
+
+    nodens.wait_metric("coredns_cache_served_stale_total", &[], stale_before + 2.0);
+
+    // Never cached: nothing stale to give.
+    let r = udp_query_timeout(
+        nodens.dns,
+        &Q::new("www.test.", Rt::A),
+        Duration::from_secs(6),
+    )
+    .expect("SERVFAIL, not silence");
+    assert_eq!(r.rcode(), rcode::SERVFAIL);
+    assert!(
+        r.elapsed <= Duration::from_millis(3000),
+        "SERVFAIL after {:?}, query_timeout is 2 s",
+        r.elapsed
+    );
+}
+
+/// stale_max_age = 2s: stale 0.8 s after expiry, SERVFAIL 3.5 s after.
+#[test]
+fn no_stale_answer_past_stale_max_age() {
+    needs!(Need::CoreDns);
+    let (_net, mut core, nodens) = stale_setup(secs(2));
+
+    let t0 = Instant::now();
+    assert_eq!(
+        udp_query(nodens.dns, &Q::new("short.test.", Rt::A)).a(),
+        vec![ipv4("192.0.2.2")]
+    );
+    assert_eq!(
+        udp_query(nodens.dns, &Q::new("short2.test.", Rt::A)).a(),
+        vec![ipv4("192.0.2.4")]
+    );
+    core.stop();
+
+    sleep_until(t0, Duration::from_millis(2800));
+    let r = udp_query(nodens.dns, &Q::new("short.test.", Rt::A));
+    assert_eq!(
+        r.rcode(),
+        rcode::NOERROR,
+        "within stale_max_age: stale answer expected"
+    );
+    assert_eq!(r.a(), vec![ipv4("192.0.2.2")]);
+
+    sleep_until(t0, Duration::from_millis(5500));
+    let r = udp_query_timeout(
+        nodens.dns,
+        &Q::new("short2.test.", Rt::A),
+        Duration::from_secs(6),
+    )
+    .expect("SERVFAIL, not silence");
+    assert_eq!(
+        r.rcode(),
+        rcode::SERVFAIL,
+        "past stale_max_age: {:?}",
+        r.msg.answers()
+    );
+}
+
+/// pf and pf2 have TTL 8; with prefetch_percent = 40 the window opens when
+/// <= 3.2 s remain (at 4.8 s). pf is hit twice early and once at 5.5 s:
+/// refreshed, so at 9 s (after its original expiry) it is still a hit.
+/// pf2 is hit only at 5.5 s (1 < prefetch_min_hits): not refreshed.
+#[test]
+fn prefetch_refreshes_popular_entries_only() {
+    needs!(Need::CoreDns);
+    let (_net, core, nodens) =
+        setup_with(|c, z| c.prefetch_min_hits(2).prefetch_percent(40).zone(z));
+
+    let t0 = Instant::now();
+    for _ in 0..3 {
+        assert_eq!(
+            udp_query(nodens.dns, &Q::new("pf.test.", Rt::A)).a(),
+            vec![ipv4("192.0.2.5")]
+        );
+    }
+    assert_eq!(
+        udp_query(nodens.dns, &Q::new("pf2.test.", Rt::A)).a(),
+        vec![ipv4("192.0.2.6")]
+    );
+    core.sync_log();
+    assert_eq!(core.count_queries("pf.test.", "A"), 1);
+    let prefetch_before = nodens.metric("coredns_cache_prefetch_total", &[]);
+
+    sleep_until(t0, Duration::from_millis(5500));
+    let r = udp_query(nodens.dns, &Q::new("pf.test.", Rt::A));
+    assert_eq!(r.a(), vec![ipv4("192.0.2.5")]);
+    assert!(
+        r.ttls()[0] <= 3,
+        "TTL {} at 5.5 s of 8: not the cached entry",
+        r.ttls()[0]
+    );
+    assert_eq!(
+        udp_query(nodens.dns, &Q::new("pf2.test.", Rt::A)).a(),
+        vec![ipv4("192.0.2.6")]
+    );
+
+    core.wait_queries("pf.test.", "A", 2, Duration::from_secs(3));
+    nodens.wait_metric("coredns_cache_prefetch_total", &[], prefetch_before + 1.0);
+
+    sleep_until(t0, Duration::from_millis(9000));
+    let r = udp_query(nodens.dns, &Q::new("pf.test.", Rt::A));
+    assert_eq!(r.a(), vec![ipv4("192.0.2.5")]);
+    assert!(r.ttls()[0] >= 3, "TTL {} after the refresh", r.ttls()[0]);
+    core.sync_log();
+    assert_eq!(
+        core.count_queries("pf.test.", "A"),
+        2,
+        "pf: the 9 s query was not served from the prefetched entry"
+    );
+    assert_eq!(
+        core.count_queries("pf2.test.", "A"),
+        1,
+        "pf2 (one hit) was prefetched"
+    );
+}
+
+/// A frozen upstream (SIGSTOP): an expired name waits stale_answer_timeout
+/// (300 ms) for it, then gets its stale answer; once the upstream is marked
+/// down, stale answers come at once. Thawed, the fetch behind a stale answer
+/// refreshes the entry and marks the upstream up.
+#[test]
+fn stale_answers_do_not_wait_out_a_frozen_upstream() {
+    needs!(Need::CoreDns);
+    let (_net, core, nodens) = setup_with(|c, z| {
+        c.query_timeout(secs(4))
+            .stale_answer_timeout(ms(300))
+            .zone(z.upstream_timeout(secs(2)).max_fails(2))
+    });
+    let to = core.addr.to_string();
+    let t0 = Instant::now();
+    for name in ["short.test.", "short2.test.", "pf.test."] {
+        assert_eq!(
+            udp_query(nodens.dns, &Q::new(name, Rt::A)).rcode(),
+            rcode::NOERROR
+        );
+    }
+    core.proc.signal(libc::SIGSTOP);
+    sleep_until(t0, Duration::from_millis(2500)); // short and short2 expired (TTL 2)
+
+    // The upstream is up as far as nodens knows: the timer answers.
+    let r = udp_query(nodens.dns, &Q::new("short.test.", Rt::A));
+    assert_eq!(r.a(), vec![ipv4("192.0.2.2")]);
+    assert!(
+        r.ttls().iter().all(|&t| t == 30),
+        "stale TTLs {:?}",
+        r.ttls()
+    );
+    assert!(
+        r.elapsed >= ms(250) && r.elapsed < ms(1500),
+        "stale answer after {:?}, stale_answer_timeout is 300 ms",
+        r.elapsed
+    );
+    // Two queries time out upstream (the refresh behind the answer above and
+    // a miss of a new name): the upstream is marked down.
+    let _ = udp_query_timeout(nodens.dns, &Q::new("nothere.test.", Rt::A), secs(6));
+    wait_until(secs(6), "the frozen upstream to be marked down", || {
+        (nodens.metric("nodens_upstream_healthy", &[("to", &to)]) == 0.0).then_some(())
+    });
+    let r = udp_query(nodens.dns, &Q::new("short2.test.", Rt::A));
+    assert_eq!(r.a(), vec![ipv4("192.0.2.4")]);
+    assert!(
+        r.elapsed < ms(100),
+        "stale answer with the upstream down after {:?}",
+        r.elapsed
+    );
+
+    // Thawed: the fetch behind the next stale answer is answered, which
+    // marks the upstream up and refreshes the entry.
+    core.proc.signal(libc::SIGCONT);
+    let refreshed = wait_until(secs(5), "a refreshed answer for short.test.", || {
+        let r = udp_query(nodens.dns, &Q::new("short.test.", Rt::A));
+        r.ttls().iter().all(|&t| t <= 2).then_some(r)
+    });
+    assert_eq!(refreshed.a(), vec![ipv4("192.0.2.2")]);
+    assert_eq!(
+        nodens.metric("nodens_upstream_healthy", &[("to", &to)]),
+        1.0
+    );
+}
+
+/// stale_answer_timeout 0 (immediate): an expired name is answered stale at
+/// once although the upstream answers, and the refresh behind it puts the
+/// fresh answer in the cache for the next query.
+#[test]
+fn immediate_stale_answers_and_refreshes_behind() {
+    needs!(Need::CoreDns);
+    let (_net, core, nodens) = setup_with(|c, z| c.stale_answer_timeout(ms(0)).zone(z));
+    let t0 = Instant::now();
+    let first = udp_query(nodens.dns, &Q::new("short.test.", Rt::A));
+    assert_eq!(first.a(), vec![ipv4("192.0.2.2")]);
+    sleep_until(t0, Duration::from_millis(2500)); // expired (TTL 2)
+    let r = udp_query(nodens.dns, &Q::new("short.test.", Rt::A));
+    assert_eq!(r.a(), vec![ipv4("192.0.2.2")]);
+    assert!(
+        r.ttls().iter().all(|&t| t == 30),
+        "stale TTLs {:?}",
+        r.ttls()
+    );
+    let refreshed = wait_until(secs(2), "the refreshed answer in the cache", || {
+        let r = udp_query(nodens.dns, &Q::new("short.test.", Rt::A));
+        r.ttls().iter().all(|&t| t <= 2).then_some(r)
+    });
+    assert_eq!(refreshed.a(), vec![ipv4("192.0.2.2")]);
+    // Asked upstream twice in all: the first query and the refresh.
+    core.sync_log();
+    assert_eq!(core.count_queries("short.test.", "A"), 2);
+}

@@ -1,0 +1,114 @@
+//! The UDP worker's two modes: it blocks in recvmmsg while no miss is in
+//! flight, and runs its event loop while one is. With one worker, every
+//! query goes through the same thread, so a miss waiting on a silent
+//! upstream must not hold up hits or other misses, and the worker must go
+//! back to plain blocking receives (and keep answering) once it is done.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+#[test]
+fn hits_and_misses_go_on_while_a_miss_waits() {
+    needs!(Need::CoreDns);
+    let net = Net::alloc();
+    let core = CoreDns::test_zone(net.upstream(0), "");
+    let silent = Silent::bind(net.silent(0));
+    let nodens = Nodens::start(
+        &Cfg::new(&net)
+            .query_timeout(secs(3))
+            .zone(Zone::new("test.", &[core.addr]))
+            .zone(Zone::new("slow.", &[silent.addr]).upstream_timeout(secs(3))),
+    );
+    let dns = nodens.dns;
+    let www = Q::new("www.test.", Rt::A);
+    assert_eq!(udp_query(dns, &www).a(), vec![ipv4("192.0.2.1")]);
+
+    let started = Instant::now();
+    let slow = thread::spawn(move || udp_query(dns, &Q::new("x.slow.", Rt::A)));
+    silent
+        .recv(Duration::from_secs(5))
+        .expect("the slow miss reached its upstream");
+
+    // The worker now has a miss in flight for about 3 s.
+    for i in 0..50 {
+        let r = udp_query(dns, &www);
+        assert_eq!(r.a(), vec![ipv4("192.0.2.1")], "hit {i}");
+        assert!(
+            r.elapsed < Duration::from_millis(500),
+            "hit {i} took {:?}",
+            r.elapsed
+        );
+    }
+    let mx = udp_query(dns, &Q::new("mail.test.", Rt::MX));
+    assert_eq!(mx.rcode(), rcode::NOERROR);
+    assert!(
+        mx.elapsed < Duration::from_millis(1000),
+        "miss took {:?}",
+        mx.elapsed
+    );
+    assert!(
+        !slow.is_finished() && started.elapsed() < Duration::from_secs(2),
+        "the slow miss was still in flight during all of that"
+    );
+
+    let slow = slow.join().unwrap();
+    assert_eq!(slow.rcode(), rcode::SERVFAIL);
+    assert!(
+        slow.elapsed >= Duration::from_millis(2500),
+        "{:?}",
+        slow.elapsed
+    );
+
+    // Back to blocking receives: hits and new misses are still answered.
+    for i in 0..20 {
+        assert_eq!(
+            udp_query(dns, &www).a(),
+            vec![ipv4("192.0.2.1")],
+            "hit {i} after"
+        );
+    }
+    let aaaa = udp_query(dns, &Q::new("www.test.", Rt::AAAA));
+    assert_eq!(aaaa.rcode(), rcode::NOERROR);
+    // CoreDNS logs after it answers: wait for its log to catch up.
+    core.sync_log();
+    assert_eq!(core.count_queries("www.test.", "AAAA"), 1);
+}
+
+/// Many misses at once, each answered once and right, from one worker:
+/// the event loop carries them all concurrently (a serial loop would take
+/// 200 × the upstream's round trip and the test's deadline would catch it).
+#[test]
+fn concurrent_misses_on_one_worker() {
+    needs!(Need::CoreDns);
+    let net = Net::alloc();
+    let mut records = String::new();
+    for i in 0..200 {
+        records.push_str(&format!("n{i} 300 IN A 192.0.2.{}\n", i % 250 + 1));
+    }
+    let core = CoreDns::test_zone(net.upstream(0), &records);
+    let nodens = Nodens::start(&Cfg::new(&net).zone(Zone::new("test.", &[core.addr])));
+    let dns = nodens.dns;
+    let sock = std::net::UdpSocket::bind((net.ip(50), 0)).unwrap();
+    for i in 0..200u16 {
+        let q = Q::new(&format!("n{i}.test."), Rt::A).id(i);
+        sock.send_to(&q.to_bytes(), dns).unwrap();
+    }
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut seen = [false; 200];
+    let mut buf = [0u8; 1500];
+    for _ in 0..200 {
+        let (n, _) = sock.recv_from(&mut buf).expect("an answer within 5 s");
+        let r = Reply::parse(buf[..n].to_vec(), Duration::ZERO);
+        let i = usize::from(r.id());
+        assert!(!seen[i], "answer {i} twice");
+        seen[i] = true;
+        assert_eq!(
+            r.a(),
+            vec![ipv4(&format!("192.0.2.{}", i % 250 + 1))],
+            "answer to n{i}"
+        );
+    }
+    assert_eq!(core.count_queries("n7.test.", "A"), 1);
+}

@@ -1,0 +1,365 @@
+//! A real Kubernetes API server for tests, with no nodes: etcd and
+//! kube-apiserver inside a network namespace the test made, objects created
+//! with kubectl, and CoreDNS's `kubernetes` plugin serving the cluster
+//! domain from them ([`KubeDns`]).
+//!
+//! Everything listens on the namespace's own addresses; nothing touches the
+//! cluster of lab/kube. The binaries come from `$KUBE_APISERVER` and
+//! `$KUBECTL` (default: the cache `lab/kube/build k8s` fills, the `K8S_DIR`
+//! of `lab/kube/build print`), `$ETCD` (default: `etcd` on PATH, Debian's
+//! etcd-server) and [`coredns_bin`]; .ci/install-deps provides them all.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use super::coredns::LoggedQuery;
+use super::netns::{Netns, run_ok};
+use super::proc::Proc;
+use super::tools::{coredns_bin, tool, wrapped_command};
+use super::wait::wait_until;
+
+/// The API server's address inside the namespace.
+const API: &str = "127.0.0.1:6443";
+const ETCD_CLIENT: &str = "http://127.0.0.1:2379";
+const ETCD_PEER: &str = "http://127.0.0.1:2380";
+/// The API server's advertised address.
+const NODE_IP: &str = "172.31.254.1";
+/// Where the Services' cluster IPs come from.
+const SERVICE_CIDR: &str = "10.96.0.0/16";
+/// CoreDNS's own address (its "pod IP").
+pub const COREDNS_IP: &str = "10.244.0.53";
+const TOKEN: &str = "nodens-test-admin";
+
+fn executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    p.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// `$var`, else `name` in lab/kube/build's cache.
+fn k8s_bin(name: &str, var: &str) -> PathBuf {
+    find_k8s_bin(name, var).unwrap_or_else(|why| panic!("{why}"))
+}
+
+/// Where [`k8s_bin`] finds `name`, or why it does not.
+fn find_k8s_bin(name: &str, var: &str) -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os(var) {
+        let p = PathBuf::from(p);
+        if !executable(&p) {
+            return Err(format!("{var}={} is not an executable", p.display()));
+        }
+        return Ok(p);
+    }
+    let build = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("lab/kube/build");
+    let out = Command::new("bash")
+        .arg(&build)
+        .arg("print")
+        .output()
+        .map_err(|e| format!("`{} print`: {e}", build.display()))?;
+    let out = String::from_utf8_lossy(&out.stdout);
+    let dir = out
+        .lines()
+        .find_map(|l| l.strip_prefix("K8S_DIR="))
+        .ok_or_else(|| format!("no K8S_DIR in `{} print`: {out}", build.display()))?;
+    let p = Path::new(dir).join(name);
+    if !executable(&p) {
+        return Err(format!(
+            "{name} not found at {}: set ${var}, or build it with `lab/kube/build k8s` \
+             (.ci/install-deps does)",
+            p.display()
+        ));
+    }
+    Ok(p)
+}
+
+/// Whether a kube-apiserver and etcd are there to start ([`crate::Need::Kubernetes`]).
+pub(crate) fn kubernetes_found() -> bool {
+    find_k8s_bin("kube-apiserver", "KUBE_APISERVER").is_ok()
+        && (std::env::var_os("ETCD").is_some() || super::tools::find_on_path("etcd").is_some())
+}
+
+fn etcd_bin() -> PathBuf {
+    match std::env::var_os("ETCD") {
+        Some(p) => PathBuf::from(p),
+        None => tool("etcd"),
+    }
+}
+
+/// `openssl ARGS` in `dir`, `args` split at spaces.
+fn openssl(dir: &Path, args: &str) {
+    run_ok(
+        Command::new(tool("openssl"))
+            .current_dir(dir)
+            .args(args.split_whitespace()),
+    );
+}
+
+/// A CA, the API server's certificate (signed by it, for [`API`]) and the
+/// service-account key pair, in `dir`.
+fn make_pki(dir: &Path) {
+    let ec = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
+    openssl(
+        dir,
+        &format!("req -x509 {ec} -days 2 -subj /CN=nodens-test-ca -keyout ca.key -out ca.crt"),
+    );
+    openssl(
+        dir,
+        &format!("req {ec} -subj /CN=kube-apiserver -keyout server.key -out server.csr"),
+    );
+    std::fs::write(
+        dir.join("server.ext"),
+        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n\
+         extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1\n",
+    )
+    .unwrap();
+    openssl(
+        dir,
+        "x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
+         -extfile server.ext -out server.crt",
+    );
+    openssl(
+        dir,
+        "genpkey -algorithm ec -pkeyopt ec_paramgen_curve:P-256 -out sa.key",
+    );
+    openssl(dir, "pkey -in sa.key -pubout -out sa.pub");
+}
+
+/// etcd and kube-apiserver in a test's network namespace, killed on drop.
+pub struct Kube {
+    pub apiserver: Proc,
+    pub etcd: Proc,
+    /// A kubeconfig for an admin (group system:masters, by a static token),
+    /// context `test`.
+    pub kubeconfig: PathBuf,
+    netns: String,
+    kubectl: PathBuf,
+    /// How the API server was started, to start it again.
+    apiserver_command: (PathBuf, Vec<String>),
+    dir: tempfile::TempDir,
+    _etcd_data: tempfile::TempDir,
+}
+
+impl Kube {
+    /// Starts etcd and kube-apiserver inside `ns` and waits (up to 120 s)
+    /// until the API server is ready. Adds [`NODE_IP`] and [`COREDNS_IP`]
+    /// to the namespace's `lo`.
+    pub fn start(ns: &Netns) -> Kube {
+        let (apiserver_bin, kubectl) = (
+            k8s_bin("kube-apiserver", "KUBE_APISERVER"),
+            k8s_bin("kubectl", "KUBECTL"),
+        );
+        for ip in [NODE_IP, COREDNS_IP] {
+            ns.run(&["ip", "addr", "add", &format!("{ip}/32"), "dev", "lo"]);
+        }
+
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        make_pki(d);
+        std::fs::write(
+            d.join("tokens.csv"),
+            format!("{TOKEN},admin,admin,\"system:masters\"\n"),
+        )
+        .unwrap();
+        let kubeconfig = d.join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\n\
+                 clusters:\n- name: test\n  cluster: {{certificate-authority: {ca}, server: \"https://{API}\"}}\n\
+                 users:\n- name: admin\n  user: {{token: {TOKEN}}}\n\
+                 contexts:\n- name: test\n  context: {{cluster: test, user: admin}}\n\
+                 current-context: test\n",
+                ca = d.join("ca.crt").display(),
+            ),
+        )
+        .unwrap();
+
+        // etcd's data on tmpfs when there is one: no disk syncs to wait for.
+        let etcd_data = tempfile::Builder::new()
+            .prefix("nodens-etcd-")
+            .tempdir_in("/dev/shm")
+            .or_else(|_| tempfile::tempdir())
+            .unwrap();
+        let mut cmd = wrapped_command(&ns.exec(), &etcd_bin());
+        cmd.arg("--name=test")
+            .arg(format!("--data-dir={}", etcd_data.path().display()))
+            .arg(format!("--listen-client-urls={ETCD_CLIENT}"))
+            .arg(format!("--advertise-client-urls={ETCD_CLIENT}"))
+            .arg(format!("--listen-peer-urls={ETCD_PEER}"))
+            .arg(format!("--initial-advertise-peer-urls={ETCD_PEER}"))
+            .arg(format!("--initial-cluster=test={ETCD_PEER}"))
+            .args(["--listen-metrics-urls=", "--log-level=warn"]);
+        let etcd = Proc::spawn("etcd", cmd);
+
+        let file = |n: &str| d.join(n).display().to_string();
+        let apiserver_args: Vec<String> = vec![
+            format!("--etcd-servers={ETCD_CLIENT}"),
+            "--bind-address=127.0.0.1".into(),
+            "--secure-port=6443".into(),
+            format!("--advertise-address={NODE_IP}"),
+            format!("--cert-dir={}", file("certs")),
+            format!("--tls-cert-file={}", file("server.crt")),
+            format!("--tls-private-key-file={}", file("server.key")),
+            format!("--token-auth-file={}", file("tokens.csv")),
+            "--authorization-mode=RBAC".into(),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+            format!("--service-account-key-file={}", file("sa.pub")),
+            format!("--service-account-signing-key-file={}", file("sa.key")),
+            format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+            "--disable-admission-plugins=ServiceAccount".into(),
+            // No endpoints for `kubernetes` (no node could reach it): nothing
+            // but the test writes Services or EndpointSlices.
+            "--endpoint-reconciler-type=none".into(),
+            "--profiling=false".into(),
+        ];
+        let mut cmd = wrapped_command(&ns.exec(), &apiserver_bin);
+        cmd.args(&apiserver_args);
+        let apiserver = Proc::spawn("kube-apiserver", cmd);
+
+        let mut kube = Kube {
+            apiserver,
+            etcd,
+            kubeconfig,
+            netns: ns.name.clone(),
+            kubectl,
+            apiserver_command: (apiserver_bin, apiserver_args),
+            dir,
+            _etcd_data: etcd_data,
+        };
+        kube.wait_ready(Duration::from_secs(120));
+        kube
+    }
+
+    fn wait_ready(&mut self, timeout: Duration) {
+        wait_until(timeout, "kube-apiserver /readyz", || {
+            for p in [&mut self.etcd, &mut self.apiserver] {
+                if let Some(st) = p.try_status() {
+                    panic!("{} exited ({st}) before the API server was ready", p.name);
+                }
+            }
+            let ready = self.try_kubectl(&["get", "--raw", "/readyz"], None).ok()? == "ok";
+            let default = self.try_kubectl(&["get", "namespace", "default"], None);
+            (ready && default.is_ok()).then_some(())
+        });
+    }
+
+    /// Runs kubectl (inside the namespace, as admin) with `stdin`; its
+    /// stdout, or its stderr if it failed. Each request is bounded (5 s).
+    pub fn try_kubectl(&self, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
+        let mut cmd = wrapped_command(&["ip", "netns", "exec", &self.netns], &self.kubectl);
+        cmd.arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .arg(format!(
+                "--cache-dir={}",
+                self.dir.path().join("kubectl").display()
+            ))
+            .arg("--request-timeout=5s")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+        let mut pipe = child.stdin.take().unwrap();
+        // A kubectl that fails early may not read it: its stderr says why.
+        let _ = pipe.write_all(stdin.unwrap_or("").as_bytes());
+        drop(pipe);
+        let out = child.wait_with_output().unwrap();
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).to_string())
+        }
+    }
+
+    /// Kills the API server (etcd keeps the objects).
+    pub fn stop_apiserver(&mut self) {
+        self.apiserver.kill();
+    }
+
+    /// Starts the API server again, as before, and waits until it is ready.
+    pub fn start_apiserver(&mut self) {
+        let (bin, args) = &self.apiserver_command;
+        let mut cmd = wrapped_command(&["ip", "netns", "exec", &self.netns], bin);
+        cmd.args(args);
+        self.apiserver = Proc::spawn("kube-apiserver", cmd);
+        self.wait_ready(Duration::from_secs(120));
+    }
+
+    /// `kubectl apply -f -` of `manifests`: creates or changes the objects.
+    pub fn apply(&self, manifests: &str) {
+        self.try_kubectl(&["apply", "-f", "-"], Some(manifests))
+            .unwrap_or_else(|e| panic!("kubectl apply: {e}\n{manifests}"));
+    }
+
+    /// `kubectl create -f -` of `manifests` (YAML documents).
+    pub fn create(&self, manifests: &str) {
+        self.try_kubectl(&["create", "-f", "-"], Some(manifests))
+            .unwrap_or_else(|e| panic!("kubectl create: {e}\n{manifests}"));
+    }
+}
+
+/// CoreDNS serving `cluster.local` and the reverse zones from a [`Kube`]
+/// with the `kubernetes` plugin (`pods insecure`), logging every query, on
+/// port 53 of every address in the namespace. Without a `bind`, the plugin
+/// takes the namespace's address [`COREDNS_IP`] for its own, as in a pod:
+/// `ns.dns.<zone>` answers with the Service whose endpoint that is.
+pub struct KubeDns {
+    pub proc: Proc,
+    /// Where to ask it, inside the namespace.
+    pub addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl KubeDns {
+    /// Starts CoreDNS in `ns`; it is ready once it answers (see the plugin's
+    /// start-up sync: the caller waits for the objects it needs).
+    pub fn start(ns: &Netns, kube: &Kube) -> KubeDns {
+        KubeDns::start_with(ns, kube, "", "insecure")
+    }
+
+    /// [`KubeDns::start`] bound to [`COREDNS_IP`] only, leaving port 53 of
+    /// the namespace's other addresses to other servers.
+    pub fn start_bound(ns: &Netns, kube: &Kube) -> KubeDns {
+        KubeDns::start_with(ns, kube, &format!("  bind {COREDNS_IP}\n"), "insecure")
+    }
+
+    /// [`KubeDns::start_bound`] with `pods verified`: the plugin watches
+    /// every pod of the cluster, as its autopath needs.
+    pub fn start_verified(ns: &Netns, kube: &Kube) -> KubeDns {
+        KubeDns::start_with(ns, kube, &format!("  bind {COREDNS_IP}\n"), "verified")
+    }
+
+    fn start_with(ns: &Netns, kube: &Kube, extra: &str, pods: &str) -> KubeDns {
+        let dir = tempfile::tempdir().unwrap();
+        let corefile = format!(
+            ".:53 {{\n{extra}  kubernetes cluster.local in-addr.arpa ip6.arpa {{\n    \
+             kubeconfig {} test\n    pods {pods}\n  }}\n  log\n  errors\n}}\n",
+            kube.kubeconfig.display()
+        );
+        let conf = dir.path().join("Corefile");
+        std::fs::write(&conf, corefile).unwrap();
+        let mut cmd = wrapped_command(&ns.exec(), &coredns_bin());
+        cmd.arg("-conf").arg(&conf).current_dir(dir.path());
+        KubeDns {
+            proc: Proc::spawn("coredns kubernetes", cmd),
+            addr: SocketAddr::new(COREDNS_IP.parse().unwrap(), 53),
+            _dir: dir,
+        }
+    }
+
+    /// Every query CoreDNS logged so far.
+    pub fn queries(&self) -> Vec<LoggedQuery> {
+        LoggedQuery::all_of(&self.proc)
+    }
+
+    /// How many queries for `name` (any case, with its final dot) and
+    /// `qtype` ("A", "SRV", ...) reached CoreDNS.
+    pub fn count_queries(&self, name: &str, qtype: &str) -> usize {
+        self.queries()
+            .iter()
+            .filter(|q| q.name.eq_ignore_ascii_case(name) && q.qtype.eq_ignore_ascii_case(qtype))
+            .count()
+    }
+}

@@ -1,0 +1,139 @@
+//! Finding the programs the tests run (nodens, CoreDNS, `ip`, `ss`,
+//! dnsmasq ...) and starting them, possibly under a wrapper command.
+
+use std::ffi::OsString;
+use std::hash::{BuildHasher, Hasher};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+const INSTALL_HINT: &str = "run .ci/install-deps to install the test dependencies";
+
+/// Finds an executable on PATH, or panics saying how to install it.
+pub fn tool(name: &str) -> PathBuf {
+    find_on_path(name).unwrap_or_else(|| panic!("`{name}` not found on PATH: {INSTALL_HINT}"))
+}
+
+pub(crate) fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path =
+        std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/usr/sbin:/usr/bin:/sbin:/bin"));
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    p.metadata()
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// The CoreDNS binary: $COREDNS, then PATH, then `$(go env GOPATH)/bin/coredns`.
+pub fn coredns_bin() -> PathBuf {
+    find_coredns().unwrap_or_else(|why| panic!("{why}: {INSTALL_HINT}"))
+}
+
+/// Where [`coredns_bin`] finds CoreDNS, or why it does not.
+pub(crate) fn find_coredns() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("COREDNS") {
+        let p = PathBuf::from(p);
+        if !is_executable(&p) {
+            return Err(format!("COREDNS={} is not an executable", p.display()));
+        }
+        return Ok(p);
+    }
+    if let Some(p) = find_on_path("coredns") {
+        return Ok(p);
+    }
+    let gopath = Command::new("go")
+        .args(["env", "GOPATH"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOME").ok().map(|h| format!("{h}/go")));
+    if let Some(gopath) = gopath {
+        let p = PathBuf::from(gopath).join("bin/coredns");
+        if is_executable(&p) {
+            return Ok(p);
+        }
+    }
+    Err("coredns not found ($COREDNS, PATH, $(go env GOPATH)/bin)".to_string())
+}
+
+/// The nodens binary cargo built for this test run. Cargo puts the test
+/// binaries in `target/<profile>/deps/` and the package's binary one level
+/// up; `NODENS_BIN` overrides (the harness is a crate of its own, so
+/// `CARGO_BIN_EXE_nodens` is not set when it is compiled).
+pub fn nodens_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("NODENS_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|dir| dir.join("nodens"))
+        .filter(|p| is_executable(p));
+    bin.unwrap_or_else(|| {
+        panic!(
+            "no nodens binary next to {}: run the tests with `cargo test`, or set NODENS_BIN",
+            exe.display()
+        )
+    })
+}
+
+/// `[wrapper...] bin`: `bin` run directly, or under a wrapper such as
+/// `ip netns exec NAME` or `taskset -c 0`.
+pub fn wrapped_command(wrapper: &[&str], bin: &Path) -> Command {
+    match wrapper.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(bin);
+            c
+        }
+        None => Command::new(bin),
+    }
+}
+
+/// A random-enough u64 without a dependency: std's per-process hash keys.
+pub fn random_u64() -> u64 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(Instant::now().elapsed().as_nanos());
+    h.finish()
+}
+
+/// A temporary directory only its owner may enter (0700), as nodens wants
+/// the directory of its handover socket and of its claim: tempfile's follow
+/// the umask.
+pub fn private_dir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    dir
+}
+
+/// A copy of the nodens binary that any uid can run (the build's may sit
+/// under a home directory only root can enter), for tests where nodens
+/// switches to a uid of its own and then runs itself (the supervised
+/// server). Removed with the returned directory.
+pub fn world_runnable_nodens() -> (tempfile::TempDir, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = dir.path().join("nodens");
+    std::fs::copy(nodens_bin(), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (dir, bin)
+}
+
+/// `setpriv` limiting what follows to the capabilities the Helm chart gives
+/// nodens's container (`capabilities: drop: [ALL], add: [...]`): what a test
+/// of `run_as_user` must run under, since a root shell has them all.
+pub const AS_THE_CHART_RUNS_IT: [&str; 3] = [
+    "setpriv",
+    "--bounding-set=-all,+chown,+setuid,+setgid,+net_bind_service,+net_admin,+net_raw",
+    "--",
+];
