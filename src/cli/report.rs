@@ -1,4 +1,4 @@
-//! The one reporter: every command ends in a [`Outcome`] or a [`Failure`],
+//! The one reporter: every command ends in an [`Outcome`] or a [`Failure`],
 //! and [`report`] alone turns that into what is printed and the exit code.
 //!
 //! Before, each command printed its error and chose its exit code its own
