@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::super::corefile::{Directive, ServerBlock};
 use super::super::{ConvertError, Options};
 use super::keys::Keys;
-use super::{DEFAULT_MAX_TTL, Findings, Plan, Upstream, ZoneOut, cache, forward};
+use super::{Findings, Plan, Upstream, ZoneOut, cache, forward, zone_defaults};
 
 /// What one block's directives say, before it becomes zones.
 #[derive(Default)]
@@ -121,7 +121,7 @@ pub(super) fn translate_block(
             .collect()
     };
     if let Some(min) = out.min_ttl
-        && min > out.max_ttl.unwrap_or(DEFAULT_MAX_TTL)
+        && min > out.max_ttl.unwrap_or_else(|| zone_defaults().max_ttl)
     {
         plan.untranslated.add(
             block.line(),

@@ -13,14 +13,8 @@ use super::super::pillars::{CLUSTER_DNS, UPSTREAM_SERVERS};
 use super::super::{ConvertError, Options};
 use super::block::{BlockOut, describe};
 use super::keys::Keys;
-use super::{Plan, Upstream, ZoneOut};
+use super::{Plan, Upstream, ZoneOut, zone_defaults};
 use crate::config::ZoneName;
-
-/// nodens' pool `idle_timeout`, `max_fails` and `health_check` defaults:
-/// what a zone that does not set them has, for the pool agreement check.
-const DEFAULT_IDLE: Duration = Duration::from_secs(10);
-const DEFAULT_MAX_FAILS: u32 = 2;
-const DEFAULT_HEALTH_CHECK: Duration = Duration::from_millis(500);
 
 pub(super) fn forward(
     d: &Directive,
@@ -219,11 +213,13 @@ fn forward_option(option: &Directive, out: &mut BlockOut, plan: &mut Plan) {
 /// that asked for others is listed.
 pub(super) fn agree_on_pools(plan: &mut Plan) {
     type Settings = (Duration, u32, Duration);
+    // What a zone that does not set them has.
+    let defaults = zone_defaults();
     let settings = |z: &ZoneOut| -> Settings {
         (
-            z.idle_timeout.unwrap_or(DEFAULT_IDLE),
-            z.max_fails.unwrap_or(DEFAULT_MAX_FAILS),
-            z.health_check.unwrap_or(DEFAULT_HEALTH_CHECK),
+            z.idle_timeout.unwrap_or(defaults.pool.idle_timeout),
+            z.max_fails.unwrap_or(defaults.max_fails),
+            z.health_check.unwrap_or(defaults.health_check),
         )
     };
     let mut owners: BTreeMap<String, usize> = BTreeMap::new();

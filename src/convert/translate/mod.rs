@@ -23,9 +23,15 @@ use std::time::Duration;
 
 use super::corefile::Corefile;
 use super::{ConvertError, Finding, Options};
+use crate::config::ZoneConfig;
 
-/// nodens' `max_ttl` default, for the `min_ttl <= max_ttl` rule.
-const DEFAULT_MAX_TTL: Duration = Duration::from_secs(3600);
+/// What a `[[zone]]` that does not set a value has: the configuration's
+/// own defaults, never copies of them that could drift, for the checks
+/// that compare a zone's settings with the ones it would have anyway (the
+/// pool agreement, `min_ttl <= max_ttl`).
+fn zone_defaults() -> ZoneConfig {
+    ZoneConfig::root()
+}
 
 /// Findings, one per message, each with every line it was seen on.
 #[derive(Debug, Default)]
