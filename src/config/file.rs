@@ -521,7 +521,9 @@ fn default_negative_max_ttl() -> Duration {
 }
 
 impl ZoneConfig {
-    /// The zone for everything, forwarding to the nameservers of /etc/resolv.conf.
+    /// The zone for everything, forwarding to the nameservers of /etc/resolv.conf,
+    /// every other setting at its default: what a `[[zone]]` that sets nothing
+    /// has (`convert` compares a zone's settings with it).
     pub fn root() -> Self {
         ZoneConfig {
             name: Spanned::new(0..0, ZoneName(".".into())),

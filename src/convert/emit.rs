@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::Options;
 use super::translate::{Plan, Upstream, ZoneOut};
+use crate::config::File;
 
 /// Bytes of cache per CoreDNS cache entry: a stored answer (at most
 /// `max_udp_payload`, 1232 bytes, typically 100 to 300) with its key and
@@ -108,7 +109,8 @@ fn cluster(w: &mut String, options: &Options) {
         return;
     };
     let domain = domain.trim_end_matches('.');
-    if domain.eq_ignore_ascii_case("cluster.local") {
+    let default = File::default().cluster.domain.into_inner();
+    if domain.eq_ignore_ascii_case(default.0.trim_end_matches('.')) {
         return;
     }
     let _ = writeln!(
@@ -153,9 +155,14 @@ fn cache(w: &mut String, plan: &Plan) {
 fn metrics(w: &mut String, plan: &Plan, options: &Options) {
     let chosen = plan.metrics.or(plan.health);
     let Some((addr, line)) = chosen else {
+        let default = File::default()
+            .metrics
+            .listen
+            .0
+            .map_or("none".into(), |a| a.to_string());
         let _ = writeln!(
             w,
-            "\n# No prometheus or health in the Corefile: nodens' default [metrics] listen, 127.0.0.1:9253."
+            "\n# No prometheus or health in the Corefile: nodens' default [metrics] listen, {default}."
         );
         if options.for_chart {
             let _ = writeln!(w, "[metrics]");

@@ -303,6 +303,55 @@ mod tests {
         assert!(e.message.contains("nothing nodens could serve"), "{e}");
     }
 
+    /// What the converter takes for nodens' defaults is what the
+    /// configuration gives a file that does not set them (read as
+    /// `check-config` reads it): a copy of a default in `convert` that
+    /// drifted from `config` fails here.
+    #[test]
+    fn defaults_are_the_configurations() {
+        let file = File::parse("[[zone]]\nname = \"a\"\nupstreams = [\"127.0.0.1\"]\n").unwrap();
+        let zone = &file.zones[0];
+        let ms = |d: std::time::Duration| format!("{}ms", d.as_millis());
+        // Zones sharing a server agree on its pool when one sets the
+        // defaults and the other nothing; not when one differs.
+        let pools = |expire: &str| {
+            ok(&format!(
+                "a.:53 {{\n  bind 127.0.0.1\n  forward . 127.0.0.1:5300 {{\n    expire {expire}\n    max_fails {}\n    health_check {}\n  }}\n}}\n\
+                 b.:53 {{\n  bind 127.0.0.1\n  forward . 127.0.0.1:5300\n}}\n",
+                zone.max_fails,
+                ms(zone.health_check),
+            ))
+        };
+        let idle = zone.pool.idle_timeout;
+        let same = pools(&ms(idle));
+        assert!(!listed(&same, 9, "one pool"), "{:?}", same.untranslated);
+        let other = pools(&ms(idle + std::time::Duration::from_secs(1)));
+        assert!(listed(&other, 9, "one pool"), "{:?}", other.untranslated);
+        // `min_ttl` without a TTL is checked against the default max_ttl.
+        let min_ttl = |secs: u64| {
+            ok(&format!(
+                ".:53 {{\n  bind 127.0.0.1\n  cache {{\n    success 100 - {secs}\n  }}\n  forward . 127.0.0.1:5300\n}}\n"
+            ))
+        };
+        let max = zone.max_ttl.as_secs();
+        assert!(!listed(&min_ttl(max), 1, "MINTTL"), "{max}");
+        assert!(listed(&min_ttl(max + 1), 1, "MINTTL"), "{max}");
+        // The default cluster domain is not written; the default metrics
+        // address is the one named.
+        let domain = file.cluster.domain.get_ref().0.trim_end_matches('.');
+        let options = Options {
+            domain: Some(domain.to_string()),
+            ..Options::default()
+        };
+        let c = convert(".:53 {\n  forward . 127.0.0.1:5300\n}\n", &options, &|_| {
+            None
+        })
+        .unwrap();
+        assert!(!c.toml.contains("[cluster]"), "{}", c.toml);
+        let listen = file.metrics.listen.0.unwrap().to_string();
+        assert!(c.toml.contains(&format!("listen, {listen}.")), "{}", c.toml);
+    }
+
     #[test]
     fn no_prefix_of_a_fixture_panics() {
         let text = include_str!("../../tests/fixtures/corefile/custom-plugins.Corefile");

@@ -1,0 +1,260 @@
+//! One server block's plugins, and the zones the block becomes. `forward`
+//! and `cache` have files of their own; `bind`, `prometheus` and `health`
+//! are here, and so are the plugins whose job nodens does another way
+//! (`ready`, `reload`, `loop`, `errors`, `log`: a note each) and the rest
+//! (listed as having no equivalent).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use super::super::corefile::{Directive, ServerBlock};
+use super::super::{ConvertError, Options};
+use super::keys::Keys;
+use super::{Findings, Plan, Upstream, ZoneOut, cache, forward, zone_defaults};
+
+/// What one block's directives say, before it becomes zones.
+#[derive(Default)]
+pub(super) struct BlockOut {
+    pub(super) binds: Vec<IpAddr>,
+    pub(super) forward: Option<(Upstream, usize)>,
+    pub(super) force_tcp: bool,
+    pub(super) policy: Option<(&'static str, &'static str)>,
+    pub(super) max_fails: Option<u32>,
+    pub(super) health_check: Option<Duration>,
+    pub(super) idle_timeout: Option<Duration>,
+    pub(super) cached: bool,
+    pub(super) min_ttl: Option<Duration>,
+    pub(super) max_ttl: Option<Duration>,
+    pub(super) negative_max_ttl: Option<Duration>,
+}
+
+/// Translates one block into zones; returns its listen addresses, or
+/// `None` when the block gave no zone.
+pub(super) fn translate_block(
+    block: &ServerBlock,
+    keys: &Keys,
+    options: &Options,
+    plan: &mut Plan,
+) -> Result<Option<Vec<SocketAddr>>, ConvertError> {
+    let mut out = BlockOut::default();
+    for d in &block.directives {
+        let line = d.line();
+        match d.name.text.as_str() {
+            "bind" => bind(d, &mut out, plan),
+            "forward" => forward::forward(d, keys, &mut out, options, plan)?,
+            "cache" => cache::cache(d, &mut out, plan),
+            "prometheus" => http_endpoint(
+                d,
+                "localhost:9153",
+                &mut plan.metrics,
+                "prometheus",
+                &mut plan.untranslated,
+            ),
+            "health" => {
+                if let Some(sub) = d.block.as_ref().and_then(|b| b.first()) {
+                    plan.untranslated.add(
+                        sub.line(),
+                        format!("health `{}`: no equivalent; on SIGTERM nodens turns /ready to 503 and drains for server.shutdown_grace", sub.name.text),
+                    );
+                }
+                http_endpoint(
+                    d,
+                    ":8080",
+                    &mut plan.health,
+                    "health",
+                    &mut plan.untranslated,
+                )
+            }
+            "ready" => plan.notes.add(
+                line,
+                "ready: nodens answers /ready on the [metrics] listen address",
+            ),
+            "reload" => plan.notes.add(
+                line,
+                "reload: nodens re-reads its file on SIGHUP (docs/configuration.md, Reloading); a changed ConfigMap needs a SIGHUP or a rollout",
+            ),
+            "loop" => plan.notes.add(
+                line,
+                "loop: no probe query at start; check-config refuses an upstream that is one of nodens' own listen addresses",
+            ),
+            "errors" => plan.notes.add(
+                line,
+                "errors: nodens logs upstream errors (one line per upstream per log.upstream_error_interval) and counts every one in its metrics",
+            ),
+            "log" => plan.notes.add(
+                line,
+                "log: nodens keeps no query log; its metrics count queries by zone, answer and upstream",
+            ),
+            other => plan.untranslated.add(
+                line,
+                format!("{}: the `{other}` plugin has no nodens equivalent", describe(d)),
+            ),
+        }
+    }
+    let Some((upstream, forward_line)) = out.forward.clone() else {
+        let names: Vec<&str> = keys.zones.iter().map(|(n, _)| n.as_str()).collect();
+        plan.untranslated.add(
+            block.line(),
+            format!(
+                "server block {}: no `forward` nodens can translate, so no zone for it (nodens answers REFUSED there)",
+                names.join(" ")
+            ),
+        );
+        return Ok(None);
+    };
+    if !out.cached {
+        plan.untranslated.add(
+            block.line(),
+            "this block has no `cache`: nodens caches every zone (bounded by the zone's max_ttl)",
+        );
+    }
+    let listen: Vec<SocketAddr> = if out.binds.is_empty() {
+        plan.notes.add(
+            block.line(),
+            "no `bind`: CoreDNS listened on every address; nodens listens on 0.0.0.0 (IPv4 only) and sets up nothing on the node",
+        );
+        vec![SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), keys.port)]
+    } else {
+        out.binds
+            .iter()
+            .map(|ip| SocketAddr::new(*ip, keys.port))
+            .collect()
+    };
+    if let Some(min) = out.min_ttl
+        && min > out.max_ttl.unwrap_or_else(|| zone_defaults().max_ttl)
+    {
+        plan.untranslated.add(
+            block.line(),
+            "cache success MINTTL above its TTL: nodens needs min_ttl <= max_ttl; min_ttl left out",
+        );
+        out.min_ttl = None;
+    }
+    let mut added = false;
+    for (name, line) in &keys.zones {
+        if let Some(earlier) = plan.zones.iter().find(|z| &z.name == name) {
+            plan.untranslated.add(
+                *line,
+                format!("zone {name} again (first at line {}): nodens has one set of upstreams per zone; this block is left out", earlier.line),
+            );
+            continue;
+        }
+        let policy = out.policy.or_else(|| {
+            upstream
+                .may_be_several()
+                .then_some(("random", "forward's default policy (random) kept"))
+        });
+        plan.zones.push(ZoneOut {
+            name: name.clone(),
+            line: *line,
+            upstream: upstream.clone(),
+            forward_line,
+            force_tcp: out.force_tcp,
+            policy,
+            max_fails: out.max_fails,
+            health_check: out.health_check,
+            idle_timeout: out.idle_timeout,
+            min_ttl: out.min_ttl,
+            max_ttl: out.max_ttl,
+            negative_max_ttl: out.negative_max_ttl,
+        });
+        added = true;
+    }
+    Ok(added.then_some(listen))
+}
+
+/// A short quote of a directive for messages: `rewrite name a b`.
+pub(super) fn describe(d: &Directive) -> String {
+    let mut words = vec![d.name.text.as_str()];
+    words.extend(d.args.iter().take(4).map(|t| t.text.as_str()));
+    if d.args.len() > 4 {
+        words.push("...");
+    }
+    format!("`{}`", words.join(" "))
+}
+
+fn bind(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
+    let mut args = d.args.iter();
+    for t in args.by_ref() {
+        if t.text == "except" {
+            plan.untranslated.add(
+                t.line,
+                "bind ... except: list the addresses to serve instead",
+            );
+            break;
+        }
+        match t.text.parse::<IpAddr>() {
+            Ok(ip) if !out.binds.contains(&ip) => out.binds.push(ip),
+            Ok(_) => {}
+            Err(_) => plan.untranslated.add(
+                t.line,
+                format!(
+                    "bind `{}`: not an IP address (an interface name?); list its addresses",
+                    t.text
+                ),
+            ),
+        }
+    }
+}
+
+/// `prometheus [ADDR]` or `health [ADDR]`: the first address wins.
+fn http_endpoint(
+    d: &Directive,
+    default: &str,
+    slot: &mut Option<(SocketAddr, usize)>,
+    what: &str,
+    untranslated: &mut Findings,
+) {
+    let line = d.line();
+    let text = d.args.first().map_or(default, |t| t.text.as_str());
+    let Some(addr) = http_address(text) else {
+        untranslated.add(
+            line,
+            format!("{what} `{text}`: not an address nodens can listen on"),
+        );
+        return;
+    };
+    match slot {
+        None => *slot = Some((addr, line)),
+        Some((a, _)) if *a == addr => {}
+        Some((a, first)) => untranslated.add(
+            line,
+            format!("{what} {addr} differs from {a} (line {first}): nodens has one HTTP address"),
+        ),
+    }
+}
+
+/// `:9253` (every address), `localhost:9153`, `IP:port`, `[IPv6]:port`.
+fn http_address(text: &str) -> Option<SocketAddr> {
+    if let Some(port) = text.strip_prefix(':') {
+        return Some(SocketAddr::new(
+            Ipv4Addr::UNSPECIFIED.into(),
+            port.parse().ok()?,
+        ));
+    }
+    if let Some(port) = text.strip_prefix("localhost:") {
+        return Some(SocketAddr::new(
+            Ipv4Addr::LOCALHOST.into(),
+            port.parse().ok()?,
+        ));
+    }
+    text.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_addresses() {
+        assert_eq!(http_address(":9253"), Some("0.0.0.0:9253".parse().unwrap()));
+        assert_eq!(
+            http_address("localhost:9153"),
+            Some("127.0.0.1:9153".parse().unwrap())
+        );
+        assert_eq!(
+            http_address("169.254.20.10:8080"),
+            Some("169.254.20.10:8080".parse().unwrap())
+        );
+        assert_eq!(http_address("nowhere"), None);
+    }
+}

@@ -1,0 +1,248 @@
+//! `forward`: where a zone's queries go (addresses, a resolv.conf, the
+//! Service or resolv.conf a pillar stands for) and its options. nodens
+//! keeps one pool and one health state per upstream server, so zones that
+//! share a server must agree on the pool's settings ([`agree_on_pools`]).
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::super::corefile::{Directive, Token, go_duration};
+use super::super::pillars::{CLUSTER_DNS, UPSTREAM_SERVERS};
+use super::super::{ConvertError, Options};
+use super::block::{BlockOut, describe};
+use super::keys::Keys;
+use super::{Plan, Upstream, ZoneOut, zone_defaults};
+use crate::config::ZoneName;
+
+pub(super) fn forward(
+    d: &Directive,
+    keys: &Keys,
+    out: &mut BlockOut,
+    options: &Options,
+    plan: &mut Plan,
+) -> Result<(), ConvertError> {
+    let line = d.line();
+    if out.forward.is_some() {
+        plan.untranslated.add(
+            line,
+            "a second `forward` in one block: nodens has one set of upstreams per zone",
+        );
+        return Ok(());
+    }
+    let Some((from, to)) = d.args.split_first() else {
+        return Err(ConvertError::at(line, "forward without arguments"));
+    };
+    if from.text != "." {
+        let from_zone: Option<ZoneName> = from.text.parse().ok();
+        let matches = keys.zones.iter().all(|(z, _)| {
+            let zone: Option<ZoneName> = z.parse().ok();
+            zone.is_some() && zone == from_zone
+        });
+        if !matches {
+            plan.untranslated.add(
+                line,
+                format!("forward {}: forwarding part of the block's zone is not translated; make it a server block of its own", from.text),
+            );
+            return Ok(());
+        }
+    }
+    if to.is_empty() {
+        return Err(ConvertError::at(line, "forward without a destination"));
+    }
+    let upstream = destinations(to, options, plan)?;
+    let Some(upstream) = upstream else {
+        return Ok(());
+    };
+    if let Upstream::ResolvConf(_, true) = upstream {
+        plan.notes.add(
+            line,
+            format!(
+                "{UPSTREAM_SERVERS}: the nameservers of {} (node-cache's default); if the kube-dns ConfigMap sets upstreamNameservers or stubDomains, node-cache used those: list them as upstreams / zones",
+                options.resolv_conf.display()
+            ),
+        );
+    }
+    if let Upstream::Service(s) = &upstream {
+        plan.notes.add(
+            line,
+            format!("{CLUSTER_DNS}: upstream_service = \"{s}\", the Service node-cache's -upstreamsvc names; nodens reads its address from the pod's environment"),
+        );
+    }
+    out.forward = Some((upstream, line));
+    for option in d.block.iter().flatten() {
+        forward_option(option, out, plan);
+    }
+    Ok(())
+}
+
+/// `forward`'s destinations: addresses, a resolv.conf, or a pillar.
+fn destinations(
+    to: &[Token],
+    options: &Options,
+    plan: &mut Plan,
+) -> Result<Option<Upstream>, ConvertError> {
+    let mut addresses = Vec::new();
+    let mut other: Option<Upstream> = None;
+    for t in to {
+        let text = t.text.as_str();
+        let kind = if text == CLUSTER_DNS {
+            Upstream::Service(options.upstream_service.clone())
+        } else if text == UPSTREAM_SERVERS {
+            Upstream::ResolvConf(options.resolv_conf.clone(), true)
+        } else if text.starts_with('/') {
+            Upstream::ResolvConf(PathBuf::from(text), false)
+        } else {
+            let bare = text.strip_prefix("dns://").unwrap_or(text);
+            if bare.contains("://") {
+                plan.untranslated.add(
+                    t.line,
+                    format!("forward to `{text}`: nodens forwards plain DNS only; this forward is not translated"),
+                );
+                return Ok(None);
+            }
+            let addr = bare
+                .parse::<SocketAddr>()
+                .ok()
+                .or_else(|| {
+                    bare.parse::<IpAddr>()
+                        .ok()
+                        .map(|ip| SocketAddr::new(ip, 53))
+                })
+                .ok_or_else(|| {
+                    ConvertError::at(
+                        t.line,
+                        format!("forward to `{text}`: not an address or a file"),
+                    )
+                })?;
+            addresses.push(addr);
+            continue;
+        };
+        if other.as_ref().is_some_and(|o| o != &kind) {
+            return Err(ConvertError::at(
+                t.line,
+                "forward mixes two resolv.conf files or Services: nodens takes one per zone",
+            ));
+        }
+        other = Some(kind);
+    }
+    match (other, addresses.is_empty()) {
+        (Some(kind), true) => Ok(Some(kind)),
+        (None, false) => Ok(Some(Upstream::Addresses(addresses))),
+        (Some(_), false) => Err(ConvertError::at(
+            to[0].line,
+            "forward mixes addresses with a resolv.conf or a Service: nodens takes one kind per zone",
+        )),
+        (None, true) => unreachable!("`to` is not empty"),
+    }
+}
+
+fn forward_option(option: &Directive, out: &mut BlockOut, plan: &mut Plan) {
+    let line = option.line();
+    let args = option.arg_texts();
+    let duration = |plan: &mut Plan| -> Option<Duration> {
+        let d = args.first().and_then(|a| go_duration(a));
+        if d.is_none() {
+            plan.untranslated.add(
+                line,
+                format!("forward {}: expected a duration", describe(option)),
+            );
+        }
+        d
+    };
+    match option.name.text.as_str() {
+        "force_tcp" => out.force_tcp = true,
+        "prefer_udp" => out.force_tcp = false,
+        "expire" | "health_check" if args.first().and_then(|a| go_duration(a)) == Some(Duration::ZERO) => {
+            plan.untranslated.add(
+                line,
+                format!("forward {}: nodens needs a duration above 0", describe(option)),
+            );
+        }
+        "expire" => out.idle_timeout = duration(plan),
+        "health_check" => {
+            out.health_check = duration(plan);
+            if args.len() > 1 {
+                plan.untranslated.add(
+                    line,
+                    format!("forward health_check {}: nodens probes with `. IN NS`, recursion desired", args[1..].join(" ")),
+                );
+            }
+        }
+        "max_fails" => match args.first().and_then(|a| a.parse::<u32>().ok()) {
+            Some(n) if n > 0 => out.max_fails = Some(n),
+            _ => plan.untranslated.add(
+                line,
+                "forward max_fails 0 (never mark an upstream down): nodens always does after max_fails",
+            ),
+        },
+        "policy" => match args.first().copied() {
+            Some("sequential") => out.policy = Some(("sequential", "forward's policy sequential")),
+            Some("random") => out.policy = Some(("random", "forward's policy random")),
+            Some("round_robin") => {
+                out.policy = Some(("random", "forward's policy round_robin"));
+                plan.notes.add(
+                    line,
+                    "forward policy round_robin: nodens has sequential and random; random spreads the load the same way on average",
+                );
+            }
+            _ => plan.untranslated.add(line, format!("forward {}: unknown policy", describe(option))),
+        },
+        "max_concurrent" => match args.first().and_then(|a| a.parse::<u32>().ok()) {
+            Some(0) => {}
+            Some(n) => {
+                *plan.max_misses_in_flight.get_or_insert(0) += u64::from(n);
+                plan.notes.add(
+                    line,
+                    "forward max_concurrent: nodens bounds misses in flight for the whole server (server.max_misses_in_flight, the sum); beyond it a miss gets a stale answer or none, where CoreDNS answered REFUSED",
+                );
+            }
+            None => plan.untranslated.add(line, format!("forward {}: expected a number", describe(option))),
+        },
+        _ => plan.untranslated.add(
+            line,
+            format!("forward option {}: no nodens equivalent", describe(option)),
+        ),
+    }
+}
+
+/// nodens gives one server one connection pool and one health state, so
+/// zones that share an upstream must agree on `expire`, `max_fails` and
+/// `health_check`: the first zone's settings are kept, and a later zone
+/// that asked for others is listed.
+pub(super) fn agree_on_pools(plan: &mut Plan) {
+    type Settings = (Duration, u32, Duration);
+    // What a zone that does not set them has.
+    let defaults = zone_defaults();
+    let settings = |z: &ZoneOut| -> Settings {
+        (
+            z.idle_timeout.unwrap_or(defaults.pool.idle_timeout),
+            z.max_fails.unwrap_or(defaults.max_fails),
+            z.health_check.unwrap_or(defaults.health_check),
+        )
+    };
+    let mut owners: BTreeMap<String, usize> = BTreeMap::new();
+    for i in 0..plan.zones.len() {
+        let keys = plan.zones[i].upstream.share_keys();
+        let owner = keys.iter().find_map(|k| owners.get(k).copied());
+        if let Some(j) = owner
+            && settings(&plan.zones[i]) != settings(&plan.zones[j])
+        {
+            let (first, first_line) = (plan.zones[j].clone(), plan.zones[j].line);
+            let zone = &mut plan.zones[i];
+            zone.idle_timeout = first.idle_timeout;
+            zone.max_fails = first.max_fails;
+            zone.health_check = first.health_check;
+            let message = format!(
+                "zone {}: forward's expire / max_fails / health_check differ from zone {} (line {first_line}), which forwards to the same server; nodens keeps one pool per server, so zone {}'s are used",
+                zone.name, first.name, first.name
+            );
+            let line = zone.line;
+            plan.untranslated.add(line, message);
+        }
+        for k in keys {
+            owners.entry(k).or_insert(i);
+        }
+    }
+}
