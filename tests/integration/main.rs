@@ -4,7 +4,7 @@
 //! is the `support` crate (tests/support/), compiled once.
 //!
 //! One binary because each of the 34 it replaces compiled and linked the
-//! harness, kube, rustls and tokio on its own (decision 55). Tests that need
+//! harness, kube, rustls and tokio on its own (decision 56). Tests that need
 //! root or a tool the machine lacks fail saying what to install, or, with
 //! `NODENS_ALLOW_SKIP=1`, pass at once and print `skipped: needs X`.
 //!
