@@ -65,12 +65,9 @@ pub(crate) fn find_coredns() -> Result<PathBuf, String> {
 
 /// The nodens binary cargo built for this test run. Cargo puts the test
 /// binaries in `target/<profile>/deps/` and the package's binary one level
-/// up; `NODENS_BIN` overrides (the harness is a crate of its own, so
-/// `CARGO_BIN_EXE_nodens` is not set when it is compiled).
+/// up (the harness is a crate of its own, so `CARGO_BIN_EXE_nodens` is not
+/// set when it is compiled).
 pub fn nodens_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("NODENS_BIN") {
-        return PathBuf::from(p);
-    }
     let exe = std::env::current_exe().expect("the test binary's path");
     let bin = exe
         .parent()
@@ -79,7 +76,7 @@ pub fn nodens_bin() -> PathBuf {
         .filter(|p| is_executable(p));
     bin.unwrap_or_else(|| {
         panic!(
-            "no nodens binary next to {}: run the tests with `cargo test`, or set NODENS_BIN",
+            "no nodens binary next to {}: run the tests with `cargo test`",
             exe.display()
         )
     })
