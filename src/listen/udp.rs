@@ -156,8 +156,8 @@ type Resolving = Pin<Box<dyn Future<Output = QueuedReply> + Send>>;
 
 /// The worker's misses in flight. They are futures its own event loop
 /// polls, not tasks: a task per miss cost a spawn, a cache-line-aligned
-/// allocation, its scheduling and a hand-off of the reply, some 1,000 of a
-/// miss's 14,500 instructions (decision 50). The shutdown drain waits for
+/// allocation, its scheduling and a hand-off of the reply: about 1,000
+/// instructions a miss (decision 50 has the counts). The shutdown drain waits for
 /// them through the worker's own token ([`Worker::alive`]).
 /// `take_ready` polls without a waker; every caller polls `next` again
 /// before the loop sleeps, which registers it anew.
