@@ -180,7 +180,7 @@ impl Shared {
     ) -> Option<Handled<Job>> {
         let settings = request.settings;
         let ticket = MissTicket::take(&self.misses_in_flight, settings.max_misses_in_flight)?;
-        Some(Handled::Miss(Job::Autopath(AutopathJob {
+        Some(Handled::Upstream(Job::Autopath(AutopathJob {
             query: OwnedQuery::new(request.query),
             key: request.key.to_owned(),
             zone: request.zone.clone(),
@@ -233,8 +233,8 @@ impl Shared {
         drop(job._ticket);
         match self.plain_stages(&request, listener, &job.stats, out) {
             Handled::Reply => {}
-            Handled::Miss(Job::Miss(miss)) => self.answer_miss(miss, listener, out).await,
-            Handled::Miss(Job::Autopath(_)) | Handled::Drop => {
+            Handled::Upstream(Job::Miss(miss)) => self.answer_miss(miss, listener, out).await,
+            Handled::Upstream(Job::Autopath(_)) | Handled::Drop => {
                 build::servfail(
                     query.packet,
                     query.name_end + 4,

@@ -100,7 +100,7 @@ impl Shared {
             );
             return Handled::Reply;
         };
-        Handled::Miss(Job::Miss(MissJob {
+        Handled::Upstream(Job::Miss(MissJob {
             query: OwnedQuery::new(request.query),
             key: request.key.to_owned(),
             zone: request.zone.clone(),

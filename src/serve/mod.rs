@@ -161,7 +161,7 @@ impl Shared {
 
 impl Service for Shared {
     type PerListener = StatsSlot;
-    type Miss = Job;
+    type Job = Job;
 
     /// The stages in order.
     #[inline]
