@@ -233,7 +233,7 @@ impl Shared {
         drop(job._ticket);
         match self.plain_stages(&request, listener, &job.stats, out) {
             Handled::Reply => {}
-            Handled::Upstream(Job::Miss(miss)) => self.answer_miss(miss, listener, out).await,
+            Handled::Upstream(Job::Miss(miss)) => self.answer_miss(miss, out).await,
             Handled::Upstream(Job::Autopath(_)) | Handled::Drop => {
                 build::servfail(
                     query.packet,

@@ -236,7 +236,7 @@ impl Service for Shared {
         out: &mut Vec<u8>,
     ) -> impl Future<Output = ()> + Send {
         match job {
-            Job::Miss(miss) => Either::Left(self.answer_miss(miss, listener, out)),
+            Job::Miss(miss) => Either::Left(self.answer_miss(miss, out)),
             Job::Autopath(walk) => {
                 Either::Right(Box::pin(self.answer_autopath(walk, listener, out)))
             }
