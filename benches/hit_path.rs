@@ -125,7 +125,7 @@ fn whole_hit(c: &mut Criterion) {
     let q = query::parse(&packet).unwrap();
     let mut buf: NameBuf = [0; 255];
     shared
-        .cache
+        .cache()
         .insert(KeyRef::from_query(&q, &mut buf).to_owned(), entry_for(&n));
     let info = ListenerInfo::new("127.0.0.1:1053".parse().unwrap());
     let mut out = Vec::with_capacity(1232);

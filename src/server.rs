@@ -129,8 +129,8 @@ impl Server {
             .spawn(crate::upstream::udp::close_expired_sockets());
         let watches = Watches::new(
             telemetry.kubernetes.clone(),
-            shared.namespaces.clone(),
-            shared.clients.clone(),
+            shared.search.namespaces.clone(),
+            shared.search.clients.clone(),
         );
         let mut server = Server {
             shared,

@@ -135,7 +135,7 @@ fn cache_hits_allocate_nothing() {
             let mut buf: NameBuf = [0; 255];
             let entry = Entry::from_response(&msg, &layout, &POLICY, Instant::now());
             shared
-                .cache
+                .cache()
                 .insert(KeyRef::from_query(&q, &mut buf).to_owned(), Arc::new(entry));
             packets.push(packet);
         }

@@ -61,21 +61,22 @@ impl<S: Default> ListenerInfo<S> {
 }
 
 /// What the service decided about one message.
-pub enum Handled<M> {
+pub enum Handled<J> {
     /// The reply is in the output buffer.
     Reply,
     /// Say nothing.
     Drop,
-    /// Needs upstream: run [`Service::resolve`] as query work.
-    Miss(M),
+    /// Waits on upstream (a cache miss, an autopath walk): run
+    /// [`Service::resolve`] on the job as query work.
+    Upstream(J),
 }
 
 /// What a listener needs from the request path.
 pub trait Service: Send + Sync + Sized + 'static {
     /// Per-listener state the service keeps in [`ListenerInfo`].
     type PerListener: Default + Send + Sync + 'static;
-    /// A query that needs upstream, owned so it can move to a task.
-    type Miss: Send + 'static;
+    /// A query's work that waits on upstream, owned so it can move to a task.
+    type Job: Send + 'static;
 
     /// Answers `packet` from `client` into `out` from what is at hand, or
     /// says it needs upstream. Runs on the listener's thread; never waits.
@@ -86,12 +87,12 @@ pub trait Service: Send + Sync + Sized + 'static {
         listener: &ListenerInfo<Self::PerListener>,
         proto: Proto,
         out: &mut Vec<u8>,
-    ) -> Handled<Self::Miss>;
+    ) -> Handled<Self::Job>;
 
-    /// Resolves a miss and writes the reply into `out`.
+    /// Does the job's waiting and writes the reply into `out`.
     fn resolve(
         self: &Arc<Self>,
-        miss: Self::Miss,
+        job: Self::Job,
         listener: &ListenerInfo<Self::PerListener>,
         out: &mut Vec<u8>,
     ) -> impl Future<Output = ()> + Send;

@@ -167,7 +167,7 @@ async fn serve_connection<S: Service>(
                     }
                 }
                 Handled::Drop => {}
-                Handled::Miss(job) => {
+                Handled::Upstream(job) => {
                     let (service2, info, replies) =
                         (service.clone(), info.clone(), replies.clone());
                     service.tasks().spawn_query(async move {

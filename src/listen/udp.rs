@@ -337,7 +337,7 @@ impl<S: Service> Worker<S> {
             ) {
                 Handled::Reply => replies.commit(peer, local),
                 Handled::Drop => {}
-                Handled::Miss(job) => {
+                Handled::Upstream(job) => {
                     let (service, info) = (self.service.clone(), self.info.clone());
                     pending.push(Box::pin(async move {
                         let mut out = Vec::new();

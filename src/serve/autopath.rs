@@ -120,7 +120,7 @@ impl Shared {
         }
         let at = rules.svc_namespace_node(key.name)?;
         let label = &key.name[at + 1..at + 1 + usize::from(key.name[at])];
-        self.clients.is_pod_of(client, label).then_some(at)
+        self.search.clients.is_pod_of(client, label).then_some(at)
     }
 
     /// Walks the search list through the cache and the local rules only.
@@ -180,7 +180,7 @@ impl Shared {
     ) -> Option<Handled<Job>> {
         let settings = request.settings;
         let ticket = MissTicket::take(&self.misses_in_flight, settings.max_misses_in_flight)?;
-        Some(Handled::Miss(Job::Autopath(AutopathJob {
+        Some(Handled::Upstream(Job::Autopath(AutopathJob {
             query: OwnedQuery::new(request.query),
             key: request.key.to_owned(),
             zone: request.zone.clone(),
@@ -233,8 +233,8 @@ impl Shared {
         drop(job._ticket);
         match self.plain_stages(&request, listener, &job.stats, out) {
             Handled::Reply => {}
-            Handled::Miss(Job::Miss(miss)) => self.answer_miss(miss, listener, out).await,
-            Handled::Miss(Job::Autopath(_)) | Handled::Drop => {
+            Handled::Upstream(Job::Miss(miss)) => self.answer_miss(miss, out).await,
+            Handled::Upstream(Job::Autopath(_)) | Handled::Drop => {
                 build::servfail(
                     query.packet,
                     query.name_end + 4,
@@ -263,7 +263,8 @@ impl Shared {
         let name = job.key.name();
         // The pod's namespace exists (the pod is in it): a later name in it
         // (`db-0.db.<ns>.svc.Z`) needs no namespace check.
-        self.learned
+        self.search
+            .learned
             .namespace_seen(&name[job.namespace_at..], Instant::now());
         let base = &name[..job.namespace_at];
         let mut buf: NameBuf = [0; MAX_NAME_LEN];
@@ -313,23 +314,23 @@ impl Shared {
         let in_cluster = suffix_at(name, rules.domain()).is_some();
         if rules.cannot_exist(name).is_some() {
             let soa_known = if in_cluster {
-                self.learned.soa(rules.domain()).is_some()
+                self.search.learned.soa(rules.domain()).is_some()
             } else {
-                self.learned.closest_soa(name).is_some()
+                self.search.learned.closest_soa(name).is_some()
             };
             if soa_known {
                 return true;
             }
         }
         if let Some(namespace) = rules.svc_namespace(name)
-            && self.namespaces.exists(namespace) == Some(false)
-            && self.learned.soa(rules.domain()).is_some()
+            && self.search.namespaces.exists(namespace) == Some(false)
+            && self.search.learned.soa(rules.domain()).is_some()
         {
             return true;
         }
         rules
             .cut_points(name)
-            .any(|at| self.learned.denied(&name[at..], now).is_some())
+            .any(|at| self.search.learned.denied(&name[at..], now).is_some())
     }
 
     /// Writes the autopath reply from the entry the walk ended at; None

@@ -45,16 +45,16 @@ impl Shared {
         let limit = reply_limit(request.proto, request.query, request.settings);
         if let Some(rule) = rules.cannot_exist(name) {
             let soa = if suffix_at(name, rules.domain()).is_some() {
-                self.learned.soa(rules.domain())
+                self.search.learned.soa(rules.domain())
             } else {
-                self.learned.closest_soa(name)
+                self.search.learned.closest_soa(name)
             };
             return self.deny(request, rule, soa, limit, out);
         }
         if let Some(namespace) = rules.svc_namespace(name)
-            && self.namespaces.exists(namespace) == Some(false)
+            && self.search.namespaces.exists(namespace) == Some(false)
         {
-            let soa = self.learned.soa(rules.domain());
+            let soa = self.search.learned.soa(rules.domain());
             return self.deny(request, Rule::UnknownNamespace, soa, limit, out);
         }
         if self.cut(
@@ -106,7 +106,7 @@ impl Shared {
         out: &mut Vec<u8>,
     ) -> bool {
         for at in settings.cluster.cut_points(name) {
-            if let Some(denied) = self.learned.denied(&name[at..], now) {
+            if let Some(denied) = self.search.learned.denied(&name[at..], now) {
                 build::nxdomain(query, &denied.soa, denied.ttl_left(now), limit, out);
                 self.metrics.nxdomain_cuts.inc();
                 return true;
@@ -159,14 +159,16 @@ impl Shared {
         let (msg, layout) = response;
         let denied = entry.rcode == rcode::NXDOMAIN && layout.answer_count == 0;
         if !denied && rules.is_cut_node(name) {
-            self.learned.undeny(name);
+            self.search.learned.undeny(name);
         }
         // Any answer but NXDOMAIN at or below a namespace node: it exists
         // (CoreDNS denies everything below a namespace it does not have).
         if entry.rcode == rcode::NOERROR
             && let Some(at) = rules.namespace_node(name)
         {
-            self.learned.namespace_seen(&name[at..], Instant::now());
+            self.search
+                .learned
+                .namespace_seen(&name[at..], Instant::now());
         }
         if entry.kind != Kind::Denial || layout.answer_count > 0 {
             return;
@@ -175,12 +177,14 @@ impl Shared {
             return;
         };
         if rules.may_learn_soa(name, soa.owner()) {
-            self.learned.learn_soa(soa.clone());
+            self.search.learned.learn_soa(soa.clone());
         }
         if denied && rules.is_cut_node(name) && soa.owner() == rules.domain() {
             let ttl = soa.negative_ttl().min(zone.ttl.negative_max_ttl);
             let ttl = Duration::from_secs(ttl.into());
-            self.learned.deny(name, Arc::new(soa), ttl, Instant::now());
+            self.search
+                .learned
+                .deny(name, Arc::new(soa), ttl, Instant::now());
         }
     }
 }

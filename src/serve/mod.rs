@@ -50,7 +50,6 @@ use crate::config::{Config, TcpLimits};
 use crate::inflight::InFlight;
 use crate::listen::{Handled, ListenerInfo, Proto, Service};
 use crate::metrics::Registry;
-use crate::search::{Clients, Learned, Namespaces};
 use crate::tasks::Tasks;
 use crate::upstream::metrics::UpstreamMetrics;
 use crate::wire::{build, query};
@@ -62,20 +61,16 @@ use stats::StatsSlot;
 
 /// The request path's state, shared by every listener and task.
 pub struct Shared {
-    pub settings: ArcSwap<Settings>,
-    pub cache: Cache,
-    pub inflight: InFlight,
-    /// SOAs and denied nodes the local-answer stage rests on.
-    pub learned: Learned,
-    /// The namespaces the API lists (`[cluster] namespaces_from_api`).
-    pub namespaces: Arc<Namespaces>,
-    /// This node's pods by address (`[cluster] autopath`).
-    pub clients: Arc<Clients>,
-    speculation: search::Speculation,
-    pub metrics: Arc<ServeMetrics>,
-    pub tasks: Tasks,
+    pub(crate) settings: ArcSwap<Settings>,
+    pub(crate) cache: Cache,
+    inflight: InFlight,
+    /// What the search-list work (local answers, namespace checks,
+    /// speculation, autopath) knows and keeps.
+    pub(crate) search: search::SearchState,
+    metrics: Arc<ServeMetrics>,
+    pub(crate) tasks: Tasks,
     /// Cleared when shutdown starts.
-    pub ready: Arc<AtomicBool>,
+    pub(crate) ready: Arc<AtomicBool>,
     /// Miss jobs alive now, against `max_misses_in_flight`.
     misses_in_flight: Arc<AtomicUsize>,
 }
@@ -96,10 +91,7 @@ impl Shared {
             settings: ArcSwap::from_pointee(settings),
             cache: Cache::new(config.cache.capacity),
             inflight: InFlight::default(),
-            learned: Learned::default(),
-            namespaces: Arc::default(),
-            clients: Arc::default(),
-            speculation: search::Speculation::default(),
+            search: search::SearchState::default(),
             metrics,
             tasks,
             ready: Arc::new(AtomicBool::new(false)),
@@ -117,6 +109,11 @@ impl Shared {
             Arc::new(ServeMetrics::register(&registry)),
             &upstream,
         )
+    }
+
+    /// The cache, for benchmarks and tests that fill it before they query.
+    pub fn cache(&self) -> &Cache {
+        &self.cache
     }
 }
 
@@ -161,7 +158,7 @@ impl Shared {
 
 impl Service for Shared {
     type PerListener = StatsSlot;
-    type Miss = Job;
+    type Job = Job;
 
     /// The stages in order.
     #[inline]
@@ -236,7 +233,7 @@ impl Service for Shared {
         out: &mut Vec<u8>,
     ) -> impl Future<Output = ()> + Send {
         match job {
-            Job::Miss(miss) => Either::Left(self.answer_miss(miss, listener, out)),
+            Job::Miss(miss) => Either::Left(self.answer_miss(miss, out)),
             Job::Autopath(walk) => {
                 Either::Right(Box::pin(self.answer_autopath(walk, listener, out)))
             }

@@ -59,7 +59,7 @@ impl Shared {
                 let key = Key::from_parts(&probe, rtype::A, class::IN, 0);
                 let mut retry = FIRST_RETRY;
                 for _ in 0..ATTEMPTS {
-                    if this.learned.closest_soa(&probe).is_some() {
+                    if this.search.learned.closest_soa(&probe).is_some() {
                         return;
                     }
                     let Some(zone) = settings.router.route(&probe) else {
@@ -67,7 +67,7 @@ impl Shared {
                     };
                     let deadline = Instant::now() + settings.query_timeout;
                     this.fetch(&key, zone, &settings, deadline).await;
-                    if this.learned.closest_soa(&probe).is_some() {
+                    if this.search.learned.closest_soa(&probe).is_some() {
                         tracing::debug!(probe = %name::to_text(&probe), "learned the zone's SOA");
                         return;
                     }

@@ -14,6 +14,9 @@
 //!   receives is what it would have received; only the timing changes.
 //!   Bounded by `max_speculations` in flight; what speculation fetched and
 //!   no client asked for is counted as wasted.
+//!
+//! [`SearchState`] owns what this work, the local answers (`local`) and
+//! autopath keep between queries.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -26,6 +29,7 @@ use crate::cache::{Entry, Key, KeyRef, Lookup};
 use crate::inflight::Role;
 use crate::search::names::suffix_at;
 use crate::search::rules::FirstExpansion;
+use crate::search::{Clients, Learned, Namespaces};
 use crate::wire::name::{MAX_NAME_LEN, label_starts};
 use crate::wire::{class, rtype};
 
@@ -34,6 +38,21 @@ use crate::wire::{class, rtype};
 const USE_WINDOW: Duration = Duration::from_secs(10);
 /// Speculative answers tracked for the wasted count at once.
 const LEDGER_LEN: usize = 4096;
+
+/// What the search-list work knows and keeps between queries: what the
+/// cluster DNS's answers taught, what the API lists, and speculation's
+/// own state.
+#[derive(Default)]
+pub(crate) struct SearchState {
+    /// SOAs, denied nodes and known namespaces the local-answer stage and
+    /// the namespace check rest on.
+    pub(super) learned: Learned,
+    /// The namespaces the API lists (`[cluster] namespaces_from_api`).
+    pub(crate) namespaces: Arc<Namespaces>,
+    /// This node's pods by address (`[cluster] autopath`).
+    pub(crate) clients: Arc<Clients>,
+    pub(super) speculation: Speculation,
+}
 
 /// Speculation's own state: its budget and what it fetched.
 #[derive(Default)]
@@ -116,7 +135,7 @@ impl Shared {
     /// often a pod's first expansion in its own namespace, which exists) is
     /// asked together with the check, so the check costs no round trip.
     pub(super) fn predicted_expansion(&self, name: &[u8]) -> bool {
-        self.speculation.was_predicted(name, Instant::now())
+        self.search.speculation.was_predicted(name, Instant::now())
     }
 
     /// The namespace check before `key` goes upstream: `true` when the
@@ -136,10 +155,10 @@ impl Shared {
         };
         let node = &name[at..];
         let now = Instant::now();
-        if self.learned.namespace_known(node, now) || self.listed(node) == Some(true) {
+        if self.search.learned.namespace_known(node, now) || self.listed(node) == Some(true) {
             return false;
         }
-        if self.learned.denied(node, now).is_some() {
+        if self.search.learned.denied(node, now).is_some() {
             return true;
         }
         let Some(zone) = settings.router.route(node) else {
@@ -160,7 +179,7 @@ impl Shared {
                 .await
                 .1
                 == Role::Leader;
-        let denied = self.learned.denied(node, Instant::now()).is_some();
+        let denied = self.search.learned.denied(node, Instant::now()).is_some();
         // Counted once per check, not once per query that waited on it.
         if cached || asked {
             self.metrics.namespace_checks(denied, cached);
@@ -172,7 +191,7 @@ impl Shared {
     /// when nodens watches it (`namespaces_from_api`) and holds a current list.
     fn listed(&self, node: &[u8]) -> Option<bool> {
         let label = node.get(1..=usize::from(*node.first()?))?;
-        self.namespaces.exists(label)
+        self.search.namespaces.exists(label)
     }
 
     /// Starts resolving the later search expansions of `key` if it looks
@@ -234,7 +253,8 @@ impl Shared {
         buf[..tld.len()].copy_from_slice(tld);
         buf[tld.len()..node_len].copy_from_slice(svc_zone);
         let node = &buf[..node_len];
-        self.learned.denied(node, now).is_some() || self.learned.namespace_known(node, now)
+        self.search.learned.denied(node, now).is_some()
+            || self.search.learned.namespace_known(node, now)
     }
 
     async fn speculate(self: Arc<Self>, key: Key, first: FirstExpansion, settings: Arc<Settings>) {
@@ -257,7 +277,8 @@ impl Shared {
         }
         let base = &name[..first.namespace_at];
         let svc_zone = suffix_of_kind(name, first.namespace_at);
-        self.speculation
+        self.search
+            .speculation
             .predict(&[base, svc_zone].concat(), Instant::now());
         let mut suffixes: Vec<&[u8]> = vec![svc_zone];
         // X ends in a namespace that exists (`web.default`): the lookup most
@@ -269,7 +290,8 @@ impl Shared {
             .last()
             .map(|at| [&base[at..], svc_zone].concat());
         let in_cluster = tld_node.is_some_and(|node| {
-            self.learned.namespace_known(&node, Instant::now()) || self.listed(&node) == Some(true)
+            self.search.learned.namespace_known(&node, Instant::now())
+                || self.listed(&node) == Some(true)
         });
         if !in_cluster {
             suffixes.push(rules.domain());
@@ -306,16 +328,16 @@ impl Shared {
             return;
         }
         let soa_known = if suffix_at(name, rules.domain()).is_some() {
-            self.learned.soa(rules.domain()).is_some()
+            self.search.learned.soa(rules.domain()).is_some()
         } else {
-            self.learned.closest_soa(name).is_some()
+            self.search.learned.closest_soa(name).is_some()
         };
         if rules.cannot_exist(name).is_some() && soa_known {
             return;
         }
         let cut = rules
             .cut_points(name)
-            .any(|at| self.learned.denied(&name[at..], now).is_some());
+            .any(|at| self.search.learned.denied(&name[at..], now).is_some());
         if cut {
             return;
         }
@@ -324,7 +346,11 @@ impl Shared {
         };
         // The budget covers the namespace check too: a flood of names
         // shaped like first expansions never asks more than it allows.
-        let Some(_ticket) = self.speculation.ticket(rules.search().max_speculations) else {
+        let Some(_ticket) = self
+            .search
+            .speculation
+            .ticket(rules.search().max_speculations)
+        else {
             self.metrics.speculation_skipped.inc();
             return;
         };
@@ -337,7 +363,7 @@ impl Shared {
             && role == Role::Leader
         {
             entry.mark_speculative();
-            let wasted = self.speculation.track(entry, Instant::now());
+            let wasted = self.search.speculation.track(entry, Instant::now());
             self.metrics.speculation_wasted.inc_by(wasted);
         }
     }

@@ -1,4 +1,4 @@
-//! Metric handles for the hit path, resolved once per listener and zone.
+//! Metric handles for the request path, resolved once per listener and zone.
 //!
 //! `with_label_values` hashes every label value and takes a lock on each
 //! call; seven of those per query cost more than the rest of a cache hit.
@@ -41,6 +41,7 @@ pub struct ZoneStats {
     cache_requests: OnceLock<IntCounter>,
     cache_hits: [OnceLock<IntCounter>; 2],
     cache_misses: OnceLock<IntCounter>,
+    cache_served_stale: OnceLock<IntCounter>,
 }
 
 impl ZoneStats {
@@ -64,6 +65,7 @@ impl ZoneStats {
             cache_requests: OnceLock::new(),
             cache_hits: std::array::from_fn(|_| OnceLock::new()),
             cache_misses: OnceLock::new(),
+            cache_served_stale: OnceLock::new(),
         }
     }
 
@@ -122,6 +124,14 @@ impl ZoneStats {
     pub fn cache_miss(&self) {
         self.cache_misses
             .get_or_init(|| self.metrics.cache_misses.get(&self.cache_labels()))
+            .inc();
+    }
+
+    /// A stale answer went out (RFC 8767): `coredns_cache_served_stale_total`.
+    #[inline]
+    pub fn served_stale(&self) {
+        self.cache_served_stale
+            .get_or_init(|| self.metrics.cache_served_stale.get(&self.cache_labels()))
             .inc();
     }
 

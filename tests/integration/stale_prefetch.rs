@@ -6,6 +6,10 @@
 //! coredns_cache_served_stale_total counts them; a name never cached gets
 //! SERVFAIL within query_timeout; past stale_max_age there is no stale answer.
 //!
+//! With max_misses_in_flight reached (misses waiting on a silent upstream),
+//! an expired name gets its stale answer at once instead of being dropped,
+//! and coredns_cache_served_stale_total counts it like any other.
+//!
 //! The stale answer does not wait out the upstream: a frozen upstream's
 //! expired names are answered stale after stale_answer_timeout, and at once
 //! once the upstream is marked down; with stale_answer_timeout 0
@@ -17,6 +21,7 @@
 //! it is still cached after its original expiry; an entry with fewer hits is
 //! not refreshed.
 
+use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use support::*;
@@ -96,6 +101,101 @@ fn serves_stale_when_upstream_is_down() {
         "SERVFAIL after {:?}, query_timeout is 2 s",
         r.elapsed
     );
+}
+
+/// Misses to a silent upstream take every place among the misses in
+/// flight (5); an expired name asked then is answered stale at once (the
+/// cap's path, not a miss job), and each of those answers is counted in
+/// coredns_cache_served_stale_total.
+#[test]
+fn stale_answers_at_the_misses_in_flight_cap_are_counted() {
+    needs!(Need::CoreDns);
+    let net = Net::alloc();
+    let core = CoreDns::test_zone(net.upstream(0), "");
+    let silent = Silent::bind(net.silent(0));
+    let nodens = Nodens::start(
+        &Cfg::new(&net)
+            .max_misses_in_flight(5)
+            .query_timeout(secs(4))
+            .stale_max_age(secs(3600))
+            .stale_ttl(secs(30))
+            .zone(Zone::new("test.", &[core.addr]))
+            .zone(Zone::new("silent.", &[silent.addr]).upstream_timeout(secs(4))),
+    );
+    let t0 = Instant::now();
+    // short and short2 have TTL 2.
+    for (name, ip) in [("short.test.", "192.0.2.2"), ("short2.test.", "192.0.2.4")] {
+        assert_eq!(
+            udp_query(nodens.dns, &Q::new(name, Rt::A)).a(),
+            vec![ipv4(ip)]
+        );
+    }
+    sleep_until(t0, Duration::from_millis(2500)); // both expired
+
+    let reason = [("reason", "too many misses in flight")];
+    let rejected_before = nodens.metric("nodens_rejected_queries_total", &reason);
+    let stale_before = nodens.metric("coredns_cache_served_stale_total", &[]);
+    // Ten misses for the five places: the upstream never answers, so the
+    // five taken stay taken past the queries below (query_timeout 4 s).
+    let sock = UdpSocket::bind(SocketAddr::new(net.ip(30), 0)).unwrap();
+    for i in 0..10 {
+        sock.send_to(
+            &Q::new(&format!("n{i}.silent."), Rt::A).to_bytes(),
+            nodens.dns,
+        )
+        .unwrap();
+    }
+    nodens.wait_metric(
+        "nodens_rejected_queries_total",
+        &reason,
+        rejected_before + 5.0,
+    );
+
+    let asked = 4;
+    for i in 0..asked {
+        let name = if i % 2 == 0 {
+            "short.test."
+        } else {
+            "short2.test."
+        };
+        let r = udp_query(nodens.dns, &Q::new(name, Rt::A));
+        assert_eq!(
+            r.rcode(),
+            rcode::NOERROR,
+            "{name}: no stale answer at the cap"
+        );
+        assert!(
+            r.ttls().iter().all(|&t| t == 30),
+            "{name}: TTLs {:?}, a stale answer has 30",
+            r.ttls()
+        );
+        let opt = r.opt().expect("OPT in the reply to an EDNS query");
+        assert!(
+            opt.ede_codes().contains(&3),
+            "{name}: no EDE INFO-CODE 3 (Stale Answer): options {:?}",
+            opt.options()
+        );
+        assert!(
+            r.elapsed < ms(1000),
+            "{name}: stale answer at the cap after {:?}",
+            r.elapsed
+        );
+    }
+    assert!(
+        t0.elapsed() < secs(6),
+        "the silent misses may have ended before the stale queries"
+    );
+    let rejected = nodens.metric("nodens_rejected_queries_total", &reason);
+    assert!(
+        rejected >= rejected_before + 5.0 + asked as f64,
+        "the stale queries did not meet the cap: {rejected} rejected, {rejected_before} before"
+    );
+    assert_eq!(
+        nodens.metric("coredns_cache_served_stale_total", &[]),
+        stale_before + asked as f64,
+        "stale answers served at the misses-in-flight cap not counted"
+    );
+    assert!(silent.drain().len() <= 5, "at most the cap went upstream");
 }
 
 /// stale_max_age = 2s: stale 0.8 s after expiry, SERVFAIL 3.5 s after.
