@@ -227,9 +227,9 @@ fn a_flood_degrades_the_server_and_never_gets_it_killed() {
 
     // The flood, and a client asking the cached name every 50 ms.
     const FLOOD: Duration = Duration::from_secs(60);
-    // Stopped by SIGINT at the end (it then prints its figures at once);
-    // its own limit is a bound.
-    let flood = lab.dnsperf(dir.path(), FLOOD.as_secs() as u32 + 10, Some(rate));
+    // It ends by its own limit (dnsperf 2.x could crash on a SIGINT while
+    // its threads were still sending: SIGSEGV seen under load).
+    let flood = lab.dnsperf(dir.path(), FLOOD.as_secs() as u32, Some(rate));
     let start = Instant::now();
     let client = lab.client_socket();
     client
@@ -298,7 +298,6 @@ fn a_flood_degrades_the_server_and_never_gets_it_killed() {
         drop(flood);
         panic!("the node setup was withdrawn {at:?} into the flood:\n{said}");
     }
-    flood.signal(libc::SIGINT);
     receiver.join().unwrap();
     let flood_lines = wait_dnsperf(flood, Duration::from_secs(20));
     let flood_sent = dnsperf_figure(&flood_lines, "Queries sent:");
