@@ -202,7 +202,7 @@ impl Server {
         server.apply_http(&config.http)?;
         server
             .watches
-            .follow(&config, server.shared.tasks.upkeep())
+            .watch_for(&config, server.shared.tasks.upkeep())
             .await;
         if let Some(path) = &config.server.handover_socket {
             server.handover = Some(listen_for_successor(path)?);
@@ -302,7 +302,7 @@ impl Server {
     async fn try_reload(&mut self, path: &Path) -> Result<()> {
         let config = Config::load(path)?;
         self.watches
-            .follow(&config, self.shared.tasks.upkeep())
+            .watch_for(&config, self.shared.tasks.upkeep())
             .await;
         let settings = Settings::build(
             &self.watches.apply(&config),

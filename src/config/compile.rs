@@ -84,7 +84,7 @@ impl File {
                 query_timeout: s.query_timeout,
                 allow: match &s.allow {
                     Some(list) => list.iter().map(|n| *n.get_ref()).collect(),
-                    None => crate::guard::acl::default_allow(),
+                    None => crate::admission::acl::default_allow(),
                 },
                 rate_limit: (s.client_rate_limit > 0).then_some(RateLimit {
                     per_second: s.client_rate_limit,

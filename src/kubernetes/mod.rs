@@ -83,7 +83,7 @@ impl Watches {
     /// and of the namespaces if `[cluster]` asks, and no other. Without an
     /// API client the zones keep their configured upstreams and nothing is
     /// denied from the namespaces (logged): DNS is served either way.
-    pub async fn follow(&mut self, config: &Config, upkeep: &Upkeep) {
+    pub async fn watch_for(&mut self, config: &Config, upkeep: &Upkeep) {
         let wanted: HashSet<&EndpointsPlan> = config
             .zones
             .iter()

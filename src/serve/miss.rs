@@ -20,7 +20,7 @@ use super::hit::Request;
 use super::stats::{ListenerStats, ZoneStats};
 use super::{Job, Settings, Shared, reply_limit};
 use crate::cache::{Entry, Freshness, Key, Kind, Lookup};
-use crate::inflight::Role;
+use crate::coalesce::Role;
 use crate::listen::{Handled, Proto};
 use crate::upstream::Zone;
 use crate::upstream::forward::forward;
@@ -246,7 +246,7 @@ impl Shared {
         self.metrics.inflight.inc();
         // Every wait below ends by the deadline on its own: each upstream
         // try and the TCP pool (forward.rs), the namespace check's fetch, and
-        // a coalesced query's wait for the one it joined (inflight.rs). So
+        // a coalesced query's wait for the one it joined (coalesce.rs). So
         // the miss needs no timer of its own beside its upstream try's.
         let deadline = job.started + job.settings.query_timeout;
         // Each branch makes the futures it awaits: made before the branch,
@@ -411,7 +411,7 @@ impl Shared {
         // awaits apart, and this one is the bulk of a miss (the upstream
         // exchange); inline, every miss in flight would carry it twice.
         let ask = self.ask_upstream(key, zone, settings, deadline, start);
-        let (outcome, role) = self.inflight.run(key, deadline, Box::pin(ask)).await;
+        let (outcome, role) = self.coalescer.run(key, deadline, Box::pin(ask)).await;
         if role == Role::Follower {
             self.metrics.coalesced.inc();
         }

@@ -46,8 +46,8 @@ use futures_util::future::Either;
 
 use crate::cache::key::NameBuf;
 use crate::cache::{Cache, KeyRef};
+use crate::coalesce::Coalescer;
 use crate::config::{Config, TcpLimits};
-use crate::inflight::InFlight;
 use crate::listen::{Handled, ListenerInfo, Proto, Service};
 use crate::metrics::Registry;
 use crate::tasks::Tasks;
@@ -63,7 +63,7 @@ use stats::StatsSlot;
 pub struct Shared {
     pub(crate) settings: ArcSwap<Settings>,
     pub(crate) cache: Cache,
-    inflight: InFlight,
+    coalescer: Coalescer,
     /// What the search-list work (local answers, namespace checks,
     /// speculation, autopath) knows and keeps.
     pub(crate) search: search::SearchState,
@@ -90,7 +90,7 @@ impl Shared {
         Shared {
             settings: ArcSwap::from_pointee(settings),
             cache: Cache::new(config.cache.capacity),
-            inflight: InFlight::default(),
+            coalescer: Coalescer::default(),
             search: search::SearchState::default(),
             metrics,
             tasks,

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use super::{Settings, Shared};
 use crate::cache::key::NameBuf;
 use crate::cache::{Entry, Key, KeyRef, Lookup};
-use crate::inflight::Role;
+use crate::coalesce::Role;
 use crate::search::names::suffix_at;
 use crate::search::rules::FirstExpansion;
 use crate::search::{Clients, Learned, Namespaces};

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::admission::{Acl, RateLimiter};
 use crate::config::{CacheSettings, Config, TcpLimits};
-use crate::guard::{Acl, RateLimiter};
 use crate::search::ClusterRules;
 use crate::tasks::Upkeep;
 use crate::upstream::Router;

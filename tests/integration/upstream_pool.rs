@@ -759,7 +759,10 @@ fn pipelining_on_one_connection() {
         &Q::new("warm.delay.test.", Rt::A),
         Duration::from_secs(8),
     );
-    assert!(warm.is_some(), "no answer to the query that opens the connection");
+    assert!(
+        warm.is_some(),
+        "no answer to the query that opens the connection"
+    );
 
     let (replies, samples) = sample_during(
         Duration::from_millis(20),

@@ -24,7 +24,7 @@ pub type Outcome = Option<Arc<Entry>>;
 /// than a map: the key is hashed once per fetch, and that hash finds it
 /// again when the fetch ends (a map hashes at each of the three).
 #[derive(Default)]
-pub struct InFlight {
+pub struct Coalescer {
     waiting: Mutex<HashTable<(Key, Vec<oneshot::Sender<Outcome>>)>>,
     hasher: KeyHashing,
 }
@@ -36,7 +36,7 @@ pub enum Role {
     Follower,
 }
 
-impl InFlight {
+impl Coalescer {
     /// Runs `fetch` for `key` unless a fetch for it is already running, in
     /// which case waits for that one's outcome, until `deadline` at most
     /// (the one it joined may have a later one: a reload may have changed
@@ -90,7 +90,7 @@ impl InFlight {
 /// Removes the key and wakes the followers, also when the leader's future
 /// is dropped half-way (then they get `None`).
 struct LeaderGuard<'a> {
-    table: &'a InFlight,
+    table: &'a Coalescer,
     key: &'a Key,
     hash: u64,
     outcome: Option<Outcome>,
@@ -138,7 +138,7 @@ mod tests {
 
     #[tokio::test]
     async fn followers_share_the_leaders_outcome() {
-        let table = Arc::new(InFlight::default());
+        let table = Arc::new(Coalescer::default());
         let key = key(b"\x01a\x00");
         let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
         let mut handles = Vec::new();
@@ -167,7 +167,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_follower_waits_no_longer_than_its_own_deadline() {
-        let table = Arc::new(InFlight::default());
+        let table = Arc::new(Coalescer::default());
         let key = key(b"\x01b\x00");
         let leader = {
             let (table, key) = (table.clone(), key.clone());
