@@ -523,7 +523,7 @@ async fn truncation(server: SocketAddr, name: &str, lines: &mut Vec<String>) -> 
         }
     };
     let tcp = ask(server, &q, Transport::Tcp, DEADLINE).await;
-    q.edns = None;
+    q.edns = false;
     let udp = ask(server, &q, Transport::Udp, DEADLINE).await;
     let finding = |title: String, evidence: String| {
         Some(
