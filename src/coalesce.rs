@@ -47,7 +47,7 @@ impl Coalescer {
     {
         let hash = self.hasher.hash_one(key);
         let follower = {
-            let mut waiting = self.waiting.lock().expect("in-flight table lock");
+            let mut waiting = crate::lock::lock(&self.waiting);
             match waiting.find_mut(hash, |(k, _)| k == key) {
                 Some((_, waiters)) => {
                     let (tx, rx) = oneshot::channel();
@@ -79,7 +79,7 @@ impl Coalescer {
     }
 
     pub fn len(&self) -> usize {
-        self.waiting.lock().expect("in-flight table lock").len()
+        crate::lock::lock(&self.waiting).len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -98,11 +98,7 @@ struct LeaderGuard<'a> {
 
 impl Drop for LeaderGuard<'_> {
     fn drop(&mut self) {
-        let waiters = self
-            .table
-            .waiting
-            .lock()
-            .expect("in-flight table lock")
+        let waiters = crate::lock::lock(&self.table.waiting)
             .find_entry(self.hash, |(k, _)| k == self.key)
             .map(|entry| entry.remove().0.1)
             .unwrap_or_default();

@@ -21,6 +21,7 @@ pub mod kubernetes;
 pub mod limits;
 pub mod listen;
 pub mod liveness;
+pub mod lock;
 pub mod log_limit;
 pub mod logging;
 pub mod metrics;

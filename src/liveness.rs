@@ -92,8 +92,7 @@ impl Registry {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Weak<Progress>>> {
-        // A counter list is valid whatever a panicking holder left undone.
-        self.loops.lock().unwrap_or_else(|e| e.into_inner())
+        crate::lock::lock(&self.loops)
     }
 
     /// The names of the live loops whose counter did not move since the

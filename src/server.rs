@@ -88,7 +88,7 @@ pub struct Server {
     handover: Option<tokio::net::UnixListener>,
     /// A handover in progress on its own thread: true once the new
     /// process said it serves our sockets.
-    giving: Option<tokio::sync::oneshot::Receiver<std::io::Result<bool>>>,
+    giving: Option<tokio::sync::oneshot::Receiver<Given>>,
     /// Set once our sockets went to a new process: nothing is served or
     /// reloaded any more, SIGTERM is awaited.
     handed_over: bool,
@@ -98,6 +98,9 @@ pub struct Server {
     /// the namespaces.
     watches: Watches,
 }
+
+/// How giving our sockets to a successor ended: true when it took over.
+type Given = std::result::Result<bool, handover::HandoverError>;
 
 /// How long a starting server waits for the previous one (or a withdraw)
 /// to let go of the node setup: a stopping nodens drains for up to its
@@ -384,7 +387,7 @@ impl Server {
             .name("nodens-handover".into())
             .spawn(move || {
                 use std::os::fd::AsRawFd;
-                let given = stream.and_then(|stream| {
+                let given = stream.map_err(Into::into).and_then(|stream| {
                     stream.set_nonblocking(false)?;
                     let raw: Vec<_> = sockets
                         .iter()
@@ -403,7 +406,7 @@ impl Server {
     /// Once the new process says it serves our sockets: stops reading
     /// (what is in flight is still answered), leaves the node setup to it,
     /// and waits, not ready, for SIGTERM.
-    fn handed(&mut self, given: std::io::Result<bool>) {
+    fn handed(&mut self, given: Given) {
         match given {
             Ok(true) => {}
             Ok(false) => {
@@ -584,13 +587,11 @@ async fn accept(
     }
 }
 
-async fn given(
-    giving: &mut Option<tokio::sync::oneshot::Receiver<std::io::Result<bool>>>,
-) -> std::io::Result<bool> {
+async fn given(giving: &mut Option<tokio::sync::oneshot::Receiver<Given>>) -> Given {
     match giving {
         Some(rx) => rx
             .await
-            .unwrap_or_else(|_| Err(std::io::Error::other("the handover thread ended"))),
+            .unwrap_or_else(|_| Err(std::io::Error::other("the handover thread ended").into())),
         None => std::future::pending().await,
     }
 }
@@ -611,7 +612,7 @@ fn load_snapshot(
     telemetry: &Telemetry,
     cache: &crate::config::CacheSettings,
     input: &mut dyn std::io::Read,
-) -> std::io::Result<usize> {
+) -> Result<usize, snapshot::CutShort> {
     let settings = shared.settings.load();
     let policy = |name: &[u8]| settings.router.route(name).map(|zone| zone.ttl);
     let now = std::time::Instant::now();

@@ -50,7 +50,7 @@ impl RateLimiter {
     /// Takes a token for `client`; false when it has none left.
     pub fn allow(&self, client: IpAddr, now: Instant) -> bool {
         let slot = self.hasher.hash_one(client) as usize & (SLOTS - 1);
-        let mut bucket = self.slots[slot].lock().expect("rate bucket lock");
+        let mut bucket = crate::lock::lock(&self.slots[slot]);
         if bucket.client != Some(client) {
             *bucket = Bucket {
                 client: Some(client),

@@ -135,39 +135,57 @@ pub fn max_records(capacity_bytes: u64) -> usize {
 }
 
 /// Why one record was not loaded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     /// Its fields do not read (lengths, kind code, bytes left over).
+    #[error("malformed record")]
     Malformed,
     /// The key is no question a query would make (a name not folded or
     /// not a name, a type or class nodens does not serve, unknown flags).
+    #[error("not a question nodens serves")]
     BadKey,
     /// The message does not answer the key's question.
+    #[error("the answer is not to the key's question")]
     QuestionMismatch,
     /// The message does not walk (the checks of an upstream answer).
+    #[error("the answer does not walk as an upstream answer must")]
     BadWalk,
     /// The kind given is not what the response code and answers say, or
     /// the response code is one nodens does not cache beyond a failure.
+    #[error("the kind does not match the response code")]
     KindMismatch,
     /// No zone serves the name.
+    #[error("no zone serves the name")]
     NoZone,
     /// Nothing left to serve: a zero lifetime, or older than its lifetime
     /// and the stale window.
+    #[error("expired beyond the stale window")]
     Expired,
 }
 
-impl std::fmt::Display for Refusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Refusal::Malformed => "malformed record",
-            Refusal::BadKey => "not a question nodens serves",
-            Refusal::QuestionMismatch => "the answer is not to the key's question",
-            Refusal::BadWalk => "the answer does not walk as an upstream answer must",
-            Refusal::KindMismatch => "the kind does not match the response code",
-            Refusal::NoZone => "no zone serves the name",
-            Refusal::Expired => "expired beyond the stale window",
-        })
-    }
+/// Why reading stopped before the end marker.
+#[derive(Debug, thiserror::Error)]
+pub enum Cut {
+    #[error("not a nodens cache snapshot")]
+    NotASnapshot,
+    /// The framing is broken: a length no record has.
+    #[error("cache snapshot: record too large")]
+    RecordTooLarge,
+    #[error("cache snapshot: more than {0} records, the rest skipped")]
+    TooManyRecords(usize),
+    #[error("cache snapshot: load time over, the rest skipped")]
+    Deadline,
+    /// The stream failed (its own timeout, a reset, an end inside a record).
+    #[error(transparent)]
+    Read(io::Error),
+}
+
+/// A load cut short, with what it loaded before.
+#[derive(Debug, thiserror::Error)]
+#[error("{cut} ({loaded} records loaded before)")]
+pub struct CutShort {
+    pub cut: Cut,
+    pub loaded: usize,
 }
 
 /// What a load did.
@@ -181,18 +199,18 @@ pub struct Loaded {
     pub first_refusal: Option<Refusal>,
     /// Why reading stopped before the end marker, if it did: broken
     /// framing, a read error, too many records, the deadline.
-    pub cut: Option<io::Error>,
+    pub cut: Option<Cut>,
 }
 
 impl Loaded {
     /// The count loaded, or why the load was cut short.
-    pub fn into_result(self) -> io::Result<usize> {
+    pub fn into_result(self) -> Result<usize, CutShort> {
         match self.cut {
             None => Ok(self.loaded),
-            Some(e) => Err(io::Error::new(
-                e.kind(),
-                format!("{e} ({} records loaded before)", self.loaded),
-            )),
+            Some(cut) => Err(CutShort {
+                cut,
+                loaded: self.loaded,
+            }),
         }
     }
 
@@ -309,22 +327,29 @@ fn decode(record: &[u8], now: Instant, rules: &Rules<'_>) -> Result<(Key, Entry)
 struct Until<'a, R: ?Sized> {
     inner: &'a mut R,
     deadline: Instant,
+    /// Set when a read was refused for the deadline.
+    passed: bool,
 }
 
 impl<R: Read + ?Sized> Read for Until<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if Instant::now() >= self.deadline {
-            return Err(deadline_passed());
+            self.passed = true;
+            return Err(io::ErrorKind::TimedOut.into());
         }
         self.inner.read(buf)
     }
 }
 
-fn deadline_passed() -> io::Error {
-    io::Error::new(
-        io::ErrorKind::TimedOut,
-        "cache snapshot: load time over, the rest skipped",
-    )
+impl<R: ?Sized> Until<'_, R> {
+    /// Why a read failed with `e`.
+    fn cut(&self, e: io::Error) -> Cut {
+        if self.passed {
+            Cut::Deadline
+        } else {
+            Cut::Read(e)
+        }
+    }
 }
 
 /// Reads records until the end marker (or the end of `input`), inserting
@@ -342,14 +367,15 @@ pub fn read(
     let mut input = Until {
         inner: input,
         deadline: rules.deadline,
+        passed: false,
     };
     let mut magic = [0u8; 4];
     if let Err(e) = input.read_exact(&mut magic) {
-        loaded.cut = Some(e);
+        loaded.cut = Some(input.cut(e));
         return loaded;
     }
     if &magic != MAGIC {
-        loaded.cut = Some(io::Error::other("not a nodens cache snapshot"));
+        loaded.cut = Some(Cut::NotASnapshot);
         return loaded;
     }
     let mut record = Vec::new();
@@ -359,7 +385,7 @@ pub fn read(
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return loaded,
             Err(e) => {
-                loaded.cut = Some(e);
+                loaded.cut = Some(input.cut(e));
                 return loaded;
             }
         }
@@ -368,19 +394,16 @@ pub fn read(
             return loaded;
         }
         if len > MAX_RECORD {
-            loaded.cut = Some(io::Error::other("cache snapshot: record too large"));
+            loaded.cut = Some(Cut::RecordTooLarge);
             return loaded;
         }
         if loaded.loaded + loaded.refused >= rules.max_records {
-            loaded.cut = Some(io::Error::other(format!(
-                "cache snapshot: more than {} records, the rest skipped",
-                rules.max_records
-            )));
+            loaded.cut = Some(Cut::TooManyRecords(rules.max_records));
             return loaded;
         }
         record.resize(len, 0);
         if let Err(e) = input.read_exact(&mut record) {
-            loaded.cut = Some(e);
+            loaded.cut = Some(input.cut(e));
             return loaded;
         }
         match decode(&record, now, rules) {
@@ -774,6 +797,10 @@ mod tests {
         };
         let loaded = load(&[good], &passed, now).1;
         assert_eq!(loaded.loaded, 0);
-        assert_eq!(loaded.cut.unwrap().kind(), io::ErrorKind::TimedOut);
+        assert!(
+            matches!(loaded.cut, Some(Cut::Deadline)),
+            "{:?}",
+            loaded.cut
+        );
     }
 }

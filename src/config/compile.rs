@@ -22,22 +22,54 @@ use crate::wire::name;
 /// `kube-dns-upstream` (port 53 when the port is not set). Read at each
 /// load; Kubernetes fixes a pod's environment at its start, so following a
 /// Service that changes needs the API (a later area, `kube/`).
-fn service_address(service: &str) -> Result<std::net::SocketAddr, String> {
+fn service_address(service: &str) -> Result<std::net::SocketAddr, ServiceAddressError> {
+    let service = service.to_string();
     let prefix = service.to_ascii_uppercase().replace(['-', '.'], "_");
-    let host_var = format!("{prefix}_SERVICE_HOST");
-    let host = std::env::var(&host_var)
-        .map_err(|_| format!("upstream_service `{service}`: {host_var} is not set"))?;
-    let ip: std::net::IpAddr = host
-        .parse()
-        .map_err(|_| format!("upstream_service `{service}`: {host_var}=`{host}` is not an IP"))?;
-    let port_var = format!("{prefix}_SERVICE_PORT");
-    let port = match std::env::var(&port_var) {
-        Ok(p) => p
-            .parse()
-            .map_err(|_| format!("upstream_service `{service}`: {port_var}=`{p}` is not a port"))?,
+    let var = format!("{prefix}_SERVICE_HOST");
+    let Ok(host) = std::env::var(&var) else {
+        return Err(ServiceAddressError::Unset { service, var });
+    };
+    let Ok(ip) = host.parse::<std::net::IpAddr>() else {
+        return Err(ServiceAddressError::NotAnIp {
+            service,
+            var,
+            value: host,
+        });
+    };
+    let var = format!("{prefix}_SERVICE_PORT");
+    let port = match std::env::var(&var) {
+        Ok(value) => match value.parse() {
+            Ok(port) => port,
+            Err(_) => {
+                return Err(ServiceAddressError::NotAPort {
+                    service,
+                    var,
+                    value,
+                });
+            }
+        },
         Err(_) => 53,
     };
     Ok(std::net::SocketAddr::new(ip, port))
+}
+
+/// Why a Service's environment variables give no address.
+#[derive(Debug, thiserror::Error)]
+enum ServiceAddressError {
+    #[error("upstream_service `{service}`: {var} is not set")]
+    Unset { service: String, var: String },
+    #[error("upstream_service `{service}`: {var}=`{value}` is not an IP")]
+    NotAnIp {
+        service: String,
+        var: String,
+        value: String,
+    },
+    #[error("upstream_service `{service}`: {var}=`{value}` is not a port")]
+    NotAPort {
+        service: String,
+        var: String,
+        value: String,
+    },
 }
 
 /// Whole seconds, saturating: TTLs are 32-bit on the wire.

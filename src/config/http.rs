@@ -64,16 +64,21 @@ impl File {
 
 /// The environment's metrics address: a whole socket address, or an IP
 /// taking the file's port.
-fn override_address(text: &str, file: Option<SocketAddr>) -> Result<SocketAddr, String> {
+fn override_address(text: &str, file: Option<SocketAddr>) -> Result<SocketAddr, BadAddress> {
     if let Ok(addr) = text.parse::<SocketAddr>() {
         return Ok(addr);
     }
     let ip = text
         .parse::<IpAddr>()
-        .map_err(|_| format!("`{text}` is not IP, IP:port or [IPv6]:port"))?;
+        .map_err(|_| BadAddress(text.to_string()))?;
     let port = file.map_or(DEFAULT_METRICS_PORT, |a| a.port());
     Ok(SocketAddr::new(ip, port))
 }
+
+/// An address in the environment that is none.
+#[derive(Debug, thiserror::Error)]
+#[error("`{0}` is not IP, IP:port or [IPv6]:port")]
+struct BadAddress(String);
 
 #[cfg(test)]
 mod tests {

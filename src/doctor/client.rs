@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 
+use crate::wire::build;
 pub use crate::wire::rcode_name;
 use crate::wire::{self, HEADER_LEN, name, read_u16, read_u32, rtype};
 
@@ -25,9 +26,9 @@ pub struct Question {
     pub name: Vec<u8>,
     pub qtype: u16,
     pub qclass: u16,
-    /// Advertise this UDP payload size in an OPT record; `None` for a
-    /// plain query (replies over 512 bytes must then be truncated).
-    pub edns: Option<u16>,
+    /// Send an OPT record advertising [`build::ADVERTISED_UDP_SIZE`]; false for
+    /// a plain query (replies over 512 bytes must then be truncated).
+    pub edns: bool,
 }
 
 impl Question {
@@ -36,24 +37,19 @@ impl Question {
             name: name::from_text(name)?,
             qtype,
             qclass: wire::class::IN,
-            edns: Some(1232),
+            edns: true,
         })
     }
 
+    /// The query as nodens writes its own upstream ([`build`]): RD set,
+    /// no DO or CD bit.
     fn packet(&self, id: u16) -> Vec<u8> {
-        let mut q = Vec::with_capacity(HEADER_LEN + self.name.len() + 15);
-        q.extend(id.to_be_bytes());
-        q.extend(wire::flag::RD.to_be_bytes());
-        q.extend([0, 1, 0, 0, 0, 0, 0, u8::from(self.edns.is_some())]);
-        q.extend(&self.name);
-        q.extend(self.qtype.to_be_bytes());
-        q.extend(self.qclass.to_be_bytes());
-        if let Some(size) = self.edns {
-            q.extend([0, 0, 41]);
-            q.extend(size.to_be_bytes());
-            q.extend([0, 0, 0, 0, 0, 0]);
+        let (name, qtype, qclass) = (&self.name, self.qtype, self.qclass);
+        if self.edns {
+            build::query_for(id, name, qtype, qclass, false, false)
+        } else {
+            build::plain_query_for(id, name, qtype, qclass)
         }
-        q
     }
 }
 
@@ -277,9 +273,19 @@ mod tests {
     #[test]
     fn a_plain_query_has_no_opt_record() {
         let mut q = Question::new("example.com", rtype::TXT).unwrap();
-        q.edns = None;
+        q.edns = false;
         let p = q.packet(7);
         assert_eq!(read_u16(&p, 10), 0);
         assert_eq!(p.len(), HEADER_LEN + 13 + 4);
+    }
+
+    #[test]
+    fn a_query_is_the_one_nodens_sends_upstream() {
+        let q = Question::new("example.com", rtype::A).unwrap();
+        let p = q.packet(7);
+        let mut expected = vec![0, 7, 1, 0, 0, 1, 0, 0, 0, 0, 0, 1];
+        expected.extend(b"\x07example\x03com\x00\x00\x01\x00\x01");
+        expected.extend([0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(p, expected, "RD, one question, an OPT of 1232 bytes");
     }
 }

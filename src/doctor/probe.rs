@@ -36,7 +36,7 @@ pub struct ProbeOptions {
 
 /// The servers to probe: those given (`IP` or `IP:PORT`, `[v6]:PORT`),
 /// else resolv.conf's first three.
-pub fn servers(given: &[String], resolv: &ResolvConf) -> Result<Vec<SocketAddr>, String> {
+pub fn servers(given: &[String], resolv: &ResolvConf) -> Result<Vec<SocketAddr>, BadServer> {
     if given.is_empty() {
         return Ok(resolv.nameservers.iter().take(3).copied().collect());
     }
@@ -45,10 +45,15 @@ pub fn servers(given: &[String], resolv: &ResolvConf) -> Result<Vec<SocketAddr>,
         .map(|s| {
             s.parse::<SocketAddr>()
                 .or_else(|_| s.parse().map(|ip| SocketAddr::new(ip, 53)))
-                .map_err(|_| format!("--server {s}: not an IP or IP:PORT"))
+                .map_err(|_| BadServer(s.clone()))
         })
         .collect()
 }
+
+/// A `--server` that is no address.
+#[derive(Debug, thiserror::Error)]
+#[error("--server {0}: not an IP or IP:PORT")]
+pub struct BadServer(pub String);
 
 /// What the probes found.
 pub struct Probed {
@@ -518,7 +523,7 @@ async fn truncation(server: SocketAddr, name: &str, lines: &mut Vec<String>) -> 
         }
     };
     let tcp = ask(server, &q, Transport::Tcp, DEADLINE).await;
-    q.edns = None;
+    q.edns = false;
     let udp = ask(server, &q, Transport::Udp, DEADLINE).await;
     let finding = |title: String, evidence: String| {
         Some(

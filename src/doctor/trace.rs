@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::client::{Question, Reply, Transport, ask, rcode_name};
+use super::client::{QueryError, Question, Reply, Transport, ask, rcode_name};
 use super::resolver::ResolvConf;
 use crate::stub::{Family, Stub, walk, walk::address_types};
 use crate::wire::rtype;
@@ -187,7 +187,32 @@ async fn trace(
     trace
 }
 
-type Asked = (SocketAddr, Result<Reply, String>);
+type Asked = (SocketAddr, Result<Reply, NoReply>);
+
+/// Why a query of the walk got no reply.
+#[derive(Debug, thiserror::Error)]
+enum NoReply {
+    #[error(transparent)]
+    BadName(#[from] crate::wire::name::BadName),
+    /// Never asked: no attempt and no server.
+    #[error("no answer")]
+    NotAsked,
+    #[error(transparent)]
+    Query(#[from] QueryError),
+    /// Truncated over UDP, then no reply over TCP.
+    #[error("TC, then TCP: {0}")]
+    OverTcp(QueryError),
+}
+
+impl NoReply {
+    /// No reply in time, as a resolver times out (not an error of the exchange).
+    fn timed_out(&self) -> bool {
+        matches!(
+            self,
+            NoReply::NotAsked | NoReply::Query(QueryError::Timeout(_))
+        )
+    }
+}
 
 /// One query as the resolver sends it: each nameserver in turn, `attempts`
 /// rounds, `deadline` each; the first reply ends it.
@@ -205,18 +230,18 @@ async fn ask_with_retries(
     };
     let question = match Question::new(name, t) {
         Ok(q) => q,
-        Err(e) => return (servers[0], Err(e.to_string())),
+        Err(e) => return (servers[0], Err(e.into())),
     };
-    let mut last = (servers[0], Err("no answer".to_string()));
+    let mut last = (servers[0], Err(NoReply::NotAsked));
     for _ in 0..attempts {
         for &server in servers {
             match ask(server, &question, Transport::Udp, deadline).await {
                 Ok(reply) if reply.truncated => {
                     let over_tcp = ask(server, &question, Transport::Tcp, deadline).await;
-                    return (server, over_tcp.map_err(|e| format!("TC, then TCP: {e}")));
+                    return (server, over_tcp.map_err(NoReply::OverTcp));
                 }
                 Ok(reply) => return (server, Ok(reply)),
-                Err(e) => last = (server, Err(e.to_string())),
+                Err(e) => last = (server, Err(e.into())),
             }
         }
     }
@@ -228,7 +253,7 @@ fn step(
     qtype: &'static str,
     name: &str,
     server: SocketAddr,
-    result: &Result<Reply, String>,
+    result: &Result<Reply, NoReply>,
 ) -> Step {
     match result {
         Ok(reply) => Step {
@@ -245,7 +270,7 @@ fn step(
             qtype,
             name: name.to_string(),
             server,
-            result: if e.starts_with("no answer") {
+            result: if e.timed_out() {
                 "TIMEOUT".into()
             } else {
                 format!("ERROR ({e})")

@@ -143,39 +143,63 @@ fn expect(input: &mut impl Read, expected: &[u8]) -> io::Result<bool> {
     }
 }
 
-fn refused(why: String) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::PermissionDenied,
-        format!("handover refused: {why}"),
-    )
+/// Why a handover did not happen. The `Display` of every refusal starts
+/// with `handover refused: `.
+#[derive(Debug, thiserror::Error)]
+pub enum HandoverError {
+    /// The socket file or the peer is not nodens's (`crate::trust`).
+    #[error("handover refused: {0}")]
+    Untrusted(#[source] io::Error),
+    #[error("handover refused: list of sockets too long")]
+    ListTooLong,
+    #[error("handover refused: bad list of sockets: {0}")]
+    ListNotUtf8(#[source] std::str::Utf8Error),
+    #[error("handover refused: bad list of sockets: {0}")]
+    BadList(#[source] serde_json::Error),
+    #[error("handover refused: {0} sockets named, at most {MAX_FDS} can be passed")]
+    TooManyNamed(usize),
+    #[error("handover refused: more descriptors than one message holds")]
+    DescriptorsCut,
+    #[error("handover refused: {named} sockets named, {received} received")]
+    CountMismatch { named: usize, received: usize },
+    /// A descriptor is not the socket its name says.
+    #[error("handover refused: the descriptor named {name:?} {what}")]
+    WrongSocket { name: Named, what: &'static str },
+    /// The old side has more sockets than one message carries.
+    #[error("handover: too many sockets for one message")]
+    TooManySockets,
+    /// The stream failed or the deadline passed.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+impl From<nix::Error> for HandoverError {
+    fn from(e: nix::Error) -> HandoverError {
+        HandoverError::Io(e.into())
+    }
 }
 
 /// The list of sockets the previous process sent: input, bounded like the
 /// descriptors it names (at most `MAX_FDS`). UTF-8 is checked first: read
 /// from bytes, serde_json does not check the strings it skips (a field it
 /// does not know).
-pub fn parse_names(payload: &[u8]) -> io::Result<Vec<Named>> {
+pub fn parse_names(payload: &[u8]) -> Result<Vec<Named>, HandoverError> {
     if payload.len() > MAX_LIST {
-        return Err(refused("list of sockets too long".into()));
+        return Err(HandoverError::ListTooLong);
     }
-    let text =
-        std::str::from_utf8(payload).map_err(|e| refused(format!("bad list of sockets: {e}")))?;
-    let names: Vec<Named> =
-        serde_json::from_str(text).map_err(|e| refused(format!("bad list of sockets: {e}")))?;
+    let text = std::str::from_utf8(payload).map_err(HandoverError::ListNotUtf8)?;
+    let names: Vec<Named> = serde_json::from_str(text).map_err(HandoverError::BadList)?;
     if names.len() > MAX_FDS {
-        return Err(refused(format!(
-            "{} sockets named, at most {MAX_FDS} can be passed",
-            names.len()
-        )));
+        return Err(HandoverError::TooManyNamed(names.len()));
     }
     Ok(names)
 }
 
 /// Checks that `fd` is the socket `name` says: a listening TCP socket or a
 /// UDP socket, of the address's family, bound to the address, not connected.
-fn check_socket(fd: &OwnedFd, name: &Named) -> io::Result<()> {
+fn check_socket(fd: &OwnedFd, name: &Named) -> Result<(), HandoverError> {
     let sock = socket2::SockRef::from(fd);
-    let wrong = |what: &str| refused(format!("the descriptor named {name:?} {what}"));
+    let wrong = |what| HandoverError::WrongSocket { name: *name, what };
     let domain = sock.domain().map_err(|_| wrong("is not a socket"))?;
     let family = if name.addr.is_ipv4() {
         socket2::Domain::IPV4
@@ -214,13 +238,13 @@ fn check_socket(fd: &OwnedFd, name: &Named) -> io::Result<()> {
 /// (the socket file or the peer is not nodens's, a descriptor is not what
 /// it is named, the deadline passed): nothing received is used, and the
 /// caller starts as on a first start.
-pub fn take_over(
+pub fn take_over<E: std::fmt::Display>(
     path: &Path,
-    load_cache: impl FnOnce(&mut dyn Read) -> io::Result<usize>,
-) -> io::Result<Option<(Inherited, UnixStream)>> {
+    load_cache: impl FnOnce(&mut dyn Read) -> Result<usize, E>,
+) -> Result<Option<(Inherited, UnixStream)>, HandoverError> {
     match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        _ => trust::check_socket_file(path).map_err(|e| refused(e.to_string()))?,
+        _ => trust::check_socket_file(path).map_err(HandoverError::Untrusted)?,
     }
     let stream = match UnixStream::connect(path) {
         Ok(s) => s,
@@ -233,9 +257,9 @@ pub fn take_over(
         {
             return Ok(None);
         }
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.into()),
     };
-    trust::check_peer(&stream).map_err(|e| refused(e.to_string()))?;
+    trust::check_peer(&stream).map_err(HandoverError::Untrusted)?;
     let deadline = Deadline::start();
     let mut timed = Timed {
         stream: &stream,
@@ -251,10 +275,9 @@ pub fn take_over(
         &mut iov,
         Some(&mut space),
         MsgFlags::MSG_CMSG_CLOEXEC,
-    )
-    .map_err(io::Error::from)?;
+    )?;
     let mut fds: Vec<OwnedFd> = Vec::new();
-    for cmsg in message.cmsgs().map_err(io::Error::from)? {
+    for cmsg in message.cmsgs()? {
         if let ControlMessageOwned::ScmRights(raw) = cmsg {
             // SAFETY: the kernel installed these descriptors in this process
             // for this message; nothing else owns them.
@@ -265,7 +288,7 @@ pub fn take_over(
         }
     }
     if message.flags.contains(MsgFlags::MSG_CTRUNC) {
-        return Err(refused("more descriptors than one message holds".into()));
+        return Err(HandoverError::DescriptorsCut);
     }
     // The list came in the same segment as the descriptors, and a Unix
     // stream read stops after a segment that carried descriptors, so these
@@ -273,11 +296,10 @@ pub fn take_over(
     let len = message.bytes;
     let names = parse_names(&payload[..len])?;
     if names.len() != fds.len() {
-        return Err(refused(format!(
-            "{} sockets named, {} received",
-            names.len(),
-            fds.len()
-        )));
+        return Err(HandoverError::CountMismatch {
+            named: names.len(),
+            received: fds.len(),
+        });
     }
     for (name, fd) in names.iter().zip(&fds) {
         check_socket(fd, name)?;
@@ -327,16 +349,14 @@ pub fn give(
     stream: &UnixStream,
     sockets: &[(Named, RawFd)],
     send_cache: impl FnOnce(&mut dyn Write) -> io::Result<usize>,
-) -> io::Result<bool> {
+) -> Result<bool, HandoverError> {
     let deadline = Deadline::start();
     let mut timed = Timed { stream, deadline };
     if !expect(&mut timed, HELLO)? {
         return Ok(false);
     }
     if sockets.len() > MAX_FDS {
-        return Err(io::Error::other(
-            "handover: too many sockets for one message",
-        ));
+        return Err(HandoverError::TooManySockets);
     }
     let names: Vec<Named> = sockets.iter().map(|(n, _)| *n).collect();
     let payload = serde_json::to_vec(&names).map_err(io::Error::other)?;
@@ -348,8 +368,7 @@ pub fn give(
         &[ControlMessage::ScmRights(&fds)],
         MsgFlags::empty(),
         None,
-    )
-    .map_err(io::Error::from)?;
+    )?;
     let mut out = io::BufWriter::new(Timed { stream, deadline });
     // A cache not all taken (the new process stops reading when its load
     // is cut short) is not a failed handover: the sockets are what counts.
@@ -360,7 +379,7 @@ pub fn give(
         }
     }
     drop(out);
-    expect(&mut timed, READY)
+    Ok(expect(&mut timed, READY)?)
 }
 
 #[cfg(test)]

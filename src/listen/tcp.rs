@@ -52,7 +52,7 @@ struct PerClient(Mutex<HashMap<IpAddr, usize>>);
 impl PerClient {
     /// Counts a connection from `ip`, unless it already has `max`.
     fn try_add(&self, ip: IpAddr, max: usize) -> bool {
-        let mut open = self.0.lock().expect("per-client lock");
+        let mut open = crate::lock::lock(&self.0);
         let count = open.entry(ip).or_insert(0);
         if *count >= max {
             return false;
@@ -62,7 +62,7 @@ impl PerClient {
     }
 
     fn remove(&self, ip: IpAddr) {
-        let mut open = self.0.lock().expect("per-client lock");
+        let mut open = crate::lock::lock(&self.0);
         if let Some(count) = open.get_mut(&ip) {
             *count -= 1;
             if *count == 0 {

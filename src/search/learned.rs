@@ -50,7 +50,7 @@ pub struct Learned {
 impl Learned {
     /// Remembers (or refreshes) a zone's SOA.
     pub fn learn_soa(&self, soa: Soa) {
-        let mut soas = self.soas.lock().expect("soa table");
+        let mut soas = crate::lock::lock(&self.soas);
         if soas.len() >= MAX_ZONES && !soas.contains_key(soa.owner()) {
             return;
         }
@@ -59,13 +59,13 @@ impl Learned {
 
     /// The SOA of zone `owner`, if one was learned.
     pub fn soa(&self, owner: &[u8]) -> Option<Arc<Soa>> {
-        self.soas.lock().expect("soa table").get(owner).cloned()
+        crate::lock::lock(&self.soas).get(owner).cloned()
     }
 
     /// The learned SOA of the closest zone above `name` (never the root),
     /// given the offsets where each of its labels starts.
     pub fn closest_soa(&self, name: &[u8]) -> Option<Arc<Soa>> {
-        let soas = self.soas.lock().expect("soa table");
+        let soas = crate::lock::lock(&self.soas);
         crate::wire::name::label_starts(name)
             .skip(1)
             .map(|at| &name[at..])
@@ -75,7 +75,7 @@ impl Learned {
 
     /// Remembers that `node` does not exist for `ttl` from `now`.
     pub fn deny(&self, node: &[u8], soa: Arc<Soa>, ttl: Duration, now: Instant) {
-        let mut denied = self.denied.lock().expect("denied table");
+        let mut denied = crate::lock::lock(&self.denied);
         if denied.len() >= MAX_DENIED_NODES && !denied.contains_key(node) {
             denied.retain(|_, d| d.expires > now);
             if denied.len() >= MAX_DENIED_NODES {
@@ -88,19 +88,19 @@ impl Learned {
 
     /// The denial of `node`, while it lasts.
     pub fn denied(&self, node: &[u8], now: Instant) -> Option<DeniedNode> {
-        let denied = self.denied.lock().expect("denied table");
+        let denied = crate::lock::lock(&self.denied);
         denied.get(node).filter(|d| d.expires > now).cloned()
     }
 
     /// Forgets a denial (the node was found to exist after all).
     pub fn undeny(&self, node: &[u8]) {
-        self.denied.lock().expect("denied table").remove(node);
+        crate::lock::lock(&self.denied).remove(node);
     }
 
     /// Remembers that the namespace node `node` exists (an answer other
     /// than NXDOMAIN was given for it or a name below it).
     pub fn namespace_seen(&self, node: &[u8], now: Instant) {
-        let mut seen = self.namespaces.lock().expect("namespace table");
+        let mut seen = crate::lock::lock(&self.namespaces);
         if let Some(at) = seen.get_mut(node) {
             *at = now;
             return;
@@ -116,13 +116,13 @@ impl Learned {
 
     /// Whether the namespace node `node` was seen to exist lately.
     pub fn namespace_known(&self, node: &[u8], now: Instant) -> bool {
-        let seen = self.namespaces.lock().expect("namespace table");
+        let seen = crate::lock::lock(&self.namespaces);
         seen.get(node)
             .is_some_and(|at| now.saturating_duration_since(*at) < NAMESPACE_MEMORY)
     }
 
     /// Denied nodes held now, expired ones included until they are pruned.
     pub fn denied_count(&self) -> usize {
-        self.denied.lock().expect("denied table").len()
+        crate::lock::lock(&self.denied).len()
     }
 }

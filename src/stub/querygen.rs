@@ -20,7 +20,26 @@ pub struct Options {
 pub struct LineError {
     pub source: String,
     pub line: usize,
-    pub message: String,
+    pub message: BadLine,
+}
+
+/// What is wrong with a line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadLine {
+    #[error("the root is not a name to look up")]
+    Root,
+    #[error("name longer than 253 characters ({0})")]
+    NameTooLong(usize),
+    #[error("empty label in '{0}'")]
+    EmptyLabel(String),
+    #[error("label longer than 63 characters in '{0}'")]
+    LongLabel(String),
+    #[error("'{0}' has characters a resolver does not send")]
+    Characters(String),
+    #[error("unknown query type '{0}' (one of {types} or TYPEnnn)", types = TYPES.join(" "))]
+    UnknownType(String),
+    #[error("unexpected '{0}' after the type")]
+    Unexpected(String),
 }
 
 impl fmt::Display for LineError {
@@ -44,7 +63,7 @@ const TYPES: &[&str] = &[
 pub fn generate(input: &str, source: &str, options: &Options) -> Result<String, LineError> {
     let mut out = String::new();
     for (index, line) in input.lines().enumerate() {
-        let error = |message: String| LineError {
+        let error = |message: BadLine| LineError {
             source: source.to_string(),
             line: index + 1,
             message,
@@ -61,7 +80,7 @@ pub fn generate(input: &str, source: &str, options: &Options) -> Result<String, 
                 .collect(),
         };
         if let Some(extra) = words.next() {
-            return Err(error(format!("unexpected '{extra}' after the type")));
+            return Err(error(BadLine::Unexpected(extra.to_string())));
         }
         let as_written = name.strip_suffix('.').unwrap_or(name);
         for asked in walk(options.stub, &options.config, name, |n| n == as_written) {
@@ -77,38 +96,35 @@ pub fn generate(input: &str, source: &str, options: &Options) -> Result<String, 
 }
 
 /// A name a resolver could send: labels of 1 to 63 bytes, 253 in all.
-fn check_name(name: &str) -> Result<(), String> {
+fn check_name(name: &str) -> Result<(), BadLine> {
     let text = name.strip_suffix('.').unwrap_or(name);
     if text.is_empty() {
-        return Err("the root is not a name to look up".into());
+        return Err(BadLine::Root);
     }
     if text.len() > 253 {
-        return Err(format!("name longer than 253 characters ({})", text.len()));
+        return Err(BadLine::NameTooLong(text.len()));
     }
     if let Some(label) = text.split('.').find(|l| l.is_empty() || l.len() > 63) {
         return Err(if label.is_empty() {
-            format!("empty label in '{name}'")
+            BadLine::EmptyLabel(name.to_string())
         } else {
-            format!("label longer than 63 characters in '{name}'")
+            BadLine::LongLabel(name.to_string())
         });
     }
     if !text.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(format!("'{name}' has characters a resolver does not send"));
+        return Err(BadLine::Characters(name.to_string()));
     }
     Ok(())
 }
 
-fn query_type(word: &str) -> Result<String, String> {
+fn query_type(word: &str) -> Result<String, BadLine> {
     let upper = word.to_ascii_uppercase();
     if TYPES.contains(&upper.as_str()) {
         return Ok(upper);
     }
     match upper.strip_prefix("TYPE").map(str::parse::<u16>) {
         Some(Ok(_)) => Ok(upper),
-        _ => Err(format!(
-            "unknown query type '{word}' (one of {} or TYPEnnn)",
-            TYPES.join(" ")
-        )),
+        _ => Err(BadLine::UnknownType(word.to_string())),
     }
 }
 

@@ -32,7 +32,7 @@ impl CaseMemory {
         if self.failures_in_a_row.load(Ordering::Relaxed) < FAILURES_BEFORE_FALLBACK {
             return true;
         }
-        let mut off = self.off_until.lock().expect("case memory lock");
+        let mut off = crate::lock::lock(&self.off_until);
         match *off {
             Some(until) if Instant::now() < until => false,
             Some(_) => {
@@ -60,7 +60,7 @@ impl CaseMemory {
         if failures != FAILURES_BEFORE_FALLBACK {
             return false;
         }
-        *self.off_until.lock().expect("case memory lock") = Some(Instant::now() + FALLBACK_FOR);
+        *crate::lock::lock(&self.off_until) = Some(Instant::now() + FALLBACK_FOR);
         true
     }
 }
@@ -233,7 +233,7 @@ mod tests {
         }
         assert!(m.not_preserved());
         assert!(!m.randomise());
-        *m.off_until.lock().unwrap() = Some(Instant::now());
+        *crate::lock::lock(&m.off_until) = Some(Instant::now());
         assert!(m.randomise(), "tried again after the fallback period");
         assert!(m.not_preserved(), "one more failure switches it off");
     }

@@ -22,7 +22,7 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
@@ -31,6 +31,7 @@ use tokio::net::UdpSocket;
 use tokio::time::{Instant, timeout_at};
 
 use super::ExchangeError;
+use crate::lock::lock;
 use crate::wire::response::{Answers, Case, ResponseError, check_answers, with_question};
 
 /// Queries one socket carries before it is closed.
@@ -290,12 +291,6 @@ fn close_expired_in(lists: &Mutex<FreeLists>, now: Instant) -> usize {
     }
     // They close on return, out of the lock (each leaves its event loop).
     expired.len()
-}
-
-/// The lock, whether or not a thread panicked holding it: the lists stay
-/// consistent (a panic cannot leave one half-changed).
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Reads everything queued on `socket` and returns how many datagrams that

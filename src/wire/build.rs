@@ -17,7 +17,7 @@ pub fn upstream_query(
     dnssec_ok: bool,
     checking_disabled: bool,
 ) -> Vec<u8> {
-    query_of_parts(id, [question, &[]], dnssec_ok, checking_disabled)
+    query_of_parts(id, [question, &[]], Some(dnssec_ok), checking_disabled)
 }
 
 /// [`upstream_query`] for a question in parts (`name` in wire form): the
@@ -33,13 +33,22 @@ pub fn query_for(
     let [t0, t1] = qtype.to_be_bytes();
     let [c0, c1] = qclass.to_be_bytes();
     let parts = [name, &[t0, t1, c0, c1]];
-    query_of_parts(id, parts, dnssec_ok, checking_disabled)
+    query_of_parts(id, parts, Some(dnssec_ok), checking_disabled)
 }
 
+/// [`query_for`] without an OPT record: a plain DNS query, whose answer
+/// over UDP is truncated past 512 bytes.
+pub fn plain_query_for(id: u16, name: &[u8], qtype: u16, qclass: u16) -> Vec<u8> {
+    let [t0, t1] = qtype.to_be_bytes();
+    let [c0, c1] = qclass.to_be_bytes();
+    query_of_parts(id, [name, &[t0, t1, c0, c1]], None, false)
+}
+
+/// The query: an OPT record when `edns` is set (its DO bit from it).
 fn query_of_parts(
     id: u16,
     question: [&[u8]; 2],
-    dnssec_ok: bool,
+    edns: Option<bool>,
     checking_disabled: bool,
 ) -> Vec<u8> {
     let question_len = question[0].len() + question[1].len();
@@ -50,10 +59,12 @@ fn query_of_parts(
     }
     q.extend(id.to_be_bytes());
     q.extend(flags.to_be_bytes());
-    q.extend([0, 1, 0, 0, 0, 0, 0, 1]);
+    q.extend([0, 1, 0, 0, 0, 0, 0, u8::from(edns.is_some())]);
     q.extend(question[0]);
     q.extend(question[1]);
-    push_opt(&mut q, dnssec_ok, 0, None);
+    if let Some(dnssec_ok) = edns {
+        push_opt(&mut q, dnssec_ok, 0, None);
+    }
     q
 }
 

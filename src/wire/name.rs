@@ -10,7 +10,7 @@ use thiserror::Error;
 pub const MAX_NAME_LEN: usize = 255;
 const MAX_LABEL_LEN: usize = 63;
 /// Compression pointers followed while reading one name: more means a loop.
-const MAX_POINTERS: usize = 64;
+pub const MAX_POINTERS: usize = 64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 pub enum NameError {
@@ -51,22 +51,29 @@ pub fn parse_uncompressed(msg: &[u8], start: usize) -> Result<usize, NameError> 
     }
 }
 
-/// Skips a possibly compressed name and returns the offset just past it in
-/// the message. Pointers are checked to point backwards, past the header and
-/// inside the message, and the name they spell is checked for length and loops.
-pub fn skip(msg: &[u8], start: usize) -> Result<usize, NameError> {
-    skip_visiting(msg, start, |_, _| {})
+/// One piece of a possibly compressed name, as [`walk`] reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    /// Where it is in the message.
+    pub at: usize,
+    /// Its bytes: a label's length byte and its characters (1 for the
+    /// root), or 2 for a compression pointer.
+    pub len: usize,
+    pub pointer: bool,
+    /// Reached through a compression pointer: these bytes belong to some
+    /// other part of the message.
+    pub jumped: bool,
 }
 
-/// Like [`skip`], and calls `jumped(at, len)` for each label and each
-/// further pointer read through a compression pointer: those bytes belong
-/// to some other part of the message, which the caller may need to know is
-/// never rewritten (a TTL field).
-pub fn skip_visiting(
-    msg: &[u8],
-    start: usize,
-    mut jumped: impl FnMut(usize, usize),
-) -> Result<usize, NameError> {
+/// The one walker of compressed names: reads the possibly compressed name
+/// at `start`, calls `each` for every label and pointer in the order they
+/// are read, and returns the offset just past the name where it starts.
+/// Pointers must point backwards, past the header and inside the message;
+/// at most [`MAX_POINTERS`] are followed (more means a loop), and the name
+/// they spell is at most [`MAX_NAME_LEN`] octets. `each` sees only pieces
+/// that lie inside the message.
+#[inline]
+pub fn walk(msg: &[u8], start: usize, mut each: impl FnMut(Piece)) -> Result<usize, NameError> {
     let mut at = start;
     let mut end = None;
     let mut total = 0usize;
@@ -82,9 +89,12 @@ pub fn skip_visiting(
                 if at + 1 + len > msg.len() {
                     return Err(NameError::Truncated);
                 }
-                if end.is_some() {
-                    jumped(at, 1 + len);
-                }
+                each(Piece {
+                    at,
+                    len: 1 + len,
+                    pointer: false,
+                    jumped: end.is_some(),
+                });
                 at += 1 + len;
                 if len == 0 {
                     return Ok(end.unwrap_or(at));
@@ -101,15 +111,40 @@ pub fn skip_visiting(
                 if pointers > MAX_POINTERS {
                     return Err(NameError::BadPointer);
                 }
-                if end.is_some() {
-                    jumped(at, 2);
-                }
+                each(Piece {
+                    at,
+                    len: 2,
+                    pointer: true,
+                    jumped: end.is_some(),
+                });
                 end.get_or_insert(at + 2);
                 at = target;
             }
             _ => return Err(NameError::ReservedLabelType),
         }
     }
+}
+
+/// Skips a possibly compressed name and returns the offset just past it in
+/// the message, checked as [`walk`] checks it.
+pub fn skip(msg: &[u8], start: usize) -> Result<usize, NameError> {
+    walk(msg, start, |_| {})
+}
+
+/// Like [`skip`], and calls `jumped(at, len)` for each label and each
+/// further pointer read through a compression pointer: those bytes belong
+/// to some other part of the message, which the caller may need to know is
+/// never rewritten (a TTL field).
+pub fn skip_visiting(
+    msg: &[u8],
+    start: usize,
+    mut jumped: impl FnMut(usize, usize),
+) -> Result<usize, NameError> {
+    walk(msg, start, |p| {
+        if p.jumped {
+            jumped(p.at, p.len);
+        }
+    })
 }
 
 /// Copies an uncompressed wire name into `out` with ASCII letters lower-cased
@@ -209,22 +244,18 @@ pub fn label_starts(wire: &[u8]) -> impl Iterator<Item = usize> + '_ {
 
 /// Reads a possibly compressed name at `start` into `out` (uncompressed,
 /// case kept) and returns the offset just past it in the message. Checked
-/// as [`skip`] checks it.
+/// as [`walk`] checks it; `out` is left as it was when the name is refused.
 pub fn read_into(msg: &[u8], start: usize, out: &mut Vec<u8>) -> Result<usize, NameError> {
-    let end = skip(msg, start)?;
-    let mut at = start;
-    loop {
-        let len = msg[at] as usize;
-        if len & 0xc0 == 0xc0 {
-            at = ((len & 0x3f) << 8) | msg[at + 1] as usize;
-            continue;
+    let before = out.len();
+    let read = walk(msg, start, |p| {
+        if !p.pointer {
+            out.extend_from_slice(&msg[p.at..p.at + p.len]);
         }
-        out.extend_from_slice(&msg[at..=at + len]);
-        if len == 0 {
-            return Ok(end);
-        }
-        at += 1 + len;
+    });
+    if read.is_err() {
+        out.truncate(before);
     }
+    read
 }
 
 #[cfg(test)]
@@ -241,7 +272,9 @@ mod tests {
         assert_eq!(out, b"\x01x\x01b\x00");
         let mut bad = msg.clone();
         bad[20] = 17; // points at itself
-        assert!(read_into(&bad, 17, &mut Vec::new()).is_err());
+        let mut kept = b"\x01k".to_vec();
+        assert!(read_into(&bad, 17, &mut kept).is_err());
+        assert_eq!(kept, b"\x01k", "a refused name adds nothing");
     }
 
     #[test]

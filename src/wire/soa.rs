@@ -3,12 +3,9 @@
 //! (RFC 2308 section 3: an NXDOMAIN carries the zone's SOA, whose TTL and
 //! MINIMUM tell the client how long to cache the denial).
 
-use super::name::{MAX_NAME_LEN, NameError};
+use super::name;
 use super::response::sane_ttl;
-use super::{HEADER_LEN, read_u16, read_u32, rtype};
-
-/// Compression pointers followed while reading one name: more means a loop.
-const MAX_POINTERS: usize = 64;
+use super::{read_u16, read_u32, rtype};
 
 /// An SOA record with uncompressed names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,7 +24,7 @@ impl Soa {
     /// SOA record.
     pub fn read(msg: &[u8], at: usize) -> Option<Soa> {
         let mut owner = Vec::with_capacity(32);
-        let at = expand_name(msg, at, &mut owner).ok()?;
+        let at = name::read_into(msg, at, &mut owner).ok()?;
         let fixed = msg.get(at..at + 10)?;
         if read_u16(fixed, 0) != rtype::SOA {
             return None;
@@ -40,8 +37,8 @@ impl Soa {
             return None;
         }
         let mut rdata = Vec::with_capacity(64);
-        let after_mname = expand_name(msg, rdata_start, &mut rdata).ok()?;
-        let after_rname = expand_name(msg, after_mname, &mut rdata).ok()?;
+        let after_mname = name::read_into(msg, rdata_start, &mut rdata).ok()?;
+        let after_rname = name::read_into(msg, after_mname, &mut rdata).ok()?;
         if after_rname + 20 != rdata_end {
             return None;
         }
@@ -81,47 +78,6 @@ impl Soa {
     /// The bytes [`Soa::write`] appends.
     pub fn wire_len(&self) -> usize {
         self.owner.len() + 10 + self.rdata.len()
-    }
-}
-
-/// Appends the possibly compressed name at `start` to `out` uncompressed
-/// and returns the offset just past it in `msg`. Pointers must point
-/// backwards and past the header.
-pub fn expand_name(msg: &[u8], start: usize, out: &mut Vec<u8>) -> Result<usize, NameError> {
-    let mut at = start;
-    let mut end = None;
-    let mut written = 0usize;
-    let mut pointers = 0;
-    loop {
-        let len = *msg.get(at).ok_or(NameError::Truncated)? as usize;
-        match len & 0xc0 {
-            0x00 => {
-                let label = msg.get(at..at + 1 + len).ok_or(NameError::Truncated)?;
-                written += label.len();
-                if written > MAX_NAME_LEN {
-                    return Err(NameError::NameTooLong);
-                }
-                out.extend_from_slice(label);
-                at += 1 + len;
-                if len == 0 {
-                    return Ok(end.unwrap_or(at));
-                }
-            }
-            0xc0 => {
-                let second = *msg.get(at + 1).ok_or(NameError::Truncated)? as usize;
-                let target = ((len & 0x3f) << 8) | second;
-                if target >= at || target < HEADER_LEN {
-                    return Err(NameError::BadPointer);
-                }
-                pointers += 1;
-                if pointers > MAX_POINTERS {
-                    return Err(NameError::BadPointer);
-                }
-                end.get_or_insert(at + 2);
-                at = target;
-            }
-            _ => return Err(NameError::ReservedLabelType),
-        }
     }
 }
 

@@ -68,10 +68,32 @@ pub(crate) struct Listing {
 }
 
 /// One backend, read or not (and why not).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Ruleset {
     pub(crate) backend: Backend,
-    pub(crate) listing: Result<Listing, String>,
+    pub(crate) listing: Result<Listing, NotRead>,
+}
+
+/// Why a backend's rules were not read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum NotRead {
+    #[error("{program}: {source}")]
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error("{program}: {status}: {stderr}")]
+    Failed {
+        program: String,
+        status: std::process::ExitStatus,
+        stderr: String,
+    },
+    #[error("nft: {0}")]
+    NftRun(std::io::Error),
+    #[error("nft: {0}")]
+    NftFailed(String),
+    #[error(transparent)]
+    Nft(NftablesError),
 }
 
 impl Ruleset {
@@ -115,14 +137,20 @@ pub(crate) fn describe(rulesets: &[Ruleset]) -> Vec<String> {
 
 // ---- iptables ----------------------------------------------------------------
 
-fn run(program: &str, args: &[&str]) -> Result<String, String> {
+fn run(program: &str, args: &[&str]) -> Result<String, NotRead> {
     let out = Command::new(program)
         .args(args)
         .output()
-        .map_err(|e| format!("{program}: {e}"))?;
+        .map_err(|source| NotRead::Spawn {
+            program: program.to_string(),
+            source,
+        })?;
     if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        return Err(format!("{program}: {}: {}", out.status, err.trim()));
+        return Err(NotRead::Failed {
+            program: program.to_string(),
+            status: out.status,
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -299,9 +327,11 @@ fn read_nft() -> Ruleset {
     let listing =
         match helper::get_current_ruleset_with_args(helper::DEFAULT_NFT, ["list", "ruleset"]) {
             Ok(ruleset) => Ok(parse_nft(&ruleset)),
-            Err(NftablesError::NftExecution { inner, .. }) => Err(format!("nft: {inner}")),
-            Err(NftablesError::NftFailed { stderr, .. }) => Err(format!("nft: {}", stderr.trim())),
-            Err(e) => Err(e.to_string()),
+            Err(NftablesError::NftExecution { inner, .. }) => Err(NotRead::NftRun(inner)),
+            Err(NftablesError::NftFailed { stderr, .. }) => {
+                Err(NotRead::NftFailed(stderr.trim().to_string()))
+            }
+            Err(e) => Err(NotRead::Nft(e)),
         };
     Ruleset {
         backend: Backend::Nftables,

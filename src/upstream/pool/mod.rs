@@ -289,7 +289,7 @@ impl State {
 
 impl Inner {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().expect("pool lock")
+        crate::lock::lock(&self.state)
     }
 
     async fn acquire(self: &Arc<Self>, deadline: Instant) -> Result<Slot, ExchangeError> {
