@@ -27,6 +27,7 @@ use super::{Settings, Shared};
 use crate::cache::key::NameBuf;
 use crate::cache::{Entry, Key, KeyRef, Lookup};
 use crate::coalesce::Role;
+use crate::lock::lock;
 use crate::search::names::suffix_at;
 use crate::search::rules::FirstExpansion;
 use crate::search::{Clients, Learned, Namespaces};
@@ -77,7 +78,7 @@ impl Drop for Ticket {
 impl Speculation {
     /// Remembers `name` as a lookup's coming second expansion.
     fn predict(&self, name: &[u8], now: Instant) {
-        let mut predicted = self.predicted.lock().expect("predicted expansions");
+        let mut predicted = lock(&self.predicted);
         if predicted.len() >= LEDGER_LEN {
             predicted.retain(|_, at| now.saturating_duration_since(*at) < USE_WINDOW);
             if predicted.len() >= LEDGER_LEN {
@@ -92,7 +93,7 @@ impl Speculation {
     }
 
     fn was_predicted(&self, name: &[u8], now: Instant) -> bool {
-        let predicted = self.predicted.lock().expect("predicted expansions");
+        let predicted = lock(&self.predicted);
         predicted
             .get(name)
             .is_some_and(|at| now.saturating_duration_since(*at) < USE_WINDOW)
@@ -110,7 +111,7 @@ impl Speculation {
     /// Tracks a speculative answer; returns how many older ones expired
     /// unused (wasted).
     fn track(&self, entry: Arc<Entry>, now: Instant) -> u64 {
-        let mut ledger = self.ledger.lock().expect("speculation ledger");
+        let mut ledger = lock(&self.ledger);
         let mut wasted = 0;
         while let Some((at, _)) = ledger.front() {
             if now.saturating_duration_since(*at) < USE_WINDOW && ledger.len() < LEDGER_LEN {
