@@ -528,7 +528,7 @@ fn sources_outside_the_allow_list_are_refused() {
 
 #[test]
 fn per_client_rate_limit_drops_the_flooder_only() {
-    needs!(Need::CoreDns);
+    needs!(Need::CoreDns, Need::Alone);
     let (net, _core, nodens) =
         setup_with(|c, z| c.client_rate_limit(20).client_rate_burst(20).zone(z));
     let flooder = udp_from(net.ip(40));
@@ -691,6 +691,7 @@ fn forged_answers_with_the_right_id_and_port_are_not_cached() {
 
 #[test]
 fn a_flood_of_forged_ids_poisons_nothing() {
+    needs!(Need::Alone);
     let net = Net::alloc();
     let upstream = net.other(10, 5300);
     let (udp_side, tcp_side) = forged_then_real(upstream, 1, 20_000, Guesses::Never);

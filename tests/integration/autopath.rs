@@ -511,7 +511,8 @@ fn an_api_server_restart_under_load_loses_no_query() {
         Need::Root,
         Need::Tool("ip"),
         Need::Kubernetes,
-        Need::CoreDns
+        Need::CoreDns,
+        Need::Alone
     );
     let mut lab = Lab::start();
     let stop = AtomicBool::new(false);

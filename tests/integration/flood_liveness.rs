@@ -205,7 +205,7 @@ fn wait_dnsperf(mut perf: Proc, within: Duration) -> Vec<String> {
 
 #[test]
 fn a_flood_degrades_the_server_and_never_gets_it_killed() {
-    needs!(Need::Root, Need::Tool("ip"), Need::CoreDns);
+    needs!(Need::Root, Need::Tool("ip"), Need::CoreDns, Need::Alone);
     // 0.25 CPU for the whole of `nodens serve`.
     let lab = Lab::start(1, Some(25_000));
     let server = lab.server_pid();

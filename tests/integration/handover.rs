@@ -90,7 +90,7 @@ fn load(server: SocketAddr, source: SocketAddr, stop: Arc<AtomicBool>) -> Load {
 
 #[test]
 fn ten_handovers_under_load_lose_nothing() {
-    needs!(Need::CoreDns);
+    needs!(Need::CoreDns, Need::Alone);
     let net = Net::alloc();
     let core = CoreDns::test_zone(net.upstream(0), "");
     let dir = private_dir();

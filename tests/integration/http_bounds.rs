@@ -152,7 +152,7 @@ fn metric(addr: SocketAddr, name: &str, listener: &str) -> f64 {
 
 #[test]
 fn an_idle_connection_flood_leaves_probes_and_metrics_answering() {
-    needs!(Need::Tool("python3"));
+    needs!(Need::Tool("python3"), Need::Alone);
     let net = Net::alloc();
     let probes = net.other(1, 9254);
     let mut nodens = Nodens::start(

@@ -116,7 +116,7 @@ fn dnsperf_counts(lines: &[String]) -> (u64, u64) {
 
 #[test]
 fn sighup_reload_under_load_loses_no_query() {
-    needs!(Need::CoreDns, Need::Tool("dnsperf"));
+    needs!(Need::CoreDns, Need::Tool("dnsperf"), Need::Alone);
     let net = Net::alloc();
     let old_up = CoreDns::test_zone(net.upstream(0), "");
     let new_up = CoreDns::test_zone(net.upstream(1), "onlyb 300 IN A 192.0.2.202");

@@ -64,7 +64,7 @@ pub use proc::Proc;
 pub use prom::{Sample, has_series, parse_metrics, sum_metric};
 pub use raw::{RawMsg, RawOpt, question_bytes};
 pub use silent::Silent;
-pub use skip::{ALLOW_SKIP, Need, skip_because, skip_for};
+pub use skip::{ALLOW_SKIP, Need, Turn, begin, skip_because, skip_for};
 pub use ss::{SsConn, ss_established, ss_established_via, udp_connected_to};
 pub use stub::{build_go_lookup, build_musl_lookup};
 pub use tools::{
