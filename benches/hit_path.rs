@@ -10,12 +10,12 @@ const LOCALHOST: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOC
 use std::time::Instant;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use nodens::cache::key::NameBuf;
-use nodens::cache::{Cache, Entry, Freshness, KeyRef, TtlPolicy};
+use nodens::NameBuf;
+use nodens::Shared;
 use nodens::config::Config;
-use nodens::listen::{Handled, ListenerInfo, Proto, Service};
-use nodens::serve::Shared;
 use nodens::wire::{query, response};
+use nodens::{Cache, Entry, Freshness, KeyRef, TtlPolicy};
+use nodens::{Handled, ListenerInfo, Proto, Service};
 
 const POLICY: TtlPolicy = TtlPolicy {
     min_ttl: 0,
@@ -87,7 +87,7 @@ fn steps(c: &mut Criterion) {
             let key = KeyRef::from_query(&q, &mut buf);
             matches!(
                 cache.lookup(black_box(&key), Instant::now(), std::time::Duration::ZERO),
-                nodens::cache::Lookup::Fresh(_)
+                nodens::Lookup::Fresh(_)
             )
         })
     });

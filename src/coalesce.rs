@@ -15,7 +15,7 @@ use crate::cache::{Entry, Key, KeyHashing};
 
 /// The result every waiter gets: the entry, or `None` when nothing usable
 /// came back (every upstream failed, or the leader was cancelled).
-pub type Outcome = Option<Arc<Entry>>;
+pub(crate) type Outcome = Option<Arc<Entry>>;
 
 /// The fetches in flight, each with the queries waiting for it.
 ///
@@ -24,14 +24,14 @@ pub type Outcome = Option<Arc<Entry>>;
 /// than a map: the key is hashed once per fetch, and that hash finds it
 /// again when the fetch ends (a map hashes at each of the three).
 #[derive(Default)]
-pub struct Coalescer {
+pub(crate) struct Coalescer {
     waiting: Mutex<HashTable<(Key, Vec<oneshot::Sender<Outcome>>)>>,
     hasher: KeyHashing,
 }
 
 /// Whether this call asked upstream or waited for another one that did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
+pub(crate) enum Role {
     Leader,
     Follower,
 }
@@ -41,7 +41,7 @@ impl Coalescer {
     /// which case waits for that one's outcome, until `deadline` at most
     /// (the one it joined may have a later one: a reload may have changed
     /// the timeout); `fetch` itself is bounded by its caller.
-    pub async fn run<F>(&self, key: &Key, deadline: Instant, fetch: F) -> (Outcome, Role)
+    pub(crate) async fn run<F>(&self, key: &Key, deadline: Instant, fetch: F) -> (Outcome, Role)
     where
         F: Future<Output = Outcome>,
     {
@@ -78,11 +78,13 @@ impl Coalescer {
         (outcome, Role::Leader)
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         crate::lock::lock(&self.waiting).len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }

@@ -1,37 +1,60 @@
 //! nodens: a node-local DNS cache for Kubernetes.
 //!
-//! The request path, in the order a query meets it: [`listen`] (UDP
-//! workers, TCP) → [`serve`] (admit, parse, route, cache hit; on a miss
-//! [`coalesce`] (identical misses wait for one fetch)) → [`upstream`] (UDP then TCP) → [`cache`]
-//! insert → reply. [`config`] compiles the file into the settings every
-//! area reads; [`server`] wires the areas together and handles signals;
-//! [`tasks`] says where work runs. [`convert`] is not on the request path:
-//! it turns a NodeLocal DNSCache Corefile into a configuration file
-//! (`nodens convert-corefile`). docs/architecture.md has the map.
+//! The request path, in the order a query meets it: `listen` (UDP workers,
+//! TCP) → `serve` (admit, parse, route, cache hit; on a miss `coalesce`:
+//! identical misses wait for one fetch) → `upstream` (UDP then TCP) →
+//! `cache` insert → reply. [`config`] compiles the file into the settings
+//! every area reads; [`server`] wires the areas together and handles
+//! signals; `tasks` says where work runs. [`convert`], [`doctor`] and
+//! [`stub`] (`querygen`) are not on the request path; [`node`] sets up the
+//! node's interface and rules and fails open. docs/architecture.md has the
+//! map.
+//!
+//! The layout (mini-redis's shape): the areas the command line calls are
+//! public modules, each re-exporting from its private files what a caller
+//! needs; the request path is private, and the few of its items that the
+//! tests, benchmarks and fuzz targets drive directly are re-exported here by
+//! name. A `pub` item anywhere else is `pub(crate)` at most, and the
+//! `unreachable_pub` lint keeps it so.
 
-pub mod admission;
-pub mod cache;
-pub mod coalesce;
+// What the command line (src/cli/) calls: public areas, each with the
+// surface its `mod.rs` re-exports.
 pub mod config;
 pub mod convert;
 pub mod cpus;
 pub mod doctor;
-pub mod http;
-pub mod kubernetes;
 pub mod limits;
-pub mod listen;
 pub mod liveness;
-pub mod lock;
-pub mod log_limit;
 pub mod logging;
-pub mod metrics;
 pub mod node;
 pub mod privileges;
-pub mod search;
-pub mod serve;
 pub mod server;
 pub mod stub;
-pub mod tasks;
 pub mod trust;
-pub mod upstream;
+// The DNS wire format: what the fuzz targets and benchmarks parse and build.
 pub mod wire;
+
+// The request path and the services around it: private. What the tests,
+// benchmarks and fuzz targets drive directly is re-exported by name below.
+mod admission;
+mod cache;
+mod coalesce;
+mod http;
+mod kubernetes;
+mod listen;
+mod lock;
+mod log_limit;
+mod metrics;
+mod search;
+mod serve;
+mod tasks;
+mod upstream;
+
+pub use cache::key::NameBuf;
+pub use cache::snapshot::{Rules as SnapshotRules, read as read_snapshot, write as write_snapshot};
+pub use cache::{Cache, Entry, Freshness, KeyRef, Kind, Lookup, TtlPolicy};
+pub use kubernetes::client as kubernetes_client;
+pub use listen::handover::{Named as HandedName, parse_names as parse_handover_names};
+pub use listen::{Handled, ListenerInfo, Proto, Service};
+pub use search::Rule;
+pub use serve::Shared;

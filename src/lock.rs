@@ -9,6 +9,6 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// Locks `mutex`, whether or not a thread panicked holding it.
 #[inline]
-pub fn lock<T: ?Sized>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T: ?Sized>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-pub struct LogLimiter {
+pub(crate) struct LogLimiter {
     interval: Duration,
     epoch: Instant,
     /// When the next line may be logged, in ms since `epoch`.
@@ -14,7 +14,7 @@ pub struct LogLimiter {
 }
 
 impl LogLimiter {
-    pub fn new(interval: Duration) -> LogLimiter {
+    pub(crate) fn new(interval: Duration) -> LogLimiter {
         LogLimiter {
             interval,
             epoch: Instant::now(),
@@ -24,7 +24,7 @@ impl LogLimiter {
     }
 
     /// Returns `Some(suppressed_since_last)` if this event may be logged now.
-    pub fn allow(&self) -> Option<u64> {
+    pub(crate) fn allow(&self) -> Option<u64> {
         let now = self.epoch.elapsed().as_millis() as u64;
         let next = self.next_allowed_ms.load(Ordering::Relaxed);
         if now >= next

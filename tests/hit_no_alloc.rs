@@ -12,12 +12,12 @@ use std::sync::Arc;
 const LOCALHOST: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 use std::time::Instant;
 
-use nodens::cache::key::NameBuf;
-use nodens::cache::{Entry, KeyRef, TtlPolicy};
+use nodens::NameBuf;
+use nodens::Shared;
 use nodens::config::Config;
-use nodens::listen::{Handled, ListenerInfo, Proto, Service};
-use nodens::serve::Shared;
 use nodens::wire::{query, response};
+use nodens::{Entry, KeyRef, TtlPolicy};
+use nodens::{Handled, ListenerInfo, Proto, Service};
 
 /// Counts allocations made by the current thread while `COUNTING` is set.
 struct CountingAlloc;

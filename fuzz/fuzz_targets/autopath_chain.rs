@@ -18,7 +18,7 @@
 use std::time::Instant;
 
 use libfuzzer_sys::fuzz_target;
-use nodens::cache::{Entry, Freshness, TtlPolicy};
+use nodens::{Entry, Freshness, TtlPolicy};
 use nodens::wire::chain::cname_reply;
 use nodens::wire::query;
 use nodens::wire::response::{self, Case};

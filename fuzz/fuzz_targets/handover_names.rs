@@ -7,14 +7,14 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use nodens::listen::handover::parse_names;
+use nodens::parse_handover_names;
 
 const MAX_FDS: usize = 250;
 /// The longest list a new process reads (64 KiB).
 const MAX_LIST: usize = 64 << 10;
 
 fuzz_target!(|data: &[u8]| {
-    let parsed = parse_names(data);
+    let parsed = parse_handover_names(data);
     let array_len = match serde_json::from_slice::<serde_json::Value>(data) {
         Ok(serde_json::Value::Array(items)) => Some(items.len()),
         _ => None,
@@ -24,8 +24,8 @@ fuzz_target!(|data: &[u8]| {
             assert!(names.len() <= MAX_FDS, "{} names accepted", names.len());
             assert_eq!(array_len, Some(names.len()), "accepted what is no JSON array of as many items");
             let json = serde_json::to_vec(&names).unwrap();
-            let again = parse_names(&json).expect("its own JSON");
-            let pairs = |v: &[nodens::listen::handover::Named]| {
+            let again = parse_handover_names(&json).expect("its own JSON");
+            let pairs = |v: &[nodens::HandedName]| {
                 v.iter().map(|n| (n.addr, n.kind)).collect::<Vec<_>>()
             };
             assert_eq!(pairs(&names), pairs(&again));

@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use nodens::cache::KeyRef;
+use nodens::KeyRef;
 use nodens::wire::query::{self, Query, Reject};
 use nodens::wire::{build, rcode, response};
 use nodens_fuzz::{AD, CD, HEADER_LEN, QR, RA, RD, labels, u16_at};

@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
-use nodens::cache::{Entry, Freshness, Kind, TtlPolicy};
+use nodens::{Entry, Freshness, Kind, TtlPolicy};
 use nodens::wire::query;
 use nodens::wire::response::{self, Answers, Case, Layout, ResponseError, Section};
 use nodens_fuzz::{

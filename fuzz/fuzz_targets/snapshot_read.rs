@@ -18,8 +18,8 @@
 use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
-use nodens::cache::snapshot::{self, Rules};
-use nodens::cache::{Cache, Freshness, KeyRef, Lookup, TtlPolicy};
+use nodens::{SnapshotRules as Rules, read_snapshot, write_snapshot};
+use nodens::{Cache, Freshness, KeyRef, Lookup, TtlPolicy};
 use nodens::wire::query;
 use nodens_fuzz::{Bytes, CD, HEADER_LEN, OPT, QR, RA, RD, TC, hex, parse_message, u16_at};
 
@@ -111,12 +111,12 @@ fn run(params: u8, stream: &[u8]) {
     let now = Instant::now();
     let rules = Rules { policy: &zone, stale_max_age, max_records, deadline: now + Duration::from_secs(60) };
     let cache = Cache::new(1 << 20);
-    let loaded = snapshot::read(&cache, now, &rules, &mut &stream[..]);
+    let loaded = read_snapshot(&cache, now, &rules, &mut &stream[..]);
     assert!(loaded.loaded + loaded.refused <= max_records, "record bound");
     assert_eq!(loaded.first_refusal.is_some(), loaded.refused > 0);
 
     let mut written = Vec::new();
-    let count = snapshot::write(&cache, now, stale_max_age, &mut written).unwrap();
+    let count = write_snapshot(&cache, now, stale_max_age, &mut written).unwrap();
     assert!(count <= loaded.loaded, "more written ({count}) than loaded");
     let records = read_written(&written);
     assert_eq!(records.len(), count);
@@ -184,7 +184,7 @@ fn run(params: u8, stream: &[u8]) {
 
     // What passed once passes again.
     let again = Cache::new(1 << 20);
-    let reloaded = snapshot::read(&again, now, &Rules { max_records: 1000, ..rules }, &mut &written[..]);
+    let reloaded = read_snapshot(&again, now, &Rules { max_records: 1000, ..rules }, &mut &written[..]);
     assert!(reloaded.cut.is_none(), "written stream cut: {:?}", reloaded.cut);
     assert_eq!((reloaded.loaded, reloaded.refused), (count, 0), "written stream: {:?}", reloaded.first_refusal);
 }

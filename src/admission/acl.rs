@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 /// The ranges served when `server.allow` is not set.
-pub const DEFAULT_ALLOW: &[&str] = &[
+pub(crate) const DEFAULT_ALLOW: &[&str] = &[
     "127.0.0.0/8",
     "10.0.0.0/8",
     "172.16.0.0/12",
@@ -25,13 +25,13 @@ pub const DEFAULT_ALLOW: &[&str] = &[
 /// The allowed ranges as (network, mask) pairs per family: checked on
 /// every query, hits included, so a check is a few integer operations.
 #[derive(Debug, Clone)]
-pub struct Acl {
+pub(crate) struct Acl {
     v4: Vec<(u32, u32)>,
     v6: Vec<(u128, u128)>,
 }
 
 impl Acl {
-    pub fn new(allowed: &[IpNet]) -> Acl {
+    pub(crate) fn new(allowed: &[IpNet]) -> Acl {
         let mut acl = Acl {
             v4: Vec::new(),
             v6: Vec::new(),
@@ -52,7 +52,7 @@ impl Acl {
     /// Whether `client` may be answered. IPv4 clients of a dual-stack
     /// socket (`::ffff:a.b.c.d`) are checked as IPv4.
     #[inline]
-    pub fn allows(&self, client: IpAddr) -> bool {
+    pub(crate) fn allows(&self, client: IpAddr) -> bool {
         match client.to_canonical() {
             IpAddr::V4(ip) => {
                 let ip = u32::from(ip);
@@ -66,7 +66,7 @@ impl Acl {
     }
 }
 
-pub fn default_allow() -> Vec<IpNet> {
+pub(crate) fn default_allow() -> Vec<IpNet> {
     DEFAULT_ALLOW
         .iter()
         .map(|s| s.parse().expect("valid built-in range"))

@@ -13,7 +13,7 @@ use std::time::Instant;
 /// Slots in the table; a power of two.
 const SLOTS: usize = 4096;
 
-pub struct RateLimiter {
+pub(crate) struct RateLimiter {
     per_second: f64,
     burst: f64,
     slots: Box<[Mutex<Bucket>]>,
@@ -29,7 +29,7 @@ struct Bucket {
 
 impl RateLimiter {
     /// `per_second` queries per second per client, bursts of `burst`.
-    pub fn new(per_second: u32, burst: u32) -> RateLimiter {
+    pub(crate) fn new(per_second: u32, burst: u32) -> RateLimiter {
         let now = Instant::now();
         RateLimiter {
             per_second: f64::from(per_second),
@@ -48,7 +48,7 @@ impl RateLimiter {
     }
 
     /// Takes a token for `client`; false when it has none left.
-    pub fn allow(&self, client: IpAddr, now: Instant) -> bool {
+    pub(crate) fn allow(&self, client: IpAddr, now: Instant) -> bool {
         let slot = self.hasher.hash_one(client) as usize & (SLOTS - 1);
         let mut bucket = crate::lock::lock(&self.slots[slot]);
         if bucket.client != Some(client) {

@@ -10,8 +10,8 @@ use equivalent::Equivalent;
 use crate::wire::name::{self, MAX_NAME_LEN};
 use crate::wire::query::Query;
 
-pub const FLAG_DO: u8 = 1;
-pub const FLAG_CD: u8 = 2;
+pub(crate) const FLAG_DO: u8 = 1;
+pub(crate) const FLAG_CD: u8 = 2;
 
 /// An owned key, stored in the cache and in the in-flight table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -190,7 +190,7 @@ impl Equivalent<Key> for Hashed<'_> {
 /// see [`SEED`]) into one `u64`, which this passes through. So a key
 /// hashed once ([`Hashed`]) costs nothing more per table it is looked up in.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct KeyHashing;
+pub(crate) struct KeyHashing;
 
 impl BuildHasher for KeyHashing {
     type Hasher = PassThrough;
@@ -201,7 +201,7 @@ impl BuildHasher for KeyHashing {
 
 /// See [`KeyHashing`].
 #[derive(Debug)]
-pub struct PassThrough(u64);
+pub(crate) struct PassThrough(u64);
 
 impl Hasher for PassThrough {
     fn write_u64(&mut self, hash: u64) {

@@ -10,10 +10,10 @@
 //! Expired entries stay until evicted, so they can be served stale
 //! (RFC 8767) when every upstream fails.
 
-pub mod entry;
-pub mod key;
-pub mod metrics;
-pub mod snapshot;
+pub(crate) mod entry;
+pub(crate) mod key;
+pub(crate) mod metrics;
+pub(crate) mod snapshot;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,7 +23,8 @@ use quick_cache::sync::Cache as Map;
 use quick_cache::{Lifecycle, Weighter};
 
 pub use entry::{Entry, Freshness, Kind, TtlPolicy};
-pub use key::{Key, KeyHashing, KeyRef};
+pub use key::KeyRef;
+pub(crate) use key::{Key, KeyHashing};
 
 /// Share of the capacity given to the denial cache.
 const DENIAL_SHARE: u64 = 4;

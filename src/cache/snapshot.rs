@@ -43,12 +43,12 @@ const MAX_RECORD: usize = 70_000;
 const MIN_RECORD_WEIGHT: u64 = 128;
 /// Records one load reads at most, whatever the capacity: a 1 GiB cache
 /// holds about four million usual answers.
-pub const HARD_MAX_RECORDS: usize = 8_000_000;
+pub(crate) const HARD_MAX_RECORDS: usize = 8_000_000;
 /// How long a load may take. Measured (docs/decisions.md, 51): 100,000 A
 /// answers load in 0.36-0.76 s on a busy 2-core machine, so the default
 /// 64 MiB cache (about 270,000 answers) loads well within it; past the
 /// deadline the rest is skipped and the process starts with what it has.
-pub const LOAD_TIME: Duration = Duration::from_secs(5);
+pub(crate) const LOAD_TIME: Duration = Duration::from_secs(5);
 
 fn put_u16(out: &mut Vec<u8>, v: u16) {
     out.extend_from_slice(&v.to_be_bytes());
@@ -128,7 +128,7 @@ pub struct Rules<'a> {
 
 /// The bound on records for a cache of `capacity_bytes`: as many as it
 /// could hold, at most [`HARD_MAX_RECORDS`].
-pub fn max_records(capacity_bytes: u64) -> usize {
+pub(crate) fn max_records(capacity_bytes: u64) -> usize {
     usize::try_from(capacity_bytes / MIN_RECORD_WEIGHT)
         .unwrap_or(usize::MAX)
         .clamp(1, HARD_MAX_RECORDS)

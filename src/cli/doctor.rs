@@ -65,12 +65,12 @@ pub(super) fn run(args: DoctorArgs) -> Result<Outcome, Failure> {
     let options = doctor::Options {
         resolv,
         names: args.name,
-        probes: (!args.no_probes).then_some(doctor::probe::ProbeOptions {
+        probes: (!args.no_probes).then_some(doctor::ProbeOptions {
             servers,
             tc_name: args.tc_name,
             tcp_max: args.tcp_max,
         }),
-        node: (!args.no_node).then(|| doctor::node::NodeOptions {
+        node: (!args.no_node).then(|| doctor::NodeOptions {
             local_ips: args.local_ip,
             config,
             kubelet_config: args.kubelet_config,
@@ -94,8 +94,8 @@ pub(super) fn run(args: DoctorArgs) -> Result<Outcome, Failure> {
 pub(super) fn resolv_and_servers(
     path: &Path,
     given: &[String],
-) -> Result<(doctor::resolver::ResolvConf, Vec<SocketAddr>), Failure> {
-    let resolv = doctor::resolver::ResolvConf::read(path).map_err(Failure::unusable)?;
-    let servers = doctor::probe::servers(given, &resolv).map_err(Failure::unusable)?;
+) -> Result<(doctor::ResolvConf, Vec<SocketAddr>), Failure> {
+    let resolv = doctor::ResolvConf::read(path).map_err(Failure::unusable)?;
+    let servers = doctor::servers(given, &resolv).map_err(Failure::unusable)?;
     Ok((resolv, servers))
 }

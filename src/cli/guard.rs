@@ -23,5 +23,5 @@ pub(super) async fn run(path: &Path) -> anyhow::Result<Outcome> {
         );
     };
     run_as(&config, &privileges::for_guarding())?;
-    Ok(Outcome::Exited(node::guard::guard(plan).await))
+    Ok(Outcome::Exited(node::guard(plan).await))
 }

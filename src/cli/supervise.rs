@@ -21,7 +21,7 @@ pub(super) fn run(config: &Config, path: &Path, keep_rules: bool) -> Result<Outc
         .map_err(|e| {
             Failure::new(format!("cannot start the supervisor's runtime: {e}")).logged()
         })?;
-    Ok(Outcome::Exited(runtime.block_on(
-        node::supervisor::supervise(config, path, keep_rules),
-    )))
+    Ok(Outcome::Exited(
+        runtime.block_on(node::supervise(config, path, keep_rules)),
+    ))
 }

@@ -32,7 +32,7 @@ pub(super) struct TraceArgs {
 
 pub(super) fn run(args: TraceArgs) -> Result<Outcome, Failure> {
     let (resolv, servers) = resolv_and_servers(&args.resolv_conf, &args.server)?;
-    let trace = doctor::trace::run(&resolv, &servers, args.resolver, args.family, &args.name);
+    let trace = doctor::trace(&resolv, &servers, args.resolver, args.family, &args.name);
     if args.json {
         println!("{}", trace.to_json());
     } else {

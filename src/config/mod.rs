@@ -15,7 +15,7 @@ mod compile;
 mod file;
 mod http;
 mod position;
-pub mod resolv_conf;
+pub(crate) mod resolv_conf;
 mod values;
 
 use std::fmt;

@@ -32,7 +32,7 @@ pub fn nameservers(path: &Path) -> Result<Vec<SocketAddr>, ResolvConfError> {
 
 /// The `nameserver` addresses of resolv.conf text, port 53; lines that do
 /// not parse are skipped, as the C library skips them.
-pub fn parse_nameservers(text: &str) -> Vec<SocketAddr> {
+pub(crate) fn parse_nameservers(text: &str) -> Vec<SocketAddr> {
     text.lines()
         .filter_map(|line| {
             let mut words = line.split_whitespace();

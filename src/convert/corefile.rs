@@ -15,7 +15,7 @@ use std::fmt;
 
 /// One token and the line it starts on (1-based).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Token {
+pub(crate) struct Token {
     pub text: String,
     pub line: usize,
     /// Written in quotes: never a brace, even if it reads `{`.
@@ -26,7 +26,7 @@ pub struct Token {
 
 impl Token {
     /// The same token (line, quoting) with other text: a substituted value.
-    pub fn with_text(&self, text: impl Into<String>) -> Token {
+    pub(crate) fn with_text(&self, text: impl Into<String>) -> Token {
         Token {
             text: text.into(),
             ..self.clone()
@@ -37,7 +37,7 @@ impl Token {
 /// A directive (`forward . 10.0.0.10 { force_tcp }`) or a line inside a
 /// directive's block (`force_tcp`): a name, arguments, and an optional block.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Directive {
+pub(crate) struct Directive {
     pub name: Token,
     pub args: Vec<Token>,
     /// The lines of its `{ ... }`, if it has one.
@@ -45,38 +45,38 @@ pub struct Directive {
 }
 
 impl Directive {
-    pub fn line(&self) -> usize {
+    pub(crate) fn line(&self) -> usize {
         self.name.line
     }
 
     /// The arguments as text.
-    pub fn arg_texts(&self) -> Vec<&str> {
+    pub(crate) fn arg_texts(&self) -> Vec<&str> {
         self.args.iter().map(|t| t.text.as_str()).collect()
     }
 }
 
 /// A server block: its keys (`cluster.local:53`, `.:53`) and directives.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServerBlock {
+pub(crate) struct ServerBlock {
     pub keys: Vec<Token>,
     pub directives: Vec<Directive>,
 }
 
 impl ServerBlock {
-    pub fn line(&self) -> usize {
+    pub(crate) fn line(&self) -> usize {
         self.keys.first().map_or(0, |k| k.line)
     }
 }
 
 /// A parsed Corefile: its server blocks in file order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Corefile {
+pub(crate) struct Corefile {
     pub blocks: Vec<ServerBlock>,
 }
 
 /// Input that is not a Corefile, with the line at fault.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SyntaxError {
+pub(crate) struct SyntaxError {
     pub line: usize,
     pub message: String,
 }
@@ -99,7 +99,10 @@ fn error<T>(line: usize, message: impl Into<String>) -> Result<T, SyntaxError> {
 /// Parses Corefile text; `env` gives the value of `{$VAR}` references (an
 /// unset variable is an error: CoreDNS would put an empty string there,
 /// which for a conversion only hides a mistake).
-pub fn parse(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Corefile, SyntaxError> {
+pub(crate) fn parse(
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Corefile, SyntaxError> {
     let mut tokens = lex(text)?;
     for t in &mut tokens {
         t.text = expand_env(&t.text, t.line, env)?;
@@ -372,7 +375,7 @@ impl Parser {
 
 /// A Go duration (`30s`, `1m30s`, `1.5s`, `500ms`), as CoreDNS's plugins
 /// read them; a bare number is not one.
-pub fn go_duration(text: &str) -> Option<std::time::Duration> {
+pub(crate) fn go_duration(text: &str) -> Option<std::time::Duration> {
     let mut total = 0f64;
     let mut rest = text;
     if rest.is_empty() {

@@ -12,7 +12,7 @@
 //! fills in the installer's template variables, [`translate`] maps the
 //! plugins to nodens settings, [`emit`] writes the TOML.
 
-pub mod corefile;
+pub(crate) mod corefile;
 mod emit;
 mod pillars;
 mod translate;

@@ -9,19 +9,19 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 
 use crate::wire::build;
-pub use crate::wire::rcode_name;
+pub(crate) use crate::wire::rcode_name;
 use crate::wire::{self, HEADER_LEN, name, read_u16, read_u32, rtype};
 
 /// How a query is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
+pub(crate) enum Transport {
     Udp,
     Tcp,
 }
 
 /// One question.
 #[derive(Debug, Clone)]
-pub struct Question {
+pub(crate) struct Question {
     /// Wire form of the name.
     pub name: Vec<u8>,
     pub qtype: u16,
@@ -32,7 +32,7 @@ pub struct Question {
 }
 
 impl Question {
-    pub fn new(name: &str, qtype: u16) -> Result<Question, name::BadName> {
+    pub(crate) fn new(name: &str, qtype: u16) -> Result<Question, name::BadName> {
         Ok(Question {
             name: name::from_text(name)?,
             qtype,
@@ -55,7 +55,7 @@ impl Question {
 
 /// What came back.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reply {
+pub(crate) struct Reply {
     pub rcode: u16,
     pub truncated: bool,
     pub answers: u16,
@@ -72,12 +72,12 @@ pub struct Reply {
 }
 
 impl Reply {
-    pub fn rcode_name(&self) -> &'static str {
+    pub(crate) fn rcode_name(&self) -> &'static str {
         rcode_name(self.rcode)
     }
 
     /// The answer code, with NOERROR without records shown as NODATA.
-    pub fn result_name(&self) -> &'static str {
+    pub(crate) fn result_name(&self) -> &'static str {
         if self.rcode == 0 && self.answers == 0 {
             "NODATA"
         } else {
@@ -87,7 +87,7 @@ impl Reply {
 }
 
 /// The single-threaded runtime doctor's and trace's queries run on.
-pub fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -96,7 +96,7 @@ pub fn runtime() -> tokio::runtime::Runtime {
 
 /// Why no reply was read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum QueryError {
+pub(crate) enum QueryError {
     #[error("no answer within {0:?}")]
     Timeout(Duration),
     #[error("{0}")]
@@ -106,7 +106,7 @@ pub enum QueryError {
 }
 
 /// Sends `question` to `server` and reads its reply, within `deadline`.
-pub async fn ask(
+pub(crate) async fn ask(
     server: SocketAddr,
     question: &Question,
     transport: Transport,
@@ -131,7 +131,7 @@ pub async fn ask(
 }
 
 /// Sends `question` on an open TCP connection and reads its reply.
-pub async fn ask_on(
+pub(crate) async fn ask_on(
     stream: &mut TcpStream,
     question: &Question,
     deadline: Duration,

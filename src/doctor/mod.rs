@@ -7,17 +7,19 @@
 //! that a healthy setup gives no warning and a finding never comes
 //! without its evidence.
 
-pub mod finding;
-pub mod node;
-pub mod probe;
-pub mod resolver;
-pub mod trace;
+pub(crate) mod finding;
+pub(crate) mod node;
+pub(crate) mod probe;
+pub(crate) mod resolver;
+pub(crate) mod trace;
 
 pub use finding::{Finding, Report, Severity};
+pub use node::{NodeOptions, split_words};
+pub use probe::{ProbeOptions, servers};
+pub use resolver::ResolvConf;
+pub use trace::run as trace;
 
-pub mod client;
-
-use resolver::ResolvConf;
+pub(crate) mod client;
 
 /// What `nodens doctor` runs.
 pub struct Options {

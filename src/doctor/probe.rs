@@ -56,7 +56,7 @@ pub fn servers(given: &[String], resolv: &ResolvConf) -> Result<Vec<SocketAddr>,
 pub struct BadServer(pub String);
 
 /// What the probes found.
-pub struct Probed {
+pub(crate) struct Probed {
     pub lines: Vec<String>,
     pub findings: Vec<Finding>,
     /// A server answered the search expansions by autopath.
@@ -64,7 +64,7 @@ pub struct Probed {
 }
 
 /// Runs every probe against every server, one server after the other.
-pub fn run(options: &ProbeOptions, resolv: &ResolvConf, samples: &[Sample]) -> Probed {
+pub(crate) fn run(options: &ProbeOptions, resolv: &ResolvConf, samples: &[Sample]) -> Probed {
     let runtime = client::runtime();
     let mut probed = Probed {
         lines: Vec::new(),
@@ -582,7 +582,7 @@ async fn truncation(server: SocketAddr, name: &str, lines: &mut Vec<String>) -> 
     }
 }
 
-pub fn ms(d: Duration) -> String {
+pub(crate) fn ms(d: Duration) -> String {
     let ms = d.as_secs_f64() * 1000.0;
     if ms < 10.0 {
         format!("{ms:.2} ms")

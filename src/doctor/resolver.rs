@@ -65,11 +65,11 @@ impl ResolvConf {
 }
 
 /// The kind of the sample names whose walk is the search-list tax.
-pub const EXTERNAL: &str = "an external name";
+pub(crate) const EXTERNAL: &str = "an external name";
 
 /// A name to show the walk of, and which of its forms exists.
 #[derive(Debug, Clone)]
-pub struct Sample {
+pub(crate) struct Sample {
     /// The name as the application gives it.
     pub name: String,
     /// What it stands for, in the report.
@@ -81,7 +81,7 @@ pub struct Sample {
 /// The sample names: each external name given (default `example.com`),
 /// its trailing-dot form and, on a pod's search list, a Service's short
 /// name and `svc.ns` form.
-pub fn samples(resolv: &ResolvConf, external: &[String]) -> Vec<Sample> {
+pub(crate) fn samples(resolv: &ResolvConf, external: &[String]) -> Vec<Sample> {
     let mut samples = Vec::new();
     let default = ["example.com".to_string()];
     let external = if external.is_empty() {
@@ -119,8 +119,7 @@ pub fn samples(resolv: &ResolvConf, external: &[String]) -> Vec<Sample> {
 
 /// One sample's cost for one resolver.
 #[derive(Debug, Clone)]
-pub struct Cost {
-    pub stub: Stub,
+pub(crate) struct Cost {
     /// The names asked, in order, up to the one that exists.
     pub names: Vec<String>,
     /// The types asked per name (A, AAAA).
@@ -130,19 +129,18 @@ pub struct Cost {
 }
 
 impl Cost {
-    pub fn queries(&self) -> usize {
+    pub(crate) fn queries(&self) -> usize {
         self.names.len() * self.types.len()
     }
 }
 
-pub fn cost(stub: Stub, config: &StubConfig, sample: &Sample) -> Cost {
+pub(crate) fn cost(stub: Stub, config: &StubConfig, sample: &Sample) -> Cost {
     let names = walk(stub, config, &sample.name, |n| n == sample.exists_as);
     let types = address_types(stub, config, Family::Unspec);
     // musl ignores single-request: A and AAAA always go together.
     let sequential = config.single_request && stub == Stub::Glibc && types.len() == 2;
     let round_trips = names.len() * if sequential { 2 } else { 1 };
     Cost {
-        stub,
         names,
         types,
         round_trips,
@@ -151,7 +149,7 @@ pub fn cost(stub: Stub, config: &StubConfig, sample: &Sample) -> Cost {
 
 /// The walks of the sample names, as report lines, and what the
 /// configuration costs.
-pub fn analyse(resolv: &ResolvConf, external: &[String]) -> (Vec<String>, Vec<Finding>) {
+pub(crate) fn analyse(resolv: &ResolvConf, external: &[String]) -> (Vec<String>, Vec<Finding>) {
     let c = &resolv.stub;
     let mut lines = vec![
         format!("file: {}", resolv.path.display()),
@@ -242,7 +240,7 @@ pub fn analyse(resolv: &ResolvConf, external: &[String]) -> (Vec<String>, Vec<Fi
 
 /// The tax is paid by the server when it answers the first expansion by
 /// autopath: the pod sends one round trip of queries.
-pub fn paid_by_autopath(findings: &mut [Finding]) {
+pub(crate) fn paid_by_autopath(findings: &mut [Finding]) {
     for f in findings.iter_mut().filter(|f| f.id == "search-list-tax") {
         f.severity = Severity::Info;
         f.title.push_str(

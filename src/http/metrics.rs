@@ -5,7 +5,7 @@ use crate::metrics::{Counters, Gauges, Registry, label_set};
 
 label_set! {
     /// Which HTTP server.
-    pub struct ListenerLabels { listener = "listener" }
+    pub(crate) struct ListenerLabels { listener = "listener" }
 }
 
 pub struct HttpMetrics {

@@ -5,7 +5,7 @@
 //! kubelet). Each is bounded ([`serve`]): whoever can reach the metrics
 //! port cannot take the probes down with it (docs/security.md).
 
-pub mod metrics;
+pub(crate) mod metrics;
 mod serve;
 mod servers;
 
@@ -17,11 +17,11 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 
-pub use metrics::HttpMetrics;
-pub use servers::HttpServers;
+pub(crate) use metrics::HttpMetrics;
+pub(crate) use servers::HttpServers;
 
 /// What the endpoints read.
-pub struct HttpState {
+pub(crate) struct HttpState {
     /// Renders the metrics page (refreshing scrape-time gauges first).
     pub metrics: Box<dyn Fn() -> String + Send + Sync>,
     pub ready: Arc<AtomicBool>,
@@ -29,7 +29,7 @@ pub struct HttpState {
 
 /// Which endpoints a server has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
+pub(crate) enum Role {
     /// /metrics, /health and /ready.
     Metrics,
     /// /health and /ready.

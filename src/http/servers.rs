@@ -26,7 +26,7 @@ struct Running {
 
 /// The metrics server and the probe server, each if configured.
 #[derive(Default)]
-pub struct HttpServers {
+pub(crate) struct HttpServers {
     running: Vec<Running>,
 }
 
@@ -35,7 +35,7 @@ impl HttpServers {
     /// previous process's socket (`inherited`) or is bound; one that cannot
     /// be is an error and changes nothing. Changed bounds restart a server
     /// on its own socket (no rebind, no refused connection).
-    pub fn apply(
+    pub(crate) fn apply(
         &mut self,
         plan: &HttpPlan,
         mut inherited: impl FnMut(SocketAddr) -> Option<std::net::TcpListener>,
@@ -90,12 +90,12 @@ impl HttpServers {
     }
 
     /// Each server's address and listening socket, for the handover.
-    pub fn sockets(&self) -> impl Iterator<Item = (SocketAddr, RawFd)> + '_ {
+    pub(crate) fn sockets(&self) -> impl Iterator<Item = (SocketAddr, RawFd)> + '_ {
         self.running.iter().map(|r| (r.addr, r.socket.as_raw_fd()))
     }
 
     /// Stops every server (each connection finishes the answer it writes).
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         for r in self.running.drain(..) {
             r.stop.cancel();
         }

@@ -30,7 +30,7 @@ const DNS_PORT: u16 = 53;
 
 /// What a watch knows now about one Service's endpoints.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Discovery {
+pub(crate) struct Discovery {
     pub plan: EndpointsPlan,
     /// The ready endpoints, sorted; None: ask the configured upstreams.
     pub upstreams: Option<Vec<SocketAddr>>,
@@ -39,7 +39,7 @@ pub struct Discovery {
 /// Watches `plan`'s EndpointSlices until the receiver of `publish` is gone,
 /// sending a [`Discovery`] whenever what it knows changes (see
 /// [`super::watch`] for errors and relists).
-pub async fn watch(
+pub(crate) async fn watch(
     client: kube::Client,
     plan: EndpointsPlan,
     metrics: Arc<KubeMetrics>,

@@ -4,11 +4,11 @@
 //! reads; when the API cannot be reached, each feature falls back to what
 //! the configuration file says (the ClusterIP for upstreams).
 
-pub mod endpoints;
-pub mod metrics;
-pub mod namespaces;
+pub(crate) mod endpoints;
+pub(crate) mod metrics;
+pub(crate) mod namespaces;
 mod pod_view;
-pub mod pods;
+pub(crate) mod pods;
 mod watch;
 
 use std::collections::{HashMap, HashSet};
@@ -42,7 +42,7 @@ pub async fn client(plan: &KubernetesPlan) -> Result<kube::Client> {
 /// The server's side of the watches: which run, what the EndpointSlice
 /// watches found, and the configuration with it in place. (The namespace
 /// and pod watches write their views of the request path directly.)
-pub struct Watches {
+pub(crate) struct Watches {
     metrics: std::sync::Arc<metrics::KubeMetrics>,
     /// The namespaces view and, while it runs, its watch.
     namespaces: std::sync::Arc<Namespaces>,
@@ -59,7 +59,7 @@ pub struct Watches {
 }
 
 impl Watches {
-    pub fn new(
+    pub(crate) fn new(
         metrics: std::sync::Arc<metrics::KubeMetrics>,
         namespaces: std::sync::Arc<Namespaces>,
         clients: std::sync::Arc<Clients>,
@@ -83,7 +83,7 @@ impl Watches {
     /// and of the namespaces if `[cluster]` asks, and no other. Without an
     /// API client the zones keep their configured upstreams and nothing is
     /// denied from the namespaces (logged): DNS is served either way.
-    pub async fn watch_for(&mut self, config: &Config, upkeep: &Upkeep) {
+    pub(crate) async fn watch_for(&mut self, config: &Config, upkeep: &Upkeep) {
         let wanted: HashSet<&EndpointsPlan> = config
             .zones
             .iter()
@@ -188,7 +188,7 @@ impl Watches {
     }
 
     /// The next change a watch found (pending forever while none runs).
-    pub async fn changed(&mut self) -> endpoints::Discovery {
+    pub(crate) async fn changed(&mut self) -> endpoints::Discovery {
         match self.receiver.recv().await {
             Some(d) => d,
             // Unreachable: `self` holds a sender.
@@ -197,7 +197,7 @@ impl Watches {
     }
 
     /// Records `d`; false when it is stale (from a watch since stopped).
-    pub fn record(&mut self, d: endpoints::Discovery) -> bool {
+    pub(crate) fn record(&mut self, d: endpoints::Discovery) -> bool {
         if !self.watches.contains_key(&d.plan) {
             return false;
         }
@@ -211,7 +211,7 @@ impl Watches {
     /// `config` with each discovering zone asking its Service's ready
     /// endpoints, in random order (which pod is first means nothing), where
     /// they are known.
-    pub fn apply(&self, config: &Config) -> Config {
+    pub(crate) fn apply(&self, config: &Config) -> Config {
         let mut config = config.clone();
         for zone in &mut config.zones {
             let found = zone.endpoints.as_ref().and_then(|p| self.found.get(p));

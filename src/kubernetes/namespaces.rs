@@ -16,7 +16,7 @@ use super::watch::{Follower, follow};
 use crate::search::Namespaces;
 
 /// Watches the cluster's namespaces into `view`, until aborted.
-pub async fn watch(client: kube::Client, view: Arc<Namespaces>, metrics: Arc<KubeMetrics>) {
+pub(crate) async fn watch(client: kube::Client, view: Arc<Namespaces>, metrics: Arc<KubeMetrics>) {
     // Metadata only: the API answers with names, not whole objects.
     let api: kube::Api<PartialObjectMeta<Namespace>> = kube::Api::all(client);
     let labels = WatchLabels {

@@ -86,7 +86,7 @@ fn pod_id(pod: &Pod) -> Option<u128> {
 }
 
 /// Watches the pods of `node` into `view`, until aborted.
-pub async fn watch(
+pub(crate) async fn watch(
     client: kube::Client,
     node: String,
     view: Arc<Clients>,

@@ -40,7 +40,7 @@ const HELLO: &[u8] = b"nodens-handover 1\n";
 const READY: &[u8] = b"ready\n";
 /// The whole exchange, on either side: greeting, sockets, cache, `ready`.
 /// A cache of a few hundred MB goes over a Unix socket in a few seconds.
-pub const DEADLINE: Duration = Duration::from_secs(30);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(30);
 /// Sockets one message can carry (the kernel's SCM_MAX_FD is 253).
 const MAX_FDS: usize = 250;
 /// The largest list of sockets a new process reads.
@@ -65,7 +65,7 @@ pub struct Named {
 
 /// Sockets taken over from the previous process, by listen address.
 #[derive(Default)]
-pub struct Inherited {
+pub(crate) struct Inherited {
     udp: HashMap<SocketAddr, Vec<UdpSocket>>,
     tcp: HashMap<SocketAddr, TcpListener>,
     http: HashMap<SocketAddr, TcpListener>,
@@ -74,7 +74,7 @@ pub struct Inherited {
 impl Inherited {
     /// The UDP sockets and the TCP listener for `addr`, if the previous
     /// process had them.
-    pub fn take(&mut self, addr: SocketAddr) -> (Vec<UdpSocket>, Option<TcpListener>) {
+    pub(crate) fn take(&mut self, addr: SocketAddr) -> (Vec<UdpSocket>, Option<TcpListener>) {
         (
             self.udp.remove(&addr).unwrap_or_default(),
             self.tcp.remove(&addr),
@@ -82,7 +82,7 @@ impl Inherited {
     }
 
     /// The HTTP listener for `addr`, if the previous process had it.
-    pub fn take_http(&mut self, addr: SocketAddr) -> Option<TcpListener> {
+    pub(crate) fn take_http(&mut self, addr: SocketAddr) -> Option<TcpListener> {
         self.http.remove(&addr)
     }
 }
@@ -238,7 +238,7 @@ fn check_socket(fd: &OwnedFd, name: &Named) -> Result<(), HandoverError> {
 /// (the socket file or the peer is not nodens's, a descriptor is not what
 /// it is named, the deadline passed): nothing received is used, and the
 /// caller starts as on a first start.
-pub fn take_over<E: std::fmt::Display>(
+pub(crate) fn take_over<E: std::fmt::Display>(
     path: &Path,
     load_cache: impl FnOnce(&mut dyn Read) -> Result<usize, E>,
 ) -> Result<Option<(Inherited, UnixStream)>, HandoverError> {
@@ -336,7 +336,7 @@ pub fn take_over<E: std::fmt::Display>(
 }
 
 /// Tells the previous process that its sockets are served here now.
-pub fn confirm(stream: &mut UnixStream) -> io::Result<()> {
+pub(crate) fn confirm(stream: &mut UnixStream) -> io::Result<()> {
     stream.set_write_timeout(Some(Duration::from_secs(1)))?;
     stream.write_all(READY)
 }
@@ -345,7 +345,7 @@ pub fn confirm(stream: &mut UnixStream) -> io::Result<()> {
 /// passed [`trust::check_peer`]: checks its greeting, sends `sockets` and
 /// the cache, and waits for `ready`, all within [`DEADLINE`]. Blocking: run
 /// it off the main loop. True when the new process took over.
-pub fn give(
+pub(crate) fn give(
     stream: &UnixStream,
     sockets: &[(Named, RawFd)],
     send_cache: impl FnOnce(&mut dyn Write) -> io::Result<usize>,

@@ -7,10 +7,10 @@
 //! way round.
 
 mod batch;
-pub mod handover;
-pub mod metrics;
-pub mod tcp;
-pub mod udp;
+pub(crate) mod handover;
+pub(crate) mod metrics;
+pub(crate) mod tcp;
+pub(crate) mod udp;
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::TcpLimits;
 use crate::metrics::LabelValue;
 use crate::tasks::Tasks;
-pub use metrics::ListenMetrics;
+pub(crate) use metrics::ListenMetrics;
 
 /// The transport a query came over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,7 +104,7 @@ pub trait Service: Send + Sync + Sized + 'static {
 }
 
 /// The UDP and TCP side of one address.
-pub struct Listener {
+pub(crate) struct Listener {
     pub addr: SocketAddr,
     udp: udp::UdpWorkers,
     /// A second descriptor of the TCP listening socket, for a handover.
@@ -115,7 +115,7 @@ pub struct Listener {
 impl Listener {
     /// Binds UDP and TCP on `addr` (or serves the sockets `inherited` from
     /// the process this one takes over from); fails if either cannot be bound.
-    pub fn start<S: Service>(
+    pub(crate) fn start<S: Service>(
         addr: SocketAddr,
         workers: usize,
         inherited: (Vec<std::net::UdpSocket>, Option<std::net::TcpListener>),
@@ -156,7 +156,7 @@ impl Listener {
     }
 
     /// Every socket of this listener, named, for a handover.
-    pub fn sockets(&self) -> Vec<(handover::Named, std::os::fd::RawFd)> {
+    pub(crate) fn sockets(&self) -> Vec<(handover::Named, std::os::fd::RawFd)> {
         use std::os::fd::AsRawFd;
         let name = |kind| handover::Named {
             addr: self.addr,
@@ -173,7 +173,7 @@ impl Listener {
     }
 
     /// Stops reading new queries; queries in flight still get their answers.
-    pub fn stop(self) {
+    pub(crate) fn stop(self) {
         self.tcp_stop.cancel();
         self.udp.stop();
         tracing::info!(addr = %self.addr, "stopped listening");

@@ -33,7 +33,7 @@ use crate::wire::framing::{self, take_frame};
 /// stopped reading; the connection is closed.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+pub(crate) fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
     if addr.is_ipv6() {
@@ -72,7 +72,7 @@ impl PerClient {
     }
 }
 
-pub async fn accept_loop<S: Service>(
+pub(crate) async fn accept_loop<S: Service>(
     listener: TcpListener,
     service: Arc<S>,
     info: Arc<ListenerInfo<S::PerListener>>,

@@ -43,7 +43,7 @@ const RECV_BUFFER: usize = 4 << 20;
 /// in flight, before they are dropped (as the network would drop them).
 const SEND_WAIT: Duration = Duration::from_secs(1);
 
-pub struct UdpWorkers {
+pub(crate) struct UdpWorkers {
     stop: Arc<AtomicBool>,
     /// A second descriptor for each worker's socket, to hand the sockets
     /// to the process that takes over (`handover`).
@@ -70,7 +70,7 @@ fn bind(addr: SocketAddr) -> std::io::Result<UdpSocket> {
 impl UdpWorkers {
     /// One worker per socket: the `inherited` ones (from the process this
     /// one takes over from), and new ones up to `workers`.
-    pub fn start<S: Service>(
+    pub(crate) fn start<S: Service>(
         addr: SocketAddr,
         workers: usize,
         mut inherited: Vec<UdpSocket>,
@@ -115,14 +115,14 @@ impl UdpWorkers {
     }
 
     /// The workers' sockets, for a handover.
-    pub fn sockets(&self) -> &[UdpSocket] {
+    pub(crate) fn sockets(&self) -> &[UdpSocket] {
         &self.sockets
     }
 
     /// Tells the workers to stop reading; each answers the misses it has in
     /// flight, then exits (within [`STOP_POLL`]), closing its socket. Does
     /// not wait.
-    pub fn stop(self) {
+    pub(crate) fn stop(self) {
         self.stop.store(true, Ordering::Relaxed);
     }
 }

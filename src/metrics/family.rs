@@ -26,7 +26,7 @@ pub trait LabelValues {
 }
 
 /// A label value: a string, or a type that names itself (`Proto` → "udp").
-pub trait LabelValue {
+pub(crate) trait LabelValue {
     fn label_value(&self) -> &str;
 }
 
@@ -92,9 +92,9 @@ impl<L: LabelSet, B: MetricVecBuilder + 'static> Family<L, B> {
     }
 }
 
-pub type Counters<L> = Family<L, <IntCounterVec as VecOf>::Builder>;
-pub type Gauges<L> = Family<L, <IntGaugeVec as VecOf>::Builder>;
-pub type Histograms<L> = Family<L, <HistogramVec as VecOf>::Builder>;
+pub(crate) type Counters<L> = Family<L, <IntCounterVec as VecOf>::Builder>;
+pub(crate) type Gauges<L> = Family<L, <IntGaugeVec as VecOf>::Builder>;
+pub(crate) type Histograms<L> = Family<L, <HistogramVec as VecOf>::Builder>;
 
 /// Names the builder type behind each prometheus vector alias.
 pub trait VecOf {

@@ -8,16 +8,16 @@
 //! already run for NodeLocal DNSCache keep working. Everything else is
 //! `nodens_*`. The full list is in docs/metrics.md.
 
-pub mod family;
+pub(crate) mod family;
 
 use prometheus::core::Collector;
 use prometheus::{Encoder, IntCounter, IntGauge, TextEncoder, exponential_buckets};
 
 pub(crate) use family::label_set;
-pub use family::{Counters, Gauges, Histograms, LabelSet, LabelValue, LabelValues};
+pub(crate) use family::{Counters, Gauges, Histograms, LabelSet, LabelValue};
 
 /// CoreDNS's `view` label; nodens has no views, so it is always empty.
-pub const VIEW: &str = "";
+pub(crate) const VIEW: &str = "";
 
 /// One process's metrics, as scraped from /metrics.
 pub struct Registry(prometheus::Registry);
@@ -101,12 +101,12 @@ impl Registry {
 }
 
 /// CoreDNS's duration buckets: 0.25 ms doubling up to about 8 s.
-pub fn duration_buckets() -> Vec<f64> {
+pub(crate) fn duration_buckets() -> Vec<f64> {
     exponential_buckets(0.00025, 2.0, 16).expect("valid buckets")
 }
 
 /// CoreDNS's size buckets, in bytes.
-pub fn size_buckets() -> Vec<f64> {
+pub(crate) fn size_buckets() -> Vec<f64> {
     vec![
         0.0, 100.0, 200.0, 300.0, 400.0, 511.0, 1023.0, 2047.0, 4095.0, 8291.0, 16e3, 32e3, 48e3,
         64e3,

@@ -24,7 +24,7 @@ pub struct LinkState {
 /// every request is sent from the calling thread: the one thread that
 /// keeps `CAP_NET_ADMIN` (see `privileges`), which the kernel checks
 /// against the sender.
-pub async fn with_netlink<T, F: Future<Output = Result<T, rtnetlink::Error>>>(
+pub(crate) async fn with_netlink<T, F: Future<Output = Result<T, rtnetlink::Error>>>(
     work: impl FnOnce(Handle) -> F,
 ) -> Result<T, super::NodeError> {
     let (connection, handle, _) = rtnetlink::new_connection()?;
@@ -65,7 +65,7 @@ fn address_of(message: &AddressMessage) -> Option<IpAddr> {
 }
 
 /// The link called `name`, as it is.
-pub async fn state(handle: &Handle, name: &str) -> Result<LinkState, rtnetlink::Error> {
+pub(crate) async fn state(handle: &Handle, name: &str) -> Result<LinkState, rtnetlink::Error> {
     let Some(link) = find(handle, name).await? else {
         return Ok(LinkState::default());
     };
@@ -86,7 +86,7 @@ pub async fn state(handle: &Handle, name: &str) -> Result<LinkState, rtnetlink::
 
 /// Makes the link exist, be up and hold `addrs` (a host prefix each).
 /// Returns what had to be done, empty when all was in place.
-pub async fn ensure(
+pub(crate) async fn ensure(
     handle: &Handle,
     name: &str,
     kind: LinkKind,
@@ -157,7 +157,7 @@ async fn create(handle: &Handle, name: &str, kind: LinkKind) -> Result<(), rtnet
 }
 
 /// Deletes the link (and with it its addresses); nothing if it is not there.
-pub async fn remove(handle: &Handle, name: &str) -> Result<bool, rtnetlink::Error> {
+pub(crate) async fn remove(handle: &Handle, name: &str) -> Result<bool, rtnetlink::Error> {
     match find(handle, name).await? {
         Some(link) => {
             handle.link().del(link.header.index).execute().await?;

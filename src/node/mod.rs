@@ -3,15 +3,18 @@
 //! of conntrack, set up at start, repaired while running, removed on exit
 //! (docs/node.md).
 
-pub mod guard;
-pub mod iptables;
-pub mod link;
-pub mod metrics;
-pub mod nft;
-pub mod presence;
+pub(crate) mod guard;
+pub(crate) mod iptables;
+pub(crate) mod link;
+pub(crate) mod metrics;
+pub(crate) mod nft;
+pub(crate) mod presence;
 mod probe;
-pub mod rules;
-pub mod supervisor;
+pub(crate) mod rules;
+pub(crate) mod supervisor;
+
+pub use guard::guard;
+pub use supervisor::supervise;
 
 use std::sync::Arc;
 

@@ -83,7 +83,7 @@ fn statements(rule: &Rule) -> Vec<Statement<'static>> {
 }
 
 /// Replaces the table with one holding exactly `rules`, atomically.
-pub fn apply(rules: &[Rule]) -> Result<(), NftablesError> {
+pub(crate) fn apply(rules: &[Rule]) -> Result<(), NftablesError> {
     let mut batch = Batch::new();
     // Add then delete: the table is gone whether or not it was there, and
     // the whole batch is one transaction, so there is no moment without it.
@@ -161,7 +161,7 @@ fn present() -> Result<Option<BTreeSet<(String, String)>>, NftablesError> {
 }
 
 /// Whether the table holds exactly `rules` (and nothing else).
-pub fn matches(rules: &[Rule]) -> Result<bool, NftablesError> {
+pub(crate) fn matches(rules: &[Rule]) -> Result<bool, NftablesError> {
     let Some(found) = present()? else {
         return Ok(false);
     };
@@ -173,12 +173,12 @@ pub fn matches(rules: &[Rule]) -> Result<bool, NftablesError> {
 }
 
 /// Whether the table exists at all.
-pub fn exists() -> Result<bool, NftablesError> {
+pub(crate) fn exists() -> Result<bool, NftablesError> {
     Ok(present()?.is_some())
 }
 
 /// Deletes the table (and so every nodens rule); nothing if it is not there.
-pub fn remove() -> Result<(), NftablesError> {
+pub(crate) fn remove() -> Result<(), NftablesError> {
     let mut batch = Batch::new();
     batch.add(table());
     batch.delete(table());
@@ -186,6 +186,6 @@ pub fn remove() -> Result<(), NftablesError> {
 }
 
 /// Whether `nft` can be run here (it lists the ruleset).
-pub fn available() -> bool {
+pub(crate) fn available() -> bool {
     helper::get_current_ruleset_with_args(helper::DEFAULT_NFT, ["list", "tables"]).is_ok()
 }

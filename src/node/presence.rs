@@ -30,18 +30,18 @@ use crate::trust;
 /// a server's setup and a predecessor's drain (`shutdown_grace`, 5 s by
 /// default); long enough that an overload, which loses some probes but not
 /// all of them for ten seconds, never looks like it.
-pub const HOLDER_SILENCE: Duration = Duration::from_secs(10);
+pub(crate) const HOLDER_SILENCE: Duration = Duration::from_secs(10);
 
 /// The claim on the node setup of one interface; released on drop or exit.
 #[derive(Debug)]
-pub struct Presence {
+pub(crate) struct Presence {
     _file: File,
 }
 
 /// Where the claim of `interface` lives. An interface belongs to a network
 /// namespace, and so does its claim: the file is named after both (two
 /// namespaces sharing a directory, as tests do, never share a claim).
-pub fn claim_path(dir: &Path, interface: &str) -> PathBuf {
+pub(crate) fn claim_path(dir: &Path, interface: &str) -> PathBuf {
     let netns = std::fs::metadata("/proc/self/ns/net").map_or(0, |m| m.ino());
     dir.join(format!("claim-{interface}-{netns}"))
 }
@@ -113,7 +113,7 @@ impl Presence {
     /// Claims the node setup of `interface`, or `None` if another process
     /// holds it. A claim file another uid left here (only root could have,
     /// the directory being ours) is replaced.
-    pub fn try_claim(dir: &Path, interface: &str) -> io::Result<Option<Presence>> {
+    pub(crate) fn try_claim(dir: &Path, interface: &str) -> io::Result<Option<Presence>> {
         let file = match open(dir, interface, true) {
             Ok(file) => file.ok_or_else(|| io::Error::other("claim file"))?,
             // Another uid's, that ours may not open: replaced as below.
@@ -133,7 +133,7 @@ impl Presence {
 
     /// Claims the node setup with a new claim file, whoever holds the old
     /// one: its holder keeps a lock on a file that no longer counts.
-    pub fn replace(dir: &Path, interface: &str) -> io::Result<Option<Presence>> {
+    pub(crate) fn replace(dir: &Path, interface: &str) -> io::Result<Option<Presence>> {
         match std::fs::remove_file(claim_path(dir, interface)) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -145,7 +145,7 @@ impl Presence {
 
     /// Whether this claim is still the one at its path: false once another
     /// server overruled it (`replace`), whose node setup it then is.
-    pub fn current(&self, dir: &Path, interface: &str) -> bool {
+    pub(crate) fn current(&self, dir: &Path, interface: &str) -> bool {
         let (Ok(ours), Ok(there)) = (
             self._file.metadata(),
             std::fs::metadata(claim_path(dir, interface)),
@@ -157,7 +157,7 @@ impl Presence {
 
     /// Whether some process holds the claim now. (Taking the lock for an
     /// instant to see: a server claiming at that instant tries again.)
-    pub fn held(dir: &Path, interface: &str) -> io::Result<bool> {
+    pub(crate) fn held(dir: &Path, interface: &str) -> io::Result<bool> {
         match open(dir, interface, false)? {
             None => Ok(false),
             Some(file) => Ok(!try_lock(&file)?),
@@ -166,7 +166,7 @@ impl Presence {
 
     /// The pid holding the claim, as `/proc/locks` shows it here (0 or
     /// `None` when the holder is in another pid namespace or gone): for logs.
-    pub fn holder(dir: &Path, interface: &str) -> Option<u32> {
+    pub(crate) fn holder(dir: &Path, interface: &str) -> Option<u32> {
         let inode = std::fs::metadata(claim_path(dir, interface)).ok()?.ino();
         let locks = std::fs::read_to_string("/proc/locks").ok()?;
         holder_in(&locks, inode)
@@ -191,7 +191,7 @@ fn holder_in(locks: &str, inode: u64) -> Option<u32> {
 /// `patience`: what a server starting next to a draining one does.
 /// `answers` says whether a nodens serves the node now (`node::serving`). Returns the claim, taken over from a
 /// holder that nothing answered for [`HOLDER_SILENCE`] (with `broken` set).
-pub async fn claim(
+pub(crate) async fn claim(
     dir: &Path,
     interface: &str,
     patience: Duration,

@@ -95,7 +95,7 @@ impl fmt::Display for Rule {
 }
 
 /// Every rule for `addrs`, in a stable order.
-pub fn rules_for(addrs: &[SocketAddr]) -> Vec<Rule> {
+pub(crate) fn rules_for(addrs: &[SocketAddr]) -> Vec<Rule> {
     let shapes = [
         (Stage::RawPrerouting, Side::Destination, Verdict::Notrack),
         (Stage::FilterInput, Side::Destination, Verdict::Accept),

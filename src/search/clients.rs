@@ -17,35 +17,32 @@ use arc_swap::ArcSwapOption;
 /// Client addresses with their pod's namespace (lower case), sorted by
 /// address: one slot a pod, no table to keep half empty.
 #[derive(Debug, Default)]
-pub struct ClientMap(Box<[(IpAddr, Arc<str>)]>);
+pub(crate) struct ClientMap(Box<[(IpAddr, Arc<str>)]>);
 
 impl ClientMap {
-    pub fn new(mut pairs: Vec<(IpAddr, Arc<str>)>) -> ClientMap {
+    pub(crate) fn new(mut pairs: Vec<(IpAddr, Arc<str>)>) -> ClientMap {
         pairs.sort_unstable_by_key(|p| p.0);
         ClientMap(pairs.into_boxed_slice())
     }
 
     /// The namespace of the pod at `ip`.
-    pub fn namespace_of(&self, ip: IpAddr) -> Option<&str> {
+    pub(crate) fn namespace_of(&self, ip: IpAddr) -> Option<&str> {
         let at = self.0.binary_search_by(|(a, _)| a.cmp(&ip)).ok()?;
         Some(&self.0[at].1)
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 }
 
 #[derive(Default)]
-pub struct Clients(ArcSwapOption<ClientMap>);
+pub(crate) struct Clients(ArcSwapOption<ClientMap>);
 
 impl Clients {
     /// Whether `client` is a known pod of namespace `label` (lower case).
-    pub fn is_pod_of(&self, client: IpAddr, label: &[u8]) -> bool {
+    pub(crate) fn is_pod_of(&self, client: IpAddr, label: &[u8]) -> bool {
         let guard = self.0.load();
         let Some(map) = guard.as_ref() else {
             return false;
@@ -55,7 +52,7 @@ impl Clients {
     }
 
     /// Replaces the map (None: not known).
-    pub fn set(&self, map: Option<ClientMap>) {
+    pub(crate) fn set(&self, map: Option<ClientMap>) {
         self.0.store(map.map(Arc::new));
     }
 }

@@ -26,20 +26,20 @@ const NAMESPACE_MEMORY: Duration = Duration::from_secs(600);
 
 /// A node the cluster DNS answered NXDOMAIN for.
 #[derive(Debug, Clone)]
-pub struct DeniedNode {
+pub(crate) struct DeniedNode {
     pub soa: Arc<Soa>,
     expires: Instant,
 }
 
 impl DeniedNode {
     /// Seconds the denial has left, for the TTL of a reply it makes.
-    pub fn ttl_left(&self, now: Instant) -> u32 {
+    pub(crate) fn ttl_left(&self, now: Instant) -> u32 {
         self.expires.saturating_duration_since(now).as_secs() as u32
     }
 }
 
 #[derive(Debug, Default)]
-pub struct Learned {
+pub(crate) struct Learned {
     /// SOA records by their owner (lower-case wire form).
     soas: Mutex<HashMap<Box<[u8]>, Arc<Soa>>>,
     denied: Mutex<HashMap<Box<[u8]>, DeniedNode>>,
@@ -49,7 +49,7 @@ pub struct Learned {
 
 impl Learned {
     /// Remembers (or refreshes) a zone's SOA.
-    pub fn learn_soa(&self, soa: Soa) {
+    pub(crate) fn learn_soa(&self, soa: Soa) {
         let mut soas = crate::lock::lock(&self.soas);
         if soas.len() >= MAX_ZONES && !soas.contains_key(soa.owner()) {
             return;
@@ -58,13 +58,13 @@ impl Learned {
     }
 
     /// The SOA of zone `owner`, if one was learned.
-    pub fn soa(&self, owner: &[u8]) -> Option<Arc<Soa>> {
+    pub(crate) fn soa(&self, owner: &[u8]) -> Option<Arc<Soa>> {
         crate::lock::lock(&self.soas).get(owner).cloned()
     }
 
     /// The learned SOA of the closest zone above `name` (never the root),
     /// given the offsets where each of its labels starts.
-    pub fn closest_soa(&self, name: &[u8]) -> Option<Arc<Soa>> {
+    pub(crate) fn closest_soa(&self, name: &[u8]) -> Option<Arc<Soa>> {
         let soas = crate::lock::lock(&self.soas);
         crate::wire::name::label_starts(name)
             .skip(1)
@@ -74,7 +74,7 @@ impl Learned {
     }
 
     /// Remembers that `node` does not exist for `ttl` from `now`.
-    pub fn deny(&self, node: &[u8], soa: Arc<Soa>, ttl: Duration, now: Instant) {
+    pub(crate) fn deny(&self, node: &[u8], soa: Arc<Soa>, ttl: Duration, now: Instant) {
         let mut denied = crate::lock::lock(&self.denied);
         if denied.len() >= MAX_DENIED_NODES && !denied.contains_key(node) {
             denied.retain(|_, d| d.expires > now);
@@ -87,19 +87,19 @@ impl Learned {
     }
 
     /// The denial of `node`, while it lasts.
-    pub fn denied(&self, node: &[u8], now: Instant) -> Option<DeniedNode> {
+    pub(crate) fn denied(&self, node: &[u8], now: Instant) -> Option<DeniedNode> {
         let denied = crate::lock::lock(&self.denied);
         denied.get(node).filter(|d| d.expires > now).cloned()
     }
 
     /// Forgets a denial (the node was found to exist after all).
-    pub fn undeny(&self, node: &[u8]) {
+    pub(crate) fn undeny(&self, node: &[u8]) {
         crate::lock::lock(&self.denied).remove(node);
     }
 
     /// Remembers that the namespace node `node` exists (an answer other
     /// than NXDOMAIN was given for it or a name below it).
-    pub fn namespace_seen(&self, node: &[u8], now: Instant) {
+    pub(crate) fn namespace_seen(&self, node: &[u8], now: Instant) {
         let mut seen = crate::lock::lock(&self.namespaces);
         if let Some(at) = seen.get_mut(node) {
             *at = now;
@@ -115,14 +115,9 @@ impl Learned {
     }
 
     /// Whether the namespace node `node` was seen to exist lately.
-    pub fn namespace_known(&self, node: &[u8], now: Instant) -> bool {
+    pub(crate) fn namespace_known(&self, node: &[u8], now: Instant) -> bool {
         let seen = crate::lock::lock(&self.namespaces);
         seen.get(node)
             .is_some_and(|at| now.saturating_duration_since(*at) < NAMESPACE_MEMORY)
-    }
-
-    /// Denied nodes held now, expired ones included until they are pruned.
-    pub fn denied_count(&self) -> usize {
-        crate::lock::lock(&self.denied).len()
     }
 }

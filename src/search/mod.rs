@@ -3,13 +3,14 @@
 //! name itself, one after another. Most of those names cannot exist, and
 //! nodens knows which ([`rules`]) or has already been told ([`learned`]).
 
-pub mod clients;
-pub mod learned;
+pub(crate) mod clients;
+pub(crate) mod learned;
 pub(crate) mod names;
-pub mod namespaces;
-pub mod rules;
+pub(crate) mod namespaces;
+pub(crate) mod rules;
 
-pub use clients::Clients;
-pub use learned::Learned;
-pub use namespaces::Namespaces;
-pub use rules::{CloudSuffix, ClusterRules, Rule};
+pub(crate) use clients::Clients;
+pub(crate) use learned::Learned;
+pub(crate) use namespaces::Namespaces;
+pub use rules::Rule;
+pub(crate) use rules::{CloudSuffix, ClusterRules};

@@ -11,16 +11,16 @@ use std::sync::Arc;
 use arc_swap::ArcSwapOption;
 
 #[derive(Default)]
-pub struct Namespaces(ArcSwapOption<HashSet<Box<[u8]>>>);
+pub(crate) struct Namespaces(ArcSwapOption<HashSet<Box<[u8]>>>);
 
 impl Namespaces {
     /// Whether namespace `label` (lower case) exists; None when not known.
-    pub fn exists(&self, label: &[u8]) -> Option<bool> {
+    pub(crate) fn exists(&self, label: &[u8]) -> Option<bool> {
         self.0.load().as_ref().map(|all| all.contains(label))
     }
 
     /// Replaces the list (None: not known).
-    pub fn set(&self, all: Option<HashSet<Box<[u8]>>>) {
+    pub(crate) fn set(&self, all: Option<HashSet<Box<[u8]>>>) {
         self.0.store(all.map(Arc::new));
     }
 }

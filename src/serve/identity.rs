@@ -12,7 +12,7 @@ use super::hit::Request;
 
 /// What the identity names answer.
 #[derive(Debug, Clone)]
-pub struct Identity {
+pub(crate) struct Identity {
     pub id: String,
     pub version: String,
 }
@@ -20,7 +20,7 @@ pub struct Identity {
 impl Identity {
     /// The node's name from the downward API (`NODE_NAME`), else the host
     /// name (on the host network, the node's).
-    pub fn of_this_node() -> Identity {
+    pub(crate) fn of_this_node() -> Identity {
         let id = std::env::var("NODE_NAME")
             .ok()
             .filter(|n| !n.is_empty())

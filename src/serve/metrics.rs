@@ -4,7 +4,7 @@
 
 use prometheus::{IntCounter, IntGauge};
 
-pub use crate::cache::metrics::CacheKindLabels;
+pub(crate) use crate::cache::metrics::CacheKindLabels;
 use crate::listen::Proto;
 use crate::metrics::label_set;
 use crate::metrics::{
@@ -32,16 +32,16 @@ label_set! {
     /// Local NXDOMAINs, by the schema rule that ruled the name out.
     pub struct RuleLabels { rule = "rule" }
     /// Namespace checks, by what they found.
-    pub struct CheckLabels { result = "result" }
+    pub(crate) struct CheckLabels { result = "result" }
 }
 
 /// CoreDNS's `plugin` label on responses: which plugin wrote the reply. In
 /// NodeLocal DNSCache's chain every answer passes through `cache`, forwarded
 /// ones included; a SERVFAIL written after a forward error has none.
-pub const PLUGIN_CACHE: &str = "cache";
-pub const PLUGIN_NONE: &str = "";
+pub(crate) const PLUGIN_CACHE: &str = "cache";
+pub(crate) const PLUGIN_NONE: &str = "";
 /// CoreDNS's `zone` label for queries that matched no zone (answered REFUSED).
-pub const ZONE_DROPPED: &str = "dropped";
+pub(crate) const ZONE_DROPPED: &str = "dropped";
 
 pub struct ServeMetrics {
     pub requests: Counters<RequestLabels<'static>>,

@@ -24,16 +24,16 @@
 mod admit;
 mod autopath;
 mod hit;
-pub mod identity;
+pub(crate) mod identity;
 mod local;
-pub mod metrics;
+pub(crate) mod metrics;
 mod miss;
 mod prefetch;
 mod prime;
 mod route;
 mod search;
 mod settings;
-pub mod stats;
+pub(crate) mod stats;
 
 use std::future::Future;
 use std::net::IpAddr;
@@ -53,10 +53,10 @@ use crate::metrics::Registry;
 use crate::tasks::Tasks;
 use crate::upstream::metrics::UpstreamMetrics;
 use crate::wire::{build, query};
-pub use autopath::AutopathJob;
+pub(crate) use autopath::AutopathJob;
 use metrics::ServeMetrics;
-pub use miss::MissJob;
-pub use settings::Settings;
+pub(crate) use miss::MissJob;
+pub(crate) use settings::Settings;
 use stats::StatsSlot;
 
 /// The request path's state, shared by every listener and task.
@@ -76,7 +76,7 @@ pub struct Shared {
 }
 
 /// A listener as the request path sees it: who it is, and its metric handles.
-pub type ListenerView = ListenerInfo<StatsSlot>;
+pub(crate) type ListenerView = ListenerInfo<StatsSlot>;
 
 impl Shared {
     /// Call on the main runtime (see `tasks`).

@@ -14,7 +14,7 @@ use crate::upstream::metrics::UpstreamMetrics;
 
 use super::identity::Identity;
 
-pub struct Settings {
+pub(crate) struct Settings {
     /// Changes on every reload; per-listener metric handles follow it.
     pub generation: u64,
     pub router: Router,
@@ -34,7 +34,7 @@ pub struct Settings {
 impl Settings {
     /// Builds the settings for `config`; `previous` lets unchanged upstreams
     /// keep their connections and health across a reload.
-    pub fn build(
+    pub(crate) fn build(
         config: &Config,
         metrics: &Arc<UpstreamMetrics>,
         upkeep: &Upkeep,

@@ -214,7 +214,7 @@ impl ListenerStats {
 pub struct StatsSlot(ArcSwapOption<ListenerStats>);
 
 /// A borrowed [`ListenerStats`]; cheap to take on every query.
-pub type StatsGuard = arc_swap::Guard<Option<Arc<ListenerStats>>>;
+pub(crate) type StatsGuard = arc_swap::Guard<Option<Arc<ListenerStats>>>;
 
 impl StatsSlot {
     /// The stats for settings `generation`, made by `build` (one per zone

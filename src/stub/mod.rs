@@ -5,8 +5,8 @@
 //! the request path.
 
 pub mod querygen;
-pub mod resolv_conf;
-pub mod walk;
+pub(crate) mod resolv_conf;
+pub(crate) mod walk;
 
 pub use resolv_conf::StubConfig;
 pub use walk::{Family, Stub, walk};

@@ -91,7 +91,11 @@ fn candidates(stub: Stub, config: &StubConfig, name: &str) -> Vec<String> {
 }
 
 /// The address types a getaddrinfo lookup asks for, in the order sent.
-pub fn address_types(stub: Stub, config: &StubConfig, family: Family) -> &'static [&'static str] {
+pub(crate) fn address_types(
+    stub: Stub,
+    config: &StubConfig,
+    family: Family,
+) -> &'static [&'static str] {
     let no_aaaa = stub == Stub::Glibc && config.no_aaaa;
     match family {
         Family::Unspec if no_aaaa => &["A"],

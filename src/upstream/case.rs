@@ -16,19 +16,19 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
-pub const FAILURES_BEFORE_FALLBACK: u32 = 3;
-pub const FALLBACK_FOR: Duration = Duration::from_secs(600);
+pub(crate) const FAILURES_BEFORE_FALLBACK: u32 = 3;
+pub(crate) const FALLBACK_FOR: Duration = Duration::from_secs(600);
 
 /// What one upstream's answers have shown about its case handling.
 #[derive(Default)]
-pub struct CaseMemory {
+pub(crate) struct CaseMemory {
     failures_in_a_row: AtomicU32,
     off_until: Mutex<Option<Instant>>,
 }
 
 impl CaseMemory {
     /// Whether the next query to this upstream gets randomised case.
-    pub fn randomise(&self) -> bool {
+    pub(crate) fn randomise(&self) -> bool {
         if self.failures_in_a_row.load(Ordering::Relaxed) < FAILURES_BEFORE_FALLBACK {
             return true;
         }
@@ -47,7 +47,7 @@ impl CaseMemory {
     }
 
     /// An answer came back in the case it was asked in.
-    pub fn preserved(&self) {
+    pub(crate) fn preserved(&self) {
         if self.failures_in_a_row.load(Ordering::Relaxed) != 0 {
             self.failures_in_a_row.store(0, Ordering::Relaxed);
         }
@@ -55,7 +55,7 @@ impl CaseMemory {
 
     /// An answer came back with the right ID in another case. Returns true
     /// when this switches randomisation off.
-    pub fn not_preserved(&self) -> bool {
+    pub(crate) fn not_preserved(&self) -> bool {
         let failures = self.failures_in_a_row.fetch_add(1, Ordering::Relaxed) + 1;
         if failures != FAILURES_BEFORE_FALLBACK {
             return false;
@@ -70,7 +70,7 @@ impl CaseMemory {
 /// length byte is at most 63, below every letter, so the name's bytes can
 /// be taken as they come: eight at a time, one random bit each, from one
 /// random word per 64 bytes.
-pub fn randomise(question: &mut [u8]) {
+pub(crate) fn randomise(question: &mut [u8]) {
     let name_len = question.len().saturating_sub(4);
     let mut rng = rand::rng();
     let mut bits = 0u64;

@@ -24,14 +24,14 @@ use crate::wire::response::{self, Layout};
 use crate::wire::{HEADER_LEN, build, flag, rcode, rcode_name, read_u16};
 
 /// An upstream answer to our question.
-pub struct Forwarded {
+pub(crate) struct Forwarded {
     pub msg: Vec<u8>,
     pub layout: Layout,
     /// When the answer arrived: the time the caller stores and serves it at.
     pub received: StdInstant,
 }
 
-pub async fn forward(zone: &Zone, key: &Key, deadline: Instant) -> Option<Forwarded> {
+pub(crate) async fn forward(zone: &Zone, key: &Key, deadline: Instant) -> Option<Forwarded> {
     // Boxed: a rare path, which would otherwise take room in every miss.
     let mut fallback: Option<Box<Forwarded>> = None;
     for upstream in try_order(zone) {

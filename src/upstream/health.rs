@@ -29,8 +29,8 @@ const PROBE_QUESTION: &[u8] = &[0, 0, 2, 0, 1];
 /// The two log limiters of an upstream's health changes: each direction
 /// is logged at most once per `log_interval`, so that the change back up
 /// is never hidden behind the change down that came just before it.
-pub const DOWN: usize = 0;
-pub const UP: usize = 1;
+pub(crate) const DOWN: usize = 0;
+pub(crate) const UP: usize = 1;
 
 /// The origin of the health timestamps.
 static EPOCH: LazyLock<StdInstant> = LazyLock::new(StdInstant::now);
@@ -40,7 +40,7 @@ fn nanos_since_epoch(t: StdInstant) -> u64 {
 }
 
 #[derive(Default)]
-pub struct Health {
+pub(crate) struct Health {
     failures: AtomicU32,
     down: AtomicBool,
     /// When the state last changed (ns since [`EPOCH`]); exchanges sent
@@ -49,7 +49,7 @@ pub struct Health {
 }
 
 impl Health {
-    pub fn is_up(&self) -> bool {
+    pub(crate) fn is_up(&self) -> bool {
         !self.down.load(Ordering::Relaxed)
     }
 
@@ -66,7 +66,7 @@ impl Health {
 
 impl Upstream {
     /// An exchange sent at `sent` worked (whatever the answer's rcode).
-    pub fn record_success(&self, sent: StdInstant) {
+    pub(crate) fn record_success(&self, sent: StdInstant) {
         self.health.failures.store(0, Ordering::Relaxed);
         if self.health.is_up() || !self.health.is_news(sent) {
             return;
@@ -82,7 +82,7 @@ impl Upstream {
     }
 
     /// An exchange sent at `sent` failed at the transport level.
-    pub fn record_failure(self: &Arc<Self>, sent: StdInstant) {
+    pub(crate) fn record_failure(self: &Arc<Self>, sent: StdInstant) {
         if !self.health.is_news(sent) {
             return;
         }

@@ -8,7 +8,7 @@ use crate::metrics::{Counters, Gauges, Histograms, Registry, duration_buckets};
 use crate::wire::rcode_name;
 
 /// CoreDNS's `proxy_name` label value for its forward plugin.
-pub const PROXY_NAME: &str = "forward";
+pub(crate) const PROXY_NAME: &str = "forward";
 
 label_set! {
     pub struct ToLabels { to = "to" }

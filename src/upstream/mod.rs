@@ -1,12 +1,12 @@
 //! Where misses go: zones (longest suffix wins), each with its upstream
 //! servers, and the transports that carry a query to one of them.
 
-pub mod case;
-pub mod forward;
-pub mod health;
-pub mod metrics;
-pub mod pool;
-pub mod udp;
+pub(crate) mod case;
+pub(crate) mod forward;
+pub(crate) mod health;
+pub(crate) mod metrics;
+pub(crate) mod pool;
+pub(crate) mod udp;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -27,7 +27,7 @@ use pool::Pool;
 
 /// One upstream server, shared by every zone that lists its address, so
 /// that its connection bound and its health are per server, not per zone.
-pub struct Upstream {
+pub(crate) struct Upstream {
     pub addr: SocketAddr,
     /// The `to` label in metrics and logs.
     pub label: String,
@@ -90,7 +90,7 @@ impl Upstream {
     }
 
     /// Records how long an exchange that ended with `rcode` took.
-    pub fn observe_duration(&self, rcode: u16, seconds: f64) {
+    pub(crate) fn observe_duration(&self, rcode: u16, seconds: f64) {
         match self.duration_by_rcode.get(usize::from(rcode)) {
             Some(h) => h.observe(seconds),
             None => self.metrics.duration(&self.label, rcode).observe(seconds),
@@ -98,13 +98,13 @@ impl Upstream {
     }
 
     /// Counts a failed exchange in `nodens_upstream_errors_total`.
-    pub fn count_error(&self, e: &ExchangeError) {
+    pub(crate) fn count_error(&self, e: &ExchangeError) {
         self.metrics.error(&self.label, e.label()).inc();
     }
 }
 
 /// A forwarding zone, ready to use.
-pub struct Zone {
+pub(crate) struct Zone {
     /// Position in the router's zone list (indexes per-zone metric handles).
     pub index: usize,
     /// Presentation form, the `zone` label in metrics ("cluster.local.").
@@ -121,13 +121,13 @@ pub struct Zone {
 impl Zone {
     /// Every upstream of the zone is marked down: a miss would wait out
     /// its timeouts before failing.
-    pub fn all_down(&self) -> bool {
+    pub(crate) fn all_down(&self) -> bool {
         self.upstreams.iter().all(|u| !u.health.is_up())
     }
 }
 
 /// Maps a query name to its zone.
-pub struct Router {
+pub(crate) struct Router {
     zones: Vec<Arc<Zone>>,
     /// Hashed with ahash: a lookup is on every query's path, hits included.
     by_name: HashMap<Vec<u8>, usize, ahash::RandomState>,
@@ -155,7 +155,7 @@ impl Router {
     /// Builds `zones`, reusing the upstreams of `previous` (the running
     /// configuration) whose settings are unchanged. Zones that list the same
     /// server share it (the config guarantees they agree on its settings).
-    pub fn build(
+    pub(crate) fn build(
         zones: &[ZonePlan],
         metrics: &Arc<UpstreamMetrics>,
         upkeep: &Upkeep,
@@ -193,14 +193,14 @@ impl Router {
 
     /// The zone for a query name (folded to lower case), longest suffix first.
     #[inline]
-    pub fn route(&self, folded_name: &[u8]) -> Option<&Arc<Zone>> {
+    pub(crate) fn route(&self, folded_name: &[u8]) -> Option<&Arc<Zone>> {
         name::label_starts(folded_name)
             .filter(|&start| self.lengths.contains(folded_name.len() - start))
             .find_map(|start| self.by_name.get(&folded_name[start..]))
             .map(|&i| &self.zones[i])
     }
 
-    pub fn zones(&self) -> &[Arc<Zone>] {
+    pub(crate) fn zones(&self) -> &[Arc<Zone>] {
         &self.zones
     }
 
@@ -230,7 +230,7 @@ impl Router {
 
 /// Why one exchange with one upstream failed.
 #[derive(Debug, Error)]
-pub enum ExchangeError {
+pub(crate) enum ExchangeError {
     #[error("timed out")]
     Timeout,
     #[error("{0}")]
@@ -255,7 +255,7 @@ pub enum ExchangeError {
 
 impl ExchangeError {
     /// The `error` label of nodens_upstream_errors_total.
-    pub fn label(&self) -> &'static str {
+    pub(crate) fn label(&self) -> &'static str {
         match self {
             ExchangeError::Timeout => "timeout",
             ExchangeError::Io(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => "refused",
@@ -273,7 +273,7 @@ impl ExchangeError {
 
     /// Whether this says something about the upstream's health. A full or
     /// slow queue is our own bound at work, not the upstream failing.
-    pub fn counts_against_health(&self) -> bool {
+    pub(crate) fn counts_against_health(&self) -> bool {
         !matches!(
             self,
             ExchangeError::QueueFull
@@ -286,7 +286,7 @@ impl ExchangeError {
 
     /// Whether a UDP answer came but cannot be trusted: the query is asked
     /// again over TCP, which an off-path forger cannot answer.
-    pub fn needs_tcp_confirmation(&self) -> bool {
+    pub(crate) fn needs_tcp_confirmation(&self) -> bool {
         matches!(
             self,
             ExchangeError::CaseMismatch

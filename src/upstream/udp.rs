@@ -51,13 +51,13 @@ const RECV_ROOM: usize = 65535;
 /// datagram that comes later on it is trusted, and the caller asks over
 /// TCP (compare PowerDNS's `spoof-nearmiss-max`). A late duplicate is one;
 /// a forger's guesses are many.
-pub const SPOOF_SUSPECT: u32 = 4;
+pub(crate) const SPOOF_SUSPECT: u32 = 4;
 
 /// How an exchange went, whether it used a socket that had carried
 /// queries before (a "connection cache hit" in CoreDNS's metrics), and
 /// how many datagrams arrived that did not answer our query, whatever the
 /// outcome.
-pub struct Exchanged {
+pub(crate) struct Exchanged {
     pub reused: bool,
     pub mismatched: u32,
     pub result: Result<Vec<u8>, ExchangeError>,
@@ -102,7 +102,7 @@ thread_local! {
 /// with [`ExchangeError::CaseMismatch`] when `case` is [`Case::Exact`].
 /// `now` is the time of the try's start: a pooled socket's age is read
 /// against it, so an exchange reads no clock of its own.
-pub async fn exchange(
+pub(crate) async fn exchange(
     server: &SocketAddr,
     query: &[u8],
     id: u16,
@@ -252,7 +252,7 @@ fn give_back(server: SocketAddr, pooled: PooledSocket, now: Instant) {
 
 /// Closes, every [`SWEEP_EVERY`], the free sockets of every thread that are
 /// past [`MAX_AGE`]. Runs for the life of the process (upkeep).
-pub async fn close_expired_sockets() {
+pub(crate) async fn close_expired_sockets() {
     let mut tick = tokio::time::interval(SWEEP_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -10,9 +10,9 @@ pub mod chain;
 pub mod framing;
 pub mod name;
 pub mod query;
-pub mod rdata;
+pub(crate) mod rdata;
 pub mod response;
-pub mod soa;
+pub(crate) mod soa;
 
 pub const HEADER_LEN: usize = 12;
 

@@ -8,7 +8,7 @@
 
 /// How the names inside a type's RDATA are laid out: the bytes before the
 /// first name and how many names follow (bytes may follow them).
-pub fn names(rtype: u16) -> Option<(usize, usize)> {
+pub(crate) fn names(rtype: u16) -> Option<(usize, usize)> {
     Some(match rtype {
         // NS, MD, MF, CNAME, MB, MG, MR, PTR, DNAME
         2..=5 | 7..=9 | 12 | 39 => (0, 1),

@@ -114,7 +114,7 @@ fn rss_per_watched_pod_against_coredns_pods_verified() {
     for n in STEPS {
         in_netns(&ns.name, || {
             runtime.block_on(async {
-                let client = nodens::kubernetes::client(&plan).await.unwrap();
+                let client = nodens::kubernetes_client(&plan).await.unwrap();
                 create_pods(client, created, n).await;
             })
         });

@@ -21,8 +21,8 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use hickory_proto::rr::RData;
-use nodens::search::Rule;
-use nodens::search::Rule::*;
+use nodens::Rule;
+use nodens::Rule::*;
 use support::*;
 
 /// The cluster: two namespaces (team-b empty), a ClusterIP Service with

@@ -7,9 +7,9 @@
 
 use std::time::{Duration, Instant};
 
-use nodens::cache::{Entry, Freshness, TtlPolicy};
 use nodens::wire::query::{self, Reject};
 use nodens::wire::{build, name, read_u16, response};
+use nodens::{Entry, Freshness, TtlPolicy};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

@@ -123,7 +123,7 @@ fn configured_addresses(options: &NodeOptions) -> Vec<SocketAddr> {
 
 /// Runs every node check that can run here. Returns the facts read (for
 /// the report's node section) and the findings.
-pub fn check(options: &NodeOptions) -> (Vec<String>, Vec<Finding>) {
+pub(crate) fn check(options: &NodeOptions) -> (Vec<String>, Vec<Finding>) {
     let mut out = Out::default();
     let cache = CacheAddresses::of(options);
     out.fact(format!(

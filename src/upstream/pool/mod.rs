@@ -38,7 +38,7 @@ use metrics::PoolMetrics;
 /// How often a query is sent again after a reused connection closed under it.
 const CLOSED_RETRIES: u32 = 3;
 
-pub struct Pool {
+pub(crate) struct Pool {
     inner: Arc<Inner>,
 }
 
@@ -138,7 +138,7 @@ impl CloseReason {
 }
 
 impl Pool {
-    pub fn new(
+    pub(crate) fn new(
         addr: SocketAddr,
         config: PoolConfig,
         metrics: &Arc<UpstreamMetrics>,
@@ -163,7 +163,7 @@ impl Pool {
     /// flight) is tried again on another, a few times, within the deadline.
     /// A fresh connection that closes is not retried: that is the upstream
     /// refusing service, and the next upstream should be asked instead.
-    pub async fn exchange(
+    pub(crate) async fn exchange(
         &self,
         query: &[u8],
         question: &[u8],

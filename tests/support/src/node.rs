@@ -418,7 +418,7 @@ pub fn nft_rule_matches(rule: &str, w: &RuleWant) -> bool {
 /// Splits an iptables-save line into words, a `"..."` (with `\"` escapes)
 /// being one word without its quotes (the doctor's reader of the rules).
 pub fn split_quoted(line: &str) -> Vec<String> {
-    nodens::doctor::node::split_words(line)
+    nodens::doctor::split_words(line)
 }
 
 /// The words of an iptables rule with the comment's text left out.
