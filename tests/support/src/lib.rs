@@ -22,13 +22,16 @@ mod fixture;
 mod http;
 mod intruder;
 mod kube;
+mod listing;
 mod net;
 mod netns;
 mod node;
+mod node_section;
 mod nodens;
 mod proc;
 mod prom;
 mod raw;
+mod rules;
 mod silent;
 mod skip;
 mod ss;
@@ -52,17 +55,19 @@ pub use fixture::{
 pub use http::http_get;
 pub use intruder::intruder;
 pub use kube::{COREDNS_IP, Kube, KubeDns};
+pub use listing::{IptSave, NftTable, strip_counters};
 pub use net::Net;
 pub use netns::{Netns, euid, in_netns, run_ok};
-pub use node::{
-    HOOKS, Hook, IptSave, Link, NftTable, NodeNs, NodeSection, RuleWant, Side, TEST_STATE_DIR,
-    Verdict, ipt_comment, ipt_rule_matches, nft_comment, nft_rule_matches, output_within,
-    split_quoted, strip_counters, wanted_rules,
-};
+pub use node::{Link, NodeNs, output_within};
+pub use node_section::{NodeSection, TEST_STATE_DIR};
 pub use nodens::Nodens;
 pub use proc::Proc;
 pub use prom::{Sample, has_series, parse_metrics, sum_metric};
 pub use raw::{RawMsg, RawOpt, question_bytes};
+pub use rules::{
+    HOOKS, Hook, RuleWant, Side, Verdict, ipt_comment, ipt_rule_matches, nft_comment,
+    nft_rule_matches, split_quoted, wanted_rules,
+};
 pub use silent::Silent;
 pub use skip::{ALLOW_SKIP, Need, Turn, begin, skip_because, skip_for};
 pub use ss::{SsConn, ss_established, ss_established_via, udp_connected_to};
