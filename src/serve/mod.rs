@@ -7,19 +7,24 @@
 //! 1. `admit`: the allow list and the per-client rate limit;
 //! 2. parse: a malformed query gets FORMERR/NOTIMP (or nothing);
 //! 3. `route`: the zone of the name, REFUSED if none;
-//! 4. `autopath`: a verified pod's first search-list expansion is
-//!    answered with the end of its walk (or goes on as without it);
-//! 5. `hit`: a fresh cache entry is the reply (and may start a
-//!    `prefetch`);
-//! 6. `local`: a name the cluster DNS schema rules out, or one below a
+//! 4. `identity`: the CHAOS identity names (`id.server`, `version.bind`);
+//! 5. `autopath`: a verified pod's first search-list expansion is
+//!    answered with the end of its walk from the cache, or becomes a
+//!    [`Job::Autopath`] (or goes on as without it);
+//! 6. `hit`: a fresh cache entry is the reply (and may start a
+//!    `prefetch`); an expired one is kept for the miss to serve stale;
+//! 7. `search`: work ahead of a pod's search list (the namespace check,
+//!    speculation on the next expansions);
+//! 8. `local`: a name the cluster DNS schema rules out, or one below a
 //!    denied namespace or Service, is NXDOMAIN without asking upstream;
-//! 7. `miss`: everything else becomes a [`MissJob`], run as a task by the
-//!    listener (`Service::resolve`): coalesce with identical misses, ask
-//!    the zone's upstreams, store, reply; serve stale if every upstream
-//!    failed.
+//! 9. `miss`: everything else becomes a [`MissJob`] ([`Job::Miss`]),
+//!    which the listener runs (a UDP worker polls it as a future of its
+//!    own loop, TCP as a task): coalesce with identical misses, ask the
+//!    zone's upstreams, store, reply; a stale answer when the upstreams
+//!    fail or are slower than `stale_answer_timeout`.
 //!
-//! A new stage (cluster-name rules, search-path speculation) goes between
-//! route and hit, in a file of its own.
+//! A new stage goes where its question can first be answered, in a file
+//! of its own; one that needs the cache's verdict goes after `hit`.
 
 mod admit;
 mod autopath;
