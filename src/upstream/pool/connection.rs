@@ -124,8 +124,12 @@ impl Inner {
                             Ok(Answers::ErrorWithoutQuestion) => Ok(with_question(&answer, &p.question)),
                             Err(_) => Err(ExchangeError::Mismatch),
                         };
-                        let _ = p.answer.send(result);
+                        // The slot is free before the asker hears: the reply
+                        // it sends may bring the client's next query here
+                        // before this task runs again, and that query must
+                        // find this connection free, not dial another.
                         self.release(id);
+                        let _ = p.answer.send(result);
                         if pending.is_empty() {
                             idle_since = Instant::now();
                         }
