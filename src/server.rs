@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -89,6 +89,9 @@ pub struct Server {
     /// A handover in progress on its own thread: true once the new
     /// process said it serves our sockets.
     giving: Option<tokio::sync::oneshot::Receiver<Given>>,
+    /// Set by the handover thread once the successor has our sockets (they
+    /// are sent before the cache): from then on it may be serving them.
+    sockets_given: Arc<AtomicBool>,
     /// Set once our sockets went to a new process: nothing is served or
     /// reloaded any more, SIGTERM is awaited.
     handed_over: bool,
@@ -101,6 +104,10 @@ pub struct Server {
 
 /// How giving our sockets to a successor ended: true when it took over.
 type Given = std::result::Result<bool, handover::HandoverError>;
+
+/// How long a SIGTERM waits for a handover in progress to end: the new
+/// process has the sockets by then and only its `ready` is missing.
+const HANDOVER_END: Duration = Duration::from_secs(5);
 
 /// How long a starting server waits for the previous one (or a withdraw)
 /// to let go of the node setup: a stopping nodens drains for up to its
@@ -149,6 +156,7 @@ impl Server {
             inherited: Inherited::default(),
             handover: None,
             giving: None,
+            sockets_given: Arc::new(AtomicBool::new(false)),
             handed_over: false,
             presence: None,
             watches,
@@ -256,6 +264,18 @@ impl Server {
                     }
                 }
             }
+        }
+        // A SIGTERM can come while a handover ends (the new process already
+        // serves our sockets, and a rolling update stops this one at once):
+        // its outcome decides whose the node setup is, so it is waited for
+        // (bounded) before the shutdown may remove the setup. A peer that
+        // never got our sockets holds up nothing.
+        if self.giving.is_some() && self.sockets_given.load(Ordering::Acquire) {
+            match tokio::time::timeout(HANDOVER_END, given(&mut self.giving)).await {
+                Ok(outcome) => self.handed(outcome),
+                Err(_) => tracing::warn!("handover: no outcome within {HANDOVER_END:?} of SIGTERM"),
+            }
+            self.giving = None;
         }
         self.shutdown().await;
         Ok(())
@@ -377,7 +397,10 @@ impl Server {
         };
         let shared = self.shared.clone();
         let stale_max_age = self.config.cache.stale_max_age;
+        let sockets_given = Arc::new(AtomicBool::new(false));
+        self.sockets_given = sockets_given.clone();
         let send_cache = move |out: &mut dyn std::io::Write| {
+            sockets_given.store(true, Ordering::Release);
             snapshot::write(&shared.cache, std::time::Instant::now(), stale_max_age, out)
         };
         let (done, giving) = tokio::sync::oneshot::channel();

@@ -529,6 +529,41 @@ fn a_squatter_during_a_rolling_update_cannot_stop_the_node_failing_open() {
     withdrawn_after_the_kill(&mut lab);
 }
 
+/// A rolling update may stop the old process the moment the new one has its
+/// sockets, before the old one has heard the new one's `ready`: the old
+/// process waits for the handover's outcome before it decides whose the node
+/// setup is, and leaves it to the new one. (Before, it removed the interface
+/// and rules under the new process.)
+#[test]
+fn a_sigterm_while_a_handover_ends_leaves_the_node_setup_to_the_new_process() {
+    needs!(Need::Root, Need::Tool("ip"), Need::CoreDns);
+    let dir = private_dir();
+    let socket = dir.path().join("handover.sock");
+    let mut lab = Lab::start_with("auto", &format!("handover_socket = {:?}", socket));
+    let new = Nodens::launch(&lab.toml, &lab.node.exec());
+    let mut old = std::mem::replace(&mut lab.nodens, new);
+    // The old process has sent its sockets and its cache; the new one sets
+    // up the node and its listeners before it says it serves them.
+    old.proc.wait_for_line(0, secs(10), "the cache sent", |l| {
+        l.contains("handover: cache sent")
+    });
+    assert!(old.terminate().success());
+    let nodens = &mut lab.nodens;
+    in_netns(&lab.node.name, || nodens.wait_ready());
+    let said = old.proc.lines().join("\n");
+    assert!(
+        !said.contains("interface and rules removed"),
+        "the old process removed the node setup under the new one:\n{said}"
+    );
+    let links = lab.node.run(&["ip", "-o", "link"]);
+    assert!(links.contains("nodelocaldns"), "interface gone: {links}");
+    assert!(
+        lab.answered(),
+        "the new process does not answer: {:#?}",
+        lab.debug()
+    );
+}
+
 #[test]
 fn a_claim_held_by_something_that_does_not_serve_is_overruled() {
     needs!(Need::Root, Need::Tool("ip"), Need::CoreDns);
