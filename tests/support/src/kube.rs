@@ -18,7 +18,7 @@ use std::time::Duration;
 use super::coredns::LoggedQuery;
 use super::netns::{Netns, run_ok};
 use super::proc::Proc;
-use super::tools::{coredns_bin, tool, wrapped_command};
+use super::tools::{coredns_bin, is_executable, tool, wrapped_command};
 use super::wait::wait_until;
 
 /// The API server's address inside the namespace.
@@ -33,12 +33,6 @@ const SERVICE_CIDR: &str = "10.96.0.0/16";
 pub const COREDNS_IP: &str = "10.244.0.53";
 const TOKEN: &str = "nodens-test-admin";
 
-fn executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    p.metadata()
-        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
 /// `$var`, else `name` in lab/kube/build's cache.
 fn k8s_bin(name: &str, var: &str) -> PathBuf {
     find_k8s_bin(name, var).unwrap_or_else(|why| panic!("{why}"))
@@ -48,7 +42,7 @@ fn k8s_bin(name: &str, var: &str) -> PathBuf {
 fn find_k8s_bin(name: &str, var: &str) -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os(var) {
         let p = PathBuf::from(p);
-        if !executable(&p) {
+        if !is_executable(&p) {
             return Err(format!("{var}={} is not an executable", p.display()));
         }
         return Ok(p);
@@ -65,7 +59,7 @@ fn find_k8s_bin(name: &str, var: &str) -> Result<PathBuf, String> {
         .find_map(|l| l.strip_prefix("K8S_DIR="))
         .ok_or_else(|| format!("no K8S_DIR in `{} print`: {out}", build.display()))?;
     let p = Path::new(dir).join(name);
-    if !executable(&p) {
+    if !is_executable(&p) {
         return Err(format!(
             "{name} not found at {}: set ${var}, or build it with `lab/kube/build k8s` \
              (.ci/install-deps does)",
