@@ -272,6 +272,24 @@ pub fn tcp_query(server: SocketAddr, q: &Q) -> Reply {
     }
 }
 
+/// A single query over a fresh TCP connection; None when the connection is
+/// refused or closed, or no answer comes within `timeout`.
+pub fn tcp_query_timeout(server: SocketAddr, q: &Q, timeout: Duration) -> Option<Reply> {
+    let start = Instant::now();
+    let stream = TcpStream::connect_timeout(&server, timeout).ok()?;
+    stream.set_nodelay(true).ok()?;
+    stream.set_write_timeout(Some(timeout)).ok()?;
+    let mut c = Tcp {
+        stream,
+        buf: Vec::new(),
+    };
+    c.send(&q.to_bytes()).ok()?;
+    match c.recv(timeout) {
+        TcpRead::Msg(raw) => Some(Reply::parse(raw, start.elapsed())),
+        TcpRead::Closed | TcpRead::Timeout => None,
+    }
+}
+
 /// Takes one RFC 1035 length-framed message off the front of `buf`, if a
 /// whole one is there.
 pub fn take_frame(buf: &mut Vec<u8>) -> Option<Vec<u8>> {

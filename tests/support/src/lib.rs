@@ -15,8 +15,10 @@
 //! `NODENS_ALLOW_SKIP=1` allows (see [`skip`]).
 
 mod cgroup;
+mod compared;
 mod config;
 mod coredns;
+mod corefile_server;
 mod dns;
 mod fixture;
 mod http;
@@ -43,11 +45,13 @@ mod zone;
 /// RCODE values: the library's own constants.
 pub use ::nodens::wire::rcode;
 pub use cgroup::CpuCgroup;
+pub use compared::Compared;
 pub use config::{Cfg, Pool, Transport, Zone};
 pub use coredns::{CoreDns, ERRATIC_A, LOG_SETTLE, LoggedQuery};
+pub use corefile_server::CorefileServer;
 pub use dns::{
-    EdeCodes, Q, Reply, Rt, Tcp, TcpRead, ipv4, question_of, take_frame, tcp_query, udp_exchange,
-    udp_exchange_from, udp_query, udp_query_timeout,
+    EdeCodes, Q, Reply, Rt, Tcp, TcpRead, ipv4, question_of, take_frame, tcp_query,
+    tcp_query_timeout, udp_exchange, udp_exchange_from, udp_query, udp_query_timeout,
 };
 pub use fixture::{
     delayed_force_tcp, ms, secs, setup, setup_custom, setup_with, silent_first, silent_first_with,
