@@ -18,6 +18,7 @@ mod autopath_memory;
 mod cluster_schema;
 mod coalescing;
 mod convert_corefile;
+mod differential;
 mod doctor;
 mod doctor_node;
 mod endpoint_discovery;
