@@ -183,7 +183,11 @@ const CASES: &[Case] = &[
         stubs: &[],
         local_dns: None,
         ipv6: false,
-        extra: &[("blabla.lala.", Rt::A), ("4.0.5.10.in-addr.arpa.", Rt::PTR)],
+        extra: &[
+            ("blabla.lala.", Rt::A),
+            ("4.0.5.10.in-addr.arpa.", Rt::PTR),
+            ("db.corp.internal.", Rt::A),
+        ],
     },
     Case {
         file: "aks-localdns.Corefile",
@@ -278,8 +282,9 @@ const KNOWN: &[(&str, &str, &str)] = &[
         TEMPLATE_AAAA,
     ),
     // lablabs: template and hosts in the `.` zone.
-    ("lablabs.Corefile", "line 19", TEMPLATE_AAAA),
-    ("lablabs.Corefile", "line 23", HOSTS),
+    ("lablabs.Corefile", "line 20", TEMPLATE_AAAA),
+    ("lablabs.Corefile", "line 24", HOSTS),
+    ("lablabs.Corefile", "line 37", EXCEPT),
     (
         "lablabs.Corefile",
         "web.default.svc.cluster.local. AAAA",
@@ -297,6 +302,7 @@ const KNOWN: &[(&str, &str, &str)] = &[
         TEMPLATE_AAAA,
     ),
     ("lablabs.Corefile", "blabla.lala. A", HOSTS),
+    ("lablabs.Corefile", "db.corp.internal. A", EXCEPT),
     // AKS LocalDNS: two listeners with zones of their own.
     ("aks-localdns.Corefile", "line 15", AKS_VIEWS),
     ("aks-localdns.Corefile", "line 17", WHOAMI),
@@ -340,6 +346,8 @@ const WHOAMI: &str = "`whoami` is not translated (its block has no zone in noden
 const WHOAMI_SHADOWED: &str = "`whoami` after `forward` answers nothing in CoreDNS (plugin \
                                order), so no answer differs; reported until the records \
                                work translates it or the converter says it is shadowed";
+const EXCEPT: &str = "`forward ... except` is not translated: the excepted names go \
+                      upstream; the rewrite work";
 const DNS64: &str = "`dns64` is not translated: no AAAA is synthesized; the rewrite work";
 const IMPORT: &str = "`import custom/*.override` is not translated (here no override \
                       file exists, so no answer changes); the views work (import)";
