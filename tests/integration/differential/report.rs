@@ -62,8 +62,32 @@ pub(super) fn table(reports: &[Report]) -> String {
         for u in &r.untranslated {
             writeln!(t, "  line {:<4} not translated: {}", u.line, u.message).unwrap();
         }
+        // Queries nodens left unanswered, one line per address: the sign of
+        // an address it does not listen on, not of a query's own answer.
+        let silent: BTreeSet<String> = r
+            .mismatches
+            .iter()
+            .filter(|m| m.nodens == Compared::NoAnswer)
+            .map(|m| m.server.ip().to_string())
+            .collect();
+        for ip in &silent {
+            let n = r
+                .mismatches
+                .iter()
+                .filter(|m| m.nodens == Compared::NoAnswer && m.server.ip().to_string() == *ip)
+                .count();
+            writeln!(
+                t,
+                "  on {ip}: nodens answers none of {n} queries (UDP and TCP) that CoreDNS answers"
+            )
+            .unwrap();
+        }
         let mut seen = BTreeSet::new();
-        for m in &r.mismatches {
+        for m in r
+            .mismatches
+            .iter()
+            .filter(|m| m.nodens != Compared::NoAnswer)
+        {
             // One line per query and outcome pair (UDP and TCP, every address).
             let key = (m.what.clone(), m.coredns.to_string(), m.nodens.to_string());
             if !seen.insert(key) {
