@@ -2,8 +2,6 @@
 //! configuration is compared with), where [`crate::CoreDns`] writes its own
 //! Corefile around zone files.
 
-use std::path::Path;
-
 use super::proc::Proc;
 use super::tools::{coredns_bin, wrapped_command};
 
@@ -11,7 +9,7 @@ use super::tools::{coredns_bin, wrapped_command};
 /// any files the Corefile names beside it), killed on drop.
 pub struct CorefileServer {
     pub proc: Proc,
-    dir: tempfile::TempDir,
+    _dir: tempfile::TempDir,
 }
 
 impl CorefileServer {
@@ -39,12 +37,7 @@ impl CorefileServer {
         cmd.arg("-conf").arg(&conf).current_dir(dir.path());
         CorefileServer {
             proc: Proc::spawn(name, cmd),
-            dir,
+            _dir: dir,
         }
-    }
-
-    /// The directory the Corefile and its files are in.
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
     }
 }
