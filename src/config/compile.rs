@@ -247,6 +247,7 @@ impl File {
             resolv_conf::nameservers(&z.resolv_conf)
                 .map_err(|e| self.zone_error(index, "resolv_conf", format!("zone {name}: {e}")))?
         };
+        let cache = z.cache.compile(&self.cache)?;
         Ok(ZonePlan {
             name,
             upstreams,
@@ -258,7 +259,7 @@ impl File {
                 min_ttl: secs(z.min_ttl),
                 max_ttl: secs(z.max_ttl),
                 negative_max_ttl: secs(z.negative_max_ttl),
-                failure_ttl: secs(self.cache.servfail_ttl),
+                failure_ttl: cache.failure_ttl,
             },
             upstream: UpstreamSettings {
                 pool: z.pool.clone(),
@@ -273,6 +274,7 @@ impl File {
                 service: e.service.get_ref().clone(),
                 port: e.port.clone(),
             }),
+            cache,
         })
     }
 

@@ -447,6 +447,9 @@ pub struct ZoneConfig {
     /// First wait between health probes of a down upstream; doubles up to 30 s.
     #[serde(default = "default_health_check", with = "humantime_serde")]
     pub health_check: Duration,
+    /// This zone's cache policy, each key falling back to `[cache]`.
+    #[serde(default)]
+    pub cache: super::zone_cache::ZoneCacheConfig,
 }
 
 /// How a zone's queries travel upstream.
@@ -541,6 +544,7 @@ impl ZoneConfig {
             pool: PoolConfig::default(),
             max_fails: default_max_fails(),
             health_check: default_health_check(),
+            cache: Default::default(),
         }
     }
 }
@@ -554,4 +558,7 @@ pub enum Policy {
     Sequential,
     /// A random first upstream per query, then the others in order.
     Random,
+    /// Each query starts at the next upstream in turn, then the others in
+    /// order (CoreDNS forward's `policy round_robin`).
+    RoundRobin,
 }

@@ -17,6 +17,7 @@ mod http;
 mod position;
 pub(crate) mod resolv_conf;
 mod values;
+mod zone_cache;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -34,6 +35,7 @@ pub use file::{
 use position::Document;
 pub use resolv_conf::{ResolvConfError, nameservers as resolv_conf_nameservers};
 pub use values::{BadValue, DnsAddr, HttpListen, LogFilter, ZoneName};
+pub use zone_cache::{CachePolicy, ZoneCacheConfig};
 
 /// The configuration in force: what `nodens serve` runs with, compiled
 /// from the file (or the built-in defaults) once per load.
@@ -177,6 +179,8 @@ pub struct ZonePlan {
     /// Upstreams discovered from a Service's EndpointSlices; `upstreams`
     /// is the fallback while they are unknown.
     pub endpoints: Option<EndpointsPlan>,
+    /// The zone's cache policy (`[zone.cache]` over `[cache]`).
+    pub cache: CachePolicy,
 }
 
 /// What an upstream is built from; an upstream whose settings did not
