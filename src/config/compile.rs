@@ -79,7 +79,7 @@ enum ServiceAddressError {
 /// case asked, so a random-case question gets NODATA for the apex NS and
 /// NXDOMAIN for `ns.dns` (tests/integration/cluster_schema.rs), as unbound exempts such
 /// servers with `caps-exempt`.
-fn at_or_below(zone: &str, domain: &str) -> bool {
+pub(super) fn at_or_below(zone: &str, domain: &str) -> bool {
     zone == domain
         || zone
             .strip_suffix(domain)
@@ -94,13 +94,14 @@ impl File {
     /// Compiles a checked file (see [`File::check`]).
     pub(super) fn compile(&self) -> Result<Config, Invalid> {
         let s = &self.server;
-        let zones = self
+        let mut zones = self
             .zones
             .iter()
             .enumerate()
             .map(|(i, z)| self.compile_zone(i, z))
             .collect::<Result<Vec<_>, _>>()?;
         self.check_shared_upstreams(&zones)?;
+        let kube_dns = self.apply_kube_dns(&mut zones)?;
         Ok(Config {
             listen: s.listen.iter().map(|a| a.get_ref().0).collect(),
             workers: s.workers,
@@ -166,6 +167,7 @@ impl File {
                     node_name: self.kubernetes.node_name(),
                 }),
             zones,
+            kube_dns,
         })
     }
 

@@ -14,6 +14,7 @@ mod check;
 mod compile;
 mod file;
 mod http;
+mod kube_dns;
 mod position;
 pub(crate) mod resolv_conf;
 mod values;
@@ -32,6 +33,7 @@ pub use file::{
     Backend, CacheConfig, File, LinkKind, LogConfig, LogFormat, MetricsConfig, NodeConfig, Policy,
     PoolConfig, ServerConfig, Transport, ZoneConfig,
 };
+pub use kube_dns::{KubeDnsPoll, KubeDnsSource};
 use position::Document;
 pub use resolv_conf::{ResolvConfError, nameservers as resolv_conf_nameservers};
 pub use values::{BadValue, DnsAddr, HttpListen, LogFilter, ZoneName};
@@ -58,6 +60,8 @@ pub struct Config {
     pub zones: Vec<ZonePlan>,
     /// The Kubernetes API, when a feature reads it.
     pub kubernetes: Option<KubernetesPlan>,
+    /// The kube-dns ConfigMap the zones were built with, polled for changes.
+    pub kube_dns: Option<KubeDnsSource>,
 }
 
 /// How to reach the Kubernetes API (`[kubernetes]`).

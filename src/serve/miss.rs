@@ -448,15 +448,11 @@ impl Shared {
             let now = forwarded.as_ref().map_or_else(Instant::now, |f| f.received);
             // A failure never replaces an answer that can still be served,
             // fresh (a prefetch that failed) or stale.
-            let has_usable =
-                || match self
-                    .cache
-                    .lookup(&key.as_ref(), now, policy.stale_window())
-                {
-                    Lookup::Fresh(e) => e.kind != Kind::Failure,
-                    Lookup::Stale(_) => true,
-                    Lookup::Miss => false,
-                };
+            let has_usable = || match self.cache.lookup(&key.as_ref(), now, policy.stale_window()) {
+                Lookup::Fresh(e) => e.kind != Kind::Failure,
+                Lookup::Stale(_) => true,
+                Lookup::Miss => false,
+            };
             match forwarded {
                 Some(f) => {
                     let entry = Arc::new(Entry::from_response(&f.msg, &f.layout, &zone.ttl, now));
