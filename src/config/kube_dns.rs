@@ -156,6 +156,7 @@ fn parse(dir: &Path, bytes: &[Option<Vec<u8>>; 2]) -> Result<KubeDnsData, String
         }
         stub_domains.push((zone, servers));
     }
+    stub_domains.sort();
     let upstream_nameservers = upstreams
         .iter()
         .map(|s| server(s, &upstream_path))
