@@ -100,6 +100,8 @@ pub struct Server {
     /// The Kubernetes API watches: zones' upstreams from EndpointSlices,
     /// the namespaces.
     watches: Watches,
+    /// The kube-dns ConfigMap's files, read every `kube_dns_config_interval`.
+    kube_dns_poll: crate::config::KubeDnsPoll,
 }
 
 /// How giving our sockets to a successor ended: true when it took over.
@@ -160,6 +162,7 @@ impl Server {
             handed_over: false,
             presence: None,
             watches,
+            kube_dns_poll: crate::config::KubeDnsPoll::default(),
         };
         let predecessor = match &config.server.handover_socket {
             Some(path) => {
@@ -241,6 +244,11 @@ impl Server {
                 .node
                 .as_ref()
                 .map_or(Duration::from_secs(3600), Node::reconcile_interval);
+            let kube_dns_in = self
+                .config
+                .kube_dns
+                .as_ref()
+                .map_or(Duration::from_secs(3600), |k| k.interval);
             tokio::select! {
                 _ = hup.recv() => self.reload().await,
                 found = self.watches.changed() => self.discovered(found),
@@ -255,6 +263,9 @@ impl Server {
                 given = given(&mut self.giving), if self.giving.is_some() => {
                     self.giving = None;
                     self.handed(given);
+                }
+                () = tokio::time::sleep(kube_dns_in), if self.config.kube_dns.is_some() => {
+                    self.poll_kube_dns().await;
                 }
                 () = tokio::time::sleep(repair_in), if self.node.is_some() => {
                     if let Some(node) = &self.node
@@ -303,6 +314,18 @@ impl Server {
                 path = %path.display(),
                 "reload failed, keeping the running configuration: {e:#}"
             ),
+        }
+    }
+
+    /// The kube-dns ConfigMap's files changed: reloaded as on SIGHUP (a
+    /// bad file keeps the running zones, logged and counted once).
+    async fn poll_kube_dns(&mut self) {
+        let Some(source) = &self.config.kube_dns else {
+            return;
+        };
+        if self.kube_dns_poll.due(source) {
+            tracing::info!(dir = %source.dir.display(), "kube-dns ConfigMap changed: reloading");
+            self.reload().await;
         }
     }
 

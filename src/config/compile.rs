@@ -79,7 +79,7 @@ enum ServiceAddressError {
 /// case asked, so a random-case question gets NODATA for the apex NS and
 /// NXDOMAIN for `ns.dns` (tests/integration/cluster_schema.rs), as unbound exempts such
 /// servers with `caps-exempt`.
-fn at_or_below(zone: &str, domain: &str) -> bool {
+pub(super) fn at_or_below(zone: &str, domain: &str) -> bool {
     zone == domain
         || zone
             .strip_suffix(domain)
@@ -94,13 +94,14 @@ impl File {
     /// Compiles a checked file (see [`File::check`]).
     pub(super) fn compile(&self) -> Result<Config, Invalid> {
         let s = &self.server;
-        let zones = self
+        let mut zones = self
             .zones
             .iter()
             .enumerate()
             .map(|(i, z)| self.compile_zone(i, z))
             .collect::<Result<Vec<_>, _>>()?;
         self.check_shared_upstreams(&zones)?;
+        let kube_dns = self.apply_kube_dns(&mut zones)?;
         Ok(Config {
             listen: s.listen.iter().map(|a| a.get_ref().0).collect(),
             workers: s.workers,
@@ -166,6 +167,7 @@ impl File {
                     node_name: self.kubernetes.node_name(),
                 }),
             zones,
+            kube_dns,
         })
     }
 
@@ -247,6 +249,7 @@ impl File {
             resolv_conf::nameservers(&z.resolv_conf)
                 .map_err(|e| self.zone_error(index, "resolv_conf", format!("zone {name}: {e}")))?
         };
+        let cache = z.cache.compile(&self.cache)?;
         Ok(ZonePlan {
             name,
             upstreams,
@@ -258,7 +261,7 @@ impl File {
                 min_ttl: secs(z.min_ttl),
                 max_ttl: secs(z.max_ttl),
                 negative_max_ttl: secs(z.negative_max_ttl),
-                failure_ttl: secs(self.cache.servfail_ttl),
+                failure_ttl: cache.failure_ttl,
             },
             upstream: UpstreamSettings {
                 pool: z.pool.clone(),
@@ -273,6 +276,7 @@ impl File {
                 service: e.service.get_ref().clone(),
                 port: e.port.clone(),
             }),
+            cache,
         })
     }
 

@@ -30,7 +30,7 @@ pub struct File {
 
 /// How nodens reaches the Kubernetes API, for the features that read it
 /// (a zone's `endpoints`).
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct KubernetesConfig {
     /// A kubeconfig file; without it, the pod's service account (in a
@@ -39,6 +39,24 @@ pub struct KubernetesConfig {
     /// This node's name, for the pod watch of `cluster.autopath`; unset:
     /// `$NODE_NAME` (the chart sets it from `spec.nodeName`).
     pub node_name: Option<String>,
+    /// The kube-dns ConfigMap's mounted directory (node-cache's
+    /// `-kubednscm`): its `stubDomains` become zones, its
+    /// `upstreamNameservers` the root zone's upstreams, followed live.
+    pub kube_dns_config: Option<Spanned<PathBuf>>,
+    /// How often the ConfigMap's files are read for changes.
+    #[serde(with = "humantime_serde")]
+    pub kube_dns_config_interval: Duration,
+}
+
+impl Default for KubernetesConfig {
+    fn default() -> Self {
+        KubernetesConfig {
+            kubeconfig: None,
+            node_name: None,
+            kube_dns_config: None,
+            kube_dns_config_interval: Duration::from_secs(10),
+        }
+    }
 }
 
 impl KubernetesConfig {
@@ -447,6 +465,9 @@ pub struct ZoneConfig {
     /// First wait between health probes of a down upstream; doubles up to 30 s.
     #[serde(default = "default_health_check", with = "humantime_serde")]
     pub health_check: Duration,
+    /// This zone's cache policy, each key falling back to `[cache]`.
+    #[serde(default)]
+    pub cache: super::zone_cache::ZoneCacheConfig,
 }
 
 /// How a zone's queries travel upstream.
@@ -541,6 +562,7 @@ impl ZoneConfig {
             pool: PoolConfig::default(),
             max_fails: default_max_fails(),
             health_check: default_health_check(),
+            cache: Default::default(),
         }
     }
 }
@@ -554,4 +576,7 @@ pub enum Policy {
     Sequential,
     /// A random first upstream per query, then the others in order.
     Random,
+    /// Each query starts at the next upstream in turn, then the others in
+    /// order (CoreDNS forward's `policy round_robin`).
+    RoundRobin,
 }

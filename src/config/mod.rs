@@ -14,9 +14,11 @@ mod check;
 mod compile;
 mod file;
 mod http;
+mod kube_dns;
 mod position;
 pub(crate) mod resolv_conf;
 mod values;
+mod zone_cache;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -31,9 +33,11 @@ pub use file::{
     Backend, CacheConfig, File, LinkKind, LogConfig, LogFormat, MetricsConfig, NodeConfig, Policy,
     PoolConfig, ServerConfig, Transport, ZoneConfig,
 };
+pub use kube_dns::{KubeDnsPoll, KubeDnsSource};
 use position::Document;
 pub use resolv_conf::{ResolvConfError, nameservers as resolv_conf_nameservers};
 pub use values::{BadValue, DnsAddr, HttpListen, LogFilter, ZoneName};
+pub use zone_cache::{CachePolicy, ZoneCacheConfig};
 
 /// The configuration in force: what `nodens serve` runs with, compiled
 /// from the file (or the built-in defaults) once per load.
@@ -56,6 +60,8 @@ pub struct Config {
     pub zones: Vec<ZonePlan>,
     /// The Kubernetes API, when a feature reads it.
     pub kubernetes: Option<KubernetesPlan>,
+    /// The kube-dns ConfigMap the zones were built with, polled for changes.
+    pub kube_dns: Option<KubeDnsSource>,
 }
 
 /// How to reach the Kubernetes API (`[kubernetes]`).
@@ -177,6 +183,8 @@ pub struct ZonePlan {
     /// Upstreams discovered from a Service's EndpointSlices; `upstreams`
     /// is the fallback while they are unknown.
     pub endpoints: Option<EndpointsPlan>,
+    /// The zone's cache policy (`[zone.cache]` over `[cache]`).
+    pub cache: CachePolicy,
 }
 
 /// What an upstream is built from; an upstream whose settings did not

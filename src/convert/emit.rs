@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use super::Options;
-use super::translate::{Plan, Upstream, ZoneOut};
+use super::translate::{Plan, Upstream, ZoneCacheOut, ZoneOut};
 use crate::config::File;
 
 /// Bytes of cache per CoreDNS cache entry: a stored answer (at most
@@ -132,24 +132,6 @@ fn cache(w: &mut String, plan: &Plan) {
             c.entries
         );
     }
-    if let Some((ttl, line)) = c.servfail_ttl {
-        let _ = writeln!(
-            w,
-            "servfail_ttl = {}   # line {line}",
-            quote(&duration(ttl))
-        );
-    }
-    if let Some(((hits, percent), line)) = c.prefetch {
-        let _ = writeln!(w, "prefetch_min_hits = {hits}   # line {line}");
-        let _ = writeln!(w, "prefetch_percent = {percent}");
-    }
-    if let Some((age, line)) = c.stale_max_age {
-        let _ = writeln!(
-            w,
-            "stale_max_age = {}   # serve_stale, line {line}",
-            quote(&duration(age))
-        );
-    }
 }
 
 fn metrics(w: &mut String, plan: &Plan, options: &Options) {
@@ -250,5 +232,43 @@ fn zone(w: &mut String, z: &ZoneOut) {
             "\n[zone.pool]\nidle_timeout = {}   # forward's expire",
             quote(&duration(idle))
         );
+    }
+    zone_cache(w, &z.cache);
+}
+
+/// `[zone.cache]`: what the block's `cache` sets, each with its line.
+fn zone_cache(w: &mut String, c: &ZoneCacheOut) {
+    if *c == ZoneCacheOut::default() {
+        return;
+    }
+    let _ = writeln!(w, "\n[zone.cache]");
+    if let Some(line) = c.off {
+        let _ = writeln!(
+            w,
+            "enabled = false   # the block at line {line} has no `cache`: CoreDNS caches nothing there"
+        );
+    }
+    for (key, value, why) in [
+        ("servfail_ttl", c.servfail_ttl, "servfail"),
+        ("stale_max_age", c.stale_max_age, "serve_stale"),
+        (
+            "stale_answer_timeout",
+            c.stale_answer_timeout,
+            "serve_stale immediate",
+        ),
+    ] {
+        if let Some((d, line)) = value {
+            let _ = writeln!(w, "{key} = {}   # {why}, line {line}", quote(&duration(d)));
+        }
+    }
+    if let Some(((hits, percent), line)) = c.prefetch {
+        let _ = writeln!(w, "prefetch_min_hits = {hits}   # prefetch, line {line}");
+        let _ = writeln!(w, "prefetch_percent = {percent}");
+    }
+    if let Some(line) = c.no_success {
+        let _ = writeln!(w, "success = false   # disable success, line {line}");
+    }
+    if let Some(line) = c.no_denial {
+        let _ = writeln!(w, "denial = false   # disable denial, line {line}");
     }
 }

@@ -48,7 +48,7 @@ impl Request<'_, '_> {
 pub(super) enum Cached {
     /// A fresh entry; the reply is written.
     Answered,
-    /// Only an expired entry, still within `stale_max_age`.
+    /// Only an expired entry, still within the zone's `stale_max_age`.
     Stale(Arc<Entry>),
     Miss,
 }
@@ -61,17 +61,22 @@ impl Shared {
         listener: &ListenerView,
         out: &mut Vec<u8>,
     ) -> Cached {
-        let settings = request.settings;
+        // The zone's policy, through the zone routing found: one pointer,
+        // as the global settings were.
+        let policy = &request.zone.cache;
+        if !policy.enabled {
+            return Cached::Miss;
+        }
         match self
             .cache
-            .lookup(request.key, request.started, settings.cache.stale_max_age)
+            .lookup(request.key, request.started, policy.stale_max_age)
         {
             Lookup::Fresh(entry) => {
                 request.stats.cache_hit(entry.kind == Kind::Success);
                 if entry.take_speculative() {
                     self.metrics.speculation_used.inc();
                 }
-                if settings.cache.prefetch_min_hits > 0 {
+                if policy.prefetch_min_hits > 0 {
                     self.maybe_prefetch(&entry, request, listener);
                 }
                 request.reply_from(&entry, Freshness::Fresh, None, out);

@@ -126,7 +126,7 @@ impl Answer {
     }
 }
 
-/// Writes `stale` as the reply (RFC 8767): TTL `stale_ttl`, the Extended
+/// Writes `stale` as the reply (RFC 8767): TTL the zone's `stale_ttl`, the Extended
 /// DNS Error "Stale Answer", counted in `coredns_cache_served_stale_total`.
 /// Every stale reply goes through here, the one at the bound on misses in
 /// flight included. Returns the response code written.
@@ -134,13 +134,13 @@ fn serve_stale(
     stale: &Entry,
     query: &Query<'_>,
     now: Instant,
-    settings: &Settings,
+    zone: &Zone,
     limit: usize,
     stats: &ZoneStats,
     out: &mut Vec<u8>,
 ) -> u16 {
     let ttl = Freshness::Stale {
-        ttl: settings.cache.stale_ttl,
+        ttl: zone.cache.stale_ttl,
     };
     let rendered = stale.render(query, now, ttl, Some(ede::STALE_ANSWER), limit, out);
     stats.served_stale();
@@ -169,7 +169,7 @@ impl Shared {
             // Written as a hit is: against the query's arrival.
             let limit = reply_limit(request.proto, request.query, settings);
             let (query, started, stats) = (request.query, request.started, request.stats);
-            let code = serve_stale(&stale, query, started, settings, limit, stats, out);
+            let code = serve_stale(&stale, query, started, request.zone, limit, stats, out);
             let seconds = started.elapsed().as_secs_f64();
             stats.reply(request.proto, code, true, out.len(), seconds);
             return Handled::Reply;
@@ -221,7 +221,7 @@ impl Shared {
     /// entry out of the job, if there is one.
     fn plan(&self, job: &mut MissJob) -> Plan {
         if let Some(stale) = job.stale.take() {
-            let timeout = job.settings.cache.stale_answer_timeout;
+            let timeout = job.zone.cache.stale_answer_timeout;
             return if job.zone.all_down() || timeout.is_zero() {
                 Plan::StaleAtOnce(stale)
             } else {
@@ -333,7 +333,7 @@ impl Shared {
                 true,
             ),
             Answer::Stale(stale) => (
-                serve_stale(&stale, &query, now, &job.settings, limit, stats, out),
+                serve_stale(&stale, &query, now, &job.zone, limit, stats, out),
                 true,
             ),
             Answer::Cut => {
@@ -434,7 +434,9 @@ impl Shared {
         start: Start,
     ) -> impl Future<Output = Option<Arc<Entry>>> + Send + 'a {
         async move {
+            let policy = &zone.cache;
             if start == Start::LookAgain
+                && policy.enabled
                 && let Lookup::Fresh(e) =
                     self.cache
                         .lookup(&key.as_ref(), Instant::now(), Duration::ZERO)
@@ -446,28 +448,23 @@ impl Shared {
             let now = forwarded.as_ref().map_or_else(Instant::now, |f| f.received);
             // A failure never replaces an answer that can still be served,
             // fresh (a prefetch that failed) or stale.
-            let has_usable =
-                || match self
-                    .cache
-                    .lookup(&key.as_ref(), now, settings.cache.stale_max_age)
-                {
-                    Lookup::Fresh(e) => e.kind != Kind::Failure,
-                    Lookup::Stale(_) => true,
-                    Lookup::Miss => false,
-                };
+            let has_usable = || match self.cache.lookup(&key.as_ref(), now, policy.stale_window()) {
+                Lookup::Fresh(e) => e.kind != Kind::Failure,
+                Lookup::Stale(_) => true,
+                Lookup::Miss => false,
+            };
             match forwarded {
                 Some(f) => {
                     let entry = Arc::new(Entry::from_response(&f.msg, &f.layout, &zone.ttl, now));
                     self.learn(&settings.cluster, key, zone, &entry, (&f.msg, &f.layout));
-                    if entry.kind != Kind::Failure || !has_usable() {
+                    if policy.stores(entry.kind) && (entry.kind != Kind::Failure || !has_usable()) {
                         self.cache.insert(key.clone(), entry.clone());
                     }
                     Some(entry)
                 }
                 None => {
-                    let failure_ttl = settings.cache.failure_ttl;
-                    if failure_ttl > 0 && !has_usable() {
-                        let failure = Entry::failure(&key.question(), failure_ttl, now);
+                    if policy.stores(Kind::Failure) && !has_usable() {
+                        let failure = Entry::failure(&key.question(), policy.failure_ttl, now);
                         self.cache.insert(key.clone(), Arc::new(failure));
                     }
                     None

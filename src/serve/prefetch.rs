@@ -24,12 +24,13 @@ impl Shared {
             return;
         }
         let settings = request.settings;
+        let policy = &request.zone.cache;
         let hits = entry.hits.fetch_add(1, Ordering::Relaxed) + 1;
-        if hits < settings.cache.prefetch_min_hits {
+        if hits < policy.prefetch_min_hits {
             return;
         }
         let threshold = Duration::from_millis(
-            u64::from(entry.original_ttl) * 10 * u64::from(settings.cache.prefetch_percent),
+            u64::from(entry.original_ttl) * 10 * u64::from(policy.prefetch_percent),
         );
         if entry.remaining(request.started) > threshold
             || entry.prefetch_started.swap(true, Ordering::Relaxed)

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::admission::{Acl, RateLimiter};
-use crate::config::{CacheSettings, Config, TcpLimits};
+use crate::config::{Config, TcpLimits};
 use crate::search::ClusterRules;
 use crate::tasks::Upkeep;
 use crate::upstream::Router;
@@ -24,7 +24,6 @@ pub(crate) struct Settings {
     pub query_timeout: Duration,
     pub max_misses_in_flight: usize,
     pub tcp: TcpLimits,
-    pub cache: CacheSettings,
     /// The cluster DNS schema rules of the local-answer stage.
     pub cluster: ClusterRules,
     /// What the CHAOS identity names answer; `None`: REFUSED.
@@ -53,7 +52,6 @@ impl Settings {
             query_timeout: config.server.query_timeout,
             max_misses_in_flight: config.server.max_misses_in_flight,
             tcp: config.server.tcp,
-            cache: config.cache.clone(),
             cluster: config.cluster.clone(),
             identity: config.server.identity.then(Identity::of_this_node),
         }

@@ -11,6 +11,7 @@
 //! something true).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant as StdInstant;
 
 use rand::Rng;
@@ -88,6 +89,7 @@ fn try_order(zone: &Zone) -> TryOrder<'_> {
     let first = match zone.policy {
         Policy::Sequential => 0,
         Policy::Random => rand::rng().random_range(0..n.max(1)),
+        Policy::RoundRobin => zone.next_first.fetch_add(1, Ordering::Relaxed) % n.max(1),
     };
     let in_policy_order = (0..n).map(move |i| &upstreams[(first + i) % n]);
     if in_policy_order.clone().all(|u| u.health.is_up()) {

@@ -11,13 +11,14 @@ pub(crate) mod udp;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use prometheus::{Histogram, IntCounter, IntGauge};
 use thiserror::Error;
 
 use crate::cache::TtlPolicy;
-use crate::config::{Policy, Transport, UpstreamSettings, ZonePlan};
+use crate::config::{CachePolicy, Policy, Transport, UpstreamSettings, ZonePlan};
 use crate::log_limit::LogLimiter;
 use crate::tasks::Upkeep;
 use crate::wire::name;
@@ -116,6 +117,11 @@ pub(crate) struct Zone {
     pub randomize_case: bool,
     pub upstream_timeout: Duration,
     pub ttl: TtlPolicy,
+    /// What the cache keeps and serves for this zone (`[zone.cache]`):
+    /// read through the zone the query is routed to, no other lookup.
+    pub cache: CachePolicy,
+    /// `round_robin`: the upstream the next query starts at.
+    pub next_first: AtomicUsize,
 }
 
 impl Zone {
@@ -182,6 +188,8 @@ impl Router {
                 randomize_case: plan.randomize_case,
                 upstream_timeout: plan.upstream_timeout,
                 ttl: plan.ttl,
+                cache: plan.cache.clone(),
+                next_first: AtomicUsize::new(0),
             };
             let wire = name::from_text(&zone.name).expect("a checked zone name");
             router.lengths.insert(wire.len());

@@ -328,9 +328,20 @@ fn plugins_without_equivalent_are_listed_with_their_lines() {
     assert_eq!(z[1]["policy"].as_str(), Some("sequential"));
     assert_eq!(z[1]["max_ttl"].as_str(), Some("60s"));
     assert_eq!(t["server"]["max_misses_in_flight"].as_integer(), Some(500));
-    assert_eq!(t["cache"]["prefetch_min_hits"].as_integer(), Some(5));
-    assert_eq!(t["cache"]["prefetch_percent"].as_integer(), Some(20));
-    assert_eq!(t["cache"]["stale_max_age"].as_str(), Some("2h"));
+    // Each block's cache is its zone's: prefetch and serve_stale (CoreDNS's
+    // default mode, immediate) for cluster.local only.
+    let cache = &z[0]["cache"];
+    assert_eq!(cache["prefetch_min_hits"].as_integer(), Some(5));
+    assert_eq!(cache["prefetch_percent"].as_integer(), Some(20));
+    assert_eq!(cache["stale_max_age"].as_str(), Some("2h"));
+    assert_eq!(cache["stale_answer_timeout"].as_str(), Some("0s"));
+    assert!(!z[1].contains_key("cache"), "corp.example: `cache 60` only");
+    assert!(
+        !t["cache"]
+            .as_table()
+            .unwrap()
+            .contains_key("prefetch_min_hits")
+    );
 
     // --strict: the same output, exit 2.
     let out_path = dir.path().join("out.toml");

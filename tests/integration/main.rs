@@ -47,3 +47,4 @@ mod upstream_health;
 mod upstream_pool;
 mod upstream_service;
 mod wire_robustness;
+mod zone_cache;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::super::corefile::{Directive, ServerBlock};
 use super::super::{ConvertError, Options};
 use super::keys::Keys;
-use super::{Findings, Plan, Upstream, ZoneOut, cache, forward, zone_defaults};
+use super::{Findings, Plan, Upstream, ZoneCacheOut, ZoneOut, cache, forward, zone_defaults};
 
 /// What one block's directives say, before it becomes zones.
 #[derive(Default)]
@@ -26,6 +26,7 @@ pub(super) struct BlockOut {
     pub(super) min_ttl: Option<Duration>,
     pub(super) max_ttl: Option<Duration>,
     pub(super) negative_max_ttl: Option<Duration>,
+    pub(super) cache: ZoneCacheOut,
 }
 
 /// Translates one block into zones; returns its listen addresses, or
@@ -103,10 +104,7 @@ pub(super) fn translate_block(
         return Ok(None);
     };
     if !out.cached {
-        plan.untranslated.add(
-            block.line(),
-            "this block has no `cache`: nodens caches every zone (bounded by the zone's max_ttl)",
-        );
+        out.cache.off = Some(block.line());
     }
     let listen: Vec<SocketAddr> = if out.binds.is_empty() {
         plan.notes.add(
@@ -156,6 +154,7 @@ pub(super) fn translate_block(
             min_ttl: out.min_ttl,
             max_ttl: out.max_ttl,
             negative_max_ttl: out.negative_max_ttl,
+            cache: out.cache.clone(),
         });
         added = true;
     }

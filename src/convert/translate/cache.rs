@@ -1,13 +1,15 @@
 //! `cache`: its TTL caps become the zone's `max_ttl` / `negative_max_ttl`
 //! / `min_ttl`, its capacity (in entries) the `[cache]` capacity (in
-//! bytes, in `emit`), and `prefetch`, `serve_stale` and `servfail` the
-//! `[cache]` settings, which nodens has once for every zone.
+//! bytes, in `emit`: one cache for every zone, the sum of the blocks'),
+//! and `prefetch`, `serve_stale`, `servfail` and `disable` the block's
+//! zones' `[zone.cache]`. A block without `cache` gets `[zone.cache]
+//! enabled = false` (block.rs).
 
 use std::time::Duration;
 
 use super::super::corefile::{Directive, go_duration};
+use super::Plan;
 use super::block::{BlockOut, describe};
-use super::{Findings, Plan};
 
 /// CoreDNS's cache capacity when `success` or `denial` gives none (entries).
 const COREDNS_CACHE_ENTRIES: u64 = 9984;
@@ -71,45 +73,26 @@ pub(super) fn cache(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
                     );
                 }
             }
-            "prefetch" => prefetch(option, plan),
-            "serve_stale" => {
-                let age = match args.first() {
-                    None => Some(Duration::from_secs(3600)),
-                    Some(a) => go_duration(a),
-                };
-                match age {
-                    Some(age) => set_once(
-                        &mut plan.cache.stale_max_age,
-                        age,
-                        line,
-                        "serve_stale",
-                        &mut plan.untranslated,
-                    ),
-                    None => plan.untranslated.add(
-                        line,
-                        format!("cache {}: expected a duration", describe(option)),
-                    ),
-                }
-                if args.get(1) == Some(&"immediate") {
-                    plan.untranslated.add(
-                        line,
-                        "serve_stale immediate: nodens serves a stale answer only when every upstream failed (CoreDNS's `verify`)",
-                    );
-                }
-            }
+            "prefetch" => prefetch(option, out, plan),
+            "serve_stale" => serve_stale(option, out, plan),
             "servfail" => match args.first().and_then(|a| go_duration(a)) {
-                Some(ttl) => set_once(
-                    &mut plan.cache.servfail_ttl,
-                    ttl,
-                    line,
-                    "servfail",
-                    &mut plan.untranslated,
-                ),
+                Some(ttl) => out.cache.servfail_ttl = Some((ttl, line)),
                 None => plan.untranslated.add(
                     line,
                     format!("cache {}: expected a duration", describe(option)),
                 ),
             },
+            "disable" if args.len() == 1 && args[0] == "success" => {
+                out.cache.no_success = Some(line)
+            }
+            "disable" if args.len() == 1 && args[0] == "denial" => out.cache.no_denial = Some(line),
+            "disable" => plan.untranslated.add(
+                line,
+                format!(
+                    "cache {}: nodens disables success or denial for a whole block's zones, not for ZONES within it",
+                    describe(option)
+                ),
+            ),
             _ => plan.untranslated.add(
                 line,
                 format!("cache option {}: no nodens equivalent", describe(option)),
@@ -119,8 +102,40 @@ pub(super) fn cache(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
     plan.cache.entries = plan.cache.entries.saturating_add(success + denial);
 }
 
+/// `serve_stale [DURATION] [REFRESH_MODE]`: how long past expiry, and
+/// `immediate` (CoreDNS's default: the stale answer at once, the refresh
+/// behind) or `verify` (the upstream first; nodens waits for it up to
+/// `stale_answer_timeout`).
+fn serve_stale(option: &Directive, out: &mut BlockOut, plan: &mut Plan) {
+    let line = option.line();
+    let args = option.arg_texts();
+    let age = match args.first() {
+        None => Some(Duration::from_secs(3600)),
+        Some(a) => go_duration(a),
+    };
+    let Some(age) = age else {
+        plan.untranslated.add(
+            line,
+            format!("cache {}: expected a duration", describe(option)),
+        );
+        return;
+    };
+    out.cache.stale_max_age = Some((age, line));
+    match args.get(1).copied() {
+        None | Some("immediate") => out.cache.stale_answer_timeout = Some((Duration::ZERO, line)),
+        Some("verify") => plan.notes.add(
+            line,
+            "serve_stale verify: nodens asks the upstream first and serves the stale answer if none came within stale_answer_timeout (1 s), the refresh going on behind",
+        ),
+        Some(other) => plan.untranslated.add(
+            line,
+            format!("cache serve_stale `{other}`: expected immediate or verify"),
+        ),
+    }
+}
+
 /// `prefetch AMOUNT [DURATION] [PERCENTAGE%]`.
-fn prefetch(option: &Directive, plan: &mut Plan) {
+fn prefetch(option: &Directive, out: &mut BlockOut, plan: &mut Plan) {
     let line = option.line();
     let args = option.arg_texts();
     let Some(hits) = args.first().and_then(|a| a.parse::<u32>().ok()) else {
@@ -149,30 +164,5 @@ fn prefetch(option: &Directive, plan: &mut Plan) {
             );
         }
     }
-    set_once(
-        &mut plan.cache.prefetch,
-        (hits, percent),
-        line,
-        "prefetch",
-        &mut plan.untranslated,
-    );
-}
-
-/// Sets a `[cache]` value that is one for the whole server; a block that
-/// asks for another is listed.
-fn set_once<T: PartialEq + Copy>(
-    slot: &mut Option<(T, usize)>,
-    value: T,
-    line: usize,
-    what: &str,
-    untranslated: &mut Findings,
-) {
-    match slot {
-        None => *slot = Some((value, line)),
-        Some((v, _)) if *v == value => {}
-        Some((_, first)) => untranslated.add(
-            line,
-            format!("cache {what} differs from the one at line {first}: nodens has one [cache] for every zone; line {first}'s is used"),
-        ),
-    }
+    out.cache.prefetch = Some(((hits, percent), line));
 }

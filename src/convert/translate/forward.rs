@@ -59,7 +59,7 @@ pub(super) fn forward(
         plan.notes.add(
             line,
             format!(
-                "{UPSTREAM_SERVERS}: the nameservers of {} (node-cache's default); if the kube-dns ConfigMap sets upstreamNameservers or stubDomains, node-cache used those: list them as upstreams / zones",
+                "{UPSTREAM_SERVERS}: the nameservers of {} (node-cache's default); if the kube-dns ConfigMap sets upstreamNameservers or stubDomains, node-cache used those: set [kubernetes] kube_dns_config to the mounted ConfigMap to follow them",
                 options.resolv_conf.display()
             ),
         );
@@ -181,11 +181,7 @@ fn forward_option(option: &Directive, out: &mut BlockOut, plan: &mut Plan) {
             Some("sequential") => out.policy = Some(("sequential", "forward's policy sequential")),
             Some("random") => out.policy = Some(("random", "forward's policy random")),
             Some("round_robin") => {
-                out.policy = Some(("random", "forward's policy round_robin"));
-                plan.notes.add(
-                    line,
-                    "forward policy round_robin: nodens has sequential and random; random spreads the load the same way on average",
-                );
+                out.policy = Some(("round_robin", "forward's policy round_robin"))
             }
             _ => plan.untranslated.add(line, format!("forward {}: unknown policy", describe(option))),
         },

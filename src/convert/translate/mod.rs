@@ -105,17 +105,30 @@ pub(super) struct ZoneOut {
     pub min_ttl: Option<Duration>,
     pub max_ttl: Option<Duration>,
     pub negative_max_ttl: Option<Duration>,
+    pub cache: ZoneCacheOut,
 }
 
-/// `[cache]`, from every block's `cache`.
+/// `[cache]`, from every block's `cache`: the capacity, one for all.
 #[derive(Debug, Default)]
 pub(super) struct CacheOut {
     /// Entries the Corefile's caches held together (success + denial).
     pub entries: u64,
+}
+
+/// `[zone.cache]`, from the zone's block's `cache` (each with the line it
+/// comes from).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct ZoneCacheOut {
+    /// The block has no `cache`: CoreDNS caches nothing there.
+    pub off: Option<usize>,
     pub servfail_ttl: Option<(Duration, usize)>,
     /// `prefetch AMOUNT ... PERCENTAGE%`: hits and percent.
     pub prefetch: Option<((u32, u8), usize)>,
     pub stale_max_age: Option<(Duration, usize)>,
+    pub stale_answer_timeout: Option<(Duration, usize)>,
+    /// `disable success` / `disable denial`.
+    pub no_success: Option<usize>,
+    pub no_denial: Option<usize>,
 }
 
 /// The whole configuration to write.

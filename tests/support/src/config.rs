@@ -170,6 +170,8 @@ impl Zone {
         randomize_case: bool,
         max_fails: u32,
         health_check: Duration,
+        /// `sequential`, `random` or `round_robin`.
+        policy: &str,
     });
 }
 
