@@ -273,6 +273,7 @@ impl File {
                 service: e.service.get_ref().clone(),
                 port: e.port.clone(),
             }),
+            records: self.compile_records(index, z)?,
         })
     }
 

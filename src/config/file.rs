@@ -447,6 +447,15 @@ pub struct ZoneConfig {
     /// First wait between health probes of a down upstream; doubles up to 30 s.
     #[serde(default = "default_health_check", with = "humantime_serde")]
     pub health_check: Duration,
+    /// Local records (`[zone.hosts]`), synthesised answers
+    /// (`[[zone.template]]`) and the RFC 6761 names (`local`), answered
+    /// before the cache (`records`).
+    #[serde(default)]
+    pub hosts: Option<super::records::HostsConfig>,
+    #[serde(default)]
+    pub template: Vec<super::records::TemplateConfig>,
+    #[serde(default)]
+    pub local: bool,
 }
 
 /// How a zone's queries travel upstream.
@@ -541,6 +550,9 @@ impl ZoneConfig {
             pool: PoolConfig::default(),
             max_fails: default_max_fails(),
             health_check: default_health_check(),
+            hosts: None,
+            template: Vec::new(),
+            local: false,
         }
     }
 }

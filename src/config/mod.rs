@@ -15,6 +15,7 @@ mod compile;
 mod file;
 mod http;
 mod position;
+mod records;
 pub(crate) mod resolv_conf;
 mod values;
 
@@ -32,6 +33,7 @@ pub use file::{
     PoolConfig, ServerConfig, Transport, ZoneConfig,
 };
 use position::Document;
+pub use records::{FallthroughConfig, HostsConfig, RecordsPlan, TemplateConfig};
 pub use resolv_conf::{ResolvConfError, nameservers as resolv_conf_nameservers};
 pub use values::{BadValue, DnsAddr, HttpListen, LogFilter, ZoneName};
 
@@ -177,6 +179,8 @@ pub struct ZonePlan {
     /// Upstreams discovered from a Service's EndpointSlices; `upstreams`
     /// is the fallback while they are unknown.
     pub endpoints: Option<EndpointsPlan>,
+    /// Answers from the configuration before the cache (`records`).
+    pub records: Option<RecordsPlan>,
 }
 
 /// What an upstream is built from; an upstream whose settings did not

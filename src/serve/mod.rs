@@ -8,6 +8,8 @@
 //! 2. parse: a malformed query gets FORMERR/NOTIMP (or nothing);
 //! 3. `route`: the zone of the name, REFUSED if none;
 //! 4. `identity`: the CHAOS identity names (`id.server`, `version.bind`);
+//!    then `records`: the zone's local records, templates and `local`
+//!    names (only when some zone has them);
 //! 5. `autopath`: a verified pod's first search-list expansion is
 //!    answered with the end of its walk from the cache, or becomes a
 //!    [`Job::Autopath`] (or goes on as without it);
@@ -35,6 +37,7 @@ pub(crate) mod metrics;
 mod miss;
 mod prefetch;
 mod prime;
+mod records;
 mod route;
 mod search;
 mod settings;
@@ -212,6 +215,11 @@ impl Service for Shared {
             started,
         };
         if identity::answer(&request, settings.identity.as_ref(), out) {
+            return Handled::Reply;
+        }
+        if let Some(stage) = &settings.records
+            && records::answer(&request, stage, client, out)
+        {
             return Handled::Reply;
         }
         if let Some(at) = self.autopath_candidate(&key, client, &settings) {

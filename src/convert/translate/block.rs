@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::super::corefile::{Directive, ServerBlock};
 use super::super::{ConvertError, Options};
 use super::keys::Keys;
-use super::{Findings, Plan, Upstream, ZoneOut, cache, forward, zone_defaults};
+use super::{Findings, Plan, Upstream, ZoneOut, cache, forward, records, zone_defaults};
 
 /// What one block's directives say, before it becomes zones.
 #[derive(Default)]
@@ -26,6 +26,7 @@ pub(super) struct BlockOut {
     pub(super) min_ttl: Option<Duration>,
     pub(super) max_ttl: Option<Duration>,
     pub(super) negative_max_ttl: Option<Duration>,
+    pub(super) records: super::RecordsOut,
 }
 
 /// Translates one block into zones; returns its listen addresses, or
@@ -65,6 +66,10 @@ pub(super) fn translate_block(
                     &mut plan.untranslated,
                 )
             }
+            "hosts" => records::hosts(d, &mut out, plan),
+            "template" => records::template(d, &mut out, plan),
+            "local" => records::local(d, &mut out),
+            "whoami" => records::whoami(d, plan),
             "ready" => plan.notes.add(
                 line,
                 "ready: nodens answers /ready on the [metrics] listen address",
@@ -156,6 +161,7 @@ pub(super) fn translate_block(
             min_ttl: out.min_ttl,
             max_ttl: out.max_ttl,
             negative_max_ttl: out.negative_max_ttl,
+            records: out.records.clone(),
         });
         added = true;
     }

@@ -16,6 +16,7 @@ mod block;
 mod cache;
 mod forward;
 mod keys;
+mod records;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -105,6 +106,16 @@ pub(super) struct ZoneOut {
     pub min_ttl: Option<Duration>,
     pub max_ttl: Option<Duration>,
     pub negative_max_ttl: Option<Duration>,
+    /// `hosts`, `template`, `local` (`records`).
+    pub records: RecordsOut,
+}
+
+/// A zone's local answers as TOML: keys of the `[[zone]]` table, and the
+/// sub-tables written after it.
+#[derive(Debug, Clone, Default)]
+pub(super) struct RecordsOut {
+    pub keys: String,
+    pub tables: String,
 }
 
 /// `[cache]`, from every block's `cache`.

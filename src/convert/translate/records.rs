@@ -1,0 +1,178 @@
+//! `hosts`, `template` and `local`: a block's local answers, written as
+//! its zones' `[zone.hosts]`, `[[zone.template]]` and `local = true`
+//! (docs/migration.md). `whoami` is listed as not translated.
+
+use std::fmt::Write as _;
+
+use super::super::corefile::{Directive, go_duration};
+use super::Plan;
+use super::block::{BlockOut, describe};
+use crate::records::hosts::HostsData;
+use crate::records::template::RecordText;
+
+/// A TOML string.
+fn quote(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+fn quoted_list(items: &[String]) -> String {
+    let items: Vec<String> = items.iter().map(|i| quote(i)).collect();
+    format!("[{}]", items.join(", "))
+}
+
+/// `fallthrough [ZONES...]` as nodens writes it.
+fn fallthrough(args: &[&str]) -> String {
+    if args.is_empty() {
+        "true".into()
+    } else {
+        quoted_list(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>())
+    }
+}
+
+/// `local`: the RFC 6761 names, answered as CoreDNS does.
+pub(super) fn local(d: &Directive, out: &mut BlockOut) {
+    let _ = writeln!(out.records.keys, "local = true   # line {}", d.line());
+}
+
+/// `hosts [FILE [ZONES...]] { ENTRIES... ttl no_reverse reload fallthrough }`.
+pub(super) fn hosts(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
+    let line = d.line();
+    let args = d.arg_texts();
+    let file = args.first().copied().unwrap_or("/etc/hosts");
+    let zones: Vec<String> = args.iter().skip(1).map(|z| z.to_string()).collect();
+    let mut entries = Vec::new();
+    let mut options = String::new();
+    for option in d.block.iter().flatten() {
+        let oline = option.line();
+        let oargs = option.arg_texts();
+        match option.name.text.as_str() {
+            "fallthrough" => {
+                let _ = writeln!(options, "fallthrough = {}", fallthrough(&oargs));
+            }
+            "no_reverse" => options.push_str("reverse = false\n"),
+            "ttl" => match oargs.first().and_then(|t| t.parse::<u32>().ok()) {
+                Some(ttl) if (1..=65535).contains(&ttl) => {
+                    let _ = writeln!(options, "ttl = \"{ttl}s\"");
+                }
+                _ => plan.untranslated.add(
+                    oline,
+                    format!("{}: not a TTL CoreDNS accepts", describe(option)),
+                ),
+            },
+            "reload" => match oargs.first().and_then(|t| go_duration(t)) {
+                Some(every) => {
+                    let _ = writeln!(options, "reload = \"{}ms\"", every.as_millis());
+                }
+                None => plan
+                    .untranslated
+                    .add(oline, format!("{}: not a duration", describe(option))),
+            },
+            _ => {
+                let mut text = option.name.text.clone();
+                for a in &oargs {
+                    text.push(' ');
+                    text.push_str(a);
+                }
+                if HostsData::parse(&text, &[Box::from(&[0u8][..])], true).is_ok() {
+                    entries.push(text);
+                } else {
+                    plan.notes.add(
+                        oline,
+                        format!("hosts entry `{text}`: CoreDNS skips a line it cannot read, nodens refuses it, so it is left out (the answers are the same)"),
+                    );
+                }
+            }
+        }
+    }
+    let w = &mut out.records.tables;
+    let _ = writeln!(w, "\n[zone.hosts]   # line {line}");
+    let _ = writeln!(w, "files = {}", quoted_list(&[file.to_string()]));
+    if !entries.is_empty() {
+        let _ = writeln!(w, "entries = {}", quoted_list(&entries));
+    }
+    if !zones.is_empty() {
+        let _ = writeln!(w, "zones = {}", quoted_list(&zones));
+    }
+    w.push_str(&options);
+    plan.notes.add(
+        line,
+        format!("hosts: {file} is read at start and followed every reload interval; a line nodens cannot read is an error at start and keeps the last good records while running (CoreDNS skips it); the answers are not cached"),
+    );
+}
+
+/// `template CLASS TYPE [ZONES...] { match answer additional authority rcode fallthrough ederror }`.
+pub(super) fn template(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
+    let line = d.line();
+    let args = d.arg_texts();
+    let (Some(class), Some(qtype)) = (args.first(), args.get(1)) else {
+        plan.untranslated
+            .add(line, format!("{}: CLASS and TYPE missing", describe(d)));
+        return;
+    };
+    let mut t = String::new();
+    let _ = writeln!(t, "\n[[zone.template]]   # line {line}");
+    let _ = writeln!(t, "class = {}\ntype = {}", quote(class), quote(qtype));
+    if args.len() > 2 {
+        let zones: Vec<String> = args[2..].iter().map(|z| z.to_string()).collect();
+        let _ = writeln!(t, "zones = {}", quoted_list(&zones));
+    }
+    let mut authority = false;
+    for option in d.block.iter().flatten() {
+        let oline = option.line();
+        let oargs: Vec<String> = option.arg_texts().iter().map(|a| a.to_string()).collect();
+        let key = option.name.text.as_str();
+        match key {
+            "match" => {
+                if let Some(bad) = oargs.iter().find(|r| regex::Regex::new(r).is_err()) {
+                    plan.untranslated.add(
+                        oline,
+                        format!("template match `{bad}`: not a regular expression nodens reads; the template is left out"),
+                    );
+                    return;
+                }
+                let _ = writeln!(t, "match = {}", quoted_list(&oargs));
+            }
+            "answer" | "additional" | "authority" => {
+                if let Some(bad) = oargs.iter().find(|r| RecordText::compile(r).is_err()) {
+                    plan.untranslated.add(
+                        oline,
+                        format!("template {key} `{bad}`: uses a template function nodens does not fill in; the template is left out"),
+                    );
+                    return;
+                }
+                if key == "answer" && oargs.iter().any(|a| a.to_ascii_uppercase().contains(" CNAME ")) {
+                    plan.untranslated.add(
+                        oline,
+                        "template answer CNAME: CoreDNS also resolves the target for A/AAAA questions; nodens answers the CNAME alone",
+                    );
+                }
+                authority |= key == "authority";
+                let _ = writeln!(t, "{key} = {}", quoted_list(&oargs));
+            }
+            "rcode" => {
+                let _ = writeln!(t, "rcode = {}", quote(oargs.first().map_or("NOERROR", String::as_str)));
+            }
+            "fallthrough" => {
+                let refs: Vec<&str> = oargs.iter().map(String::as_str).collect();
+                let _ = writeln!(t, "fallthrough = {}", fallthrough(&refs));
+            }
+            "upstream" => {}
+            _ => plan.untranslated.add(
+                oline,
+                format!("template `{key}`: not translated (nodens adds no EDNS error to a template's answer)"),
+            ),
+        }
+    }
+    if !authority {
+        t.push_str("authority = []   # none, as CoreDNS (unset: nodens adds an SOA)\n");
+    }
+    out.records.tables.push_str(&t);
+}
+
+/// `whoami`: not translated.
+pub(super) fn whoami(d: &Directive, plan: &mut Plan) {
+    plan.untranslated.add(
+        d.line(),
+        "whoami: not translated; nodens forwards these names instead of answering with the client's address",
+    );
+}

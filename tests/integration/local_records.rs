@@ -1,0 +1,245 @@
+//! Local answers (`[zone.hosts]`, `[[zone.template]]`, `local`) against
+//! CoreDNS 1.13 running the same Corefile: nodens serves what
+//! `nodens convert-corefile` makes of it, both forward to the same
+//! upstream, and every question gets the same response code, answer
+//! RRsets and authority section over UDP and TCP. Then the hosts file
+//! while running: a change shows within the reload interval, a deleted or
+//! broken file keeps its last records, and a broken file at reload or in
+//! `check-config` is refused with its file and line.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use support::*;
+
+const HOSTS: &str = "10.0.0.1 a.example.org b.example.org\n\
+                     2001:db8::5 a.example.org\n\
+                     10.0.0.2 c.example.org # comment\n";
+
+/// The Corefile block under test, for a server at `listen` forwarding to `upstream`.
+fn corefile(listen: std::net::SocketAddr, upstream: std::net::SocketAddr, hosts: &Path) -> String {
+    format!(
+        r#".:{port} {{
+  bind {ip}
+  local
+  template IN AAAA test {{
+    rcode NOERROR
+  }}
+  template ANY ANY test {{
+    match "^(?:[^.]+\.){{3,}}test\.$"
+    rcode NXDOMAIN
+    fallthrough
+  }}
+  template IN A test {{
+    match "^ip-(\d+)-(\d+)\.test\.$"
+    answer "{{{{ .Name }}}} 60 IN A 10.9.{{{{ index .Match 1 }}}}.{{{{ index .Match 2 }}}}"
+    fallthrough
+  }}
+  hosts {hosts} example.org {{
+    10.0.0.3 inline.example.org
+    ttl 60
+  }}
+  forward . {upstream}
+}}
+"#,
+        port = listen.port(),
+        ip = listen.ip(),
+        hosts = hosts.display(),
+    )
+}
+
+/// The configuration `nodens convert-corefile` makes of `corefile`, with
+/// the harness's listen and metrics addresses.
+fn converted(corefile: &str, net: &Net, dir: &Path) -> String {
+    let path = dir.join("Corefile");
+    std::fs::write(&path, corefile).unwrap();
+    let out = Command::new(nodens_bin())
+        .arg("convert-corefile")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success() || !text.is_empty(),
+        "convert-corefile failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut table: toml::Table = text.parse().unwrap();
+    let harness: toml::Table = Cfg::new(net).to_toml().parse().unwrap();
+    for key in ["server", "metrics"] {
+        table.insert(key.into(), harness[key].clone());
+    }
+    toml::to_string(&table).unwrap()
+}
+
+#[test]
+fn answers_match_coredns() {
+    needs!(Need::CoreDns);
+    let net = Net::alloc();
+    let upstream = CoreDns::test_zone(net.upstream(0), "");
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = dir.path().join("hosts");
+    std::fs::write(&hosts, HOSTS).unwrap();
+    let reference_addr = net.upstream(1);
+    let block = corefile(reference_addr, upstream.addr, &hosts);
+    let directives = block
+        .lines()
+        .skip(2)
+        .take_while(|l| *l != "}")
+        .collect::<Vec<_>>()
+        .join("\n");
+    let reference = CoreDns::start_with_blocks(
+        reference_addr,
+        &[("ready.example.", zone_file("ready.example.", ""))],
+        &[(".", &directives)],
+    );
+    let config = converted(
+        &corefile(net.nodens(), upstream.addr, &hosts),
+        &net,
+        dir.path(),
+    );
+    assert!(config.contains("[zone.hosts]"), "{config}");
+    let nodens = Nodens::start_toml(&config);
+
+    let cases = [
+        ("a.example.org.", Rt::A),
+        ("a.example.org.", Rt::AAAA),
+        ("a.example.org.", Rt::MX),
+        ("b.example.org.", Rt::A),
+        ("c.example.org.", Rt::AAAA),
+        ("inline.example.org.", Rt::A),
+        ("absent.example.org.", Rt::A),
+        ("1.0.0.10.in-addr.arpa.", Rt::PTR),
+        ("3.0.0.10.in-addr.arpa.", Rt::PTR),
+        ("www.test.", Rt::A),
+        ("www.test.", Rt::AAAA),
+        ("nope.test.", Rt::AAAA),
+        ("mail.test.", Rt::MX),
+        ("a.b.c.test.", Rt::A),
+        ("a.b.c.test.", Rt::TXT),
+        ("ip-3-4.test.", Rt::A),
+        ("localhost.", Rt::A),
+        ("localhost.", Rt::AAAA),
+        ("localhost.", Rt::MX),
+        ("localhost.example.", Rt::A),
+        ("foo.localhost.", Rt::A),
+        ("1.0.0.127.in-addr.arpa.", Rt::PTR),
+        ("2.0.0.127.in-addr.arpa.", Rt::PTR),
+        ("127.in-addr.arpa.", Rt::NS),
+    ];
+    for (name, t) in cases {
+        for (proto, ask) in [("udp", udp_query as fn(_, &Q) -> Reply), ("tcp", tcp_query)] {
+            let want = ask(reference.addr, &Q::new(name, t));
+            let got = ask(nodens.dns, &Q::new(name, t));
+            let what = format!("{name} {t} over {proto}");
+            assert_eq!(got.rcode(), want.rcode(), "{what}: rcode");
+            assert_eq!(got.answer_set(), want.answer_set(), "{what}: answers");
+            assert_eq!(
+                got.authority_set(),
+                want.authority_set(),
+                "{what}: authority"
+            );
+        }
+    }
+    // AAAA suppression is NODATA, not NXDOMAIN; a name the hosts zone
+    // lacks is SERVFAIL (CoreDNS has no SOA for an NXDOMAIN there).
+    let suppressed = udp_query(nodens.dns, &Q::new("www.test.", Rt::AAAA));
+    assert_eq!((suppressed.rcode(), suppressed.msg.answers().len()), (0, 0));
+    let absent = udp_query(nodens.dns, &Q::new("absent.example.org.", Rt::A));
+    assert_eq!(absent.rcode(), 2);
+    let ptr = udp_query(nodens.dns, &Q::new("1.0.0.10.in-addr.arpa.", Rt::PTR));
+    assert_eq!(ptr.msg.answers().len(), 2);
+}
+
+fn a_of(nodens: &Nodens, name: &str) -> Vec<std::net::Ipv4Addr> {
+    udp_query(nodens.dns, &Q::new(name, Rt::A)).a()
+}
+
+#[test]
+fn hosts_file_followed_while_running() {
+    needs!(Need::CoreDns);
+    let net = Net::alloc();
+    let upstream = CoreDns::test_zone(net.upstream(0), "");
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = dir.path().join("hosts");
+    std::fs::write(&hosts, HOSTS).unwrap();
+    let config = |file: &Path| {
+        format!(
+            "{}[[zone]]\nname = \".\"\nupstreams = [\"{}\"]\n[zone.hosts]\nfiles = [\"{}\"]\nzones = [\"example.org\"]\nreload = \"100ms\"\n",
+            Cfg::new(&net).to_toml(),
+            upstream.addr,
+            file.display()
+        )
+    };
+    let mut nodens = Nodens::start_toml(&config(&hosts));
+    assert_eq!(
+        a_of(&nodens, "a.example.org."),
+        ["10.0.0.1".parse::<std::net::Ipv4Addr>().unwrap()]
+    );
+
+    // Changed: the new address within the reload interval (and some).
+    std::fs::write(&hosts, "10.0.0.7 a.example.org\n").unwrap();
+    wait_until(Duration::from_secs(5), "the changed hosts file", || {
+        (a_of(&nodens, "a.example.org.") == ["10.0.0.7".parse::<std::net::Ipv4Addr>().unwrap()])
+            .then_some(())
+    });
+    // Deleted: the last records stay (the poll saw it gone: logged once).
+    std::fs::remove_file(&hosts).unwrap();
+    nodens.proc.wait_for_line(
+        0,
+        Duration::from_secs(5),
+        "the deleted file's warning",
+        |l| l.contains("hosts file cannot read"),
+    );
+    assert_eq!(
+        a_of(&nodens, "a.example.org."),
+        ["10.0.0.7".parse::<std::net::Ipv4Addr>().unwrap()]
+    );
+    // Back with a broken line: still the last records.
+    std::fs::write(&hosts, "10.0.0.8 a.example.org\n10.0.0.999 d.example.org\n").unwrap();
+    nodens.proc.wait_for_line(
+        0,
+        Duration::from_secs(5),
+        "the broken line's warning",
+        |l| l.contains("line 2"),
+    );
+    assert_eq!(
+        a_of(&nodens, "a.example.org."),
+        ["10.0.0.7".parse::<std::net::Ipv4Addr>().unwrap()]
+    );
+
+    // check-config names the file and the line.
+    let conf = dir.path().join("nodens.toml");
+    std::fs::write(&conf, config(&hosts)).unwrap();
+    let out = Command::new(nodens_bin())
+        .arg("check-config")
+        .arg(&conf)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains(&format!("hosts file {} line 2", hosts.display())),
+        "{stderr}"
+    );
+
+    // A reload with the broken file keeps the running configuration.
+    let failures = nodens.metric("nodens_config_reloads_total", &[("result", "failure")]);
+    nodens.reload(&config(&hosts));
+    nodens.wait_metric(
+        "nodens_config_reloads_total",
+        &[("result", "failure")],
+        failures + 1.0,
+    );
+    assert_eq!(
+        a_of(&nodens, "a.example.org."),
+        ["10.0.0.7".parse::<std::net::Ipv4Addr>().unwrap()]
+    );
+    // Fixed: the records follow again.
+    std::fs::write(&hosts, "10.0.0.9 a.example.org\n").unwrap();
+    wait_until(Duration::from_secs(5), "the fixed hosts file", || {
+        (a_of(&nodens, "a.example.org.") == ["10.0.0.9".parse::<std::net::Ipv4Addr>().unwrap()])
+            .then_some(())
+    });
+}
