@@ -148,6 +148,24 @@ fn answers_match_coredns() {
     assert_eq!((suppressed.rcode(), suppressed.msg.answers().len()), (0, 0));
     let absent = udp_query(nodens.dns, &Q::new("absent.example.org.", Rt::A));
     assert_eq!(absent.rcode(), 2);
+    let groups = udp_query(nodens.dns, &Q::new("ip-3-4.test.", Rt::A));
+    assert_eq!(
+        groups.a(),
+        ["10.9.3.4".parse::<std::net::Ipv4Addr>().unwrap()]
+    );
+    let deep = udp_query(nodens.dns, &Q::new("a.b.c.test.", Rt::A));
+    assert_eq!((deep.rcode(), deep.msg.name_servers().len()), (3, 0));
+    let localhost = udp_query(nodens.dns, &Q::new("localhost.example.", Rt::A));
+    assert_eq!(
+        localhost.a(),
+        ["127.0.0.1".parse::<std::net::Ipv4Addr>().unwrap()]
+    );
+    let hosts_a = udp_query(nodens.dns, &Q::new("inline.example.org.", Rt::A));
+    assert_eq!(
+        hosts_a.a(),
+        ["10.0.0.3".parse::<std::net::Ipv4Addr>().unwrap()]
+    );
+    assert!(hosts_a.msg.authoritative());
     let ptr = udp_query(nodens.dns, &Q::new("1.0.0.10.in-addr.arpa.", Rt::PTR));
     assert_eq!(ptr.msg.answers().len(), 2);
 }
