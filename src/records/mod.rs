@@ -236,34 +236,30 @@ fn answer_hosts(
                 );
             }
         }
-        rtype::A => {
-            if all().any(|d| !d.v4(folded).is_empty()) {
-                let r = reply.insert(Reply::new(query, rcode::NOERROR, true, out));
-                for ip in all().flat_map(|d| d.v4(folded)) {
-                    r.add(
-                        Section::Answer,
-                        Owner::Question,
-                        rtype::A,
-                        class::IN,
-                        hosts.ttl,
-                        &ip.octets(),
-                    );
-                }
+        rtype::A if all().any(|d| !d.v4(folded).is_empty()) => {
+            let r = reply.insert(Reply::new(query, rcode::NOERROR, true, out));
+            for ip in all().flat_map(|d| d.v4(folded)) {
+                r.add(
+                    Section::Answer,
+                    Owner::Question,
+                    rtype::A,
+                    class::IN,
+                    hosts.ttl,
+                    &ip.octets(),
+                );
             }
         }
-        rtype::AAAA => {
-            if all().any(|d| !d.v6(folded).is_empty()) {
-                let r = reply.insert(Reply::new(query, rcode::NOERROR, true, out));
-                for ip in all().flat_map(|d| d.v6(folded)) {
-                    r.add(
-                        Section::Answer,
-                        Owner::Question,
-                        rtype::AAAA,
-                        class::IN,
-                        hosts.ttl,
-                        &ip.octets(),
-                    );
-                }
+        rtype::AAAA if all().any(|d| !d.v6(folded).is_empty()) => {
+            let r = reply.insert(Reply::new(query, rcode::NOERROR, true, out));
+            for ip in all().flat_map(|d| d.v6(folded)) {
+                r.add(
+                    Section::Answer,
+                    Owner::Question,
+                    rtype::AAAA,
+                    class::IN,
+                    hosts.ttl,
+                    &ip.octets(),
+                );
             }
         }
         _ => {}
