@@ -73,6 +73,47 @@ fn converted(corefile: &str, net: &Net, dir: &Path) -> String {
     toml::to_string(&table).unwrap()
 }
 
+/// CoreDNS running the block `corefile(addr)` makes (its first two lines,
+/// the key and `bind`, are the harness's) and nodens serving its conversion.
+fn pair(
+    net: &Net,
+    dir: &Path,
+    corefile: impl Fn(std::net::SocketAddr) -> String,
+) -> (CoreDns, Nodens) {
+    let block = corefile(net.upstream(1));
+    let directives = block
+        .lines()
+        .skip(2)
+        .take_while(|l| *l != "}")
+        .collect::<Vec<_>>()
+        .join("\n");
+    let reference = CoreDns::start_with_blocks(
+        net.upstream(1),
+        &[("ready.example.", zone_file("ready.example.", ""))],
+        &[(".", &directives)],
+    );
+    let config = converted(&corefile(net.nodens()), net, dir);
+    (reference, Nodens::start_toml(&config))
+}
+
+/// The same rcode, answer RRsets and authority section from both, over UDP and TCP.
+fn compare(reference: &CoreDns, nodens: &Nodens, cases: &[(&str, Rt)]) {
+    for &(name, t) in cases {
+        for (proto, ask) in [("udp", udp_query as fn(_, &Q) -> Reply), ("tcp", tcp_query)] {
+            let want = ask(reference.addr, &Q::new(name, t));
+            let got = ask(nodens.dns, &Q::new(name, t));
+            let what = format!("{name} {t} over {proto}");
+            assert_eq!(got.rcode(), want.rcode(), "{what}: rcode");
+            assert_eq!(got.answer_set(), want.answer_set(), "{what}: answers");
+            assert_eq!(
+                got.authority_set(),
+                want.authority_set(),
+                "{what}: authority"
+            );
+        }
+    }
+}
+
 #[test]
 fn answers_match_coredns() {
     needs!(Need::CoreDns);
@@ -81,26 +122,7 @@ fn answers_match_coredns() {
     let dir = tempfile::tempdir().unwrap();
     let hosts = dir.path().join("hosts");
     std::fs::write(&hosts, HOSTS).unwrap();
-    let reference_addr = net.upstream(1);
-    let block = corefile(reference_addr, upstream.addr, &hosts);
-    let directives = block
-        .lines()
-        .skip(2)
-        .take_while(|l| *l != "}")
-        .collect::<Vec<_>>()
-        .join("\n");
-    let reference = CoreDns::start_with_blocks(
-        reference_addr,
-        &[("ready.example.", zone_file("ready.example.", ""))],
-        &[(".", &directives)],
-    );
-    let config = converted(
-        &corefile(net.nodens(), upstream.addr, &hosts),
-        &net,
-        dir.path(),
-    );
-    assert!(config.contains("[zone.hosts]"), "{config}");
-    let nodens = Nodens::start_toml(&config);
+    let (reference, nodens) = pair(&net, dir.path(), |at| corefile(at, upstream.addr, &hosts));
 
     let cases = [
         ("a.example.org.", Rt::A),
@@ -128,20 +150,7 @@ fn answers_match_coredns() {
         ("2.0.0.127.in-addr.arpa.", Rt::PTR),
         ("127.in-addr.arpa.", Rt::NS),
     ];
-    for (name, t) in cases {
-        for (proto, ask) in [("udp", udp_query as fn(_, &Q) -> Reply), ("tcp", tcp_query)] {
-            let want = ask(reference.addr, &Q::new(name, t));
-            let got = ask(nodens.dns, &Q::new(name, t));
-            let what = format!("{name} {t} over {proto}");
-            assert_eq!(got.rcode(), want.rcode(), "{what}: rcode");
-            assert_eq!(got.answer_set(), want.answer_set(), "{what}: answers");
-            assert_eq!(
-                got.authority_set(),
-                want.authority_set(),
-                "{what}: authority"
-            );
-        }
-    }
+    compare(&reference, &nodens, &cases);
     // AAAA suppression is NODATA, not NXDOMAIN; a name the hosts zone
     // lacks is SERVFAIL (CoreDNS has no SOA for an NXDOMAIN there).
     let suppressed = udp_query(nodens.dns, &Q::new("www.test.", Rt::AAAA));
@@ -260,4 +269,39 @@ fn hosts_file_followed_while_running() {
         (a_of(&nodens, "a.example.org.") == ["10.0.0.9".parse::<std::net::Ipv4Addr>().unwrap()])
             .then_some(())
     });
+}
+
+/// `hosts` with `fallthrough` for some zones: a name the records lack in
+/// those goes upstream, elsewhere it is SERVFAIL; a name the records have
+/// is NODATA for another type even when upstream has that type.
+#[test]
+fn hosts_fallthrough_matches_coredns() {
+    needs!(Need::CoreDns);
+    let net = Net::alloc();
+    let upstream = CoreDns::test_zone(net.upstream(0), "");
+    let dir = tempfile::tempdir().unwrap();
+    let (reference, nodens) = pair(&net, dir.path(), |at| {
+        format!(
+            ".:{port} {{\n  bind {ip}\n  hosts {{\n    10.1.1.1 extra.test\n    10.1.1.2 www.test\n    fe80::1%eth0 six.test\n    fallthrough test\n  }}\n  forward . {up}\n}}\n",
+            port = at.port(),
+            ip = at.ip(),
+            up = upstream.addr,
+        )
+    });
+    let cases = [
+        ("extra.test.", Rt::A),
+        ("extra.test.", Rt::MX),
+        ("www.test.", Rt::A),
+        ("www.test.", Rt::AAAA),
+        ("six.test.", Rt::AAAA),
+        ("nope.test.", Rt::A),
+        ("mail.test.", Rt::MX),
+        ("absent.example.", Rt::A),
+        ("1.1.1.10.in-addr.arpa.", Rt::PTR),
+    ];
+    compare(&reference, &nodens, &cases);
+    let www = udp_query(nodens.dns, &Q::new("www.test.", Rt::AAAA));
+    assert_eq!((www.rcode(), www.msg.answers().len()), (0, 0));
+    let nope = udp_query(nodens.dns, &Q::new("nope.test.", Rt::A));
+    assert_eq!(nope.rcode(), 3, "from upstream");
 }

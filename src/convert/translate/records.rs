@@ -176,3 +176,70 @@ pub(super) fn whoami(d: &Directive, plan: &mut Plan) {
         "whoami: not translated; nodens forwards these names instead of answering with the client's address",
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::convert::{Conversion, Options, convert};
+
+    fn ok(text: &str) -> Conversion {
+        convert(text, &Options::default(), &|_| None).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn zone(c: &Conversion) -> toml::Table {
+        let t: toml::Table = c.toml.parse().unwrap();
+        t["zone"][0].as_table().unwrap().clone()
+    }
+
+    fn listed(c: &Conversion, line: usize, words: &str) -> bool {
+        c.untranslated
+            .iter()
+            .any(|f| f.lines.contains(&line) && f.message.contains(words))
+    }
+
+    #[test]
+    fn hosts_options_become_the_zones_table() {
+        let c = ok(
+            ".:53 {\n  bind 127.0.0.1\n  hosts /etc/hosts.d/x example.org {\n    10.0.0.1 a.example.org\n    ttl 60\n    no_reverse\n    reload 10s\n    fallthrough in-addr.arpa\n  }\n  forward . 10.0.0.10\n  cache\n}\n",
+        );
+        let h = &zone(&c)["hosts"];
+        assert_eq!(h["files"][0].as_str(), Some("/etc/hosts.d/x"));
+        assert_eq!(h["zones"][0].as_str(), Some("example.org"));
+        assert_eq!(h["entries"][0].as_str(), Some("10.0.0.1 a.example.org"));
+        assert_eq!(h["ttl"].as_str(), Some("60s"));
+        assert_eq!(h["reverse"].as_bool(), Some(false));
+        assert_eq!(h["reload"].as_str(), Some("10000ms"));
+        assert_eq!(h["fallthrough"][0].as_str(), Some("in-addr.arpa"));
+        // A bare `hosts` is the node's /etc/hosts.
+        let c = ok(".:53 {\n  bind 127.0.0.1\n  hosts\n  forward . 10.0.0.10\n  cache\n}\n");
+        assert_eq!(zone(&c)["hosts"]["files"][0].as_str(), Some("/etc/hosts"));
+    }
+
+    #[test]
+    fn a_hosts_line_coredns_skips_is_left_out_with_a_note() {
+        let c = ok(
+            ".:53 {\n  bind 127.0.0.1\n  hosts {\n    10.0.0.300 a\n    10.0.0.1 b\n  }\n  forward . 10.0.0.10\n  cache\n}\n",
+        );
+        assert_eq!(zone(&c)["hosts"]["entries"].as_array().unwrap().len(), 1);
+        assert!(
+            c.notes
+                .iter()
+                .any(|n| n.lines == [4] && n.message.contains("10.0.0.300"))
+        );
+    }
+
+    #[test]
+    fn templates_local_and_what_is_not_translated() {
+        let text = ".:53 {\n  bind 127.0.0.1\n  local\n  whoami\n  template IN A example.org {\n    match ^ip-(\\d+)\\.example\\.org\\.$\n    answer \"{{ .Name }} 60 IN A 10.0.0.{{ index .Match 1 }}\"\n    ederror 15\n  }\n  template ANY ANY bad.example {\n    match \"(?<=x)\"\n  }\n  template IN AAAA . {\n    authority \"{{ .Zone }} 60 IN SOA ns. h. 1 2 3 4 5\"\n  }\n  forward . 10.0.0.10\n  cache\n}\n";
+        let c = ok(text);
+        let z = zone(&c);
+        assert_eq!(z["local"].as_bool(), Some(true));
+        let t = z["template"].as_array().unwrap();
+        assert_eq!(t.len(), 2, "the template with a bad regex is left out");
+        assert_eq!(t[0]["zones"][0].as_str(), Some("example.org"));
+        assert_eq!(t[0]["authority"].as_array().map(Vec::len), Some(0));
+        assert_eq!(t[1]["authority"].as_array().map(Vec::len), Some(1));
+        assert!(listed(&c, 4, "whoami"));
+        assert!(listed(&c, 8, "ederror"));
+        assert!(listed(&c, 11, "(?<=x)"));
+    }
+}
