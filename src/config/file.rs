@@ -456,6 +456,10 @@ pub struct ZoneConfig {
     pub template: Vec<super::records::TemplateConfig>,
     #[serde(default)]
     pub local: bool,
+    /// Answer every question left with the client's address and port
+    /// (CoreDNS's `whoami`).
+    #[serde(default)]
+    pub whoami: bool,
 }
 
 /// How a zone's queries travel upstream.
@@ -553,6 +557,7 @@ impl ZoneConfig {
             hosts: None,
             template: Vec::new(),
             local: false,
+            whoami: false,
         }
     }
 }

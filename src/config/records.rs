@@ -144,7 +144,7 @@ impl File {
         index: usize,
         z: &ZoneConfig,
     ) -> Result<Option<RecordsPlan>, Invalid> {
-        if z.hosts.is_none() && z.template.is_empty() && !z.local {
+        if z.hosts.is_none() && z.template.is_empty() && !z.local && !z.whoami {
             return Ok(None);
         }
         let own = vec![wire(z.name.get_ref())];
@@ -163,6 +163,7 @@ impl File {
             local: z.local,
             templates,
             hosts,
+            whoami: z.whoami,
         }))))
     }
 

@@ -1,8 +1,10 @@
 //! Answers nodens gives from its own configuration, per zone, before the
 //! cache: local records (CoreDNS's `hosts`: inline entries and hosts files
-//! followed while running), synthesised answers (`template`) and the
-//! RFC 6761 names (`local`). In CoreDNS's order: `local`, `template`,
-//! `hosts`; what none of them answers goes on to the cache and upstream.
+//! followed while running), synthesised answers (`template`), the
+//! RFC 6761 names (`local`) and the client's own address (`whoami`). In
+//! CoreDNS's order: `local`, `template`, `hosts`, `whoami` (which answers
+//! everything left); what none of them answers goes on to the cache and
+//! upstream.
 //!
 //! They are answered before the cache, so they are not cached: a changed
 //! hosts file or a reload shows at once. The cache-hit path of a
@@ -15,8 +17,9 @@ mod reply;
 pub(crate) mod rr;
 pub(crate) mod template;
 mod watch;
+mod whoami;
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,6 +60,8 @@ pub(crate) struct Plan {
     pub(crate) local: bool,
     pub(crate) templates: Vec<Template>,
     pub(crate) hosts: Option<HostsPlan>,
+    /// Answer every other question with the client's address and port.
+    pub(crate) whoami: bool,
 }
 
 /// `[zone.hosts]`, with its files read.
@@ -119,7 +124,8 @@ impl Stage {
         zone: usize,
         query: &Query<'_>,
         folded: &[u8],
-        client: IpAddr,
+        client: SocketAddr,
+        tcp: bool,
         limit: usize,
         out: &mut Vec<u8>,
     ) -> Option<u16> {
@@ -129,12 +135,20 @@ impl Stage {
             return Some(crate::wire::read_u16(out, 2) & 0x000f);
         }
         if !plan.templates.is_empty()
-            && let Some(code) = templates(&plan.templates, query, folded, client, limit, out)
+            && let Some(code) = templates(&plan.templates, query, folded, client.ip(), limit, out)
         {
             return Some(code);
         }
-        let hosts = plan.hosts.as_ref()?;
-        answer_hosts(hosts, &records.files, query, folded, limit, out)
+        if let Some(hosts) = &plan.hosts
+            && let Some(code) = answer_hosts(hosts, &records.files, query, folded, limit, out)
+        {
+            return Some(code);
+        }
+        if plan.whoami {
+            whoami::answer(query, client, tcp, limit, out);
+            return Some(rcode::NOERROR);
+        }
+        None
     }
 }
 

@@ -44,7 +44,7 @@ mod settings;
 pub(crate) mod stats;
 
 use std::future::Future;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::time::Instant;
@@ -168,7 +168,7 @@ impl Service for Shared {
     type PerListener = StatsSlot;
     type Job = Job;
 
-    /// The stages in order.
+    /// [`Service::handle_from`] with port 0.
     #[inline]
     fn handle(
         self: &Arc<Self>,
@@ -178,6 +178,20 @@ impl Service for Shared {
         proto: Proto,
         out: &mut Vec<u8>,
     ) -> Handled<Job> {
+        self.handle_from(packet, SocketAddr::new(client, 0), listener, proto, out)
+    }
+
+    /// The stages in order.
+    #[inline]
+    fn handle_from(
+        self: &Arc<Self>,
+        packet: &[u8],
+        peer: SocketAddr,
+        listener: &ListenerView,
+        proto: Proto,
+        out: &mut Vec<u8>,
+    ) -> Handled<Job> {
+        let client = peer.ip();
         let started = Instant::now();
         let settings = self.settings.load();
         if let Some(done) = admit::admit(&settings, &self.metrics, packet, client, started, out) {
@@ -218,7 +232,7 @@ impl Service for Shared {
             return Handled::Reply;
         }
         if let Some(stage) = &settings.records
-            && records::answer(&request, stage, client, out)
+            && records::answer(&request, stage, peer, out)
         {
             return Handled::Reply;
         }

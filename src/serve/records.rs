@@ -1,9 +1,9 @@
 //! The local-records stage, before the cache: a zone's `hosts` records,
-//! `template` rules and `local` names (src/records/) answer here, counted
+//! `template` rules, `local` names and `whoami` (src/records/) answer here, counted
 //! as the zone's replies. Off (no zone has any), the hit path pays the one
 //! branch on `Settings::records` in `handle`.
 
-use std::net::IpAddr;
+use std::net::SocketAddr;
 
 use super::hit::Request;
 use super::reply_limit;
@@ -13,7 +13,7 @@ use crate::records::Stage;
 pub(super) fn answer(
     request: &Request<'_, '_>,
     stage: &Stage,
-    client: IpAddr,
+    client: SocketAddr,
     out: &mut Vec<u8>,
 ) -> bool {
     let limit = reply_limit(request.proto, request.query, request.settings);
@@ -22,6 +22,7 @@ pub(super) fn answer(
         request.query,
         request.key.name,
         client,
+        request.proto == crate::listen::Proto::Tcp,
         limit,
         out,
     ) else {

@@ -305,3 +305,65 @@ fn hosts_fallthrough_matches_coredns() {
     let nope = udp_query(nodens.dns, &Q::new("nope.test.", Rt::A));
     assert_eq!(nope.rcode(), 3, "from upstream");
 }
+
+/// Asks `server` for `name` A from a socket of its own; the reply's
+/// additional section as text, the client's port written `PORT`.
+fn whoami(server: std::net::SocketAddr, name: &str, tcp: bool) -> (u16, bool, usize, Vec<String>) {
+    let q = Q::new(name, Rt::A);
+    let (raw, port) = if tcp {
+        let mut c = Tcp::connect(server);
+        let port = c.stream.local_addr().unwrap().port();
+        c.send(&q.to_bytes()).unwrap();
+        match c.recv(Duration::from_secs(5)) {
+            TcpRead::Msg(raw) => (raw, port),
+            other => panic!("no TCP answer from {server}: {other:?}"),
+        }
+    } else {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        socket.send_to(&q.to_bytes(), server).unwrap();
+        let mut buf = [0u8; 1500];
+        let n = socket.recv(&mut buf).unwrap();
+        (buf[..n].to_vec(), socket.local_addr().unwrap().port())
+    };
+    let reply = Reply::parse(raw, Duration::ZERO);
+    let mut extra: Vec<String> = reply
+        .msg
+        .additionals()
+        .iter()
+        .map(|r| r.to_string().replace(&format!(" {port} "), " PORT "))
+        .collect();
+    extra.sort();
+    (
+        reply.rcode(),
+        reply.msg.authoritative(),
+        reply.msg.answers().len(),
+        extra,
+    )
+}
+
+/// `whoami` alone in a block: every name answered with the client's
+/// address and port, as CoreDNS.
+#[test]
+fn whoami_matches_coredns() {
+    needs!(Need::CoreDns);
+    let net = Net::alloc();
+    let dir = tempfile::tempdir().unwrap();
+    let (reference, nodens) = pair(&net, dir.path(), |at| {
+        format!(
+            ".:{port} {{\n  bind {ip}\n  whoami\n}}\n",
+            port = at.port(),
+            ip = at.ip()
+        )
+    });
+    for tcp in [false, true] {
+        for name in ["example.org.", "Mixed.Case.example.", "."] {
+            let want = whoami(reference.addr, name, tcp);
+            let got = whoami(nodens.dns, name, tcp);
+            assert_eq!(got, want, "{name} over tcp={tcp}");
+            assert!(got.3.iter().any(|r| r.contains("PORT")), "{got:?}");
+        }
+    }
+}

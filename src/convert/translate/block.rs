@@ -69,7 +69,7 @@ pub(super) fn translate_block(
             "hosts" => records::hosts(d, &mut out, plan),
             "template" => records::template(d, &mut out, plan),
             "local" => records::local(d, &mut out),
-            "whoami" => records::whoami(d, plan),
+            "whoami" => records::whoami(d, &mut out),
             "ready" => plan.notes.add(
                 line,
                 "ready: nodens answers /ready on the [metrics] listen address",
@@ -96,6 +96,7 @@ pub(super) fn translate_block(
             ),
         }
     }
+    records::settle_whoami(&mut out, &options.resolv_conf, plan);
     let Some((upstream, forward_line)) = out.forward.clone() else {
         let names: Vec<&str> = keys.zones.iter().map(|(n, _)| n.as_str()).collect();
         plan.untranslated.add(

@@ -116,6 +116,8 @@ pub(super) struct ZoneOut {
 pub(super) struct RecordsOut {
     pub keys: String,
     pub tables: String,
+    /// The line of a `whoami`, settled once the block's `forward` is known.
+    pub whoami: Option<usize>,
 }
 
 /// `[cache]`, from every block's `cache`.

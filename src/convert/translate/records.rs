@@ -1,12 +1,13 @@
-//! `hosts`, `template` and `local`: a block's local answers, written as
+//! `hosts`, `template`, `local` and `whoami`: a block's local answers, written as
 //! its zones' `[zone.hosts]`, `[[zone.template]]` and `local = true`
-//! (docs/migration.md). `whoami` is listed as not translated.
+//! (docs/migration.md), and `whoami`, `whoami = true`.
 
 use std::fmt::Write as _;
+use std::path::Path;
 
 use super::super::corefile::{Directive, go_duration};
-use super::Plan;
 use super::block::{BlockOut, describe};
+use super::{Plan, Upstream};
 use crate::records::hosts::HostsData;
 use crate::records::template::RecordText;
 
@@ -169,11 +170,31 @@ pub(super) fn template(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
     out.records.tables.push_str(&t);
 }
 
-/// `whoami`: not translated.
-pub(super) fn whoami(d: &Directive, plan: &mut Plan) {
-    plan.untranslated.add(
-        d.line(),
-        "whoami: not translated; nodens forwards these names instead of answering with the client's address",
+/// `whoami`: answered once the block is read ([`settle_whoami`]).
+pub(super) fn whoami(d: &Directive, out: &mut BlockOut) {
+    out.records.whoami = Some(d.line());
+}
+
+/// `whoami` comes after `forward` in CoreDNS's plugin order: in a block
+/// that forwards it answers nothing; in one that does not, it answers every
+/// name, which nodens does with a zone whose upstreams are never asked.
+pub(super) fn settle_whoami(out: &mut BlockOut, resolv_conf: &Path, plan: &mut Plan) {
+    let Some(line) = out.records.whoami else {
+        return;
+    };
+    if out.forward.is_some() {
+        plan.notes.add(
+            line,
+            "whoami: after `forward`, which answers every name of the block, it answers nothing; left out",
+        );
+        return;
+    }
+    let _ = writeln!(out.records.keys, "whoami = true   # line {line}");
+    out.forward = Some((Upstream::ResolvConf(resolv_conf.to_owned(), false), line));
+    out.cached = true;
+    plan.notes.add(
+        line,
+        "whoami: the block does not forward, so nodens's zone answers every name with whoami (its resolv_conf is read, never asked)",
     );
 }
 
@@ -238,8 +259,19 @@ mod tests {
         assert_eq!(t[0]["zones"][0].as_str(), Some("example.org"));
         assert_eq!(t[0]["authority"].as_array().map(Vec::len), Some(0));
         assert_eq!(t[1]["authority"].as_array().map(Vec::len), Some(1));
-        assert!(listed(&c, 4, "whoami"));
+        assert!(
+            c.notes
+                .iter()
+                .any(|n| n.lines == [4] && n.message.contains("whoami"))
+        );
+        assert!(
+            z.get("whoami").is_none(),
+            "after forward, whoami answers nothing"
+        );
         assert!(listed(&c, 8, "ederror"));
         assert!(listed(&c, 11, "(?<=x)"));
+        // A block with whoami alone answers every name with it.
+        let c = ok(".:53 {\n  bind 127.0.0.1\n  whoami\n}\n");
+        assert_eq!(zone(&c)["whoami"].as_bool(), Some(true));
     }
 }
