@@ -84,6 +84,17 @@ struct ZoneRecords {
     files: Arc<Vec<Source>>,
 }
 
+/// A question as the local answers see it.
+pub(crate) struct Asked<'r, 'q> {
+    pub(crate) query: &'r Query<'q>,
+    /// Its name, folded to lower case (wire form).
+    pub(crate) folded: &'r [u8],
+    pub(crate) client: SocketAddr,
+    pub(crate) tcp: bool,
+    /// The largest reply the client takes.
+    pub(crate) limit: usize,
+}
+
 /// Every zone's local answers, by zone index.
 pub(crate) struct Stage {
     zones: Box<[Option<ZoneRecords>]>,
@@ -116,19 +127,21 @@ impl Stage {
         Some(Stage { zones })
     }
 
-    /// Writes the answer to `query` (in zone `zone`, its name `folded`)
-    /// into `out` and returns its response code; `None` when the query
+    /// Writes the answer to the question (in zone `zone`) into `out` and returns its response code; `None` when the query
     /// goes on to the cache.
     pub(crate) fn answer(
         &self,
         zone: usize,
-        query: &Query<'_>,
-        folded: &[u8],
-        client: SocketAddr,
-        tcp: bool,
-        limit: usize,
+        asked: &Asked<'_, '_>,
         out: &mut Vec<u8>,
     ) -> Option<u16> {
+        let &Asked {
+            query,
+            folded,
+            client,
+            tcp,
+            limit,
+        } = asked;
         let records = self.zones.get(zone)?.as_ref()?;
         let plan = &records.plan;
         if plan.local && local::answer(query, folded, limit, out) {

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 
 use super::hit::Request;
 use super::reply_limit;
-use crate::records::Stage;
+use crate::records::{Asked, Stage};
 
 /// Writes the answer into `out` when the zone's records give one.
 pub(super) fn answer(
@@ -17,15 +17,14 @@ pub(super) fn answer(
     out: &mut Vec<u8>,
 ) -> bool {
     let limit = reply_limit(request.proto, request.query, request.settings);
-    let Some(code) = stage.answer(
-        request.zone.index,
-        request.query,
-        request.key.name,
+    let asked = Asked {
+        query: request.query,
+        folded: request.key.name,
         client,
-        request.proto == crate::listen::Proto::Tcp,
+        tcp: request.proto == crate::listen::Proto::Tcp,
         limit,
-        out,
-    ) else {
+    };
+    let Some(code) = stage.answer(request.zone.index, &asked, out) else {
         return false;
     };
     let seconds = request.started.elapsed().as_secs_f64();
