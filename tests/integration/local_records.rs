@@ -31,6 +31,9 @@ fn corefile(listen: std::net::SocketAddr, upstream: std::net::SocketAddr, hosts:
     rcode NXDOMAIN
     fallthrough
   }}
+  template ANY ANY reddog.example {{
+    rcode NXDOMAIN
+  }}
   template IN A test {{
     match "^ip-(\d+)-(\d+)\.test\.$"
     answer "{{{{ .Name }}}} 60 IN A 10.9.{{{{ index .Match 1 }}}}.{{{{ index .Match 2 }}}}"
@@ -141,6 +144,8 @@ fn answers_match_coredns() {
         ("a.b.c.test.", Rt::A),
         ("a.b.c.test.", Rt::TXT),
         ("ip-3-4.test.", Rt::A),
+        ("reddog.example.", Rt::SOA),
+        ("x.y.reddog.example.", Rt::AAAA),
         ("localhost.", Rt::A),
         ("localhost.", Rt::AAAA),
         ("localhost.", Rt::MX),
