@@ -277,6 +277,7 @@ impl File {
                 port: e.port.clone(),
             }),
             cache,
+            records: self.compile_records(index, z)?,
         })
     }
 

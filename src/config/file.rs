@@ -468,6 +468,19 @@ pub struct ZoneConfig {
     /// This zone's cache policy, each key falling back to `[cache]`.
     #[serde(default)]
     pub cache: super::zone_cache::ZoneCacheConfig,
+    /// Local records (`[zone.hosts]`), synthesised answers
+    /// (`[[zone.template]]`) and the RFC 6761 names (`local`), answered
+    /// before the cache (`records`).
+    #[serde(default)]
+    pub hosts: Option<super::records::HostsConfig>,
+    #[serde(default)]
+    pub template: Vec<super::records::TemplateConfig>,
+    #[serde(default)]
+    pub local: bool,
+    /// Answer every question left with the client's address and port
+    /// (CoreDNS's `whoami`).
+    #[serde(default)]
+    pub whoami: bool,
 }
 
 /// How a zone's queries travel upstream.
@@ -563,6 +576,10 @@ impl ZoneConfig {
             max_fails: default_max_fails(),
             health_check: default_health_check(),
             cache: Default::default(),
+            hosts: None,
+            template: Vec::new(),
+            local: false,
+            whoami: false,
         }
     }
 }

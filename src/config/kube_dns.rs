@@ -279,6 +279,7 @@ impl File {
             upstream,
             endpoints: None,
             cache,
+            records: None,
         }
     }
 }

@@ -16,6 +16,7 @@ mod file;
 mod http;
 mod kube_dns;
 mod position;
+mod records;
 pub(crate) mod resolv_conf;
 mod values;
 mod zone_cache;
@@ -35,6 +36,7 @@ pub use file::{
 };
 pub use kube_dns::{KubeDnsPoll, KubeDnsSource};
 use position::Document;
+pub use records::{FallthroughConfig, HostsConfig, RecordsPlan, TemplateConfig};
 pub use resolv_conf::{ResolvConfError, nameservers as resolv_conf_nameservers};
 pub use values::{BadValue, DnsAddr, HttpListen, LogFilter, ZoneName};
 pub use zone_cache::{CachePolicy, ZoneCacheConfig};
@@ -185,6 +187,8 @@ pub struct ZonePlan {
     pub endpoints: Option<EndpointsPlan>,
     /// The zone's cache policy (`[zone.cache]` over `[cache]`).
     pub cache: CachePolicy,
+    /// Answers from the configuration before the cache (`records`).
+    pub records: Option<RecordsPlan>,
 }
 
 /// What an upstream is built from; an upstream whose settings did not

@@ -226,6 +226,7 @@ fn zone(w: &mut String, z: &ZoneOut) {
     if let Some(n) = z.max_fails {
         let _ = writeln!(w, "max_fails = {n}");
     }
+    w.push_str(&z.records.keys);
     if let Some(idle) = z.idle_timeout {
         let _ = writeln!(
             w,
@@ -234,6 +235,7 @@ fn zone(w: &mut String, z: &ZoneOut) {
         );
     }
     zone_cache(w, &z.cache);
+    w.push_str(&z.records.tables);
 }
 
 /// `[zone.cache]`: what the block's `cache` sets, each with its line.

@@ -89,6 +89,20 @@ pub trait Service: Send + Sync + Sized + 'static {
         out: &mut Vec<u8>,
     ) -> Handled<Self::Job>;
 
+    /// [`Service::handle`] with the client's port as well, which the
+    /// listeners know: for answers that carry it (`whoami`).
+    #[inline]
+    fn handle_from(
+        self: &Arc<Self>,
+        packet: &[u8],
+        client: std::net::SocketAddr,
+        listener: &ListenerInfo<Self::PerListener>,
+        proto: Proto,
+        out: &mut Vec<u8>,
+    ) -> Handled<Self::Job> {
+        self.handle(packet, client.ip(), listener, proto, out)
+    }
+
     /// Does the job's waiting and writes the reply into `out`.
     fn resolve(
         self: &Arc<Self>,

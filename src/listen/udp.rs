@@ -328,9 +328,9 @@ impl<S: Service> Worker<S> {
             let Some((packet, peer, local)) = received.get(i) else {
                 continue;
             };
-            match self.service.handle(
+            match self.service.handle_from(
                 packet,
-                peer.ip(),
+                peer,
                 &self.info,
                 Proto::Udp,
                 replies.next_buffer(),

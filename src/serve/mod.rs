@@ -8,6 +8,8 @@
 //! 2. parse: a malformed query gets FORMERR/NOTIMP (or nothing);
 //! 3. `route`: the zone of the name, REFUSED if none;
 //! 4. `identity`: the CHAOS identity names (`id.server`, `version.bind`);
+//!    then `records`: the zone's local records, templates and `local`
+//!    names (only when some zone has them);
 //! 5. `autopath`: a verified pod's first search-list expansion is
 //!    answered with the end of its walk from the cache, or becomes a
 //!    [`Job::Autopath`] (or goes on as without it);
@@ -35,13 +37,14 @@ pub(crate) mod metrics;
 mod miss;
 mod prefetch;
 mod prime;
+mod records;
 mod route;
 mod search;
 mod settings;
 pub(crate) mod stats;
 
 use std::future::Future;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::time::Instant;
@@ -165,7 +168,7 @@ impl Service for Shared {
     type PerListener = StatsSlot;
     type Job = Job;
 
-    /// The stages in order.
+    /// [`Service::handle_from`] with port 0.
     #[inline]
     fn handle(
         self: &Arc<Self>,
@@ -175,6 +178,20 @@ impl Service for Shared {
         proto: Proto,
         out: &mut Vec<u8>,
     ) -> Handled<Job> {
+        self.handle_from(packet, SocketAddr::new(client, 0), listener, proto, out)
+    }
+
+    /// The stages in order.
+    #[inline]
+    fn handle_from(
+        self: &Arc<Self>,
+        packet: &[u8],
+        peer: SocketAddr,
+        listener: &ListenerView,
+        proto: Proto,
+        out: &mut Vec<u8>,
+    ) -> Handled<Job> {
+        let client = peer.ip();
         let started = Instant::now();
         let settings = self.settings.load();
         if let Some(done) = admit::admit(&settings, &self.metrics, packet, client, started, out) {
@@ -212,6 +229,11 @@ impl Service for Shared {
             started,
         };
         if identity::answer(&request, settings.identity.as_ref(), out) {
+            return Handled::Reply;
+        }
+        if let Some(stage) = &settings.records
+            && records::answer(&request, stage, peer, out)
+        {
             return Handled::Reply;
         }
         if let Some(at) = self.autopath_candidate(&key, client, &settings) {

@@ -28,6 +28,8 @@ pub(crate) struct Settings {
     pub cluster: ClusterRules,
     /// What the CHAOS identity names answer; `None`: REFUSED.
     pub identity: Option<Identity>,
+    /// The zones' local answers (`records`); `None` when no zone has any.
+    pub records: Option<crate::records::Stage>,
 }
 
 impl Settings {
@@ -54,6 +56,7 @@ impl Settings {
             tcp: config.server.tcp,
             cluster: config.cluster.clone(),
             identity: config.server.identity.then(Identity::of_this_node),
+            records: crate::records::Stage::build(&config.zones, upkeep),
         }
     }
 }

@@ -28,6 +28,7 @@ mod forwarding;
 mod handover;
 mod http_bounds;
 mod lifecycle;
+mod local_records;
 mod malformed;
 mod metrics;
 mod negative;

@@ -10,7 +10,9 @@ use std::time::Duration;
 use super::super::corefile::{Directive, ServerBlock};
 use super::super::{ConvertError, Options};
 use super::keys::Keys;
-use super::{Findings, Plan, Upstream, ZoneCacheOut, ZoneOut, cache, forward, zone_defaults};
+use super::{
+    Findings, Plan, Upstream, ZoneCacheOut, ZoneOut, cache, forward, records, zone_defaults,
+};
 
 /// What one block's directives say, before it becomes zones.
 #[derive(Default)]
@@ -27,6 +29,7 @@ pub(super) struct BlockOut {
     pub(super) max_ttl: Option<Duration>,
     pub(super) negative_max_ttl: Option<Duration>,
     pub(super) cache: ZoneCacheOut,
+    pub(super) records: super::RecordsOut,
 }
 
 /// Translates one block into zones; returns its listen addresses, or
@@ -66,6 +69,10 @@ pub(super) fn translate_block(
                     &mut plan.untranslated,
                 )
             }
+            "hosts" => records::hosts(d, &mut out, plan),
+            "template" => records::template(d, &mut out, plan),
+            "local" => records::local(d, &mut out),
+            "whoami" => records::whoami(d, &mut out),
             "ready" => plan.notes.add(
                 line,
                 "ready: nodens answers /ready on the [metrics] listen address",
@@ -92,6 +99,7 @@ pub(super) fn translate_block(
             ),
         }
     }
+    records::settle_whoami(&mut out, &options.resolv_conf, plan);
     let Some((upstream, forward_line)) = out.forward.clone() else {
         let names: Vec<&str> = keys.zones.iter().map(|(n, _)| n.as_str()).collect();
         plan.untranslated.add(
@@ -155,6 +163,7 @@ pub(super) fn translate_block(
             max_ttl: out.max_ttl,
             negative_max_ttl: out.negative_max_ttl,
             cache: out.cache.clone(),
+            records: out.records.clone(),
         });
         added = true;
     }

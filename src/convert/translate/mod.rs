@@ -16,6 +16,7 @@ mod block;
 mod cache;
 mod forward;
 mod keys;
+mod records;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -106,6 +107,18 @@ pub(super) struct ZoneOut {
     pub max_ttl: Option<Duration>,
     pub negative_max_ttl: Option<Duration>,
     pub cache: ZoneCacheOut,
+    /// `hosts`, `template`, `local` (`records`).
+    pub records: RecordsOut,
+}
+
+/// A zone's local answers as TOML: keys of the `[[zone]]` table, and the
+/// sub-tables written after it.
+#[derive(Debug, Clone, Default)]
+pub(super) struct RecordsOut {
+    pub keys: String,
+    pub tables: String,
+    /// The line of a `whoami`, settled once the block's `forward` is known.
+    pub whoami: Option<usize>,
 }
 
 /// `[cache]`, from every block's `cache`: the capacity, one for all.

@@ -1,0 +1,258 @@
+//! Local records from hosts-file lines (CoreDNS's `hosts`): names to IPv4
+//! and IPv6 addresses, and (unless `reverse` is off) addresses to names for
+//! PTR. A line is `ADDRESS NAME...`, `#` starts a comment. Unlike CoreDNS,
+//! which skips a line it cannot read, nodens refuses it with its line: a
+//! typo in a record should not silently answer differently.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::Path;
+use std::time::SystemTime;
+
+use crate::search::names::suffix_at;
+use crate::wire::name;
+
+/// The records of one hosts file or of the inline entries.
+#[derive(Debug, Default)]
+pub(crate) struct HostsData {
+    v4: HashMap<Box<[u8]>, Vec<Ipv4Addr>>,
+    v6: HashMap<Box<[u8]>, Vec<Ipv6Addr>>,
+    /// Address to names, in wire form.
+    names: HashMap<IpAddr, Vec<Box<[u8]>>>,
+}
+
+/// A line that does not parse: its number (1-based) and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LineError {
+    pub(crate) line: usize,
+    pub(crate) message: String,
+}
+
+/// What a file looked like when it was read: a change to any of these
+/// means read it again (CoreDNS compares mtime and size; the inode also
+/// catches a file replaced by a rename, as a ConfigMap update does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    mtime: Option<SystemTime>,
+    size: u64,
+    inode: u64,
+}
+
+impl Stamp {
+    pub(crate) fn of(meta: &std::fs::Metadata) -> Stamp {
+        use std::os::unix::fs::MetadataExt;
+        Stamp {
+            mtime: meta.modified().ok(),
+            size: meta.len(),
+            inode: meta.ino(),
+        }
+    }
+}
+
+/// `addr` without an IPv6 zone (`fe80::1%eth0`), as CoreDNS reads it.
+fn address(text: &str) -> Option<IpAddr> {
+    let text = text.split_once('%').map_or(text, |(a, _)| a);
+    text.parse().ok()
+}
+
+impl HostsData {
+    /// Parses hosts-file text. Names outside `zones` are left out, as
+    /// CoreDNS leaves them out.
+    pub(crate) fn parse(
+        text: &str,
+        zones: &[Box<[u8]>],
+        reverse: bool,
+    ) -> Result<HostsData, LineError> {
+        let mut data = HostsData::default();
+        for (i, line) in text.lines().enumerate() {
+            let fail = |message: String| LineError {
+                line: i + 1,
+                message,
+            };
+            let line = line.split_once('#').map_or(line, |(l, _)| l);
+            let mut fields = line.split_whitespace();
+            let Some(first) = fields.next() else { continue };
+            let ip =
+                address(first).ok_or_else(|| fail(format!("`{first}` is not an IP address")))?;
+            let mut any = false;
+            for host in fields {
+                any = true;
+                let wire: Box<[u8]> = name::from_text(host)
+                    .map_err(|e| fail(e.0))?
+                    .into_boxed_slice();
+                if !zones.iter().any(|z| suffix_at(&wire, z).is_some()) {
+                    continue;
+                }
+                match ip {
+                    IpAddr::V4(v4) => data.v4.entry(wire.clone()).or_default().push(v4),
+                    IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                        Some(v4) => data.v4.entry(wire.clone()).or_default().push(v4),
+                        None => data.v6.entry(wire.clone()).or_default().push(v6),
+                    },
+                }
+                if reverse {
+                    data.names.entry(canonical(ip)).or_default().push(wire);
+                }
+            }
+            if !any {
+                return Err(fail(format!("`{first}` has no names after it")));
+            }
+        }
+        Ok(data)
+    }
+
+    pub(crate) fn v4(&self, name: &[u8]) -> &[Ipv4Addr] {
+        self.v4.get(name).map_or(&[], Vec::as_slice)
+    }
+
+    pub(crate) fn v6(&self, name: &[u8]) -> &[Ipv6Addr] {
+        self.v6.get(name).map_or(&[], Vec::as_slice)
+    }
+
+    pub(crate) fn names_of(&self, ip: IpAddr) -> &[Box<[u8]>] {
+        self.names.get(&canonical(ip)).map_or(&[], Vec::as_slice)
+    }
+
+    /// Names with addresses.
+    pub(crate) fn len(&self) -> usize {
+        self.v4.len() + self.v6.len()
+    }
+}
+
+/// An IPv4-mapped IPv6 address is its IPv4 address (Go's net.IP says so).
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// Reads and parses a hosts file. A file that does not exist is empty
+/// (CoreDNS warns and serves nothing from it until it appears).
+pub(crate) fn read_file(
+    path: &Path,
+    zones: &[Box<[u8]>],
+    reverse: bool,
+) -> Result<(HostsData, Option<Stamp>), String> {
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            tracing::warn!(path = %path.display(), "hosts file does not exist (yet): no records from it until it does");
+            return Ok((HostsData::default(), None));
+        }
+        Err(e) => return Err(format!("hosts file {}: {e}", path.display())),
+    };
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("hosts file {}: {e}", path.display()))?;
+    let data = HostsData::parse(&text, zones, reverse).map_err(|e| {
+        format!(
+            "hosts file {} line {}: {}",
+            path.display(),
+            e.line,
+            e.message
+        )
+    })?;
+    Ok((data, Some(Stamp::of(&meta))))
+}
+
+/// The address a reverse name (`4.3.2.1.in-addr.arpa.`, 32 nibbles under
+/// `ip6.arpa.`) stands for, in folded wire form; none for another name.
+pub(crate) fn reverse_address(wire: &[u8]) -> Option<IpAddr> {
+    let mut labels = Vec::new();
+    let mut at = 0;
+    while at < wire.len() && wire[at] != 0 {
+        let len = wire[at] as usize;
+        labels.push(wire.get(at + 1..at + 1 + len)?);
+        at += 1 + len;
+    }
+    let n = labels.len();
+    if n == 6 && labels[4] == b"in-addr" && labels[5] == b"arpa" {
+        let mut octets = [0u8; 4];
+        for (i, label) in labels[..4].iter().enumerate() {
+            let text = std::str::from_utf8(label).ok()?;
+            if text.is_empty() || text.len() > 3 || !text.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            octets[3 - i] = text.parse().ok()?;
+        }
+        return Some(IpAddr::V4(Ipv4Addr::from(octets)));
+    }
+    if n == 34 && labels[32] == b"ip6" && labels[33] == b"arpa" {
+        let mut bits: u128 = 0;
+        for label in labels[..32].iter().rev() {
+            let [digit] = label else { return None };
+            let nibble = (*digit as char).to_digit(16)?;
+            bits = (bits << 4) | u128::from(nibble);
+        }
+        return Some(IpAddr::V6(Ipv6Addr::from(bits)));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root() -> Vec<Box<[u8]>> {
+        vec![Box::from(&[0u8][..])]
+    }
+
+    #[test]
+    fn lines_names_and_comments() {
+        let text = "# comment\n10.0.0.1 a.example.org b # c\n\n::1 a.example.org\n10.0.0.2 A.Example.Org.\n";
+        let data = HostsData::parse(text, &root(), true).unwrap();
+        let a = name::from_text("a.example.org").unwrap();
+        assert_eq!(
+            data.v4(&a),
+            [
+                "10.0.0.1".parse::<Ipv4Addr>().unwrap(),
+                "10.0.0.2".parse().unwrap()
+            ]
+        );
+        assert_eq!(data.v6(&a), ["::1".parse::<Ipv6Addr>().unwrap()]);
+        assert_eq!(data.v4(&name::from_text("b").unwrap()).len(), 1);
+        assert_eq!(data.v4(&name::from_text("c").unwrap()).len(), 0);
+        assert_eq!(data.names_of("10.0.0.1".parse().unwrap()).len(), 2);
+        let without = HostsData::parse(text, &root(), false).unwrap();
+        assert!(without.names_of("10.0.0.1".parse().unwrap()).is_empty());
+    }
+
+    #[test]
+    fn names_outside_the_zones_are_left_out() {
+        let zones = vec![name::from_text("example.org").unwrap().into_boxed_slice()];
+        let data =
+            HostsData::parse("10.0.0.1 a.example.org a.example.com\n", &zones, true).unwrap();
+        assert_eq!(data.len(), 1);
+    }
+
+    #[test]
+    fn bad_lines_name_their_number() {
+        let e = HostsData::parse("10.0.0.1 a\n10.0.0.300 b\n", &root(), true).unwrap_err();
+        assert_eq!(e.line, 2);
+        assert!(e.message.contains("10.0.0.300"), "{e:?}");
+        let e = HostsData::parse("\n\n10.0.0.1\n", &root(), true).unwrap_err();
+        assert_eq!(e.line, 3);
+        let long = format!("10.0.0.1 {}.example\n", "x".repeat(64));
+        assert_eq!(HostsData::parse(&long, &root(), true).unwrap_err().line, 1);
+    }
+
+    #[test]
+    fn reverse_names() {
+        let v4 = name::from_text("4.3.2.10.in-addr.arpa").unwrap();
+        assert_eq!(reverse_address(&v4), Some("10.2.3.4".parse().unwrap()));
+        let short = name::from_text("3.2.10.in-addr.arpa").unwrap();
+        assert_eq!(reverse_address(&short), None);
+        let nibbles: String = format!("{:032x}", 0x2001_0db8_u128 << 96)
+            .chars()
+            .rev()
+            .map(|c| format!("{c}."))
+            .collect();
+        let nibbles = nibbles.replacen('0', "1", 1);
+        let v6 = name::from_text(&format!("{nibbles}ip6.arpa")).unwrap();
+        assert_eq!(reverse_address(&v6), Some("2001:db8::1".parse().unwrap()));
+        assert_eq!(
+            reverse_address(&name::from_text("a.example").unwrap()),
+            None
+        );
+    }
+}
