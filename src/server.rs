@@ -622,7 +622,7 @@ async fn given(giving: &mut Option<tokio::sync::oneshot::Receiver<Given>>) -> Gi
 fn log_zones(shared: &Shared) {
     for zone in shared.settings.load().router.zones() {
         let ups: Vec<&str> = zone.upstreams.iter().map(|u| u.label.as_str()).collect();
-        tracing::info!(zone = %zone.name, upstreams = ?ups, "forwarding zone");
+        tracing::info!(zone = %zone.name, view = %zone.view, upstreams = ?ups, "forwarding zone");
     }
 }
 

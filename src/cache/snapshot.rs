@@ -428,7 +428,13 @@ pub fn write(
     let mut record = Vec::new();
     let mut count = 0;
     for (key, entry) in cache.success.iter().chain(cache.denial.iter()) {
-        if entry.kind == Kind::Failure || !entry.is_servable_stale(now, stale_max_age) {
+        // An answer of a view (`[[zone]] listen`) is not carried: the
+        // reader's views may be other ones, and a view's answer must not
+        // reach another's clients.
+        if entry.kind == Kind::Failure
+            || !entry.is_servable_stale(now, stale_max_age)
+            || key.view() != 0
+        {
             continue;
         }
         encode(&key, &entry.parts(now), &mut record);

@@ -273,6 +273,7 @@ impl File {
                 service: e.service.get_ref().clone(),
                 port: e.port.clone(),
             }),
+            listen: z.listen.iter().map(|a| a.get_ref().0).collect(),
         })
     }
 

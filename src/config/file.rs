@@ -447,6 +447,11 @@ pub struct ZoneConfig {
     /// First wait between health probes of a down upstream; doubles up to 30 s.
     #[serde(default = "default_health_check", with = "humantime_serde")]
     pub health_check: Duration,
+    /// The listen addresses (of `[server] listen`) this zone serves, a
+    /// view: empty, every one. The same zone name may appear again for
+    /// other addresses with other settings.
+    #[serde(default)]
+    pub listen: Vec<Spanned<DnsAddr>>,
 }
 
 /// How a zone's queries travel upstream.
@@ -541,6 +546,7 @@ impl ZoneConfig {
             pool: PoolConfig::default(),
             max_fails: default_max_fails(),
             health_check: default_health_check(),
+            listen: Vec::new(),
         }
     }
 }

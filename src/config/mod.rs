@@ -17,6 +17,7 @@ mod http;
 mod position;
 pub(crate) mod resolv_conf;
 mod values;
+pub(crate) mod views;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -177,6 +178,8 @@ pub struct ZonePlan {
     /// Upstreams discovered from a Service's EndpointSlices; `upstreams`
     /// is the fallback while they are unknown.
     pub endpoints: Option<EndpointsPlan>,
+    /// The listen addresses this zone serves (a view); empty: every one.
+    pub listen: Vec<SocketAddr>,
 }
 
 /// What an upstream is built from; an upstream whose settings did not
