@@ -347,7 +347,13 @@ impl Server {
         self.apply_listeners(&config.listen)?;
         self.apply_http(&config.http)?;
         self.shared.cache.set_capacity(config.cache.capacity);
+        let views_changed = !settings
+            .router
+            .same_views(&self.shared.settings.load().router);
         self.shared.settings.store(Arc::new(settings));
+        if views_changed {
+            self.shared.cache.forget_views();
+        }
         log_zones(&self.shared);
         self.shared.prime();
         self.config = config;

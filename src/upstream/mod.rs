@@ -234,6 +234,14 @@ impl Router {
         router
     }
 
+    /// Whether the cache's view partitions stand for the same listeners in
+    /// `other`. A view's zones may change (their answers stay cached, as
+    /// every zone's do across a reload); which listeners share a partition
+    /// may not, or one listener would get another's answers.
+    pub(crate) fn same_views(&self, other: &Router) -> bool {
+        self.listeners == other.listeners
+    }
+
     /// The view of the listener at `addr`: 0 without views (one
     /// predictable branch), else its table and cache partition.
     #[inline]

@@ -45,4 +45,5 @@ mod upstream_faults;
 mod upstream_health;
 mod upstream_pool;
 mod upstream_service;
+mod views;
 mod wire_robustness;
