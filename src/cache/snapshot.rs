@@ -596,6 +596,35 @@ mod tests {
         loaded.first_refusal.unwrap()
     }
 
+    /// A view's answers stay behind (the reader's views may be others),
+    /// and a record claiming a view is refused.
+    #[test]
+    fn answers_of_views_are_not_carried() {
+        let now = Instant::now();
+        let from = Cache::new(1 << 20);
+        for (name, view) in [(HOST, 0), (OTHER, 3)] {
+            let msg = answer(name, 0x8180, 3600);
+            let layout = response::layout(&msg).unwrap();
+            from.insert(
+                key(name).in_view(view).to_owned(),
+                Arc::new(Entry::from_response(&msg, &layout, &POLICY, now)),
+            );
+        }
+        let mut written = Vec::new();
+        assert_eq!(write(&from, now, Duration::ZERO, &mut written).unwrap(), 1);
+        let (to, loaded) = load(&[], &rules(now), now);
+        assert_eq!(loaded.loaded, 0);
+        let loaded = read(&to, now, &rules(now), &mut written.as_slice());
+        assert_eq!((loaded.loaded, loaded.refused), (1, 0));
+        assert!(served(&to, HOST, now).is_some());
+        let claimed = Raw {
+            flags: 3 << 2,
+            ..raw(HOST, answer(HOST, 0x8180, 60))
+        };
+        let (_, loaded) = load(&[bytes(&claimed)], &rules(now), now);
+        assert_eq!((loaded.loaded, loaded.refused), (0, 1));
+    }
+
     #[test]
     fn entries_survive_a_round_trip_and_bad_input_is_refused() {
         let msg = answer(HOST, 0x8180, 3600);
