@@ -192,7 +192,7 @@ pub(super) fn translate(corefile: &Corefile, options: &Options) -> Result<Plan, 
     }
     views::no_address_dropped(&plan)?;
     unforwarded::explain(&mut plan);
-    views::keep_only_views(&mut plan);
+    views::keep_only_views(&mut plan)?;
     plan.node_setup = plan
         .listen
         .iter()

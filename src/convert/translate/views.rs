@@ -28,8 +28,8 @@ pub(super) fn no_address_dropped(plan: &Plan) -> Result<(), ConvertError> {
 }
 
 /// Clears the `listen` of zones served on every address; says so when
-/// views remain.
-pub(super) fn keep_only_views(plan: &mut Plan) {
+/// views remain. Views need at most `MAX_VIEWS` listen addresses.
+pub(super) fn keep_only_views(plan: &mut Plan) -> Result<(), ConvertError> {
     let all = plan.listen.clone();
     let mut first_view = None;
     for zone in &mut plan.zones {
@@ -39,12 +39,25 @@ pub(super) fn keep_only_views(plan: &mut Plan) {
             first_view = Some(zone.line);
         }
     }
+    if let Some(line) = first_view
+        && plan.listen.len() > crate::upstream::MAX_VIEWS
+    {
+        return Err(ConvertError::at(
+            line,
+            format!(
+                "blocks on different addresses become views, and views allow at most {} listen addresses; this Corefile has {}",
+                crate::upstream::MAX_VIEWS,
+                plan.listen.len()
+            ),
+        ));
+    }
     if let Some(line) = first_view {
         plan.notes.add(
             line,
             "blocks on different addresses or ports: each zone is served only on its block's addresses (`listen` of its [[zone]], a view), as CoreDNS answers from the blocks of the address a query arrives on",
         );
     }
+    Ok(())
 }
 
 fn same_set(a: &[SocketAddr], b: &[SocketAddr]) -> bool {
