@@ -370,7 +370,13 @@ impl Server {
         self.apply_listeners(&config.listen)?;
         self.apply_http(&config.http)?;
         self.shared.cache.set_capacity(config.cache.capacity);
+        let views_changed = !settings
+            .router
+            .same_views(&self.shared.settings.load().router);
         self.shared.settings.store(Arc::new(settings));
+        if views_changed {
+            self.shared.cache.forget_views();
+        }
         log_zones(&self.shared);
         self.shared.prime();
         self.config = config;
@@ -645,7 +651,7 @@ async fn given(giving: &mut Option<tokio::sync::oneshot::Receiver<Given>>) -> Gi
 fn log_zones(shared: &Shared) {
     for zone in shared.settings.load().router.zones() {
         let ups: Vec<&str> = zone.upstreams.iter().map(|u| u.label.as_str()).collect();
-        tracing::info!(zone = %zone.name, upstreams = ?ups, "forwarding zone");
+        tracing::info!(zone = %zone.name, view = %zone.view, upstreams = ?ups, "forwarding zone");
     }
 }
 

@@ -12,6 +12,10 @@ use crate::wire::query::Query;
 
 pub(crate) const FLAG_DO: u8 = 1;
 pub(crate) const FLAG_CD: u8 = 2;
+/// The flag byte's bits above DO and CD hold the view (the cache partition,
+/// see `upstream::views`): keys of different views never compare equal, and
+/// the hit path compares nothing more than it did.
+const VIEW_SHIFT: u8 = 2;
 
 /// An owned key, stored in the cache and in the in-flight table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +53,15 @@ impl<'a> KeyRef<'a> {
             qtype: q.qtype,
             qclass: q.qclass,
             flags,
+        }
+    }
+
+    /// The key in `view`'s partition of the cache (0: no views).
+    #[inline]
+    pub(crate) fn in_view(self, view: u8) -> KeyRef<'a> {
+        KeyRef {
+            flags: self.flags | view << VIEW_SHIFT,
+            ..self
         }
     }
 
@@ -97,6 +110,11 @@ impl Key {
 
     pub fn qclass(&self) -> u16 {
         self.qclass
+    }
+
+    /// The view this key belongs to (0: no views).
+    pub(crate) fn view(&self) -> u8 {
+        self.flags >> VIEW_SHIFT
     }
 
     pub fn dnssec_ok(&self) -> bool {
@@ -247,5 +265,9 @@ mod tests {
         assert!(r.equivalent(&k));
         let other = KeyRef { flags: 0, ..r };
         assert!(!other.equivalent(&k));
+        let viewed = r.in_view(5);
+        assert!(!viewed.equivalent(&k), "another view, another entry");
+        assert_ne!(h(&viewed), h(&k));
+        assert!(viewed.to_owned().dnssec_ok() && viewed.to_owned().view() == 5);
     }
 }

@@ -134,6 +134,13 @@ impl Cache {
         into.insert(key, entry);
     }
 
+    /// Drops every answer of a view (`[[zone]] listen`): after a reload
+    /// that changed the views, a partition may stand for other listeners.
+    pub(crate) fn forget_views(&self) {
+        self.success.retain(|key, _| key.view() == 0);
+        self.denial.retain(|key, _| key.view() == 0);
+    }
+
     pub fn stats(&self) -> CacheStats {
         CacheStats {
             success_entries: self.success.len(),

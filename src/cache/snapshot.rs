@@ -428,7 +428,13 @@ pub fn write(
     let mut record = Vec::new();
     let mut count = 0;
     for (key, entry) in cache.success.iter().chain(cache.denial.iter()) {
-        if entry.kind == Kind::Failure || !entry.is_servable_stale(now, stale_max_age) {
+        // An answer of a view (`[[zone]] listen`) is not carried: the
+        // reader's views may be other ones, and a view's answer must not
+        // reach another's clients.
+        if entry.kind == Kind::Failure
+            || !entry.is_servable_stale(now, stale_max_age)
+            || key.view() != 0
+        {
             continue;
         }
         encode(&key, &entry.parts(now), &mut record);
@@ -588,6 +594,35 @@ mod tests {
         assert!(served(&cache, OTHER, now).is_some());
         assert!(served(&cache, record.name, now).is_none());
         loaded.first_refusal.unwrap()
+    }
+
+    /// A view's answers stay behind (the reader's views may be others),
+    /// and a record claiming a view is refused.
+    #[test]
+    fn answers_of_views_are_not_carried() {
+        let now = Instant::now();
+        let from = Cache::new(1 << 20);
+        for (name, view) in [(HOST, 0), (OTHER, 3)] {
+            let msg = answer(name, 0x8180, 3600);
+            let layout = response::layout(&msg).unwrap();
+            from.insert(
+                key(name).in_view(view).to_owned(),
+                Arc::new(Entry::from_response(&msg, &layout, &POLICY, now)),
+            );
+        }
+        let mut written = Vec::new();
+        assert_eq!(write(&from, now, Duration::ZERO, &mut written).unwrap(), 1);
+        let (to, loaded) = load(&[], &rules(now), now);
+        assert_eq!(loaded.loaded, 0);
+        let loaded = read(&to, now, &rules(now), &mut written.as_slice());
+        assert_eq!((loaded.loaded, loaded.refused), (1, 0));
+        assert!(served(&to, HOST, now).is_some());
+        let claimed = Raw {
+            flags: 3 << 2,
+            ..raw(HOST, answer(HOST, 0x8180, 60))
+        };
+        let (_, loaded) = load(&[bytes(&claimed)], &rules(now), now);
+        assert_eq!((loaded.loaded, loaded.refused), (0, 1));
     }
 
     #[test]

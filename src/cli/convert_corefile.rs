@@ -71,6 +71,11 @@ pub(super) fn run(args: ConvertArgs) -> Result<Outcome, Failure> {
         handover_socket: args.handover_socket,
         for_chart: args.for_chart,
         source_name: name.clone(),
+        // CoreDNS reads a relative import from the Corefile's directory.
+        import_dir: Some(match args.file.parent() {
+            Some(dir) if !stdin && !dir.as_os_str().is_empty() => dir.to_path_buf(),
+            _ => PathBuf::from("."),
+        }),
     };
     let conversion =
         convert::convert(&text, &options, &|v| std::env::var(v).ok()).map_err(|e| {

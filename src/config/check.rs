@@ -202,12 +202,12 @@ impl File {
     }
 
     fn check_zones(&self) -> Result<(), Invalid> {
+        let own = super::views::OwnAddresses::read();
+        let listen: Vec<_> = self.server.listen.iter().map(|l| l.get_ref().0).collect();
         for (i, zone) in self.zones.iter().enumerate() {
             let name = &zone.name.get_ref().0;
             let here = |field, message| self.zone_error(i, field, message);
-            if self.zones[..i].iter().any(|z| &z.name.get_ref().0 == name) {
-                return Err(here("name", format!("zone {name} is listed twice")));
-            }
+            self.check_zone_views(i)?;
             let pool = &zone.pool;
             let rules = [
                 (
@@ -265,7 +265,7 @@ impl File {
             }
             for up in &zone.upstreams {
                 let addr = up.get_ref().0;
-                if self.is_own_address(addr) {
+                if own.loops(&listen, addr) {
                     let message = format!(
                         "upstream {addr} is one of our own listen addresses: a forwarding loop"
                     );
@@ -286,13 +286,6 @@ impl File {
             return Invalid::Key(Vec::new(), message);
         }
         Invalid::Key(vec![Key("zone"), Step::Index(index), Key(field)], message)
-    }
-
-    fn is_own_address(&self, addr: std::net::SocketAddr) -> bool {
-        self.server.listen.iter().any(|l| {
-            let l = l.get_ref().0;
-            l.port() == addr.port() && (l.ip() == addr.ip() || l.ip().is_unspecified())
-        })
     }
 }
 

@@ -481,6 +481,11 @@ pub struct ZoneConfig {
     /// (CoreDNS's `whoami`).
     #[serde(default)]
     pub whoami: bool,
+    /// The listen addresses (of `[server] listen`) this zone serves, a
+    /// view: empty, every one. The same zone name may appear again for
+    /// other addresses with other settings.
+    #[serde(default)]
+    pub listen: Vec<Spanned<DnsAddr>>,
 }
 
 /// How a zone's queries travel upstream.
@@ -580,6 +585,7 @@ impl ZoneConfig {
             template: Vec::new(),
             local: false,
             whoami: false,
+            listen: Vec::new(),
         }
     }
 }

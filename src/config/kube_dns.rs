@@ -280,6 +280,7 @@ impl File {
             endpoints: None,
             cache,
             records: None,
+            listen: Vec::new(),
         }
     }
 }

@@ -19,6 +19,7 @@ mod position;
 mod records;
 pub(crate) mod resolv_conf;
 mod values;
+pub(crate) mod views;
 mod zone_cache;
 
 use std::fmt;
@@ -189,6 +190,8 @@ pub struct ZonePlan {
     pub cache: CachePolicy,
     /// Answers from the configuration before the cache (`records`).
     pub records: Option<RecordsPlan>,
+    /// The listen addresses this zone serves (a view); empty: every one.
+    pub listen: Vec<SocketAddr>,
 }
 
 /// What an upstream is built from; an upstream whose settings did not

@@ -96,6 +96,7 @@ fn error<T>(line: usize, message: impl Into<String>) -> Result<T, SyntaxError> {
     })
 }
 
+#[cfg(test)]
 /// Parses Corefile text; `env` gives the value of `{$VAR}` references (an
 /// unset variable is an error: CoreDNS would put an empty string there,
 /// which for a conversion only hides a mistake).
@@ -103,11 +104,52 @@ pub(crate) fn parse(
     text: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Corefile, SyntaxError> {
-    let mut tokens = lex(text)?;
-    for t in &mut tokens {
-        t.text = expand_env(&t.text, t.line, env)?;
-    }
-    let lines = split_lines(tokens);
+    parse_importing(text, env, None)
+}
+
+/// [`parse`], with `import`s of files read relative to `dir` (`None`:
+/// a file import is an error; snippets work either way).
+pub(crate) fn parse_importing(
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    dir: Option<&std::path::Path>,
+) -> Result<Corefile, SyntaxError> {
+    let lines_of = |text: &str| -> Result<Vec<Vec<Token>>, SyntaxError> {
+        let mut tokens = lex(text)?;
+        for t in &mut tokens {
+            t.text = expand_env(&t.text, t.line, env)?;
+        }
+        Ok(split_lines(tokens))
+    };
+    let load = |pattern: &str, line: usize| -> Result<Vec<Vec<Token>>, SyntaxError> {
+        let fail = |message: String| SyntaxError { line, message };
+        let Some(dir) = dir else {
+            return Err(fail(format!(
+                "import {pattern}: no snippet ({pattern}) and no directory to read files from"
+            )));
+        };
+        let mut lines = Vec::new();
+        for path in super::import::files(dir, pattern).map_err(fail)? {
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                fail(format!(
+                    "import {pattern}: cannot read {}: {e}",
+                    path.display()
+                ))
+            })?;
+            // An error inside an imported file is reported at the import.
+            let imported = lines_of(&text).map_err(|e| {
+                fail(format!(
+                    "import {pattern}: {}, line {}: {}",
+                    path.display(),
+                    e.line,
+                    e.message
+                ))
+            })?;
+            lines.extend(imported);
+        }
+        Ok(lines)
+    };
+    let lines = super::import::expand(lines_of(text)?, &load)?;
     Parser { lines, at: 0 }.corefile()
 }
 
@@ -223,11 +265,11 @@ fn split_lines(tokens: Vec<Token>) -> Vec<Vec<Token>> {
     lines
 }
 
-fn is_open(t: &Token) -> bool {
+pub(super) fn is_open(t: &Token) -> bool {
     !t.quoted && t.text == "{"
 }
 
-fn is_close(t: &Token) -> bool {
+pub(super) fn is_close(t: &Token) -> bool {
     !t.quoted && t.text == "}"
 }
 

@@ -53,7 +53,7 @@ pub(super) fn emit(plan: &Plan, options: &Options) -> String {
     server(w, plan, options);
     cache(w, plan);
     metrics(w, plan, options);
-    cluster(w, options);
+    cluster(w, plan, options);
     for zone in &plan.zones {
         self::zone(w, zone);
     }
@@ -104,9 +104,15 @@ fn server(w: &mut String, plan: &Plan, options: &Options) {
 
 /// The cluster domain of `[cluster]` (local NXDOMAIN for names the
 /// Kubernetes DNS schema rules out), when it is not the default.
-fn cluster(w: &mut String, options: &Options) {
-    let Some(domain) = options.domain.as_deref() else {
-        return;
+fn cluster(w: &mut String, plan: &Plan, options: &Options) {
+    let from_block = plan.cluster_domain.as_ref();
+    let (domain, source) = match (options.domain.as_deref(), from_block) {
+        (Some(d), _) => (d, "__PILLAR__DNS__DOMAIN__".to_string()),
+        (None, Some((d, line))) => (
+            d.as_str(),
+            format!("the zone of the block that forwards to the cluster DNS (line {line})"),
+        ),
+        (None, None) => return,
     };
     let domain = domain.trim_end_matches('.');
     let default = File::default().cluster.domain.into_inner();
@@ -115,7 +121,7 @@ fn cluster(w: &mut String, options: &Options) {
     }
     let _ = writeln!(
         w,
-        "\n# __PILLAR__DNS__DOMAIN__: names under it that cannot exist are answered locally.\n\
+        "\n# {source}: names under it that cannot exist are answered locally.\n\
          [cluster]\ndomain = {}",
         quote(domain)
     );
@@ -205,6 +211,13 @@ fn zone(w: &mut String, z: &ZoneOut) {
             };
             let _ = writeln!(w, "resolv_conf = {}{why}", quote(&p.display().to_string()));
         }
+    }
+    if !z.listen.is_empty() {
+        let _ = writeln!(
+            w,
+            "listen = {}   # a view: only the addresses its block serves",
+            quoted_list(&z.listen)
+        );
     }
     if z.force_tcp {
         let _ = writeln!(w, "transport = \"force_tcp\"");

@@ -48,6 +48,8 @@ pub struct ListenerInfo<S> {
     /// CoreDNS's `family` label: "1" for IPv4, "2" for IPv6.
     pub family: &'static str,
     pub state: S,
+    /// The configured listen address, which picks the zones of its view.
+    pub addr: SocketAddr,
 }
 
 impl<S: Default> ListenerInfo<S> {
@@ -56,6 +58,7 @@ impl<S: Default> ListenerInfo<S> {
             server: format!("dns://{addr}"),
             family: if addr.is_ipv4() { "1" } else { "2" },
             state: S::default(),
+            addr,
         }
     }
 }

@@ -282,7 +282,7 @@ impl Shared {
             if self.namespace_denied(&key, settings, deadline).await {
                 continue;
             }
-            let zone = settings.router.route(key.name())?.clone();
+            let zone = settings.router.route_in(key.view(), key.name())?.clone();
             let entry = self.fetch(&key, &zone, settings, deadline).await?;
             match classify(&entry) {
                 Step::Denied => continue,

@@ -209,8 +209,9 @@ impl Service for Shared {
             }
         };
         let mut name_buf: NameBuf = [0; 255];
-        let key = KeyRef::from_query(&query, &mut name_buf);
-        let Some(zone) = settings.router.route(key.name) else {
+        let view = settings.router.view_of(listener.addr);
+        let key = KeyRef::from_query(&query, &mut name_buf).in_view(view);
+        let Some(zone) = settings.router.route_in(view, key.name) else {
             return route::refuse_unrouted(&self.metrics, &query, listener, proto, out);
         };
         let stats_guard = stats::for_listener(listener, &settings, &self.metrics);

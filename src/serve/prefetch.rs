@@ -9,7 +9,6 @@ use super::hit::Request;
 use super::metrics::CacheLabels;
 use super::{ListenerView, Shared};
 use crate::cache::{Entry, Kind};
-use crate::metrics::VIEW;
 
 impl Shared {
     /// Counts a hit on `entry` and starts its refresh when it is popular
@@ -48,7 +47,7 @@ impl Shared {
             .get(&CacheLabels {
                 server: &listener.server,
                 zones: &zone.name,
-                view: VIEW,
+                view: &zone.view,
             })
             .inc();
         let refresh = async move {

@@ -36,7 +36,7 @@ impl Shared {
         // DNS): the "." zone goes to resolvers that do not serve it.
         let cluster = prepend(&[PROBE_LABEL], domain);
         if rules.cannot_exist(&cluster) == Some(Rule::ZoneChild)
-            && let Some(zone) = settings.router.route(&cluster)
+            && let Some(zone) = settings.router.route_any(&cluster)
             && name::from_text(&zone.name).is_ok_and(|z| z == domain)
         {
             probes.push(cluster);
@@ -62,7 +62,7 @@ impl Shared {
                     if this.search.learned.closest_soa(&probe).is_some() {
                         return;
                     }
-                    let Some(zone) = settings.router.route(&probe) else {
+                    let Some(zone) = settings.router.route_any(&probe) else {
                         return;
                     };
                     let deadline = Instant::now() + settings.query_timeout;

@@ -162,7 +162,7 @@ impl Shared {
         if self.search.learned.denied(node, now).is_some() {
             return true;
         }
-        let Some(zone) = settings.router.route(node) else {
+        let Some(zone) = settings.router.route_in(key.view(), node) else {
             return false;
         };
         let node_key = KeyRef {
@@ -170,7 +170,8 @@ impl Shared {
             qtype: rtype::A,
             qclass: class::IN,
             flags: 0,
-        };
+        }
+        .in_view(key.view());
         let cached = self.cache.lookup(&node_key, now, Duration::ZERO).is_fresh();
         // Boxed: the check's future is part of every miss's, and most
         // misses have no namespace to check; a fetch inline would double
@@ -342,7 +343,7 @@ impl Shared {
         if cut {
             return;
         }
-        let Some(zone) = settings.router.route(name) else {
+        let Some(zone) = settings.router.route_in(key.view(), name) else {
             return;
         };
         // The budget covers the namespace check too: a flood of names

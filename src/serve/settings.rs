@@ -44,7 +44,13 @@ impl Settings {
         static GENERATION: AtomicU64 = AtomicU64::new(0);
         Settings {
             generation: GENERATION.fetch_add(1, Ordering::Relaxed),
-            router: Router::build(&config.zones, metrics, upkeep, previous.map(|p| &p.router)),
+            router: Router::build(
+                &config.zones,
+                &config.listen,
+                metrics,
+                upkeep,
+                previous.map(|p| &p.router),
+            ),
             acl: Acl::new(&config.server.allow),
             rate_limit: config
                 .server

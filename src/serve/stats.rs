@@ -17,7 +17,6 @@ use super::metrics::{
     ResponseLabels, ServeMetrics, SizeLabels, ZoneLabels,
 };
 use crate::listen::Proto;
-use crate::metrics::VIEW;
 use crate::wire::{QTYPE_LABELS, qtype_label, qtype_slot};
 
 /// Query type slots: one per labelled type, and "other".
@@ -32,6 +31,8 @@ pub struct ZoneStats {
     server: String,
     zone: String,
     family: &'static str,
+    /// The zone's view, CoreDNS's `view` label ("" for every listener).
+    view: String,
     requests: [OnceLock<IntCounter>; TYPES * PROTOS],
     responses: [OnceLock<IntCounter>; RCODES * 2],
     request_size: [OnceLock<Histogram>; PROTOS],
@@ -50,12 +51,14 @@ impl ZoneStats {
         server: &str,
         zone: &str,
         family: &'static str,
+        view: &str,
     ) -> ZoneStats {
         ZoneStats {
             metrics: metrics.clone(),
             server: server.to_string(),
             zone: zone.to_string(),
             family,
+            view: view.to_string(),
             requests: std::array::from_fn(|_| OnceLock::new()),
             responses: std::array::from_fn(|_| OnceLock::new()),
             request_size: std::array::from_fn(|_| OnceLock::new()),
@@ -79,7 +82,7 @@ impl ZoneStats {
                 m.requests.get(&RequestLabels {
                     server: &self.server,
                     zone: &self.zone,
-                    view: VIEW,
+                    view: &self.view,
                     proto,
                     family: self.family,
                     qtype: qtype_label(qtype),
@@ -94,7 +97,7 @@ impl ZoneStats {
                 .get_or_init(|| {
                     m.do_requests.get(&DoLabels {
                         server: &self.server,
-                        view: VIEW,
+                        view: &self.view,
                         zone: &self.zone,
                     })
                 })
@@ -114,7 +117,7 @@ impl ZoneStats {
                     server: &self.server,
                     kind,
                     zones: &self.zone,
-                    view: VIEW,
+                    view: &self.view,
                 })
             })
             .inc();
@@ -157,7 +160,7 @@ impl ZoneStats {
                 m.responses.get(&ResponseLabels {
                     server: &self.server,
                     zone: &self.zone,
-                    view: VIEW,
+                    view: &self.view,
                     rcode: crate::wire::rcode_name(rcode),
                     plugin,
                 })
@@ -171,7 +174,7 @@ impl ZoneStats {
                 m.request_duration.get(&ZoneLabels {
                     server: &self.server,
                     zone: &self.zone,
-                    view: VIEW,
+                    view: &self.view,
                 })
             })
             .observe(seconds);
@@ -181,7 +184,7 @@ impl ZoneStats {
         SizeLabels {
             server: &self.server,
             zone: &self.zone,
-            view: VIEW,
+            view: &self.view,
             proto,
         }
     }
@@ -191,7 +194,7 @@ impl ZoneStats {
         CacheLabels {
             server: &self.server,
             zones: &self.zone,
-            view: VIEW,
+            view: &self.view,
         }
     }
 }
@@ -247,7 +250,7 @@ pub(super) fn for_listener(
             .router
             .zones()
             .iter()
-            .map(|z| ZoneStats::new(metrics, &listener.server, &z.name, listener.family))
+            .map(|z| ZoneStats::new(metrics, &listener.server, &z.name, listener.family, &z.view))
             .collect()
     })
 }

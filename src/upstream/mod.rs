@@ -7,6 +7,7 @@ pub(crate) mod health;
 pub(crate) mod metrics;
 pub(crate) mod pool;
 pub(crate) mod udp;
+mod views;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -122,6 +123,9 @@ pub(crate) struct Zone {
     pub cache: CachePolicy,
     /// `round_robin`: the upstream the next query starts at.
     pub next_first: AtomicUsize,
+    /// The `view` label in metrics: its listen addresses, or "" for a zone
+    /// every listener serves.
+    pub view: String,
 }
 
 impl Zone {
@@ -132,16 +136,31 @@ impl Zone {
     }
 }
 
-/// Maps a query name to its zone.
+/// Maps a query name, asked on a listener, to its zone.
 pub(crate) struct Router {
     zones: Vec<Arc<Zone>>,
+    /// The zone tables, one per view (see [`Router::view_of`]); one table
+    /// of every zone when no zone is restricted to some listen addresses.
+    tables: Vec<Table>,
+    /// With views: each listen address and its view (an index of `tables`,
+    /// and the cache partition of its answers). Empty without views.
+    listeners: Vec<(SocketAddr, u8)>,
+    upstreams: HashMap<SocketAddr, Arc<Upstream>>,
+}
+
+/// The zones one view routes to.
+#[derive(Default)]
+struct Table {
     /// Hashed with ahash: a lookup is on every query's path, hits included.
     by_name: HashMap<Vec<u8>, usize, ahash::RandomState>,
     /// The wire lengths of the zone names, so a suffix no zone has the
     /// length of is not looked up: most queries are routed with one lookup.
     lengths: NameLengths,
-    upstreams: HashMap<SocketAddr, Arc<Upstream>>,
 }
+
+/// Views at most: a view is a cache partition, kept in six bits of the
+/// cache key's flag byte (`cache::key`), and 0 is "no views".
+pub(crate) const MAX_VIEWS: usize = 63;
 
 /// A set of wire name lengths (at most 255).
 #[derive(Default)]
@@ -157,30 +176,49 @@ impl NameLengths {
     }
 }
 
+impl Table {
+    fn insert(&mut self, zone: &Zone) {
+        let wire = name::from_text(&zone.name).expect("a checked zone name");
+        self.lengths.insert(wire.len());
+        self.by_name.insert(wire, zone.index);
+    }
+
+    #[inline]
+    fn route(&self, folded_name: &[u8]) -> Option<usize> {
+        name::label_starts(folded_name)
+            .filter(|&start| self.lengths.contains(folded_name.len() - start))
+            .find_map(|start| self.by_name.get(&folded_name[start..]))
+            .copied()
+    }
+}
+
 impl Router {
-    /// Builds `zones`, reusing the upstreams of `previous` (the running
-    /// configuration) whose settings are unchanged. Zones that list the same
-    /// server share it (the config guarantees they agree on its settings).
+    /// Builds `zones` for the listen addresses `listen`, reusing the
+    /// upstreams of `previous` (the running configuration) whose settings
+    /// are unchanged. Zones that list the same server share it (the config
+    /// guarantees they agree on its settings).
     pub(crate) fn build(
         zones: &[ZonePlan],
+        listen: &[SocketAddr],
         metrics: &Arc<UpstreamMetrics>,
         upkeep: &Upkeep,
         previous: Option<&Router>,
     ) -> Router {
         let mut router = Router {
             zones: Vec::new(),
-            by_name: HashMap::default(),
-            lengths: NameLengths::default(),
+            tables: Vec::new(),
+            listeners: Vec::new(),
             upstreams: HashMap::new(),
         };
-        for plan in zones {
+        let views = views::Views::of(zones, listen);
+        for (index, plan) in zones.iter().enumerate() {
             let upstreams = plan
                 .upstreams
                 .iter()
                 .map(|&addr| router.upstream(addr, &plan.upstream, metrics, upkeep, previous))
                 .collect();
-            let zone = Zone {
-                index: router.zones.len(),
+            router.zones.push(Arc::new(Zone {
+                index,
                 name: plan.name.clone(),
                 upstreams,
                 policy: plan.policy,
@@ -190,22 +228,60 @@ impl Router {
                 ttl: plan.ttl,
                 cache: plan.cache.clone(),
                 next_first: AtomicUsize::new(0),
-            };
-            let wire = name::from_text(&zone.name).expect("a checked zone name");
-            router.lengths.insert(wire.len());
-            router.by_name.insert(wire, router.zones.len());
-            router.zones.push(Arc::new(zone));
+                view: views::label(&plan.listen),
+            }));
         }
+        for members in &views.tables {
+            let mut table = Table::default();
+            for &i in members {
+                table.insert(&router.zones[i]);
+            }
+            router.tables.push(table);
+        }
+        router.listeners = views.listeners;
         router
     }
 
-    /// The zone for a query name (folded to lower case), longest suffix first.
+    /// Whether the cache's view partitions stand for the same listeners in
+    /// `other`. A view's zones may change (their answers stay cached, as
+    /// every zone's do across a reload); which listeners share a partition
+    /// may not, or one listener would get another's answers.
+    pub(crate) fn same_views(&self, other: &Router) -> bool {
+        self.listeners == other.listeners
+    }
+
+    /// The view of the listener at `addr`: 0 without views (one
+    /// predictable branch), else its table and cache partition.
+    #[inline]
+    pub(crate) fn view_of(&self, addr: SocketAddr) -> u8 {
+        if self.listeners.is_empty() {
+            return 0;
+        }
+        self.listeners
+            .iter()
+            .find(|(a, _)| *a == addr)
+            .map_or(0, |&(_, view)| view)
+    }
+
+    /// The zone for a query name (folded to lower case) in `view`, longest
+    /// suffix first.
+    #[inline]
+    pub(crate) fn route_in(&self, view: u8, folded_name: &[u8]) -> Option<&Arc<Zone>> {
+        let table = self.tables.get(usize::from(view))?;
+        table.route(folded_name).map(|i| &self.zones[i])
+    }
+
+    /// The zone for a name asked outside any view (view 0): every zone
+    /// without views, none with them.
     #[inline]
     pub(crate) fn route(&self, folded_name: &[u8]) -> Option<&Arc<Zone>> {
-        name::label_starts(folded_name)
-            .filter(|&start| self.lengths.contains(folded_name.len() - start))
-            .find_map(|start| self.by_name.get(&folded_name[start..]))
-            .map(|&i| &self.zones[i])
+        self.route_in(0, folded_name)
+    }
+
+    /// The zone of the first view that has one for the name: for work that
+    /// is not a client's query (learning a zone's SOA).
+    pub(crate) fn route_any(&self, folded_name: &[u8]) -> Option<&Arc<Zone>> {
+        (0..self.tables.len()).find_map(|v| self.route_in(v as u8, folded_name))
     }
 
     pub(crate) fn zones(&self) -> &[Arc<Zone>] {
@@ -316,7 +392,13 @@ mod tests {
             .build()
             .unwrap();
         let _main = runtime.enter();
-        Router::build(&config.zones, &metrics, &Upkeep::current(), None)
+        Router::build(
+            &config.zones,
+            &config.listen,
+            &metrics,
+            &Upkeep::current(),
+            None,
+        )
     }
 
     #[test]
@@ -338,6 +420,42 @@ mod tests {
         assert_eq!(zone("xcluster.local"), ".");
         assert_eq!(zone("example.com"), ".");
         assert_eq!(zone("."), ".");
+    }
+
+    #[test]
+    fn each_listener_routes_in_its_view() {
+        let a: SocketAddr = "127.0.0.1:1053".parse().unwrap();
+        let b: SocketAddr = "127.0.0.2:1053".parse().unwrap();
+        let c: SocketAddr = "127.0.0.3:1053".parse().unwrap();
+        let text = "[server]\nlisten = [\"127.0.0.1:1053\", \"127.0.0.2:1053\", \"127.0.0.3:1053\"]\n\
+                    [[zone]]\nname = \".\"\nupstreams = [\"127.0.0.1:1\"]\n\
+                    [[zone]]\nname = \"example\"\nupstreams = [\"127.0.0.1:2\"]\nlisten = [\"127.0.0.1:1053\", \"127.0.0.3:1053\"]\n\
+                    [[zone]]\nname = \"example\"\nupstreams = [\"127.0.0.1:3\"]\nlisten = [\"127.0.0.2:1053\"]\n";
+        let router = router(text);
+        let (va, vb, vc) = (router.view_of(a), router.view_of(b), router.view_of(c));
+        assert!(va != 0 && vb != 0 && va != vb, "{va} {vb}");
+        assert_eq!(va, vc, "listeners that see the same zones share a view");
+        let upstream = |view, n: &str| {
+            let zone = router.route_in(view, &name::from_text(n).unwrap()).unwrap();
+            (zone.upstreams[0].addr.port(), zone.view.clone())
+        };
+        assert_eq!(
+            upstream(va, "x.example"),
+            (2, "127.0.0.1:1053,127.0.0.3:1053".into())
+        );
+        assert_eq!(upstream(vb, "x.example"), (3, "127.0.0.2:1053".into()));
+        assert_eq!(upstream(vb, "x.other"), (1, String::new()));
+        assert!(
+            router.route(&name::from_text("x.other").unwrap()).is_none(),
+            "view 0 is empty"
+        );
+    }
+
+    #[test]
+    fn without_views_every_listener_is_view_0() {
+        let router = router("[[zone]]\nname = \".\"\nupstreams = [\"127.0.0.1:1\"]\n");
+        assert_eq!(router.view_of("127.0.0.1:1053".parse().unwrap()), 0);
+        assert!(router.route(&name::from_text("a").unwrap()).is_some());
     }
 
     #[test]

@@ -281,12 +281,11 @@ fn gke_layout() {
         ["169.254.20.10:53", "10.0.0.10:53"]
     );
     assert_eq!(t["metrics"]["listen"].as_str(), Some("0.0.0.0:9253"));
-    // cluster.local binds only the local address, `.` both: nodens serves
-    // every zone on both, and says so.
-    let union = run
-        .finding(&path, 25, "not translated")
-        .unwrap_or_else(|| panic!("{}", run.stderr));
-    assert!(union.contains("the union"), "{union}");
+    // cluster.local binds only the local address, `.` both: cluster.local
+    // is a view of the local address, as CoreDNS serves it there only.
+    assert_eq!(strings(&z[0]["listen"]), ["169.254.20.10:53"]);
+    assert!(!z[1].contains_key("listen"), "{}", run.toml);
+    assert!(!run.stderr.contains("the union"), "{}", run.stderr);
 }
 
 #[test]
@@ -493,5 +492,155 @@ fn for_the_chart_the_conversion_carries_what_its_pods_expect() {
     assert_eq!(
         t["metrics"]["probe_listen"].as_str(),
         Some("127.0.0.1:9254")
+    );
+}
+
+/// Blocks on two binds and keys on two ports (views), the same Corefile run
+/// by nodens (converted) and by CoreDNS 1.13 side by side, on addresses of
+/// their own: each address answers as its block says. The two upstreams
+/// answer `www.example.` differently, so an answer from the wrong view (or
+/// the cache of another view) shows.
+#[test]
+fn blocks_per_address_and_port_answer_as_coredns_does() {
+    needs!(Need::CoreDns);
+    let net = Net::alloc();
+    let first = CoreDns::start(
+        net.upstream(0),
+        &[("example.", zone_file("example.", "www 300 IN A 10.0.0.1"))],
+    );
+    let second = CoreDns::start(
+        net.upstream(1),
+        &[("example.", zone_file("example.", "www 300 IN A 10.0.0.2"))],
+    );
+    // Pods' address `.1` and the node's `.5`; `.1` also serves `other.` and
+    // a second `example.` on port 1054 (a kubespray-style extra port).
+    let corefile = |pods: &str, node: &str, extra: &str| {
+        format!(
+            "(common) {{\n  cache 30\n  {extra}\n}}\n\
+             example:1053 {{\n  bind {pods}\n  import common\n  forward . {up0}\n}}\n\
+             example:1053 {{\n  bind {node}\n  import common\n  forward . {up1}\n}}\n\
+             other:1053 example:1054 {{\n  bind {pods}\n  import common\n  forward . {up1}\n}}\n",
+            up0 = net.upstream(0),
+            up1 = net.upstream(1),
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("Corefile");
+    let (pods, node) = (net.ip(1), net.ip(5));
+    let prometheus = format!("prometheus {}", net.metrics());
+    std::fs::write(
+        &path,
+        corefile(&pods.to_string(), &node.to_string(), &prometheus),
+    )
+    .unwrap();
+    let run = convert(&path, &[]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    check_config(&run.toml);
+    let t = run.table();
+    let views: Vec<Vec<String>> = zones(&t)
+        .iter()
+        .map(|z| z.get("listen").map(strings).unwrap_or_default())
+        .collect();
+    assert_eq!(
+        views,
+        [
+            vec![format!("{pods}:1053")],
+            vec![format!("{node}:1053")],
+            vec![format!("{pods}:1053")],
+            vec![format!("{pods}:1054")],
+        ],
+        "{}",
+        run.toml
+    );
+    let mut nodens = Nodens::launch(&run.toml, &[]);
+    nodens.wait_ready();
+
+    // The reference: CoreDNS on `.11` and `.15` with the same blocks.
+    let reference = dir.path().join("Corefile.coredns");
+    std::fs::write(
+        &reference,
+        corefile(&net.ip(11).to_string(), &net.ip(15).to_string(), ""),
+    )
+    .unwrap();
+    let mut cmd = std::process::Command::new(coredns_bin());
+    cmd.arg("-conf").arg(&reference).current_dir(dir.path());
+    let _coredns = Proc::spawn("coredns views", cmd);
+    let core_pods = std::net::SocketAddr::new(net.ip(11), 1053);
+    let www = Q::new("www.example.", Rt::A);
+    wait_until(
+        std::time::Duration::from_secs(15),
+        "the reference CoreDNS to answer",
+        || udp_query_timeout(core_pods, &www, std::time::Duration::from_millis(200)).map(|_| ()),
+    );
+
+    // Each address in turn, the same name: the node's address comes after
+    // the pods' answer is cached, and must not get it.
+    let cases = [
+        (
+            (pods, 1053),
+            (net.ip(11), 1053),
+            "www.example.",
+            rcode::NOERROR,
+            Some("10.0.0.1"),
+        ),
+        (
+            (node, 1053),
+            (net.ip(15), 1053),
+            "www.example.",
+            rcode::NOERROR,
+            Some("10.0.0.2"),
+        ),
+        (
+            (pods, 1054),
+            (net.ip(11), 1054),
+            "www.example.",
+            rcode::NOERROR,
+            Some("10.0.0.2"),
+        ),
+        (
+            (pods, 1053),
+            (net.ip(11), 1053),
+            "www.example.",
+            rcode::NOERROR,
+            Some("10.0.0.1"),
+        ),
+        // `other.` is served on the pods' address only.
+        (
+            (node, 1053),
+            (net.ip(15), 1053),
+            "www.other.",
+            rcode::REFUSED,
+            None,
+        ),
+        (
+            (pods, 1054),
+            (net.ip(11), 1054),
+            "www.other.",
+            rcode::REFUSED,
+            None,
+        ),
+    ];
+    for (ours, theirs, name, code, a) in cases {
+        let q = Q::new(name, Rt::A);
+        let n = udp_query(ours.into(), &q);
+        let c = udp_query(theirs.into(), &q);
+        assert_eq!(c.rcode(), code, "CoreDNS on {theirs:?} for {name}");
+        assert_eq!(n.rcode(), code, "nodens on {ours:?} for {name}");
+        let expected: Vec<std::net::Ipv4Addr> = a.map(ipv4).into_iter().collect();
+        assert_eq!(c.a(), expected, "CoreDNS on {theirs:?}");
+        assert_eq!(n.a(), expected, "nodens on {ours:?}");
+    }
+    // Each upstream was asked once by nodens (then its view's cache
+    // answered), and each view is labelled in the metrics.
+    first.sync_log();
+    second.sync_log();
+    // nodens and CoreDNS once each for the pods' view; for the node's view
+    // and port 1054's, once each again (two views, two caches).
+    assert_eq!(first.count_queries("www.example.", "A"), 2);
+    assert_eq!(second.count_queries("www.example.", "A"), 4);
+    let metrics = nodens.metrics_text();
+    assert!(
+        metrics.contains(&format!("view=\"{node}:1053\"")),
+        "no view label in:\n{metrics}"
     );
 }

@@ -47,5 +47,6 @@ mod upstream_faults;
 mod upstream_health;
 mod upstream_pool;
 mod upstream_service;
+mod views;
 mod wire_robustness;
 mod zone_cache;

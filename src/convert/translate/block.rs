@@ -100,32 +100,35 @@ pub(super) fn translate_block(
         }
     }
     records::settle_whoami(&mut out, &options.resolv_conf, plan);
+
+    let no_bind = out.binds.is_empty();
+    let listen_on = |port: u16| -> Vec<SocketAddr> {
+        if no_bind {
+            vec![SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port)]
+        } else {
+            out.binds
+                .iter()
+                .map(|ip| SocketAddr::new(*ip, port))
+                .collect()
+        }
+    };
+    let zone_listens: Vec<Vec<SocketAddr>> = keys.ports.iter().map(|&p| listen_on(p)).collect();
+    plan.served
+        .extend(zone_listens.iter().flatten().map(|&a| (a, block.line())));
     let Some((upstream, forward_line)) = out.forward.clone() else {
-        let names: Vec<&str> = keys.zones.iter().map(|(n, _)| n.as_str()).collect();
-        plan.untranslated.add(
-            block.line(),
-            format!(
-                "server block {}: no `forward` nodens can translate, so no zone for it (nodens answers REFUSED there)",
-                names.join(" ")
-            ),
-        );
+        super::unforwarded::block_without_forward(block.line(), keys, &zone_listens, plan);
         return Ok(None);
     };
     if !out.cached {
         out.cache.off = Some(block.line());
     }
-    let listen: Vec<SocketAddr> = if out.binds.is_empty() {
+    if no_bind {
         plan.notes.add(
             block.line(),
             "no `bind`: CoreDNS listened on every address; nodens listens on 0.0.0.0 (IPv4 only) and sets up nothing on the node",
         );
-        vec![SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), keys.port)]
-    } else {
-        out.binds
-            .iter()
-            .map(|ip| SocketAddr::new(*ip, keys.port))
-            .collect()
-    };
+    }
+    let mut listen: Vec<SocketAddr> = Vec::new();
     if let Some(min) = out.min_ttl
         && min > out.max_ttl.unwrap_or_else(|| zone_defaults().max_ttl)
     {
@@ -136,8 +139,9 @@ pub(super) fn translate_block(
         out.min_ttl = None;
     }
     let mut added = false;
-    for (name, line) in &keys.zones {
-        if let Some(earlier) = plan.zones.iter().find(|z| &z.name == name) {
+    for ((name, line), zone_listen) in keys.zones.iter().zip(&zone_listens) {
+        let shares = |z: &ZoneOut| z.listen.iter().any(|a| zone_listen.contains(a));
+        if let Some(earlier) = plan.zones.iter().find(|z| &z.name == name && shares(z)) {
             plan.untranslated.add(
                 *line,
                 format!("zone {name} again (first at line {}): nodens has one set of upstreams per zone; this block is left out", earlier.line),
@@ -164,7 +168,13 @@ pub(super) fn translate_block(
             negative_max_ttl: out.negative_max_ttl,
             cache: out.cache.clone(),
             records: out.records.clone(),
+            listen: zone_listen.clone(),
         });
+        for &a in zone_listen {
+            if !listen.contains(&a) {
+                listen.push(a);
+            }
+        }
         added = true;
     }
     Ok(added.then_some(listen))

@@ -13,7 +13,9 @@ use crate::config::ZoneName;
 /// One server block's zones and port, from its keys.
 pub(super) struct Keys {
     pub(super) zones: Vec<(String, usize)>,
-    pub(super) port: u16,
+    /// The port of each zone's key, in the order of `zones`: CoreDNS
+    /// serves each key on its own port, so one block may be on several.
+    pub(super) ports: Vec<u16>,
 }
 
 /// `[dns://]zone[:port]` keys; `None` (and a finding) for a block whose
@@ -21,7 +23,7 @@ pub(super) struct Keys {
 /// boundary).
 pub(super) fn keys(block: &ServerBlock, plan: &mut Plan) -> Result<Option<Keys>, ConvertError> {
     let mut zones = Vec::new();
-    let mut port = None;
+    let mut ports = Vec::new();
     for key in &block.keys {
         let mut text = key.text.as_str();
         if let Some((scheme, rest)) = text.split_once("://") {
@@ -60,15 +62,6 @@ pub(super) fn keys(block: &ServerBlock, plan: &mut Plan) -> Result<Option<Keys>,
         let normal: ZoneName = name
             .parse()
             .map_err(|e| ConvertError::at(key.line, format!("`{}`: {e}", key.text)))?;
-        match port {
-            Some(p) if p != key_port => {
-                return Err(ConvertError::at(
-                    key.line,
-                    format!("`{}`: the keys of one block must share a port", key.text),
-                ));
-            }
-            _ => port = Some(key_port),
-        }
         let shown = match normal.0.trim_end_matches('.') {
             "" => ".".to_string(),
             n => n.to_string(),
@@ -85,11 +78,9 @@ pub(super) fn keys(block: &ServerBlock, plan: &mut Plan) -> Result<Option<Keys>,
             ));
         }
         zones.push((shown, key.line));
+        ports.push(key_port);
     }
-    Ok(Some(Keys {
-        zones,
-        port: port.unwrap_or(53),
-    }))
+    Ok(Some(Keys { zones, ports }))
 }
 
 /// `10.0.0.0/8` → `10.in-addr.arpa`.

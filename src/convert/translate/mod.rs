@@ -17,6 +17,8 @@ mod cache;
 mod forward;
 mod keys;
 mod records;
+mod unforwarded;
+mod views;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -109,6 +111,9 @@ pub(super) struct ZoneOut {
     pub cache: ZoneCacheOut,
     /// `hosts`, `template`, `local` (`records`).
     pub records: RecordsOut,
+    /// The addresses its block serves it on; emptied (every address) when
+    /// the zone is on all of the output's listen addresses.
+    pub listen: Vec<SocketAddr>,
 }
 
 /// A zone's local answers as TOML: keys of the `[[zone]]` table, and the
@@ -159,37 +164,23 @@ pub(super) struct Plan {
     pub zones: Vec<ZoneOut>,
     pub untranslated: Findings,
     pub notes: Findings,
+    /// Every address a plain-DNS block listens on, with the block's line.
+    served: Vec<(SocketAddr, usize)>,
+    /// Blocks without a `forward`: their zones, lines and addresses.
+    unforwarded: Vec<unforwarded::Unforwarded>,
+    /// The cluster domain the Corefile says by its shape: the zone whose
+    /// block forwards to the cluster DNS, with its line.
+    pub cluster_domain: Option<(String, usize)>,
 }
 
 pub(super) fn translate(corefile: &Corefile, options: &Options) -> Result<Plan, ConvertError> {
     let mut plan = Plan::default();
-    let mut first_listen: Option<(Vec<SocketAddr>, usize)> = None;
     for block in &corefile.blocks {
-        if block.keys[0].text.starts_with('(') {
-            plan.untranslated.add(
-                block.line(),
-                format!("snippet {}: `import` is not translated", block.keys[0].text),
-            );
-            continue;
-        }
         let Some(keys) = keys::keys(block, &mut plan)? else {
             continue;
         };
         let listen = block::translate_block(block, &keys, options, &mut plan)?;
-        let Some(listen) = listen else { continue };
-        match &first_listen {
-            None => first_listen = Some((listen.clone(), block.line())),
-            Some((first, line)) if !same_set(first, &listen) => plan.untranslated.add(
-                block.line(),
-                format!(
-                    "this block listens on {}, the block at line {line} on {}: nodens serves every zone on every listen address (the union)",
-                    list(&listen),
-                    list(first)
-                ),
-            ),
-            Some(_) => {}
-        }
-        for a in listen {
+        for a in listen.into_iter().flatten() {
             if !plan.listen.contains(&a) {
                 plan.listen.push(a);
             }
@@ -213,38 +204,44 @@ pub(super) fn translate(corefile: &Corefile, options: &Options) -> Result<Plan, 
             ),
         );
     }
+    let own = crate::config::views::OwnAddresses::read();
     for zone in &plan.zones {
         let Upstream::Addresses(addresses) = &zone.upstream else {
             continue;
         };
-        let own = addresses.iter().find(|a| {
-            plan.listen
-                .iter()
-                .any(|l| l.port() == a.port() && (l.ip() == a.ip() || l.ip().is_unspecified()))
-        });
-        if let Some(a) = own {
+        if let Some(a) = addresses.iter().find(|&&a| own.loops(&plan.listen, a)) {
             return Err(ConvertError::at(
                 zone.forward_line,
                 format!("forward to {a}: one of the listen addresses, a forwarding loop"),
             ));
         }
     }
+    views::no_address_dropped(&plan)?;
+    unforwarded::explain(&mut plan);
+    views::keep_only_views(&mut plan)?;
     plan.node_setup = plan
         .listen
         .iter()
         .any(|a| !a.ip().is_loopback() && !a.ip().is_unspecified());
     forward::agree_on_pools(&mut plan);
+    plan.cluster_domain = cluster_domain(&plan, options);
     Ok(plan)
 }
 
-fn same_set(a: &[SocketAddr], b: &[SocketAddr]) -> bool {
-    a.len() == b.len() && a.iter().all(|x| b.contains(x))
-}
-
-fn list(addrs: &[SocketAddr]) -> String {
-    addrs
+/// The zone whose block forwards to the cluster DNS (the
+/// `__PILLAR__CLUSTER__DNS__` Service, or `--dns-server`'s address), not
+/// the root nor a reverse zone: NodeLocal DNSCache's first block,
+/// `__PILLAR__DNS__DOMAIN__:53`, substituted.
+fn cluster_domain(plan: &Plan, options: &Options) -> Option<(String, usize)> {
+    let dns_server: Option<std::net::IpAddr> =
+        options.dns_server.as_deref().and_then(|s| s.parse().ok());
+    plan.zones
         .iter()
-        .map(|a| a.to_string())
-        .collect::<Vec<_>>()
-        .join(" ")
+        .filter(|z| z.name != "." && !z.name.to_ascii_lowercase().ends_with("arpa"))
+        .find(|z| match &z.upstream {
+            Upstream::Service(_) => true,
+            Upstream::Addresses(a) => dns_server.is_some_and(|ip| a.iter().any(|a| a.ip() == ip)),
+            Upstream::ResolvConf(..) => false,
+        })
+        .map(|z| (z.name.clone(), z.line))
 }

@@ -37,7 +37,7 @@ pub(crate) fn read(out: &mut Out) -> Option<Vec<Link>> {
     }
 }
 
-fn getifaddrs() -> std::io::Result<Vec<Link>> {
+pub(crate) fn getifaddrs() -> std::io::Result<Vec<Link>> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `head` with a list we free below.
     if unsafe { libc::getifaddrs(&mut head) } != 0 {

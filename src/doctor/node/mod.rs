@@ -11,7 +11,7 @@ mod firewall;
 
 pub use firewall::split_words;
 mod forwarding;
-mod interfaces;
+pub(crate) mod interfaces;
 mod kube_proxy;
 mod notrack;
 mod ports;
