@@ -45,6 +45,7 @@ mod listen;
 mod lock;
 mod log_limit;
 mod metrics;
+mod rewrite;
 mod search;
 mod serve;
 mod tasks;

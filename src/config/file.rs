@@ -447,6 +447,16 @@ pub struct ZoneConfig {
     /// First wait between health probes of a down upstream; doubles up to 30 s.
     #[serde(default = "default_health_check", with = "humantime_serde")]
     pub health_check: Duration,
+    /// Names at and below these the zone does not forward (CoreDNS's
+    /// `forward ... { except }`): SERVFAIL.
+    #[serde(default)]
+    pub except: Vec<Spanned<ZoneName>>,
+    /// Question rewrites, in order (`[[zone.rewrite]]`, CoreDNS's `rewrite`).
+    #[serde(default)]
+    pub rewrite: Vec<super::zone_rules::RewriteConfig>,
+    /// AAAA synthesized from A (`[zone.dns64]`, RFC 6147).
+    #[serde(default)]
+    pub dns64: Option<super::zone_rules::Dns64Config>,
 }
 
 /// How a zone's queries travel upstream.
@@ -541,6 +551,9 @@ impl ZoneConfig {
             pool: PoolConfig::default(),
             max_fails: default_max_fails(),
             health_check: default_health_check(),
+            except: Vec::new(),
+            rewrite: Vec::new(),
+            dns64: None,
         }
     }
 }

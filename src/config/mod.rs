@@ -17,6 +17,7 @@ mod http;
 mod position;
 pub(crate) mod resolv_conf;
 mod values;
+mod zone_rules;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -177,6 +178,8 @@ pub struct ZonePlan {
     /// Upstreams discovered from a Service's EndpointSlices; `upstreams`
     /// is the fallback while they are unknown.
     pub endpoints: Option<EndpointsPlan>,
+    /// `except`, `rewrite`, `dns64` compiled (`zone_rules.rs`); `None`: plain forwarding.
+    pub(crate) rules: Option<std::sync::Arc<crate::upstream::rules::ZoneRules>>,
 }
 
 /// What an upstream is built from; an upstream whose settings did not

@@ -244,6 +244,7 @@ fn zone(w: &mut String, z: &ZoneOut) {
     if let Some(n) = z.max_fails {
         let _ = writeln!(w, "max_fails = {n}");
     }
+    z.rules.write_keys(w);
     if let Some(idle) = z.idle_timeout {
         let _ = writeln!(
             w,
@@ -251,4 +252,5 @@ fn zone(w: &mut String, z: &ZoneOut) {
             quote(&duration(idle))
         );
     }
+    z.rules.write_tables(w);
 }

@@ -6,6 +6,7 @@ pub(crate) mod forward;
 pub(crate) mod health;
 pub(crate) mod metrics;
 pub(crate) mod pool;
+pub(crate) mod rules;
 pub(crate) mod udp;
 
 use std::collections::HashMap;
@@ -116,6 +117,8 @@ pub(crate) struct Zone {
     pub randomize_case: bool,
     pub upstream_timeout: Duration,
     pub ttl: TtlPolicy,
+    /// `except`, `rewrite`, `dns64`: `None` on a zone without any.
+    pub rules: Option<Arc<rules::ZoneRules>>,
 }
 
 impl Zone {
@@ -182,6 +185,7 @@ impl Router {
                 randomize_case: plan.randomize_case,
                 upstream_timeout: plan.upstream_timeout,
                 ttl: plan.ttl,
+                rules: plan.rules.clone(),
             };
             let wire = name::from_text(&zone.name).expect("a checked zone name");
             router.lengths.insert(wire.len());

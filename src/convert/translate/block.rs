@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::super::corefile::{Directive, ServerBlock};
 use super::super::{ConvertError, Options};
 use super::keys::Keys;
-use super::{Findings, Plan, Upstream, ZoneOut, cache, forward, zone_defaults};
+use super::{Findings, Plan, Upstream, ZoneOut, cache, dns64, forward, rewrite, zone_defaults};
 
 /// What one block's directives say, before it becomes zones.
 #[derive(Default)]
@@ -26,6 +26,7 @@ pub(super) struct BlockOut {
     pub(super) min_ttl: Option<Duration>,
     pub(super) max_ttl: Option<Duration>,
     pub(super) negative_max_ttl: Option<Duration>,
+    pub(super) rules: super::zone_rules::RulesOut,
 }
 
 /// Translates one block into zones; returns its listen addresses, or
@@ -43,6 +44,8 @@ pub(super) fn translate_block(
             "bind" => bind(d, &mut out, plan),
             "forward" => forward::forward(d, keys, &mut out, options, plan)?,
             "cache" => cache::cache(d, &mut out, plan),
+            "rewrite" => rewrite::rewrite(d, &mut out, plan),
+            "dns64" => dns64::dns64(d, &mut out, plan),
             "prometheus" => http_endpoint(
                 d,
                 "localhost:9153",
@@ -156,6 +159,7 @@ pub(super) fn translate_block(
             min_ttl: out.min_ttl,
             max_ttl: out.max_ttl,
             negative_max_ttl: out.negative_max_ttl,
+            rules: out.rules.clone(),
         });
         added = true;
     }

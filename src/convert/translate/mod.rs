@@ -14,8 +14,12 @@
 
 mod block;
 mod cache;
+mod dns64;
+mod except;
 mod forward;
 mod keys;
+mod rewrite;
+pub(super) mod zone_rules;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -105,6 +109,8 @@ pub(super) struct ZoneOut {
     pub min_ttl: Option<Duration>,
     pub max_ttl: Option<Duration>,
     pub negative_max_ttl: Option<Duration>,
+    /// `rewrite`, `dns64`, `forward ... except`.
+    pub rules: zone_rules::RulesOut,
 }
 
 /// `[cache]`, from every block's `cache`.
