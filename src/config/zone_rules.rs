@@ -100,13 +100,13 @@ fn pattern(from: &Spanned<String>, to: &str, what: &str) -> Result<Regex, Invali
         )
     })?;
     let groups = regex.captures_len() - 1;
-    let used = (0..=100).filter(|i| to.contains(&format!("{{{i}}}"))).count();
+    let used = (0..=100)
+        .filter(|i| to.contains(&format!("{{{i}}}")))
+        .count();
     if used > groups {
         return Err(Invalid::At(
             from.span(),
-            format!(
-                "{what}: the replacement `{to}` uses more groups than `{text}` has ({groups})"
-            ),
+            format!("{what}: the replacement `{to}` uses more groups than `{text}` has ({groups})"),
         ));
     }
     Ok(regex)
@@ -205,7 +205,9 @@ fn dns64(d: &Dns64Config) -> Result<Dns64, Invalid> {
         }),
         _ => Err(Invalid::At(
             d.prefix.span(),
-            format!("dns64.prefix: `{net}` is not an IPv6 prefix of 32 to 96 bits, a multiple of 8"),
+            format!(
+                "dns64.prefix: `{net}` is not an IPv6 prefix of 32 to 96 bits, a multiple of 8"
+            ),
         )),
     }
 }

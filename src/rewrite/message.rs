@@ -214,14 +214,34 @@ mod tests {
         msg.extend_from_slice(&[0xc0, 12, 0, 5, 0, 1, 0, 0, 0, 60, 0, 6]);
         msg.extend_from_slice(b"\x03web\xc0\x10");
         let web_at = msg.len() - 6;
-        msg.extend_from_slice(&[0xc0, web_at as u8, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 1]);
+        msg.extend_from_slice(&[
+            0xc0,
+            web_at as u8,
+            0,
+            1,
+            0,
+            1,
+            0,
+            0,
+            0,
+            60,
+            0,
+            4,
+            192,
+            0,
+            2,
+            1,
+        ]);
         let parsed = Message::parse(&msg).unwrap();
         assert_eq!(parsed.sections[0].len(), 2);
         assert_eq!(
             name::to_text(parsed.sections[0][0].value().unwrap()),
             "web.example.org."
         );
-        assert_eq!(name::to_text(&parsed.sections[0][1].owner), "web.example.org.");
+        assert_eq!(
+            name::to_text(&parsed.sections[0][1].owner),
+            "web.example.org."
+        );
         let again = Message::parse(&parsed.encode()).unwrap();
         assert_eq!(again.sections[0][1].rdata, vec![192, 0, 2, 1]);
     }

@@ -47,8 +47,16 @@ pub(crate) enum Rule {
     },
     /// `rewrite type FROM TO` (and `class`): the question's type changes,
     /// the answer's records stay what they are.
-    Type { from: u16, to: u16, next: Next },
-    Class { from: u16, to: u16, next: Next },
+    Type {
+        from: u16,
+        to: u16,
+        next: Next,
+    },
+    Class {
+        from: u16,
+        to: u16,
+        next: Next,
+    },
 }
 
 /// `answer name FROM TO` (owner names) or `answer value FROM TO` (the
@@ -68,9 +76,15 @@ pub(crate) struct Rewrites(pub(crate) Vec<Rule>);
 #[derive(Debug, Clone)]
 enum Mapping {
     /// The rewritten name, or a name below it, back to the original.
-    Remap { rewritten: String, original: String },
+    Remap {
+        rewritten: String,
+        original: String,
+    },
     /// A suffix (plain text, as CoreDNS's suffix rewriter) back.
-    Suffix { suffix: String, original: String },
+    Suffix {
+        suffix: String,
+        original: String,
+    },
     Regex(Regex, String),
 }
 
@@ -241,8 +255,12 @@ fn remap(rewritten: &str, original: String) -> Back {
 fn rewrite_name(matcher: &NameMatch, to: &str, name: &str) -> Option<String> {
     match matcher {
         NameMatch::Exact(from) => (from == name).then(|| to.to_string()),
-        NameMatch::Prefix(prefix) => name.strip_prefix(prefix.as_str()).map(|r| format!("{to}{r}")),
-        NameMatch::Suffix(suffix) => name.strip_suffix(suffix.as_str()).map(|b| format!("{b}{to}")),
+        NameMatch::Prefix(prefix) => name
+            .strip_prefix(prefix.as_str())
+            .map(|r| format!("{to}{r}")),
+        NameMatch::Suffix(suffix) => name
+            .strip_suffix(suffix.as_str())
+            .map(|b| format!("{b}{to}")),
         NameMatch::Substring(part) => name.contains(part.as_str()).then(|| name.replace(part, to)),
         NameMatch::Regex(pattern) => substitute(pattern, to, name),
     }
@@ -309,12 +327,7 @@ mod tests {
                 false,
                 Next::Continue,
             ),
-            name_rule(
-                NameMatch::Prefix("www.".into()),
-                "web.",
-                true,
-                Next::Stop,
-            ),
+            name_rule(NameMatch::Prefix("www.".into()), "web.", true, Next::Stop),
             Rule::Type {
                 from: 1,
                 to: 28,

@@ -447,7 +447,9 @@ impl Shared {
             // boxed, that rare path takes no room in every miss's future.
             let forwarded = match &zone.rules {
                 None => forward(zone, key, deadline.into()).await,
-                Some(rules) => Box::pin(forward_with_rules(zone, rules, key, deadline.into())).await,
+                Some(rules) => {
+                    Box::pin(forward_with_rules(zone, rules, key, deadline.into())).await
+                }
             };
             let now = forwarded.as_ref().map_or_else(Instant::now, |f| f.received);
             // A failure never replaces an answer that can still be served,

@@ -39,6 +39,11 @@ impl ZoneRules {
         (!empty).then(|| Arc::new(self))
     }
 
+    /// Whether the zone rewrites questions.
+    pub(crate) fn rewrites(&self) -> bool {
+        !self.rewrites.0.is_empty()
+    }
+
     fn excepted(&self, wire: &[u8]) -> bool {
         self.except.iter().any(|zone| {
             wire.len() >= zone.len()

@@ -41,7 +41,12 @@ struct Pair {
 }
 
 /// The converted configuration of the block on `listen`, metrics on `metrics`.
-fn converted(dir: &std::path::Path, block: &str, listen: SocketAddr, metrics: SocketAddr) -> String {
+fn converted(
+    dir: &std::path::Path,
+    block: &str,
+    listen: SocketAddr,
+    metrics: SocketAddr,
+) -> String {
     let corefile = format!(
         ".:{port} {{\n  bind {ip}\n  {block}\n  prometheus {metrics}\n}}\n",
         port = listen.port(),
@@ -57,7 +62,10 @@ fn converted(dir: &std::path::Path, block: &str, listen: SocketAddr, metrics: So
     let toml = String::from_utf8(out.stdout).unwrap();
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(!stderr.contains("rewrite"), "a rewrite left untranslated: {stderr}");
+    assert!(
+        !stderr.contains("rewrite"),
+        "a rewrite left untranslated: {stderr}"
+    );
     toml
 }
 
@@ -105,7 +113,12 @@ impl Pair {
             let how = format!("{name} {rt} over {}", if tcp { "TCP" } else { "UDP" });
             assert_eq!(got.rcode(), want.rcode(), "rcode of {how}");
             assert_eq!(got.answer_set(), want.answer_set(), "answers of {how}");
-            assert_eq!(has_soa(&got), has_soa(&want), "SOA of {how}: {:?}", got.authority_set());
+            assert_eq!(
+                has_soa(&got),
+                has_soa(&want),
+                "SOA of {how}: {:?}",
+                got.authority_set()
+            );
             let asked = question_of(&got.raw).unwrap();
             assert_eq!(asked, (name.to_string(), rt), "question of {how}");
             first.get_or_insert(got);
@@ -132,9 +145,17 @@ fn name_rewrites_answer_with_the_names_asked() {
         "{:?}",
         r.answer_set()
     );
-    assert!(r.answer_set().contains("www.src2. IN A 192.0.2.3"), "{:?}", r.answer_set());
+    assert!(
+        r.answer_set().contains("www.src2. IN A 192.0.2.3"),
+        "{:?}",
+        r.answer_set()
+    );
     let r = p.same("www.rx.", Rt::A);
-    assert!(r.answer_set().contains("www.rx. IN A 192.0.2.3"), "{:?}", r.answer_set());
+    assert!(
+        r.answer_set().contains("www.rx. IN A 192.0.2.3"),
+        "{:?}",
+        r.answer_set()
+    );
     // A name the upstream has not: its NXDOMAIN and SOA come back under the
     // name asked.
     let r = p.same("nothere.src2.", Rt::A);
@@ -154,7 +175,10 @@ fn a_rewritten_name_is_a_cache_hit_under_the_name_asked() {
         "the second query is a cache hit"
     );
     for r in [&first, &second] {
-        assert_eq!(question_of(&r.raw).unwrap(), ("cached.rx.".to_string(), Rt::A));
+        assert_eq!(
+            question_of(&r.raw).unwrap(),
+            ("cached.rx.".to_string(), Rt::A)
+        );
         assert_eq!(
             r.answer_set().into_iter().collect::<Vec<_>>(),
             ["cached.rx. IN A 192.0.2.8"]
@@ -171,12 +195,17 @@ fn dns64_synthesizes_only_where_there_is_no_aaaa() {
     let p = start();
     let r = p.same("v4only.up.", Rt::AAAA);
     assert!(
-        r.answer_set().contains("v4only.up. IN AAAA 64:ff9b::c000:204"),
+        r.answer_set()
+            .contains("v4only.up. IN AAAA 64:ff9b::c000:204"),
         "{:?}",
         r.answer_set()
     );
     let r = p.same("both.up.", Rt::AAAA);
-    assert!(r.answer_set().contains("both.up. IN AAAA 2001:db8::5"), "{:?}", r.answer_set());
+    assert!(
+        r.answer_set().contains("both.up. IN AAAA 2001:db8::5"),
+        "{:?}",
+        r.answer_set()
+    );
     let r = p.same("nx.up.", Rt::AAAA);
     assert_eq!(r.rcode(), rcode::NXDOMAIN);
     // Through a rewrite too, and A questions are left alone.

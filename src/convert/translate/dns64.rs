@@ -6,8 +6,8 @@
 use std::fmt::Write as _;
 
 use super::super::corefile::Directive;
-use super::block::{BlockOut, describe};
 use super::Plan;
+use super::block::{BlockOut, describe};
 
 pub(super) fn dns64(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
     let line = d.line();
@@ -21,7 +21,10 @@ pub(super) fn dns64(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
             _ => {
                 plan.untranslated.add(
                     option.line(),
-                    format!("dns64 option {}: unknown; dns64 not translated", describe(option)),
+                    format!(
+                        "dns64 option {}: unknown; dns64 not translated",
+                        describe(option)
+                    ),
                 );
                 return;
             }
@@ -33,7 +36,10 @@ pub(super) fn dns64(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
             len % 8 == 0 && (32..=96).contains(&len)
         });
         if !ok {
-            plan.untranslated.add(line, format!("dns64 prefix `{p}`: not an IPv6 prefix of 32 to 96 bits; not translated"));
+            plan.untranslated.add(
+                line,
+                format!("dns64 prefix `{p}`: not an IPv6 prefix of 32 to 96 bits; not translated"),
+            );
             return;
         }
     }

@@ -10,8 +10,8 @@ use std::fmt::Write as _;
 use regex::Regex;
 
 use super::super::corefile::Directive;
-use super::block::{BlockOut, describe};
 use super::Plan;
+use super::block::{BlockOut, describe};
 
 /// A TOML string, quoted and escaped.
 fn quote(s: &str) -> String {
@@ -31,7 +31,7 @@ fn words(d: &Directive) -> Vec<String> {
 
 pub(super) fn rewrite(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
     let line = d.line();
-    match rule(&words(d)) {
+    match rule(&words(d)).and_then(|toml| compiles(&toml).map(|()| toml)) {
         Ok(toml) => out.rules.rewrites.push((toml, line)),
         Err(why) => plan
             .untranslated
@@ -105,7 +105,11 @@ fn name_rule(args: &[String], toml: &mut String) -> Result<(), String> {
                 };
                 check_regex(f)?;
                 let entry = format!("{{ from = {}, to = {} }}", quote(f), quote(t));
-                if kind == "name" { names.push(entry) } else { values.push(entry) }
+                if kind == "name" {
+                    names.push(entry)
+                } else {
+                    values.push(entry)
+                }
                 i += 3;
             }
             other => return Err(format!("unknown answer rule `{}`", other.unwrap_or(""))),
@@ -119,6 +123,16 @@ fn name_rule(args: &[String], toml: &mut String) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether nodens compiles the rule (its types, classes, groups): a
+/// rule it would refuse is listed, not written.
+fn compiles(body: &str) -> Result<(), String> {
+    let text =
+        format!("[[zone]]\nname = \".\"\nupstreams = [\"127.0.0.1:9\"]\n[[zone.rewrite]]\n{body}");
+    crate::config::Config::parse(&text)
+        .map(drop)
+        .map_err(|e| e.message)
+}
+
 fn check_regex(text: &str) -> Result<(), String> {
     Regex::new(text)
         .map(drop)
@@ -129,6 +143,46 @@ fn check_regex(text: &str) -> Result<(), String> {
 mod tests {
     use super::*;
 
+    /// A block with every construct: what is written compiles, what is
+    /// not is listed with its line and what it changes.
+    #[test]
+    fn a_block_converts_to_a_configuration_that_compiles() {
+        let corefile = ".:53 {\n\
+                        bind 127.0.0.1\n\
+                        rewrite stop {\n\
+                          name regex (.*)\\.a\\.org\\. {1}.b.org.\n\
+                          answer name (.*)\\.b\\.org\\. {1}.a.org.\n\
+                        }\n\
+                        rewrite continue name suffix .x.org .y.org answer auto\n\
+                        rewrite edns0 local set 0xffee abc\n\
+                        rewrite type HINFO A\n\
+                        dns64 64:ff9b:1::/48\n\
+                        forward . 127.0.0.1:5300 {\n\
+                          except skip.org Other.ORG\n\
+                        }\n\
+                      }\n";
+        let c = crate::convert::convert(corefile, &Default::default(), &|_| None).unwrap();
+        let config =
+            crate::config::Config::parse(&c.toml).unwrap_or_else(|e| panic!("{e}\n{}", c.toml));
+        let rules = config.zones[0].rules.as_ref().expect("rules");
+        assert_eq!(rules.rewrites.0.len(), 2, "{}", c.toml);
+        assert_eq!(rules.except.len(), 2);
+        assert_eq!(rules.dns64.as_ref().unwrap().prefix_len, 48);
+        let listed = |line: usize, words: &str| {
+            c.untranslated
+                .iter()
+                .any(|f| f.lines.contains(&line) && f.message.contains(words))
+        };
+        assert!(listed(8, "EDNS0"), "{:?}", c.untranslated);
+        assert!(listed(9, "HINFO"), "{:?}", c.untranslated);
+        assert!(listed(10, "allow_ipv4"), "{:?}", c.untranslated);
+        assert!(
+            c.toml.contains("except = [\"skip.org\", \"other.org\"]"),
+            "{}",
+            c.toml
+        );
+    }
+
     fn toml(rule_text: &str) -> Result<String, String> {
         let words: Vec<String> = rule_text.split_whitespace().map(String::from).collect();
         rule(&words)
@@ -136,11 +190,25 @@ mod tests {
 
     #[test]
     fn name_rules_become_toml() {
-        assert_eq!(toml("name a.org b.org").unwrap(), "from = \"a.org\"\nto = \"b.org\"\n");
+        assert_eq!(
+            toml("name a.org b.org").unwrap(),
+            "from = \"a.org\"\nto = \"b.org\"\n"
+        );
         let t = toml("continue name regex (.*)\\.a\\.org {1}.b.org answer auto").unwrap();
-        assert!(t.contains("match = \"regex\"") && t.contains("answer_auto = true") && t.ends_with("continue = true\n"), "{t}");
-        let t = toml("stop name suffix .a.org .b.org answer name (.*)\\.b\\.org {1}.a.org answer value x y").unwrap();
-        assert!(t.contains("answer_name = [{ from = ") && t.contains("answer_value"), "{t}");
+        assert!(
+            t.contains("match = \"regex\"")
+                && t.contains("answer_auto = true")
+                && t.ends_with("continue = true\n"),
+            "{t}"
+        );
+        let t = toml(
+            "stop name suffix .a.org .b.org answer name (.*)\\.b\\.org {1}.a.org answer value x y",
+        )
+        .unwrap();
+        assert!(
+            t.contains("answer_name = [{ from = ") && t.contains("answer_value"),
+            "{t}"
+        );
         assert!(toml("ttl exact a.org 30").unwrap_err().contains("TTL"));
         assert!(toml("name regex (unclosed x.org").is_err());
         assert!(toml("type A AAAA").unwrap().contains("field = \"type\""));
