@@ -70,9 +70,33 @@ fn converted(
 }
 
 fn start() -> Pair {
+    start_with(directives)
+}
+
+/// The rules CoreDNS's README shows beside `answer auto`: `continue`
+/// chains, prefix and substring matches, a suffix without `answer auto`
+/// (the answer keeps the rewritten names), `answer name` and `answer
+/// value`, and a type rewrite.
+fn more_directives(upstream: SocketAddr) -> String {
+    format!(
+        "rewrite continue name prefix web. www.\n  \
+         rewrite name substring .sub. .target.\n  \
+         rewrite name suffix .noauto. .target.up.\n  \
+         rewrite stop {{\n    \
+           name regex (.*)\\.named\\. {{1}}.target.up.\n    \
+           answer name (.*)\\.target\\.up\\. {{1}}.named.\n    \
+           answer value (.*)\\.target\\.up\\. {{1}}.named.\n  \
+         }}\n  \
+         rewrite type TXT A\n  \
+         cache 30\n  \
+         forward . {upstream}"
+    )
+}
+
+fn start_with(block_of: fn(SocketAddr) -> String) -> Pair {
     let net = Net::alloc();
     let upstream = CoreDns::start(net.upstream(0), &[("up.", zone_file("up.", RECORDS))]);
-    let block = directives(upstream.addr);
+    let block = block_of(upstream.addr);
     let reference = CoreDns::start_with_blocks(
         net.upstream(1),
         &[("probe.", zone_file("probe.", ""))],
@@ -160,6 +184,47 @@ fn name_rewrites_answer_with_the_names_asked() {
     // name asked.
     let r = p.same("nothere.src2.", Rt::A);
     assert_eq!(r.rcode(), rcode::NXDOMAIN);
+}
+
+#[test]
+fn continue_prefix_substring_and_answer_rules_answer_as_coredns() {
+    needs!(Need::CoreDns);
+    let p = start_with(more_directives);
+    // prefix (continue), then substring: no rule writes the answer back.
+    let r = p.same("web.sub.up.", Rt::A);
+    assert!(
+        r.answer_set().contains("www.target.up. IN A 192.0.2.3"),
+        "{:?}",
+        r.answer_set()
+    );
+    // A suffix without `answer auto`: the CNAME chain as the upstream gave it.
+    let r = p.same("alias.noauto.", Rt::A);
+    assert!(
+        r.answer_set()
+            .contains("alias.target.up. IN CNAME www.target.up."),
+        "{:?}",
+        r.answer_set()
+    );
+    // `answer name` and `answer value`: owners and the CNAME target.
+    let r = p.same("alias.named.", Rt::A);
+    assert!(
+        r.answer_set().contains("alias.named. IN CNAME www.named."),
+        "{:?}",
+        r.answer_set()
+    );
+    assert!(
+        r.answer_set().contains("www.named. IN A 192.0.2.3"),
+        "{:?}",
+        r.answer_set()
+    );
+    // A type rewrite: a TXT question answered with the A records.
+    let r = p.same("b.up.", Rt::TXT);
+    assert!(
+        r.answer_set().contains("b.up. IN A 192.0.2.2"),
+        "{:?}",
+        r.answer_set()
+    );
+    p.same("nothere.named.", Rt::A);
 }
 
 #[test]
