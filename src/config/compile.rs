@@ -273,7 +273,7 @@ impl File {
                 service: e.service.get_ref().clone(),
                 port: e.port.clone(),
             }),
-            rules: self.compile_zone_rules(index, z)?,
+            rules: self.compile_zone_rules(z)?,
         })
     }
 

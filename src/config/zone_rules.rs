@@ -216,7 +216,6 @@ impl File {
     /// The zone's rules compiled; `None` for a zone with none.
     pub(super) fn compile_zone_rules(
         &self,
-        _index: usize,
         z: &ZoneConfig,
     ) -> Result<Option<std::sync::Arc<ZoneRules>>, Invalid> {
         let rules = ZoneRules {
