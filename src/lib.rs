@@ -46,6 +46,7 @@ mod lock;
 mod log_limit;
 mod metrics;
 mod records;
+mod rewrite;
 mod search;
 mod serve;
 mod tasks;

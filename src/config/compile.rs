@@ -279,6 +279,7 @@ impl File {
             cache,
             records: self.compile_records(index, z)?,
             listen: z.listen.iter().map(|a| a.get_ref().0).collect(),
+            rules: self.compile_zone_rules(z)?,
         })
     }
 

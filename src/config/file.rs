@@ -486,6 +486,16 @@ pub struct ZoneConfig {
     /// other addresses with other settings.
     #[serde(default)]
     pub listen: Vec<Spanned<DnsAddr>>,
+    /// Names at and below these the zone does not forward (CoreDNS's
+    /// `forward ... { except }`): SERVFAIL.
+    #[serde(default)]
+    pub except: Vec<Spanned<ZoneName>>,
+    /// Question rewrites, in order (`[[zone.rewrite]]`, CoreDNS's `rewrite`).
+    #[serde(default)]
+    pub rewrite: Vec<super::zone_rules::RewriteConfig>,
+    /// AAAA synthesized from A (`[zone.dns64]`, RFC 6147).
+    #[serde(default)]
+    pub dns64: Option<super::zone_rules::Dns64Config>,
 }
 
 /// How a zone's queries travel upstream.
@@ -586,6 +596,9 @@ impl ZoneConfig {
             local: false,
             whoami: false,
             listen: Vec::new(),
+            except: Vec::new(),
+            rewrite: Vec::new(),
+            dns64: None,
         }
     }
 }

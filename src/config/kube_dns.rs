@@ -281,6 +281,7 @@ impl File {
             cache,
             records: None,
             listen: Vec::new(),
+            rules: None,
         }
     }
 }

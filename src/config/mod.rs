@@ -21,6 +21,7 @@ pub(crate) mod resolv_conf;
 mod values;
 pub(crate) mod views;
 mod zone_cache;
+mod zone_rules;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -192,6 +193,8 @@ pub struct ZonePlan {
     pub records: Option<RecordsPlan>,
     /// The listen addresses this zone serves (a view); empty: every one.
     pub listen: Vec<SocketAddr>,
+    /// `except`, `rewrite`, `dns64` compiled (`zone_rules.rs`); `None`: plain forwarding.
+    pub(crate) rules: Option<std::sync::Arc<crate::upstream::rules::ZoneRules>>,
 }
 
 /// What an upstream is built from; an upstream whose settings did not

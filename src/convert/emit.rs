@@ -240,6 +240,7 @@ fn zone(w: &mut String, z: &ZoneOut) {
         let _ = writeln!(w, "max_fails = {n}");
     }
     w.push_str(&z.records.keys);
+    z.rules.write_keys(w);
     if let Some(idle) = z.idle_timeout {
         let _ = writeln!(
             w,
@@ -249,6 +250,7 @@ fn zone(w: &mut String, z: &ZoneOut) {
     }
     zone_cache(w, &z.cache);
     w.push_str(&z.records.tables);
+    z.rules.write_tables(w);
 }
 
 /// `[zone.cache]`: what the block's `cache` sets, each with its line.

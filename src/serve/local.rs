@@ -42,6 +42,11 @@ impl Shared {
         if !rules.in_scope(name) {
             return false;
         }
+        // A zone that rewrites questions: whether the name asked exists is
+        // the rewritten name's upstream answer, not the schema's to say.
+        if request.zone.rules.as_ref().is_some_and(|r| r.rewrites()) {
+            return false;
+        }
         let limit = reply_limit(request.proto, request.query, request.settings);
         if let Some(rule) = rules.cannot_exist(name) {
             let soa = if suffix_at(name, rules.domain()).is_some() {

@@ -24,6 +24,7 @@ use crate::coalesce::Role;
 use crate::listen::{Handled, Proto};
 use crate::upstream::Zone;
 use crate::upstream::forward::forward;
+use crate::upstream::rules::forward_with_rules;
 use crate::wire::query::{OwnedQuery, Query};
 use crate::wire::{build, ede, rcode};
 
@@ -444,7 +445,14 @@ impl Shared {
             {
                 return Some(e);
             }
-            let forwarded = forward(zone, key, deadline.into()).await;
+            // A zone with rules (rewrite, dns64, except) asks through them;
+            // boxed, that rare path takes no room in every miss's future.
+            let forwarded = match &zone.rules {
+                None => forward::<false>(zone, key, deadline.into()).await,
+                Some(rules) => {
+                    Box::pin(forward_with_rules(zone, rules, key, deadline.into())).await
+                }
+            };
             let now = forwarded.as_ref().map_or_else(Instant::now, |f| f.received);
             // A failure never replaces an answer that can still be served,
             // fresh (a prefetch that failed) or stale.

@@ -6,6 +6,7 @@ pub(crate) mod forward;
 pub(crate) mod health;
 pub(crate) mod metrics;
 pub(crate) mod pool;
+pub(crate) mod rules;
 pub(crate) mod udp;
 mod views;
 
@@ -126,6 +127,8 @@ pub(crate) struct Zone {
     /// The `view` label in metrics: its listen addresses, or "" for a zone
     /// every listener serves.
     pub view: String,
+    /// `except`, `rewrite`, `dns64`: `None` on a zone without any.
+    pub rules: Option<Arc<rules::ZoneRules>>,
 }
 
 impl Zone {
@@ -229,6 +232,7 @@ impl Router {
                 cache: plan.cache.clone(),
                 next_first: AtomicUsize::new(0),
                 view: views::label(&plan.listen),
+                rules: plan.rules.clone(),
             }));
         }
         for members in &views.tables {

@@ -36,6 +36,7 @@ mod node;
 mod node_setup;
 mod privileges;
 mod querygen;
+mod rewrite_dns64;
 mod search_rules;
 mod snapshot_trust;
 mod stale_prefetch;

@@ -11,7 +11,8 @@ use super::super::corefile::{Directive, ServerBlock};
 use super::super::{ConvertError, Options};
 use super::keys::Keys;
 use super::{
-    Findings, Plan, Upstream, ZoneCacheOut, ZoneOut, cache, forward, records, zone_defaults,
+    Findings, Plan, Upstream, ZoneCacheOut, ZoneOut, cache, dns64, forward, records, rewrite,
+    zone_defaults,
 };
 
 /// What one block's directives say, before it becomes zones.
@@ -30,6 +31,7 @@ pub(super) struct BlockOut {
     pub(super) negative_max_ttl: Option<Duration>,
     pub(super) cache: ZoneCacheOut,
     pub(super) records: super::RecordsOut,
+    pub(super) rules: super::zone_rules::RulesOut,
 }
 
 /// Translates one block into zones; returns its listen addresses, or
@@ -47,6 +49,8 @@ pub(super) fn translate_block(
             "bind" => bind(d, &mut out, plan),
             "forward" => forward::forward(d, keys, &mut out, options, plan)?,
             "cache" => cache::cache(d, &mut out, plan),
+            "rewrite" => rewrite::rewrite(d, &mut out, plan),
+            "dns64" => dns64::dns64(d, &mut out, plan),
             "prometheus" => http_endpoint(
                 d,
                 "localhost:9153",
@@ -169,6 +173,7 @@ pub(super) fn translate_block(
             cache: out.cache.clone(),
             records: out.records.clone(),
             listen: zone_listen.clone(),
+            rules: out.rules.clone(),
         });
         for &a in zone_listen {
             if !listen.contains(&a) {

@@ -185,6 +185,7 @@ fn forward_option(option: &Directive, out: &mut BlockOut, plan: &mut Plan) {
             }
             _ => plan.untranslated.add(line, format!("forward {}: unknown policy", describe(option))),
         },
+        "except" => super::except::except(option, out, plan),
         "max_concurrent" => match args.first().and_then(|a| a.parse::<u32>().ok()) {
             Some(0) => {}
             Some(n) => {

@@ -14,11 +14,15 @@
 
 mod block;
 mod cache;
+mod dns64;
+mod except;
 mod forward;
 mod keys;
 mod records;
+mod rewrite;
 mod unforwarded;
 mod views;
+pub(super) mod zone_rules;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -114,6 +118,9 @@ pub(super) struct ZoneOut {
     /// The addresses its block serves it on; emptied (every address) when
     /// the zone is on all of the output's listen addresses.
     pub listen: Vec<SocketAddr>,
+
+    /// `rewrite`, `dns64`, `forward ... except`.
+    pub rules: zone_rules::RulesOut,
 }
 
 /// A zone's local answers as TOML: keys of the `[[zone]]` table, and the
