@@ -163,8 +163,18 @@ pub(super) fn files(dir: &Path, pattern: &str) -> Result<Vec<PathBuf>, String> {
         return Ok(vec![path]);
     }
     let parent = path.parent().unwrap_or(dir);
-    let entries = std::fs::read_dir(parent)
-        .map_err(|e| format!("import {pattern}: cannot read {}: {e}", parent.display()))?;
+    // Go's filepath.Glob, which CoreDNS uses, finds nothing in a directory
+    // that does not exist, and that is no error either.
+    let entries = match std::fs::read_dir(parent) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(format!(
+                "import {pattern}: cannot read {}: {e}",
+                parent.display()
+            ));
+        }
+    };
     let mut found: Vec<PathBuf> = entries
         .filter_map(Result::ok)
         .filter(|e| e.path().is_file() && glob_match(&name, &e.file_name().to_string_lossy()))

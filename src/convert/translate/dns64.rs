@@ -44,9 +44,9 @@ pub(super) fn dns64(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
         }
     }
     if !allow_ipv4 {
-        plan.untranslated.add(
+        plan.notes.add(
             line,
-            "dns64 without allow_ipv4: CoreDNS synthesizes only for clients asking over IPv6; nodens synthesizes for every client of the zone (its cache holds one answer per question)",
+            "dns64 without allow_ipv4: CoreDNS synthesizes only for clients asking over IPv6; nodens synthesizes for every client of the zone (its cache holds one answer per question): the same answers where the block's clients are IPv6 (an IPv6-only cluster)",
         );
     }
     let mut toml = String::new();
