@@ -6,7 +6,8 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 /// A client the default allow list serves.
-const LOCALHOST: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+const LOCALHOST: std::net::SocketAddr =
+    std::net::SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 5353);
 use std::time::Instant;
 
 use criterion::{Criterion, criterion_group, criterion_main};

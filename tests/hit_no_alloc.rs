@@ -9,7 +9,8 @@ use std::cell::Cell;
 use std::sync::Arc;
 
 /// A client the default allow list serves.
-const LOCALHOST: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+const LOCALHOST: std::net::SocketAddr =
+    std::net::SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 5353);
 use std::time::Instant;
 
 use nodens::NameBuf;

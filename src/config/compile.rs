@@ -166,6 +166,7 @@ impl File {
                     node_name: self.kubernetes.node_name(),
                 }),
             zones,
+            query_log: self.query_log.compile(),
         })
     }
 
@@ -273,6 +274,7 @@ impl File {
                 service: e.service.get_ref().clone(),
                 port: e.port.clone(),
             }),
+            query_log: z.query_log.as_ref().and_then(|q| q.compile()),
         })
     }
 

@@ -26,6 +26,8 @@ pub struct File {
     pub kubernetes: KubernetesConfig,
     #[serde(rename = "zone")]
     pub zones: Vec<ZoneConfig>,
+    /// The query log's sink (`[query_log]`); each zone says what it logs.
+    pub query_log: super::query_log::QueryLogConfig,
 }
 
 /// How nodens reaches the Kubernetes API, for the features that read it
@@ -447,6 +449,9 @@ pub struct ZoneConfig {
     /// First wait between health probes of a down upstream; doubles up to 30 s.
     #[serde(default = "default_health_check", with = "humantime_serde")]
     pub health_check: Duration,
+    /// The zone's query log (`[zone.query_log]`); none: not logged.
+    #[serde(default)]
+    pub query_log: Option<super::query_log::ZoneQueryLogConfig>,
 }
 
 /// How a zone's queries travel upstream.
@@ -541,6 +546,7 @@ impl ZoneConfig {
             pool: PoolConfig::default(),
             max_fails: default_max_fails(),
             health_check: default_health_check(),
+            query_log: None,
         }
     }
 }

@@ -15,6 +15,7 @@ mod compile;
 mod file;
 mod http;
 mod position;
+mod query_log;
 pub(crate) mod resolv_conf;
 mod values;
 
@@ -32,6 +33,10 @@ pub use file::{
     PoolConfig, ServerConfig, Transport, ZoneConfig,
 };
 use position::Document;
+pub use query_log::{
+    Class as QueryLogClass, QueryLogConfig, QueryLogFormat, QueryLogOutput, QueryLogPlan,
+    ZoneLogPlan, ZoneQueryLogConfig,
+};
 pub use resolv_conf::{ResolvConfError, nameservers as resolv_conf_nameservers};
 pub use values::{BadValue, DnsAddr, HttpListen, LogFilter, ZoneName};
 
@@ -56,6 +61,8 @@ pub struct Config {
     pub zones: Vec<ZonePlan>,
     /// The Kubernetes API, when a feature reads it.
     pub kubernetes: Option<KubernetesPlan>,
+    /// The query log's sink (each zone says what it logs).
+    pub query_log: QueryLogPlan,
 }
 
 /// How to reach the Kubernetes API (`[kubernetes]`).
@@ -177,6 +184,8 @@ pub struct ZonePlan {
     /// Upstreams discovered from a Service's EndpointSlices; `upstreams`
     /// is the fallback while they are unknown.
     pub endpoints: Option<EndpointsPlan>,
+    /// What the zone's query log logs; `None`: nothing.
+    pub query_log: Option<ZoneLogPlan>,
 }
 
 /// What an upstream is built from; an upstream whose settings did not

@@ -39,9 +39,10 @@ mod route;
 mod search;
 mod settings;
 pub(crate) mod stats;
+mod unzoned;
 
 use std::future::Future;
-use std::net::IpAddr;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::time::Instant;
@@ -78,6 +79,8 @@ pub struct Shared {
     pub(crate) ready: Arc<AtomicBool>,
     /// Miss jobs alive now, against `max_misses_in_flight`.
     misses_in_flight: Arc<AtomicUsize>,
+    /// The query log's running sink.
+    query_log: crate::querylog::Hub,
 }
 
 /// A listener as the request path sees it: who it is, and its metric handles.
@@ -92,15 +95,19 @@ impl Shared {
     ) -> Shared {
         let tasks = Tasks::on_current_runtime();
         let settings = Settings::build(config, upstream_metrics, tasks.upkeep(), None);
+        let search = search::SearchState::default();
+        let query_log =
+            crate::querylog::Hub::new(search.clients.clone(), metrics.query_log_counters());
         Shared {
             settings: ArcSwap::from_pointee(settings),
             cache: Cache::new(config.cache.capacity),
             coalescer: Coalescer::default(),
-            search: search::SearchState::default(),
+            search,
             metrics,
             tasks,
             ready: Arc::new(AtomicBool::new(false)),
             misses_in_flight: Arc::default(),
+            query_log,
         }
     }
 
@@ -170,33 +177,44 @@ impl Service for Shared {
     fn handle(
         self: &Arc<Self>,
         packet: &[u8],
-        client: IpAddr,
+        client: SocketAddr,
         listener: &ListenerView,
         proto: Proto,
         out: &mut Vec<u8>,
     ) -> Handled<Job> {
         let started = Instant::now();
         let settings = self.settings.load();
-        if let Some(done) = admit::admit(&settings, &self.metrics, packet, client, started, out) {
-            return done;
+        let unzoned = unzoned::Unzoned {
+            packet,
+            client,
+            proto,
+            started,
+            settings: &settings,
+        };
+        if let Some(done) =
+            admit::admit(&settings, &self.metrics, packet, client.ip(), started, out)
+        {
+            return self.log_unzoned(&unzoned, done, out);
         }
         let query = match query::parse(packet) {
             Ok(q) => q,
             Err(reject) => {
                 self.metrics.rejected(reject.reason());
-                return if build::error_reply(packet, &reject, out) {
+                let done = if build::error_reply(packet, &reject, out) {
                     Handled::Reply
                 } else {
                     Handled::Drop
                 };
+                return self.log_unzoned(&unzoned, done, out);
             }
         };
         let mut name_buf: NameBuf = [0; 255];
         let key = KeyRef::from_query(&query, &mut name_buf);
         let Some(zone) = settings.router.route(key.name) else {
-            return route::refuse_unrouted(&self.metrics, &query, listener, proto, out);
+            let done = route::refuse_unrouted(&self.metrics, &query, listener, proto, out);
+            return self.log_unzoned(&unzoned, done, out);
         };
-        let stats_guard = stats::for_listener(listener, &settings, &self.metrics);
+        let stats_guard = stats::for_listener(listener, &settings, &self.metrics, &self.query_log);
         let all_stats = stats_guard
             .as_ref()
             .expect("stats for the current settings");
@@ -210,11 +228,12 @@ impl Service for Shared {
             stats,
             proto,
             started,
+            client,
         };
         if identity::answer(&request, settings.identity.as_ref(), out) {
             return Handled::Reply;
         }
-        if let Some(at) = self.autopath_candidate(&key, client, &settings) {
+        if let Some(at) = self.autopath_candidate(&key, client.ip(), &settings) {
             match self.autopath_from_cache(&request, at, out) {
                 autopath::FromCache::Answered => return Handled::Reply,
                 autopath::FromCache::Plain => {}

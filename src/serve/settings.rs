@@ -29,6 +29,8 @@ pub(crate) struct Settings {
     pub cluster: ClusterRules,
     /// What the CHAOS identity names answer; `None`: REFUSED.
     pub identity: Option<Identity>,
+    /// What the query log writes, and of which zones.
+    pub query_log: crate::querylog::Plans,
 }
 
 impl Settings {
@@ -56,6 +58,7 @@ impl Settings {
             cache: config.cache.clone(),
             cluster: config.cluster.clone(),
             identity: config.server.identity.then(Identity::of_this_node),
+            query_log: crate::querylog::Plans::of(config),
         }
     }
 }
