@@ -251,4 +251,11 @@ fn zone(w: &mut String, z: &ZoneOut) {
             quote(&duration(idle))
         );
     }
+    if let Some(classes) = &z.query_log {
+        let _ = writeln!(
+            w,
+            "\n[zone.query_log]   # log\nclasses = {}",
+            quoted_list(classes)
+        );
+    }
 }

@@ -121,10 +121,27 @@ fn proto_name(proto: Proto) -> &'static str {
     }
 }
 
+/// Types with a mnemonic beside those of the metrics' table.
+const MORE_TYPES: [(u16, &str); 12] = [
+    (10, "NULL"),
+    (13, "HINFO"),
+    (35, "NAPTR"),
+    (39, "DNAME"),
+    (41, "OPT"),
+    (52, "TLSA"),
+    (59, "CDS"),
+    (60, "CDNSKEY"),
+    (64, "SVCB"),
+    (99, "SPF"),
+    (256, "URI"),
+    (257, "CAA"),
+];
+
 /// The type's mnemonic, or `TYPEn` (RFC 3597) as CoreDNS writes it.
 fn qtype_name(qtype: u16) -> String {
     QTYPE_LABELS
         .iter()
+        .chain(&MORE_TYPES)
         .find(|(t, _)| *t == qtype)
         .map_or_else(|| format!("TYPE{qtype}"), |(_, label)| (*label).to_string())
 }

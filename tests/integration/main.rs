@@ -33,6 +33,7 @@ mod negative;
 mod node;
 mod node_setup;
 mod privileges;
+mod query_log;
 mod querygen;
 mod search_rules;
 mod snapshot_trust;

@@ -1,7 +1,8 @@
 //! One server block's plugins, and the zones the block becomes. `forward`
 //! and `cache` have files of their own; `bind`, `prometheus` and `health`
 //! are here, and so are the plugins whose job nodens does another way
-//! (`ready`, `reload`, `loop`, `errors`, `log`: a note each) and the rest
+//! (`ready`, `reload`, `loop`, `errors`: a note each; `log` has a file of
+//! its own) and the rest
 //! (listed as having no equivalent).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -10,7 +11,7 @@ use std::time::Duration;
 use super::super::corefile::{Directive, ServerBlock};
 use super::super::{ConvertError, Options};
 use super::keys::Keys;
-use super::{Findings, Plan, Upstream, ZoneOut, cache, forward, zone_defaults};
+use super::{Findings, Plan, Upstream, ZoneOut, cache, forward, log, zone_defaults};
 
 /// What one block's directives say, before it becomes zones.
 #[derive(Default)]
@@ -26,6 +27,8 @@ pub(super) struct BlockOut {
     pub(super) min_ttl: Option<Duration>,
     pub(super) max_ttl: Option<Duration>,
     pub(super) negative_max_ttl: Option<Duration>,
+    /// The zones `log` covers, with their class bits.
+    pub(super) query_log: Vec<(String, u8)>,
 }
 
 /// Translates one block into zones; returns its listen addresses, or
@@ -81,10 +84,7 @@ pub(super) fn translate_block(
                 line,
                 "errors: nodens logs upstream errors (one line per upstream per log.upstream_error_interval) and counts every one in its metrics",
             ),
-            "log" => plan.notes.add(
-                line,
-                "log: nodens keeps no query log; its metrics count queries by zone, answer and upstream",
-            ),
+            "log" => log::log(d, keys, &mut out, plan),
             other => plan.untranslated.add(
                 line,
                 format!("{}: the `{other}` plugin has no nodens equivalent", describe(d)),
@@ -156,6 +156,7 @@ pub(super) fn translate_block(
             min_ttl: out.min_ttl,
             max_ttl: out.max_ttl,
             negative_max_ttl: out.negative_max_ttl,
+            query_log: log::classes_of(&out, name),
         });
         added = true;
     }

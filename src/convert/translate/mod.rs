@@ -3,19 +3,20 @@
 //! The rule: a setting with an equivalent is carried over; a plugin or
 //! option without one is listed with its line and left out, never guessed
 //! at; plugins whose job nodens does another way (`reload`, `loop`, `errors`,
-//! `log`, `ready`) get a note saying how. Settings the Corefile does not
+//! `ready`) get a note saying how. Settings the Corefile does not
 //! mention keep nodens' defaults.
 //!
 //! One file per job: [`keys`] reads a server block's keys (zones, port),
 //! [`block`] walks a block's plugins (`bind`, `prometheus`, `health` and
-//! the ones that become notes) and makes its zones, [`forward`] and
-//! [`cache`] translate those two plugins; this file holds the [`Plan`]
+//! the ones that become notes) and makes its zones, [`forward`], [`cache`]
+//! and [`log`] translate those plugins; this file holds the [`Plan`]
 //! they fill and puts the blocks together.
 
 mod block;
 mod cache;
 mod forward;
 mod keys;
+mod log;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -105,6 +106,8 @@ pub(super) struct ZoneOut {
     pub min_ttl: Option<Duration>,
     pub max_ttl: Option<Duration>,
     pub negative_max_ttl: Option<Duration>,
+    /// `[zone.query_log] classes`, from `log`.
+    pub query_log: Option<Vec<&'static str>>,
 }
 
 /// `[cache]`, from every block's `cache`.
