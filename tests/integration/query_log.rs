@@ -494,3 +494,79 @@ fn a_flood_loses_no_query_the_log_drops_and_counts() {
         "a full queue drops and counts"
     );
 }
+
+/// `log . { class denial error }` converted by `nodens convert-corefile`
+/// and the same Corefile run by CoreDNS: for the same queries, both log the
+/// same names (a success left out by both).
+#[test]
+fn a_converted_log_logs_what_coredns_logs() {
+    needs!(Need::CoreDns);
+    let net = Net::alloc();
+    let core = CoreDns::test_zone(net.upstream(0), "");
+    let dir = tempfile::tempdir().unwrap();
+    let corefile = |bind: IpAddr, port: u16| {
+        format!(
+            "test.:{port} {{\n  bind {bind}\n  log . {{\n    class denial error\n  }}\n  \
+             cache 30\n  forward . {}\n  prometheus {bind}:9253\n}}\n",
+            core.addr
+        )
+    };
+    // nodens, from the conversion.
+    let path = dir.path().join("Corefile.nodens");
+    std::fs::write(&path, corefile(net.ip(1), 1053)).unwrap();
+    let out = std::process::Command::new(nodens_bin())
+        .arg("convert-corefile")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let toml = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        toml.contains("[zone.query_log]   # log\nclasses = [\"denial\", \"error\"]"),
+        "{toml}\n{stderr}"
+    );
+    assert!(!stderr.contains("keeps no query log"), "{stderr}");
+    let nodens = Nodens::start_toml(&toml);
+    // CoreDNS, from the same Corefile on another address.
+    let reference_addr = net.other(70, 1053);
+    let path = dir.path().join("Corefile.coredns");
+    std::fs::write(&path, corefile(reference_addr.ip(), 1053)).unwrap();
+    let mut cmd = wrapped_command(&[], &coredns_bin());
+    cmd.arg("-conf").arg(&path);
+    let reference = Proc::spawn("coredns reference", cmd);
+    wait_until(secs(15), "the reference CoreDNS to answer", || {
+        udp_query_timeout(reference_addr, &Q::new("www.test.", Rt::A), ms(200))
+    });
+
+    let asked = ["www.test.", "nope.test.", "mail.test.", "gone.test."];
+    for server in [nodens.dns, reference_addr] {
+        for name in asked {
+            let _ = udp_query(server, &Q::new(name, Rt::A));
+        }
+    }
+    let names = |lines: Vec<String>| -> Vec<String> {
+        lines
+            .iter()
+            .filter_map(|l| LoggedQuery::parse(l))
+            .map(|q| q.name)
+            .collect()
+    };
+    // NXDOMAIN twice and NODATA (a denial too): three lines each. CoreDNS
+    // logs after its reply, so its lines may come in another order.
+    let from_nodens = wait_until(secs(10), "nodens's three lines", || {
+        let n = names(nodens.proc.lines());
+        (n.len() >= 3).then_some(n)
+    });
+    let mut from_coredns = wait_until(secs(10), "CoreDNS's three lines", || {
+        let n: Vec<String> = names(reference.lines())
+            .into_iter()
+            .filter(|n| asked.contains(&n.as_str()))
+            .collect();
+        (n.len() >= 3).then_some(n)
+    });
+    assert_eq!(from_nodens, ["nope.test.", "mail.test.", "gone.test."]);
+    from_coredns.sort();
+    let mut expected = from_nodens.clone();
+    expected.sort();
+    assert_eq!(expected, from_coredns);
+}
