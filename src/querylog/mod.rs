@@ -132,7 +132,7 @@ impl Hub {
     /// else a new one; none when nothing is logged or the output cannot
     /// be opened (logged).
     fn sink(&self, plans: &Plans) -> Option<Arc<Sink>> {
-        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        let mut current = crate::lock::lock(&self.current);
         if !plans.any() {
             *current = None;
             return None;
