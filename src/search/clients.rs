@@ -18,10 +18,13 @@ use arc_swap::ArcSwapOption;
 /// pods of a namespace) and name (for the query log), sorted by address:
 /// one slot a pod, no table to keep half empty.
 #[derive(Debug, Default)]
-pub(crate) struct ClientMap(Box<[(IpAddr, Arc<str>, Box<str>)]>);
+pub(crate) struct ClientMap(Box<[PodAddress]>);
+
+/// A pod's address, namespace and name.
+pub(crate) type PodAddress = (IpAddr, Arc<str>, Box<str>);
 
 impl ClientMap {
-    pub(crate) fn new(mut pods: Vec<(IpAddr, Arc<str>, Box<str>)>) -> ClientMap {
+    pub(crate) fn new(mut pods: Vec<PodAddress>) -> ClientMap {
         pods.sort_unstable_by_key(|p| p.0);
         ClientMap(pods.into_boxed_slice())
     }
