@@ -110,3 +110,61 @@ pub(super) fn classes_of(out: &BlockOut, zone: &str) -> Option<Vec<&'static str>
             .collect(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::convert::{Conversion, Options, convert};
+
+    fn run(text: &str) -> Conversion {
+        convert(text, &Options::default(), &|_| None).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn listed(c: &Conversion, line: usize, words: &str) -> bool {
+        c.untranslated
+            .iter()
+            .any(|f| f.lines.contains(&line) && f.message.contains(words))
+    }
+
+    #[test]
+    fn scopes_classes_and_formats() {
+        let c = run("a.example:53 b.example:53 {\n\
+                     bind 127.0.0.1\n\
+                     log b.example {combined}\n\
+                     log sub.a.example {\n\
+                       class denial\n\
+                       class bogus\n\
+                       level 3\n\
+                     }\n\
+                     forward . 127.0.0.1:5300\n\
+                   }\n");
+        // b.example logged whole (all classes); a.example not at all.
+        let zones: Vec<&str> = c.toml.split("[[zone]]").skip(1).collect();
+        assert_eq!(zones.len(), 2, "{}", c.toml);
+        assert!(!zones[0].contains("query_log"), "{}", zones[0]);
+        assert!(
+            zones[1].contains("[zone.query_log]   # log\nclasses = [\"all\"]"),
+            "{}",
+            zones[1]
+        );
+        assert!(listed(&c, 4, "narrower"), "{:?}", c.untranslated);
+        assert!(listed(&c, 6, "bogus"), "{:?}", c.untranslated);
+        assert!(listed(&c, 7, "level"), "{:?}", c.untranslated);
+        assert!(c.notes.iter().any(|n| n.message.contains("{combined}")));
+        crate::config::File::parse(&c.toml).unwrap_or_else(|e| panic!("{e}\n{}", c.toml));
+    }
+
+    #[test]
+    fn a_bare_log_logs_every_class_and_two_logs_add_up() {
+        let c = run(".:53 {\n  bind 127.0.0.1\n  log\n  forward . 127.0.0.1:5300\n}\n");
+        assert!(c.toml.contains("classes = [\"all\"]"), "{}", c.toml);
+        let c = run(
+            ".:53 {\n  bind 127.0.0.1\n  log . {\n    class error\n  }\n  \
+                     log . {\n    class success\n  }\n  forward . 127.0.0.1:5300\n}\n",
+        );
+        assert!(
+            c.toml.contains("classes = [\"success\", \"error\"]"),
+            "{}",
+            c.toml
+        );
+    }
+}
