@@ -322,7 +322,7 @@ level = "warn"
 [[zone]]
 name = "."
 upstreams = ["{up}"]
-"""}),
+""" + a.nodens_config}),
         "unbound": dict(
             argv=["unbound", "-d", "-c", "{dir}/unbound.conf"],
             files={"unbound.conf": f"""server:
@@ -903,6 +903,8 @@ def main():
     ap.add_argument("--pidfile", required=True)
     ap.add_argument("--nodens", required=True)
     ap.add_argument("--nodens-version", default="?")
+    ap.add_argument("--nodens-config", default="",
+                    help="TOML appended to nodens.toml (after the root zone)")
     ap.add_argument("--coredns", required=True)
     ap.add_argument("--reflector", required=True)
     ap.add_argument("--servers", default="reflector nodens unbound dnsdist coredns dnsmasq")

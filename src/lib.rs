@@ -45,6 +45,7 @@ mod listen;
 mod lock;
 mod log_limit;
 mod metrics;
+mod querylog;
 mod records;
 mod rewrite;
 mod search;

@@ -168,6 +168,7 @@ impl File {
                 }),
             zones,
             kube_dns,
+            query_log: self.query_log.compile(),
         })
     }
 
@@ -280,6 +281,7 @@ impl File {
             records: self.compile_records(index, z)?,
             listen: z.listen.iter().map(|a| a.get_ref().0).collect(),
             rules: self.compile_zone_rules(z)?,
+            query_log: z.query_log.as_ref().and_then(|q| q.compile()),
         })
     }
 

@@ -26,6 +26,8 @@ pub struct File {
     pub kubernetes: KubernetesConfig,
     #[serde(rename = "zone")]
     pub zones: Vec<ZoneConfig>,
+    /// The query log's sink (`[query_log]`); each zone says what it logs.
+    pub query_log: super::query_log::QueryLogConfig,
 }
 
 /// How nodens reaches the Kubernetes API, for the features that read it
@@ -496,6 +498,9 @@ pub struct ZoneConfig {
     /// AAAA synthesized from A (`[zone.dns64]`, RFC 6147).
     #[serde(default)]
     pub dns64: Option<super::zone_rules::Dns64Config>,
+    /// The zone's query log (`[zone.query_log]`); none: not logged.
+    #[serde(default)]
+    pub query_log: Option<super::query_log::ZoneQueryLogConfig>,
 }
 
 /// How a zone's queries travel upstream.
@@ -599,6 +604,7 @@ impl ZoneConfig {
             except: Vec::new(),
             rewrite: Vec::new(),
             dns64: None,
+            query_log: None,
         }
     }
 }

@@ -282,6 +282,7 @@ impl File {
             records: None,
             listen: Vec::new(),
             rules: None,
+            query_log: None,
         }
     }
 }

@@ -16,6 +16,7 @@ mod file;
 mod http;
 mod kube_dns;
 mod position;
+mod query_log;
 mod records;
 pub(crate) mod resolv_conf;
 mod values;
@@ -39,6 +40,11 @@ pub use file::{
 pub use kube_dns::{KubeDnsPoll, KubeDnsSource};
 use position::Document;
 pub use records::{FallthroughConfig, HostsConfig, RecordsPlan, TemplateConfig};
+
+pub use query_log::{
+    Class as QueryLogClass, QueryLogConfig, QueryLogFormat, QueryLogOutput, QueryLogPlan,
+    ZoneLogPlan, ZoneQueryLogConfig,
+};
 pub use resolv_conf::{ResolvConfError, nameservers as resolv_conf_nameservers};
 pub use values::{BadValue, DnsAddr, HttpListen, LogFilter, ZoneName};
 pub use zone_cache::{CachePolicy, ZoneCacheConfig};
@@ -66,6 +72,8 @@ pub struct Config {
     pub kubernetes: Option<KubernetesPlan>,
     /// The kube-dns ConfigMap the zones were built with, polled for changes.
     pub kube_dns: Option<KubeDnsSource>,
+    /// The query log's sink (each zone says what it logs).
+    pub query_log: QueryLogPlan,
 }
 
 /// How to reach the Kubernetes API (`[kubernetes]`).
@@ -195,6 +203,8 @@ pub struct ZonePlan {
     pub listen: Vec<SocketAddr>,
     /// `except`, `rewrite`, `dns64` compiled (`zone_rules.rs`); `None`: plain forwarding.
     pub(crate) rules: Option<std::sync::Arc<crate::upstream::rules::ZoneRules>>,
+    /// What the zone's query log logs; `None`: nothing.
+    pub query_log: Option<ZoneLogPlan>,
 }
 
 /// What an upstream is built from; an upstream whose settings did not

@@ -251,6 +251,13 @@ fn zone(w: &mut String, z: &ZoneOut) {
     zone_cache(w, &z.cache);
     w.push_str(&z.records.tables);
     z.rules.write_tables(w);
+    if let Some(classes) = &z.query_log {
+        let _ = writeln!(
+            w,
+            "\n[zone.query_log]   # log\nclasses = {}",
+            quoted_list(classes)
+        );
+    }
 }
 
 /// `[zone.cache]`: what the block's `cache` sets, each with its line.

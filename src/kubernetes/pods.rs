@@ -39,6 +39,8 @@ const LIST_PAGE: u32 = 50;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct PodClient {
     namespace: Arc<str>,
+    /// The pod's name, for the query log.
+    name: Box<str>,
     /// The addresses the pod holds (none once it has finished).
     addresses: Addresses,
     /// Whether its queries may be answered by autopath.
@@ -165,6 +167,7 @@ fn client_of(pod: &Pod, namespaces: &mut Interner) -> PodClient {
     let terminating = pod.metadata.deletion_timestamp.is_some();
     PodClient {
         namespace,
+        name: pod.metadata.name.as_deref().unwrap_or_default().into(),
         addresses,
         verified: !host_network && standard_policy && !extra_searches && !terminating,
     }
@@ -174,10 +177,10 @@ fn client_of(pod: &Pod, namespaces: &mut Interner) -> PodClient {
 /// Built by sorting the claims: no hash table beside the list while it is
 /// built (after each burst of changes).
 fn client_map(pods: &BTreeMap<u128, PodClient>) -> ClientMap {
-    let mut claims: Vec<(IpAddr, Option<&Arc<str>>)> = pods
+    let mut claims: Vec<(IpAddr, Option<&PodClient>)> = pods
         .values()
         .flat_map(|pod| {
-            let claim = pod.verified.then_some(&pod.namespace);
+            let claim = pod.verified.then_some(pod);
             pod.addresses
                 .iter()
                 .map(move |ip| (ip.to_canonical(), claim))
@@ -186,8 +189,8 @@ fn client_map(pods: &BTreeMap<u128, PodClient>) -> ClientMap {
     claims.sort_unstable_by_key(|c| c.0);
     let mut map = Vec::with_capacity(claims.len());
     for same in claims.chunk_by(|a, b| a.0 == b.0) {
-        if let [(ip, Some(namespace))] = same {
-            map.push((*ip, Arc::clone(namespace)));
+        if let [(ip, Some(pod))] = same {
+            map.push((*ip, Arc::clone(&pod.namespace), pod.name.clone()));
         }
     }
     drop(claims);
@@ -220,6 +223,7 @@ mod tests {
         }
         PodClient {
             namespace: ns.into(),
+            name: format!("pod-{}", ips[0]).into(),
             addresses,
             verified,
         }
@@ -236,6 +240,8 @@ mod tests {
         assert_eq!(map.namespace_of("10.1.0.5".parse().unwrap()), None);
         assert_eq!(map.namespace_of("10.1.0.6".parse().unwrap()), Some("b"));
         assert_eq!(map.namespace_of("fd00::6".parse().unwrap()), Some("b"));
+        let pod = map.pod_of("fd00::6".parse().unwrap());
+        assert_eq!(pod, Some(("b", "pod-10.1.0.6")));
     }
 
     #[test]

@@ -13,7 +13,7 @@ pub(crate) mod tcp;
 pub(crate) mod udp;
 
 use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
@@ -81,30 +81,17 @@ pub trait Service: Send + Sync + Sized + 'static {
     /// A query's work that waits on upstream, owned so it can move to a task.
     type Job: Send + 'static;
 
-    /// Answers `packet` from `client` into `out` from what is at hand, or
-    /// says it needs upstream. Runs on the listener's thread; never waits.
+    /// Answers `packet` from `client` (address and port) into `out` from
+    /// what is at hand, or says it needs upstream. Runs on the listener's
+    /// thread; never waits.
     fn handle(
         self: &Arc<Self>,
         packet: &[u8],
-        client: IpAddr,
+        client: SocketAddr,
         listener: &ListenerInfo<Self::PerListener>,
         proto: Proto,
         out: &mut Vec<u8>,
     ) -> Handled<Self::Job>;
-
-    /// [`Service::handle`] with the client's port as well, which the
-    /// listeners know: for answers that carry it (`whoami`).
-    #[inline]
-    fn handle_from(
-        self: &Arc<Self>,
-        packet: &[u8],
-        client: std::net::SocketAddr,
-        listener: &ListenerInfo<Self::PerListener>,
-        proto: Proto,
-        out: &mut Vec<u8>,
-    ) -> Handled<Self::Job> {
-        self.handle(packet, client.ip(), listener, proto, out)
-    }
 
     /// Does the job's waiting and writes the reply into `out`.
     fn resolve(

@@ -160,7 +160,7 @@ async fn serve_connection<S: Service>(
                 _ = stop.cancelled() => break 'connection,
                 slot = slots.clone().acquire_owned() => slot.expect("semaphore never closed"),
             };
-            match service.handle_from(&query, peer, info, Proto::Tcp, &mut out) {
+            match service.handle(&query, peer, info, Proto::Tcp, &mut out) {
                 Handled::Reply => {
                     if replies.send(std::mem::take(&mut out)).await.is_err() {
                         break 'connection;

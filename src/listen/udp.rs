@@ -328,13 +328,10 @@ impl<S: Service> Worker<S> {
             let Some((packet, peer, local)) = received.get(i) else {
                 continue;
             };
-            match self.service.handle_from(
-                packet,
-                peer,
-                &self.info,
-                Proto::Udp,
-                replies.next_buffer(),
-            ) {
+            match self
+                .service
+                .handle(packet, peer, &self.info, Proto::Udp, replies.next_buffer())
+            {
                 Handled::Reply => replies.commit(peer, local),
                 Handled::Drop => {}
                 Handled::Upstream(job) => {

@@ -14,21 +14,31 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
 
-/// Client addresses with their pod's namespace (lower case), sorted by
-/// address: one slot a pod, no table to keep half empty.
+/// Client addresses with their pod's namespace (lower case, shared by the
+/// pods of a namespace) and name (for the query log), sorted by address:
+/// one slot a pod, no table to keep half empty.
 #[derive(Debug, Default)]
-pub(crate) struct ClientMap(Box<[(IpAddr, Arc<str>)]>);
+pub(crate) struct ClientMap(Box<[PodAddress]>);
+
+/// A pod's address, namespace and name.
+pub(crate) type PodAddress = (IpAddr, Arc<str>, Box<str>);
 
 impl ClientMap {
-    pub(crate) fn new(mut pairs: Vec<(IpAddr, Arc<str>)>) -> ClientMap {
-        pairs.sort_unstable_by_key(|p| p.0);
-        ClientMap(pairs.into_boxed_slice())
+    pub(crate) fn new(mut pods: Vec<PodAddress>) -> ClientMap {
+        pods.sort_unstable_by_key(|p| p.0);
+        ClientMap(pods.into_boxed_slice())
     }
 
     /// The namespace of the pod at `ip`.
     pub(crate) fn namespace_of(&self, ip: IpAddr) -> Option<&str> {
-        let at = self.0.binary_search_by(|(a, _)| a.cmp(&ip)).ok()?;
-        Some(&self.0[at].1)
+        self.pod_of(ip).map(|(namespace, _)| namespace)
+    }
+
+    /// The namespace and name of the pod at `ip`.
+    pub(crate) fn pod_of(&self, ip: IpAddr) -> Option<(&str, &str)> {
+        let at = self.0.binary_search_by(|(a, ..)| a.cmp(&ip)).ok()?;
+        let (_, namespace, name) = &self.0[at];
+        Some((namespace, name))
     }
 
     #[cfg(test)]
@@ -49,6 +59,19 @@ impl Clients {
         };
         map.namespace_of(client.to_canonical())
             .is_some_and(|ns| ns.as_bytes() == label)
+    }
+
+    /// What `f` makes of the namespace and name of the pod at `client`,
+    /// when the map is known and holds it (the query log's writer).
+    pub(crate) fn with_pod<R>(
+        &self,
+        client: IpAddr,
+        f: impl FnOnce(Option<(&str, &str)>) -> R,
+    ) -> R {
+        let guard = self.0.load();
+        f(guard
+            .as_ref()
+            .and_then(|map| map.pod_of(client.to_canonical())))
     }
 
     /// Replaces the map (None: not known).

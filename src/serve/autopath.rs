@@ -23,7 +23,7 @@
 //! Never cached as such: the same name asked by an unknown client gets
 //! the plain answer. The walk's names are cached on their own and shared.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,6 +35,7 @@ use super::{Job, ListenerView, Settings, Shared, reply_limit};
 use crate::cache::key::NameBuf;
 use crate::cache::{Entry, Freshness, Key, KeyRef, Kind, Lookup};
 use crate::listen::{Handled, Proto};
+use crate::querylog::{Answered, Source};
 use crate::search::names::suffix_at;
 use crate::upstream::Zone;
 use crate::wire::chain::cname_reply;
@@ -76,6 +77,7 @@ pub struct AutopathJob {
     /// Where `<ns>.svc.Z` starts in the name: X is the name before it.
     namespace_at: usize,
     _ticket: MissTicket,
+    client: SocketAddr,
 }
 
 /// The names of the walk after the asked one: the suffixes that follow
@@ -160,9 +162,10 @@ impl Shared {
                         self.metrics.speculation_used.inc();
                     }
                     let seconds = request.started.elapsed().as_secs_f64();
+                    let answered = request.answered(Source::Cache, out);
                     request
                         .stats
-                        .reply(request.proto, code, true, out.len(), seconds);
+                        .reply(request.proto, code, true, out.len(), seconds, answered);
                     return FromCache::Answered;
                 }
             }
@@ -190,6 +193,7 @@ impl Shared {
             proto: request.proto,
             namespace_at,
             _ticket: ticket,
+            client: request.client,
         })))
     }
 
@@ -215,7 +219,14 @@ impl Shared {
                 let stats = job.stats.zone(job.zone.index);
                 stats.cache_miss();
                 let seconds = job.started.elapsed().as_secs_f64();
-                stats.reply(job.proto, code, false, out.len(), seconds);
+                let answered = Answered {
+                    query: &query,
+                    client: job.client,
+                    started: job.started,
+                    source: Source::Upstream,
+                    reply: out,
+                };
+                stats.reply(job.proto, code, false, out.len(), seconds, answered);
                 return;
             }
         }
@@ -229,6 +240,7 @@ impl Shared {
             stats: job.stats.zone(job.zone.index),
             proto: job.proto,
             started: job.started,
+            client: job.client,
         };
         drop(job._ticket);
         match self.plain_stages(&request, listener, &job.stats, out) {

@@ -1,6 +1,7 @@
 //! The cache stage: a fresh entry is the reply; a stale one is kept in case
 //! upstream fails.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -8,6 +9,7 @@ use super::stats::ZoneStats;
 use super::{ListenerView, Settings, Shared, reply_limit};
 use crate::cache::{Entry, Freshness, KeyRef, Kind, Lookup};
 use crate::listen::Proto;
+use crate::querylog::{Answered, Source};
 use crate::upstream::Zone;
 use crate::wire::query::Query;
 
@@ -20,6 +22,8 @@ pub(super) struct Request<'r, 'q> {
     pub(super) stats: &'r ZoneStats,
     pub(super) proto: Proto,
     pub(super) started: Instant,
+    /// The client's address and port (the query log).
+    pub(super) client: SocketAddr,
 }
 
 impl Request<'_, '_> {
@@ -34,13 +38,30 @@ impl Request<'_, '_> {
     ) {
         let limit = reply_limit(self.proto, self.query, self.settings);
         let rendered = entry.render(self.query, self.started, freshness, ede, limit, out);
+        let source = match freshness {
+            Freshness::Fresh => Source::Cache,
+            Freshness::Stale { .. } => Source::Stale,
+        };
         self.stats.reply(
             self.proto,
             rendered.rcode,
             true,
             out.len(),
             self.started.elapsed().as_secs_f64(),
+            self.answered(source, out),
         );
+    }
+
+    /// This query's reply in `out`, for the query log.
+    #[inline]
+    pub(super) fn answered<'a>(&'a self, source: Source, out: &'a [u8]) -> Answered<'a> {
+        Answered {
+            query: self.query,
+            client: self.client,
+            started: self.started,
+            source,
+            reply: out,
+        }
     }
 }
 

@@ -89,8 +89,9 @@ pub(super) fn answer(
         }
     };
     let seconds = request.started.elapsed().as_secs_f64();
+    let answered = request.answered(crate::querylog::Source::Local, out);
     request
         .stats
-        .reply(request.proto, code, false, out.len(), seconds);
+        .reply(request.proto, code, false, out.len(), seconds, answered);
     true
 }

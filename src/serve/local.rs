@@ -141,9 +141,14 @@ impl Shared {
 
     fn count_local_reply(&self, request: &Request<'_, '_>, out: &[u8]) {
         let seconds = request.started.elapsed().as_secs_f64();
-        request
-            .stats
-            .reply(request.proto, rcode::NXDOMAIN, false, out.len(), seconds);
+        request.stats.reply(
+            request.proto,
+            rcode::NXDOMAIN,
+            false,
+            out.len(),
+            seconds,
+            request.answered(crate::querylog::Source::Local, out),
+        );
     }
 
     /// What an upstream answer teaches the local-answer stage: the zone's

@@ -67,6 +67,10 @@ pub struct ServeMetrics {
     pub speculation_skipped: IntCounter,
     pub coalesced: IntCounter,
     pub inflight: IntGauge,
+    /// The query log's lines written, dropped (queue full) and failed.
+    pub query_log_written: IntCounter,
+    pub query_log_dropped: IntCounter,
+    pub query_log_errors: IntCounter,
 }
 
 impl ServeMetrics {
@@ -164,6 +168,18 @@ impl ServeMetrics {
                 "nodens_inflight_queries",
                 "Cache misses being resolved now.",
             ),
+            query_log_written: r.counter(
+                "nodens_query_log_written_total",
+                "Query log lines written.",
+            ),
+            query_log_dropped: r.counter(
+                "nodens_query_log_dropped_total",
+                "Query log records dropped because the writer's queue was full (the queries were answered).",
+            ),
+            query_log_errors: r.counter(
+                "nodens_query_log_errors_total",
+                "Query log lines lost to a failed write.",
+            ),
         };
         // Every rule's series from the start, so a dashboard sees zeros.
         for rule in crate::search::Rule::ALL {
@@ -182,6 +198,15 @@ impl ServeMetrics {
             (false, false) => "exists",
         };
         self.namespace_checks.get(&CheckLabels { result }).inc();
+    }
+
+    /// The query log's counters, for its writer and its queue.
+    pub(crate) fn query_log_counters(&self) -> crate::querylog::Counters {
+        crate::querylog::Counters {
+            written: self.query_log_written.clone(),
+            dropped: self.query_log_dropped.clone(),
+            errors: self.query_log_errors.clone(),
+        }
     }
 
     /// A query answered with an error or dropped before the cache.

@@ -10,6 +10,7 @@
 //! flight included, is written and counted by [`serve_stale`].
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -22,6 +23,7 @@ use super::{Job, Settings, Shared, reply_limit};
 use crate::cache::{Entry, Freshness, Key, Kind, Lookup};
 use crate::coalesce::Role;
 use crate::listen::{Handled, Proto};
+use crate::querylog::{Answered, Source};
 use crate::upstream::Zone;
 use crate::upstream::forward::forward;
 use crate::upstream::rules::forward_with_rules;
@@ -76,6 +78,7 @@ pub struct MissJob {
     proto: Proto,
     /// Taken by the fetch behind a stale answer, which outlives the job.
     ticket: Option<MissTicket>,
+    client: SocketAddr,
 }
 
 /// What a miss does before it can answer, decided when its task starts.
@@ -172,7 +175,8 @@ impl Shared {
             let (query, started, stats) = (request.query, request.started, request.stats);
             let code = serve_stale(&stale, query, started, request.zone, limit, stats, out);
             let seconds = started.elapsed().as_secs_f64();
-            stats.reply(request.proto, code, true, out.len(), seconds);
+            let answered = request.answered(Source::Stale, out);
+            stats.reply(request.proto, code, true, out.len(), seconds, answered);
             return Handled::Reply;
         };
         Handled::Upstream(Job::Miss(MissJob {
@@ -185,6 +189,7 @@ impl Shared {
             started: request.started,
             proto: request.proto,
             ticket: Some(ticket),
+            client: request.client,
         }))
     }
 
@@ -326,21 +331,23 @@ impl Shared {
         let query = job.query.get();
         let limit = reply_limit(job.proto, &query, &job.settings);
         let stats = job.stats.zone(job.zone.index);
-        let (code, from_cache) = match answer {
+        let (code, from_cache, source) = match answer {
             Answer::Fetched(entry) => (
                 entry
                     .render(&query, now, Freshness::Fresh, None, limit, out)
                     .rcode,
                 true,
+                Source::Upstream,
             ),
             Answer::Stale(stale) => (
                 serve_stale(&stale, &query, now, &job.zone, limit, stats, out),
                 true,
+                Source::Stale,
             ),
             Answer::Cut => {
                 let name = job.key.name();
                 let code = self.answer_from_cut(&query, name, &job.settings, now, limit, out);
-                (code, false)
+                (code, false, Source::Local)
             }
             Answer::Unreachable => {
                 build::servfail(
@@ -350,11 +357,18 @@ impl Shared {
                     Some(ede::NO_REACHABLE_AUTHORITY),
                     out,
                 );
-                (rcode::SERVFAIL, false)
+                (rcode::SERVFAIL, false, Source::Local)
             }
         };
         let seconds = now.saturating_duration_since(job.started).as_secs_f64();
-        stats.reply(job.proto, code, from_cache, out.len(), seconds);
+        let answered = Answered {
+            query: &query,
+            client: job.client,
+            started: job.started,
+            source,
+            reply: out,
+        };
+        stats.reply(job.proto, code, from_cache, out.len(), seconds, answered);
     }
 
     /// Asks upstream for `key` (or joins the identical query in flight) and
@@ -484,7 +498,7 @@ impl Shared {
 
 #[cfg(test)]
 mod tests {
-    use std::net::{IpAddr, Ipv4Addr};
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr};
     use std::sync::Arc;
     use std::time::Instant;
 
@@ -518,7 +532,7 @@ mod tests {
             Config::parse("[[zone]]\nname = \".\"\nupstreams = [\"127.0.0.1:9\"]\n").unwrap();
         let shared = Arc::new(Shared::standalone(&config));
         let info = ListenerInfo::new("127.0.0.1:1053".parse().unwrap());
-        let client = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let client = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 5353);
         let mut out = Vec::new();
         let Handled::Upstream(Job::Miss(miss)) =
             shared.handle(&query(), client, &info, Proto::Udp, &mut out)

@@ -42,9 +42,10 @@ mod route;
 mod search;
 mod settings;
 pub(crate) mod stats;
+mod unzoned;
 
 use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::time::Instant;
@@ -81,6 +82,8 @@ pub struct Shared {
     pub(crate) ready: Arc<AtomicBool>,
     /// Miss jobs alive now, against `max_misses_in_flight`.
     misses_in_flight: Arc<AtomicUsize>,
+    /// The query log's running sink.
+    query_log: crate::querylog::Hub,
 }
 
 /// A listener as the request path sees it: who it is, and its metric handles.
@@ -95,15 +98,19 @@ impl Shared {
     ) -> Shared {
         let tasks = Tasks::on_current_runtime();
         let settings = Settings::build(config, upstream_metrics, tasks.upkeep(), None);
+        let search = search::SearchState::default();
+        let query_log =
+            crate::querylog::Hub::new(search.clients.clone(), metrics.query_log_counters());
         Shared {
             settings: ArcSwap::from_pointee(settings),
             cache: Cache::new(config.cache.capacity),
             coalescer: Coalescer::default(),
-            search: search::SearchState::default(),
+            search,
             metrics,
             tasks,
             ready: Arc::new(AtomicBool::new(false)),
             misses_in_flight: Arc::default(),
+            query_log,
         }
     }
 
@@ -168,53 +175,50 @@ impl Service for Shared {
     type PerListener = StatsSlot;
     type Job = Job;
 
-    /// [`Service::handle_from`] with port 0.
+    /// The stages in order.
     #[inline]
     fn handle(
         self: &Arc<Self>,
         packet: &[u8],
-        client: IpAddr,
+        client: SocketAddr,
         listener: &ListenerView,
         proto: Proto,
         out: &mut Vec<u8>,
     ) -> Handled<Job> {
-        self.handle_from(packet, SocketAddr::new(client, 0), listener, proto, out)
-    }
-
-    /// The stages in order.
-    #[inline]
-    fn handle_from(
-        self: &Arc<Self>,
-        packet: &[u8],
-        peer: SocketAddr,
-        listener: &ListenerView,
-        proto: Proto,
-        out: &mut Vec<u8>,
-    ) -> Handled<Job> {
-        let client = peer.ip();
         let started = Instant::now();
         let settings = self.settings.load();
-        if let Some(done) = admit::admit(&settings, &self.metrics, packet, client, started, out) {
-            return done;
+        let unzoned = unzoned::Unzoned {
+            packet,
+            client,
+            proto,
+            started,
+            settings: &settings,
+        };
+        if let Some(done) =
+            admit::admit(&settings, &self.metrics, packet, client.ip(), started, out)
+        {
+            return self.log_unzoned(&unzoned, done, out);
         }
         let query = match query::parse(packet) {
             Ok(q) => q,
             Err(reject) => {
                 self.metrics.rejected(reject.reason());
-                return if build::error_reply(packet, &reject, out) {
+                let done = if build::error_reply(packet, &reject, out) {
                     Handled::Reply
                 } else {
                     Handled::Drop
                 };
+                return self.log_unzoned(&unzoned, done, out);
             }
         };
         let mut name_buf: NameBuf = [0; 255];
         let view = settings.router.view_of(listener.addr);
         let key = KeyRef::from_query(&query, &mut name_buf).in_view(view);
         let Some(zone) = settings.router.route_in(view, key.name) else {
-            return route::refuse_unrouted(&self.metrics, &query, listener, proto, out);
+            let done = route::refuse_unrouted(&self.metrics, &query, listener, proto, out);
+            return self.log_unzoned(&unzoned, done, out);
         };
-        let stats_guard = stats::for_listener(listener, &settings, &self.metrics);
+        let stats_guard = stats::for_listener(listener, &settings, &self.metrics, &self.query_log);
         let all_stats = stats_guard
             .as_ref()
             .expect("stats for the current settings");
@@ -228,16 +232,17 @@ impl Service for Shared {
             stats,
             proto,
             started,
+            client,
         };
         if identity::answer(&request, settings.identity.as_ref(), out) {
             return Handled::Reply;
         }
         if let Some(stage) = &settings.records
-            && records::answer(&request, stage, peer, out)
+            && records::answer(&request, stage, client, out)
         {
             return Handled::Reply;
         }
-        if let Some(at) = self.autopath_candidate(&key, client, &settings) {
+        if let Some(at) = self.autopath_candidate(&key, client.ip(), &settings) {
             match self.autopath_from_cache(&request, at, out) {
                 autopath::FromCache::Answered => return Handled::Reply,
                 autopath::FromCache::Plain => {}

@@ -28,8 +28,9 @@ pub(super) fn answer(
         return false;
     };
     let seconds = request.started.elapsed().as_secs_f64();
+    let answered = request.answered(crate::querylog::Source::Local, out);
     request
         .stats
-        .reply(request.proto, code, false, out.len(), seconds);
+        .reply(request.proto, code, false, out.len(), seconds, answered);
     true
 }

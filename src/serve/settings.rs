@@ -30,6 +30,8 @@ pub(crate) struct Settings {
     pub identity: Option<Identity>,
     /// The zones' local answers (`records`); `None` when no zone has any.
     pub records: Option<crate::records::Stage>,
+    /// What the query log writes, and of which zones.
+    pub query_log: crate::querylog::Plans,
 }
 
 impl Settings {
@@ -63,6 +65,7 @@ impl Settings {
             cluster: config.cluster.clone(),
             identity: config.server.identity.then(Identity::of_this_node),
             records: crate::records::Stage::build(&config.zones, upkeep),
+            query_log: crate::querylog::Plans::of(config),
         }
     }
 }

@@ -17,6 +17,7 @@ use super::metrics::{
     ResponseLabels, ServeMetrics, SizeLabels, ZoneLabels,
 };
 use crate::listen::Proto;
+use crate::querylog::{Answered, Hub, ZoneLog};
 use crate::wire::{QTYPE_LABELS, qtype_label, qtype_slot};
 
 /// Query type slots: one per labelled type, and "other".
@@ -43,6 +44,8 @@ pub struct ZoneStats {
     cache_hits: [OnceLock<IntCounter>; 2],
     cache_misses: OnceLock<IntCounter>,
     cache_served_stale: OnceLock<IntCounter>,
+    /// The zone's query log, when it logs.
+    log: Option<ZoneLog>,
 }
 
 impl ZoneStats {
@@ -69,7 +72,14 @@ impl ZoneStats {
             cache_hits: std::array::from_fn(|_| OnceLock::new()),
             cache_misses: OnceLock::new(),
             cache_served_stale: OnceLock::new(),
+            log: None,
         }
+    }
+
+    /// With the zone's query log.
+    fn with_log(mut self, log: Option<ZoneLog>) -> ZoneStats {
+        self.log = log;
+        self
     }
 
     /// A query arrived: `coredns_dns_requests_total` and its size.
@@ -138,16 +148,22 @@ impl ZoneStats {
             .inc();
     }
 
-    /// A reply went out: `coredns_dns_responses_total`, its size and the duration.
+    /// A reply went out: `coredns_dns_responses_total`, its size and the
+    /// duration; and the query log's record, if the zone logs. Every reply
+    /// of a zone is counted here, so none is missing from its log.
     #[inline]
-    pub fn reply(
+    pub(crate) fn reply(
         &self,
         proto: Proto,
         rcode: u16,
         from_cache_plugin: bool,
         size: usize,
         seconds: f64,
+        answered: Answered<'_>,
     ) {
+        if let Some(log) = &self.log {
+            log.offer(&answered, proto, rcode, seconds);
+        }
         let code = (rcode as usize).min(RCODES - 1);
         let plugin = if from_cache_plugin {
             PLUGIN_CACHE
@@ -238,19 +254,25 @@ impl StatsSlot {
 }
 
 /// The stats of `listener` for the current settings, built on the first
-/// query after a reload.
+/// query after a reload, with the zones' query logs.
 #[inline]
 pub(super) fn for_listener(
     listener: &super::ListenerView,
     settings: &super::Settings,
     metrics: &Arc<ServeMetrics>,
+    query_log: &Hub,
 ) -> StatsGuard {
     listener.state.current(settings.generation, || {
-        settings
-            .router
-            .zones()
+        let zones = settings.router.zones();
+        let names = zones.iter().map(|z| z.name.clone());
+        let logs = query_log.zone_logs(&settings.query_log, names);
+        zones
             .iter()
-            .map(|z| ZoneStats::new(metrics, &listener.server, &z.name, listener.family, &z.view))
+            .zip(logs)
+            .map(|(z, log)| {
+                ZoneStats::new(metrics, &listener.server, &z.name, listener.family, &z.view)
+                    .with_log(log)
+            })
             .collect()
     })
 }

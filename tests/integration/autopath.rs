@@ -168,11 +168,8 @@ fn config(
     listen.insert(0, net.nodens());
     Cfg::new(net)
         .listen(&listen)
-        .zone(Zone::new("cluster.local.", &[core]))
-        .zone(Zone::new(
-            ".",
-            &[SocketAddr::new(EXTERNAL.parse().unwrap(), 53)],
-        ))
+        .zone(Zone::new("cluster.local.", &[core]).query_log("{}"))
+        .zone(Zone::new(".", &[SocketAddr::new(EXTERNAL.parse().unwrap(), 53)]).query_log("{}"))
         .raw(&format!(
             "[cluster]\nautopath = {autopath}\nsearch_domains = [\"corp.internal.\"]\n\n\
              [kubernetes]\nkubeconfig = \"{}\"\nnode_name = \"{NODE}\"\n",
@@ -455,6 +452,32 @@ fn autopath_answers_verified_pods_and_no_one_else() {
         before,
         "no autopath answer for an unverified client"
     );
+    // The query log names the pod the watch knows (a verified pod's
+    // address), and no pod for an address it does not know.
+    let logged_from = |source: &str| {
+        let from = format!("[INFO] {source}:");
+        wait_until(
+            Duration::from_secs(10),
+            &format!("a query log line from {source}"),
+            || {
+                let lines = lab.nodens.proc.lines();
+                let found: Vec<String> = lines
+                    .into_iter()
+                    .filter(|l| l.contains(&from) && l.contains(" source="))
+                    .collect();
+                (!found.is_empty()).then_some(found)
+            },
+        )
+    };
+    for line in logged_from(VERIFIED) {
+        assert!(
+            line.ends_with(" namespace=team-a pod=client"),
+            "the pod on its line: {line}"
+        );
+    }
+    for line in logged_from(UNKNOWN) {
+        assert!(!line.contains("namespace="), "no pod known: {line}");
+    }
 
     // The old holder of the reused address terminating: still not trusted.
     lab.kube

@@ -35,6 +35,7 @@ mod negative;
 mod node;
 mod node_setup;
 mod privileges;
+mod query_log;
 mod querygen;
 mod rewrite_dns64;
 mod search_rules;

@@ -1,7 +1,8 @@
 //! One server block's plugins, and the zones the block becomes. `forward`
 //! and `cache` have files of their own; `bind`, `prometheus` and `health`
 //! are here, and so are the plugins whose job nodens does another way
-//! (`ready`, `reload`, `loop`, `errors`, `log`: a note each) and the rest
+//! (`ready`, `reload`, `loop`, `errors`: a note each; `log` has a file of
+//! its own) and the rest
 //! (listed as having no equivalent).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -11,7 +12,7 @@ use super::super::corefile::{Directive, ServerBlock};
 use super::super::{ConvertError, Options};
 use super::keys::Keys;
 use super::{
-    Findings, Plan, Upstream, ZoneCacheOut, ZoneOut, cache, dns64, forward, records, rewrite,
+    Findings, Plan, Upstream, ZoneCacheOut, ZoneOut, cache, dns64, forward, log, records, rewrite,
     zone_defaults,
 };
 
@@ -32,6 +33,8 @@ pub(super) struct BlockOut {
     pub(super) cache: ZoneCacheOut,
     pub(super) records: super::RecordsOut,
     pub(super) rules: super::zone_rules::RulesOut,
+    /// The zones `log` covers, with their class bits.
+    pub(super) query_log: Vec<(String, u8)>,
 }
 
 /// Translates one block into zones; returns its listen addresses, or
@@ -93,10 +96,7 @@ pub(super) fn translate_block(
                 line,
                 "errors: nodens logs upstream errors (one line per upstream per log.upstream_error_interval) and counts every one in its metrics",
             ),
-            "log" => plan.notes.add(
-                line,
-                "log: nodens keeps no query log; its metrics count queries by zone, answer and upstream",
-            ),
+            "log" => log::log(d, keys, &mut out, plan),
             other => plan.untranslated.add(
                 line,
                 format!("{}: the `{other}` plugin has no nodens equivalent", describe(d)),
@@ -174,6 +174,7 @@ pub(super) fn translate_block(
             records: out.records.clone(),
             listen: zone_listen.clone(),
             rules: out.rules.clone(),
+            query_log: log::classes_of(&out, name),
         });
         for &a in zone_listen {
             if !listen.contains(&a) {

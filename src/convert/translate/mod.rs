@@ -3,13 +3,13 @@
 //! The rule: a setting with an equivalent is carried over; a plugin or
 //! option without one is listed with its line and left out, never guessed
 //! at; plugins whose job nodens does another way (`reload`, `loop`, `errors`,
-//! `log`, `ready`) get a note saying how. Settings the Corefile does not
+//! `ready`) get a note saying how. Settings the Corefile does not
 //! mention keep nodens' defaults.
 //!
 //! One file per job: [`keys`] reads a server block's keys (zones, port),
 //! [`block`] walks a block's plugins (`bind`, `prometheus`, `health` and
-//! the ones that become notes) and makes its zones, [`forward`] and
-//! [`cache`] translate those two plugins; this file holds the [`Plan`]
+//! the ones that become notes) and makes its zones, [`forward`], [`cache`]
+//! and [`log`] translate those plugins; this file holds the [`Plan`]
 //! they fill and puts the blocks together.
 
 mod block;
@@ -18,6 +18,7 @@ mod dns64;
 mod except;
 mod forward;
 mod keys;
+mod log;
 mod records;
 mod rewrite;
 mod unforwarded;
@@ -118,9 +119,10 @@ pub(super) struct ZoneOut {
     /// The addresses its block serves it on; emptied (every address) when
     /// the zone is on all of the output's listen addresses.
     pub listen: Vec<SocketAddr>,
-
     /// `rewrite`, `dns64`, `forward ... except`.
     pub rules: zone_rules::RulesOut,
+    /// `[zone.query_log] classes`, from `log`.
+    pub query_log: Option<Vec<&'static str>>,
 }
 
 /// A zone's local answers as TOML: keys of the `[[zone]]` table, and the

@@ -160,6 +160,12 @@ impl Zone {
         self.table.set("pool", pool.table.inline());
         self
     }
+    /// `[zone.query_log]`, given as an inline TOML table: `{}` logs every
+    /// query, `{ classes = ["error"], sample = 4 }`.
+    pub fn query_log(mut self, inline_table: &str) -> Zone {
+        self.table.set("query_log", inline_table.to_string());
+        self
+    }
     setters!(table {
         resolv_conf: &str,
         upstream_timeout: Duration,
