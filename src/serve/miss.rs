@@ -462,7 +462,7 @@ impl Shared {
             // A zone with rules (rewrite, dns64, except) asks through them;
             // boxed, that rare path takes no room in every miss's future.
             let forwarded = match &zone.rules {
-                None => forward::<false>(zone, key, deadline.into()).await,
+                None => forward(zone, key, deadline.into()).await,
                 Some(rules) => {
                     Box::pin(forward_with_rules(zone, rules, key, deadline.into())).await
                 }

@@ -32,15 +32,7 @@ pub(crate) struct Forwarded {
     pub received: StdInstant,
 }
 
-/// `FROM_RULES` only gives each caller a copy of its own: the miss path's
-/// (`false`) then stays inlined into `ask_upstream`, as when it was the
-/// only caller; with one copy for both, it was not, and a miss cost about
-/// 150 instructions more (bench/instructions). `true`: `upstream::rules`.
-pub(crate) async fn forward<const FROM_RULES: bool>(
-    zone: &Zone,
-    key: &Key,
-    deadline: Instant,
-) -> Option<Forwarded> {
+pub(crate) async fn forward(zone: &Zone, key: &Key, deadline: Instant) -> Option<Forwarded> {
     // Boxed: a rare path, which would otherwise take room in every miss.
     let mut fallback: Option<Box<Forwarded>> = None;
     for upstream in try_order(zone) {

@@ -93,7 +93,7 @@ async fn ask(zone: &Zone, rules: &ZoneRules, key: &Key, deadline: Instant) -> Op
         if rules.excepted(key.name()) {
             return None;
         }
-        return forward::<true>(zone, key, deadline).await;
+        return forward(zone, key, deadline).await;
     };
     let Some(wire) = wire_from_text(&rewritten.name) else {
         tracing::debug!(name = %rewritten.name, "rewrite made a name that is not a domain name");
@@ -104,7 +104,7 @@ async fn ask(zone: &Zone, rules: &ZoneRules, key: &Key, deadline: Instant) -> Op
         return None;
     }
     let sent = Key::from_parts(&wire, rewritten.qtype, rewritten.qclass, key.flags());
-    let answer = forward::<true>(zone, &sent, deadline).await?;
+    let answer = forward(zone, &sent, deadline).await?;
     let mut msg = Message::parse(&answer.msg)?;
     msg.question = key.question();
     write_back(&mut msg, &rewritten);
