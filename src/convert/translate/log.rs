@@ -68,7 +68,10 @@ pub(super) fn log(d: &Directive, keys: &Keys, out: &mut BlockOut, plan: &mut Pla
         }
     }
     for s in &scopes {
-        if !keys.zones.iter().any(|(zone, _)| covers(s, zone)) {
+        // A scope inside another one of the same line logs nothing more
+        // (`log . combined`: CoreDNS 1.13 reads `combined` as a second name).
+        let inside_another = scopes.iter().any(|o| o != s && covers(o, s));
+        if !inside_another && !keys.zones.iter().any(|(zone, _)| covers(s, zone)) {
             plan.untranslated.add(
                 line,
                 format!("{}: name scope `{s}` is narrower than the block's zones; nodens logs whole zones; left out", describe(d)),
@@ -166,5 +169,12 @@ mod tests {
             "{}",
             c.toml
         );
+    }
+
+    #[test]
+    fn a_scope_inside_another_of_the_line_is_no_finding() {
+        let c = run(".:53 {\n  log . combined\n  forward . 127.0.0.1:5300\n}\n");
+        assert!(c.untranslated.is_empty(), "{:?}", c.untranslated);
+        assert!(c.toml.contains("[zone.query_log]"), "{}", c.toml);
     }
 }

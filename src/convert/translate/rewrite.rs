@@ -175,7 +175,14 @@ mod tests {
         };
         assert!(listed(8, "EDNS0"), "{:?}", c.untranslated);
         assert!(listed(9, "HINFO"), "{:?}", c.untranslated);
-        assert!(listed(10, "allow_ipv4"), "{:?}", c.untranslated);
+        // Translated, with a note on the clients it synthesizes for.
+        assert!(
+            c.notes
+                .iter()
+                .any(|f| f.lines.contains(&10) && f.message.contains("allow_ipv4")),
+            "{:?}",
+            c.notes
+        );
         assert!(
             c.toml.contains("except = [\"skip.org\", \"other.org\"]"),
             "{}",
