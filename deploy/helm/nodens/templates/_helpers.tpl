@@ -122,6 +122,13 @@ backend = {{ .Values.node.backend | toJson }}
 reconcile_interval = {{ .Values.node.reconcileInterval | toJson }}
 state_dir = "/run/nodens"
 
+{{- if .Values.upstream.kubeDnsConfigMap }}
+
+[kubernetes]
+# The kube-dns ConfigMap (upstream.kubeDnsConfigMap), mounted here.
+kube_dns_config = "/etc/kube-dns"
+{{- end }}
+
 [cluster]
 domain = {{ .Values.clusterDomain | toJson }}
 local_nxdomain = {{ .Values.search.localNxdomain }}
