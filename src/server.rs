@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use prometheus::IntGauge;
@@ -237,18 +237,11 @@ impl Server {
         let mut hup = signal(SignalKind::hangup())?;
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
+        // Deadlines, not sleeps made anew at each turn: a signal, a watch
+        // event or the other timer must not put a repair or a poll off.
+        let mut next_repair = Instant::now() + self.repair_interval();
+        let mut next_poll = Instant::now() + self.kube_dns_interval();
         loop {
-            // Node repairs run here, on the main thread: the one that keeps
-            // CAP_NET_ADMIN when node setup is on (see `privileges`).
-            let repair_in = self
-                .node
-                .as_ref()
-                .map_or(Duration::from_secs(3600), Node::reconcile_interval);
-            let kube_dns_in = self
-                .config
-                .kube_dns
-                .as_ref()
-                .map_or(Duration::from_secs(3600), |k| k.interval);
             tokio::select! {
                 _ = hup.recv() => self.reload().await,
                 found = self.watches.changed() => self.discovered(found),
@@ -264,10 +257,14 @@ impl Server {
                     self.giving = None;
                     self.handed(given);
                 }
-                () = tokio::time::sleep(kube_dns_in), if self.config.kube_dns.is_some() => {
+                () = tokio::time::sleep_until(next_poll.into()), if self.config.kube_dns.is_some() => {
                     self.poll_kube_dns().await;
+                    next_poll = Instant::now() + self.kube_dns_interval();
                 }
-                () = tokio::time::sleep(repair_in), if self.node.is_some() => {
+                // Node repairs run here, on the main thread: the one that keeps
+                // CAP_NET_ADMIN when node setup is on (see `privileges`).
+                () = tokio::time::sleep_until(next_repair.into()), if self.node.is_some() => {
+                    next_repair = Instant::now() + self.repair_interval();
                     if let Some(node) = &self.node
                         && let Err(e) = node.reconcile().await
                     {
@@ -315,6 +312,21 @@ impl Server {
                 "reload failed, keeping the running configuration: {e:#}"
             ),
         }
+    }
+
+    /// How often the node setup is checked and repaired.
+    fn repair_interval(&self) -> Duration {
+        self.node
+            .as_ref()
+            .map_or(Duration::from_secs(3600), Node::reconcile_interval)
+    }
+
+    /// How often the kube-dns ConfigMap's files are read.
+    fn kube_dns_interval(&self) -> Duration {
+        self.config
+            .kube_dns
+            .as_ref()
+            .map_or(Duration::from_secs(3600), |k| k.interval)
     }
 
     /// The kube-dns ConfigMap's files changed: reloaded as on SIGHUP (a

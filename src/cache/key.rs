@@ -65,6 +65,11 @@ impl<'a> KeyRef<'a> {
         }
     }
 
+    /// The view this key belongs to (0: no views).
+    pub(crate) fn view(&self) -> u8 {
+        self.flags >> VIEW_SHIFT
+    }
+
     pub fn to_owned(&self) -> Key {
         Key {
             name: self.name.into(),

@@ -189,35 +189,37 @@ impl File {
         let dir = dir.get_ref();
         let seen = read_both(dir).map_err(fail)?;
         let data = parse(dir, &seen).map_err(fail)?;
+        let own = super::views::OwnAddresses::read();
         for (zone, servers) in data.stub_domains {
             if zones.iter().any(|z| z.name == zone) {
                 return Err(fail(format!(
                     "stub domain {zone} is also a [[zone]] of this file (node-cache's Corefile would define it twice)"
                 )));
             }
-            if let Some(own) = servers.iter().find(|a| self.listens_on(**a)) {
+            if let Some(own) = servers.iter().find(|a| self.listens_on(&own, **a)) {
                 return Err(fail(format!(
                     "stub domain {zone}: {own} is one of the listen addresses, a forwarding loop"
                 )));
             }
             zones.push(self.stub_domain_zone(zones, zone, servers));
         }
-        if !data.upstream_nameservers.is_empty()
-            && let Some(root) = zones.iter_mut().find(|z| z.name == ".")
-        {
-            if let Some(own) = data
+        if !data.upstream_nameservers.is_empty() {
+            if let Some(looping) = data
                 .upstream_nameservers
                 .iter()
-                .find(|a| self.listens_on(**a))
+                .find(|a| self.listens_on(&own, **a))
             {
                 return Err(fail(format!(
-                    "upstream nameserver {own} is one of the listen addresses, a forwarding loop"
+                    "upstream nameserver {looping} is one of the listen addresses, a forwarding loop"
                 )));
             }
-            root.upstreams = data.upstream_nameservers;
-            if root.transport == Transport::ForceTcp {
-                root.transport = Transport::PreferUdp;
-                root.upstream.probe_over_tcp = false;
+            // Every `.` zone: one per view when the file has views.
+            for root in zones.iter_mut().filter(|z| z.name == ".") {
+                root.upstreams = data.upstream_nameservers.clone();
+                if root.transport == Transport::ForceTcp {
+                    root.transport = Transport::PreferUdp;
+                    root.upstream.probe_over_tcp = false;
+                }
             }
         }
         Ok(Some(KubeDnsSource {
@@ -227,11 +229,12 @@ impl File {
         }))
     }
 
-    fn listens_on(&self, addr: SocketAddr) -> bool {
-        self.server.listen.iter().any(|l| {
-            let l = l.get_ref().0;
-            l.port() == addr.port() && (l.ip() == addr.ip() || l.ip().is_unspecified())
-        })
+    /// Whether forwarding to `addr` would come back to nodens: the same
+    /// rule as the file's own upstreams (`check.rs`), so a wildcard listen
+    /// address loops only to this host's addresses, not to a public resolver.
+    fn listens_on(&self, own: &super::views::OwnAddresses, addr: SocketAddr) -> bool {
+        let listen: Vec<SocketAddr> = self.server.listen.iter().map(|l| l.get_ref().0).collect();
+        own.loops(&listen, addr)
     }
 
     /// The zone node-cache's stub domain block amounts to. A server that
@@ -332,6 +335,31 @@ mod tests {
         assert!(!source.changed());
         std::fs::write(dir.path().join("upstreamNameservers"), r#"["8.8.8.8"]"#).unwrap();
         assert!(source.changed());
+    }
+
+    #[test]
+    fn a_wildcard_listener_loops_only_to_this_hosts_addresses_and_every_root_zone_follows() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("upstreamNameservers"),
+            r#"["192.0.2.53", "198.51.100.53"]"#,
+        )
+        .unwrap();
+        let text = format!(
+            "[server]\nlisten = [\"0.0.0.0:53\", \"127.0.0.1:1053\"]\n\n[kubernetes]\nkube_dns_config = \"{}\"\n\
+             [[zone]]\nname = \".\"\nupstreams = [\"10.0.0.10\"]\nlisten = [\"0.0.0.0:53\"]\n\
+             [[zone]]\nname = \".\"\nupstreams = [\"10.0.0.11\"]\nlisten = [\"127.0.0.1:1053\"]\n",
+            dir.path().display()
+        );
+        let c = Config::parse(&text).unwrap_or_else(|e| panic!("{e}"));
+        let want: Vec<SocketAddr> = ["192.0.2.53:53", "198.51.100.53:53"]
+            .map(|a| a.parse().unwrap())
+            .into();
+        assert_eq!(c.zones[0].upstreams, want);
+        assert_eq!(c.zones[1].upstreams, want);
+        std::fs::write(dir.path().join("upstreamNameservers"), r#"["127.0.0.1"]"#).unwrap();
+        let e = Config::parse(&text).unwrap_err();
+        assert!(e.message.contains("forwarding loop"), "{e}");
     }
 
     #[test]

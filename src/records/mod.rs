@@ -185,7 +185,14 @@ fn templates(
             Outcome::Next => continue,
             Outcome::Fail => return servfail(query, out),
             Outcome::Broken(why) => {
-                tracing::warn!(name = %text, "template answer: {why}");
+                // A client repeating the name must not flood the log.
+                static LIMIT: std::sync::LazyLock<crate::log_limit::LogLimiter> =
+                    std::sync::LazyLock::new(|| {
+                        crate::log_limit::LogLimiter::new(std::time::Duration::from_secs(10))
+                    });
+                if let Some(suppressed) = LIMIT.allow() {
+                    tracing::warn!(name = %text, suppressed, "template answer: {why}");
+                }
                 return servfail(query, out);
             }
             Outcome::Answer {

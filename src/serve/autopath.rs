@@ -117,7 +117,9 @@ impl Shared {
         settings: &Settings,
     ) -> Option<usize> {
         let rules = &settings.cluster;
-        if !rules.search().autopath || key.qclass != class::IN {
+        // Local records answer a name before the cache and upstream, and
+        // the walk asks only those two: with records, no autopath.
+        if !rules.search().autopath || key.qclass != class::IN || settings.records.is_some() {
             return None;
         }
         let at = rules.svc_namespace_node(key.name)?;
@@ -323,6 +325,13 @@ impl Shared {
         }
         let rules = &settings.cluster;
         let name = key.name;
+        if settings
+            .router
+            .route_in(key.view(), name)
+            .is_some_and(|zone| zone.rewrites())
+        {
+            return false;
+        }
         let in_cluster = suffix_at(name, rules.domain()).is_some();
         if rules.cannot_exist(name).is_some() {
             let soa_known = if in_cluster {

@@ -44,7 +44,7 @@ impl Shared {
         }
         // A zone that rewrites questions: whether the name asked exists is
         // the rewritten name's upstream answer, not the schema's to say.
-        if request.zone.rules.as_ref().is_some_and(|r| r.rewrites()) {
+        if request.zone.rewrites() {
             return false;
         }
         let limit = reply_limit(request.proto, request.query, request.settings);
@@ -163,7 +163,11 @@ impl Shared {
         response: (&[u8], &Layout),
     ) {
         let name = key.name();
-        if key.qclass() != class::IN || entry.kind == Kind::Failure || !rules.in_scope(name) {
+        if key.qclass() != class::IN
+            || entry.kind == Kind::Failure
+            || !rules.in_scope(name)
+            || zone.rewrites()
+        {
             return;
         }
         let (msg, layout) = response;

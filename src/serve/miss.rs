@@ -238,13 +238,15 @@ impl Shared {
         // fetch, without the prediction table's lock. Without speculation
         // nothing is predicted: all wait for the check.
         let cluster = &job.settings.cluster;
-        Plan::Ask(if cluster.namespace_to_check(job.key.name()).is_none() {
-            Ask::Fetch
-        } else if !cluster.search().speculate || self.predicted_expansion(job.key.name()) {
-            Ask::CheckFirst
-        } else {
-            Ask::CheckBeside
-        })
+        Plan::Ask(
+            if job.zone.rewrites() || cluster.namespace_to_check(job.key.name()).is_none() {
+                Ask::Fetch
+            } else if !cluster.search().speculate || self.predicted_expansion(job.key.name()) {
+                Ask::CheckFirst
+            } else {
+                Ask::CheckBeside
+            },
+        )
     }
 
     /// Asks upstream for a miss with nothing stale to fall back on.

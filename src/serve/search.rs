@@ -154,6 +154,13 @@ impl Shared {
         let Some(at) = settings.cluster.namespace_to_check(name) else {
             return false;
         };
+        if settings
+            .router
+            .route_in(key.view(), name)
+            .is_some_and(|zone| zone.rewrites())
+        {
+            return false;
+        }
         let node = &name[at..];
         let now = Instant::now();
         if self.search.learned.namespace_known(node, now) || self.listed(node) == Some(true) {
@@ -346,6 +353,10 @@ impl Shared {
         let Some(zone) = settings.router.route_in(key.view(), name) else {
             return;
         };
+        // An answer the zone would not keep is a query for nothing.
+        if !zone.cache.enabled {
+            return;
+        }
         // The budget covers the namespace check too: a flood of names
         // shaped like first expansions never asks more than it allows.
         let Some(_ticket) = self

@@ -132,6 +132,13 @@ pub(crate) struct Zone {
 }
 
 impl Zone {
+    /// The zone rewrites questions: whether a name asked exists is then
+    /// its rewritten name's upstream answer, not the schema's to say (no
+    /// local NXDOMAIN, namespace check or cut, nothing learned from it).
+    pub(crate) fn rewrites(&self) -> bool {
+        self.rules.as_ref().is_some_and(|r| r.rewrites())
+    }
+
     /// Every upstream of the zone is marked down: a miss would wait out
     /// its timeouts before failing.
     pub(crate) fn all_down(&self) -> bool {

@@ -358,3 +358,50 @@ fn reload_switches_a_rewrite_on() {
     let r = udp_query(nodens.dns, &Q::new("a.src.", Rt::A));
     assert_eq!(r.a(), [ipv4("192.0.2.2")]);
 }
+
+/// A zone that rewrites questions leaves the schema's local answers alone:
+/// `db-0.db.old.svc.cluster.local` is the shape whose namespace (`old`)
+/// nodens checks first, and that namespace does not exist upstream, but
+/// the rewritten name (`...new.svc...`) does: CoreDNS answers it, and so
+/// must nodens, instead of the NXDOMAIN the namespace check would give.
+#[test]
+fn a_rewriting_zone_makes_no_namespace_check_or_local_nxdomain() {
+    needs!(Need::CoreDns);
+    let net = Net::alloc();
+    let upstream = CoreDns::start(
+        net.upstream(0),
+        &[(
+            "cluster.local.",
+            zone_file("cluster.local.", "db-0.db.new.svc 30 IN A 192.0.2.9"),
+        )],
+    );
+    let block = format!(
+        "rewrite name regex (.*)\\.old\\.svc\\.cluster\\.local\\. {{1}}.new.svc.cluster.local. answer auto\n  \
+         cache 30\n  \
+         forward . {}",
+        upstream.addr
+    );
+    let reference = CoreDns::start_with_blocks(
+        net.upstream(1),
+        &[("probe.", zone_file("probe.", ""))],
+        &[(".", &block)],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let toml = converted(dir.path(), &block, net.nodens(), net.metrics());
+    assert!(!toml.contains("[cluster]"), "{toml}");
+    // Without speculation every such miss waits for its namespace check.
+    let nodens = Nodens::start_toml(&format!("{toml}\n[cluster]\nspeculate = false\n"));
+    let p = Pair {
+        upstream,
+        reference,
+        nodens,
+        _dir: dir,
+    };
+    // Twice: the second would meet a denial learned from the first.
+    for _ in 0..2 {
+        let r = p.same("db-0.db.old.svc.cluster.local.", Rt::A);
+        assert_eq!(r.a(), [ipv4("192.0.2.9")]);
+    }
+    let r = p.same("x.y.gone.svc.cluster.local.", Rt::A);
+    assert_eq!(r.rcode(), rcode::NXDOMAIN);
+}
