@@ -30,6 +30,13 @@ fn fallthrough(args: &[&str]) -> String {
     }
 }
 
+/// The first of `zones` the configuration would refuse as a zone name
+/// (a label over 63 characters, say): such a directive is left out, never
+/// written into a file that `check-config` refuses.
+fn not_a_name<'a>(mut zones: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    zones.find(|z| crate::wire::name::normalize_zone(z).is_err())
+}
+
 /// `local`: the RFC 6761 names, answered as CoreDNS does.
 pub(super) fn local(d: &Directive, out: &mut BlockOut) {
     let _ = writeln!(out.records.keys, "local = true   # line {}", d.line());
@@ -41,12 +48,29 @@ pub(super) fn hosts(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
     let args = d.arg_texts();
     let file = args.first().copied().unwrap_or("/etc/hosts");
     let zones: Vec<String> = args.iter().skip(1).map(|z| z.to_string()).collect();
+    if let Some(bad) = not_a_name(zones.iter().map(String::as_str)) {
+        plan.untranslated.add(
+            line,
+            format!(
+                "{}: zone `{bad}` is not a name nodens can serve; left out",
+                describe(d)
+            ),
+        );
+        return;
+    }
     let mut entries = Vec::new();
     let mut options = String::new();
     for option in d.block.iter().flatten() {
         let oline = option.line();
         let oargs = option.arg_texts();
         match option.name.text.as_str() {
+            "fallthrough" if not_a_name(oargs.iter().copied()).is_some() => plan.untranslated.add(
+                oline,
+                format!(
+                    "{}: not a zone name nodens can serve; left out",
+                    describe(option)
+                ),
+            ),
             "fallthrough" => {
                 let _ = writeln!(options, "fallthrough = {}", fallthrough(&oargs));
             }
@@ -110,6 +134,16 @@ pub(super) fn template(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
             .add(line, format!("{}: CLASS and TYPE missing", describe(d)));
         return;
     };
+    if let Some(bad) = not_a_name(args.iter().skip(2).copied()) {
+        plan.untranslated.add(
+            line,
+            format!(
+                "{}: zone `{bad}` is not a name nodens can serve; left out",
+                describe(d)
+            ),
+        );
+        return;
+    }
     let mut t = String::new();
     let _ = writeln!(t, "\n[[zone.template]]   # line {line}");
     let _ = writeln!(t, "class = {}\ntype = {}", quote(class), quote(qtype));
@@ -152,6 +186,12 @@ pub(super) fn template(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
             }
             "rcode" => {
                 let _ = writeln!(t, "rcode = {}", quote(oargs.first().map_or("NOERROR", String::as_str)));
+            }
+            "fallthrough" if not_a_name(oargs.iter().map(String::as_str)).is_some() => {
+                plan.untranslated.add(
+                    oline,
+                    format!("{}: not a zone name nodens can serve; left out", describe(option)),
+                );
             }
             "fallthrough" => {
                 let refs: Vec<&str> = oargs.iter().map(String::as_str).collect();
@@ -273,5 +313,24 @@ mod tests {
         // A block with whoami alone answers every name with it.
         let c = ok(".:53 {\n  bind 127.0.0.1\n  whoami\n}\n");
         assert_eq!(zone(&c)["whoami"].as_bool(), Some(true));
+    }
+
+    #[test]
+    fn a_zone_that_is_not_a_name_leaves_its_directive_out() {
+        let long = "x".repeat(64);
+        for directive in [
+            format!("hosts /etc/hosts a.{long}.example"),
+            format!("template IN AAAA blocked.{long}.example {{\n    rcode NXDOMAIN\n  }}"),
+            format!("hosts {{\n    fallthrough {long}.example\n  }}"),
+        ] {
+            let text = format!(".:53 {{\n  {directive}\n  forward . 127.0.0.1:5300\n}}\n");
+            let c = crate::convert::convert(&text, &Default::default(), &|_| None)
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert!(
+                c.untranslated.iter().any(|f| f.message.contains("not a")),
+                "{directive}: {:?}",
+                c.untranslated
+            );
+        }
     }
 }
