@@ -39,7 +39,10 @@ fn not_a_name<'a>(mut zones: impl Iterator<Item = &'a str>) -> Option<&'a str> {
 
 /// `local`: the RFC 6761 names, answered as CoreDNS does.
 pub(super) fn local(d: &Directive, out: &mut BlockOut) {
-    let _ = writeln!(out.records.keys, "local = true   # line {}", d.line());
+    // Once per block is what CoreDNS allows; a second says nothing more.
+    if !out.records.keys.contains("local = true") {
+        let _ = writeln!(out.records.keys, "local = true   # line {}", d.line());
+    }
 }
 
 /// `hosts [FILE [ZONES...]] { ENTRIES... ttl no_reverse reload fallthrough }`.
@@ -47,6 +50,13 @@ pub(super) fn hosts(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
     let line = d.line();
     let args = d.arg_texts();
     let file = args.first().copied().unwrap_or("/etc/hosts");
+    if out.records.tables.contains("\n[zone.hosts]") {
+        plan.untranslated.add(
+            line,
+            format!("{}: a second `hosts` in the block (CoreDNS refuses it: once per server block); left out", describe(d)),
+        );
+        return;
+    }
     let zones: Vec<String> = args.iter().skip(1).map(|z| z.to_string()).collect();
     if let Some(bad) = not_a_name(zones.iter().map(String::as_str)) {
         plan.untranslated.add(
@@ -332,5 +342,17 @@ mod tests {
                 c.untranslated
             );
         }
+    }
+
+    #[test]
+    fn a_second_hosts_or_local_in_a_block_gives_a_file_that_parses() {
+        let text = ".:53 {\n  hosts {\n    fallthrough\n  }\n  local\n  local\n  hosts {\n    fallthrough\n  }\n  forward . 127.0.0.1:5300\n}\n";
+        let c = crate::convert::convert(text, &Default::default(), &|_| None)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            c.untranslated.iter().any(|f| f.lines == [7]),
+            "{:?}",
+            c.untranslated
+        );
     }
 }
