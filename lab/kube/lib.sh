@@ -16,6 +16,9 @@ contains() {
 }
 
 K8S_VERSION=${K8S_VERSION:-v1.33.13}
+# kube-proxy's mode: iptables (its default) or nftables (GA in 1.33). Read by up; the
+# env file carries the mode of the running cluster to the other scripts.
+PROXY_MODE=${PROXY_MODE:-iptables}
 HELM_VERSION=${HELM_VERSION:-v3.22.0}
 NODENS_CACHE=${NODENS_CACHE:-$HOME/.cache/nodens}
 GOVERSION=$(go env GOVERSION 2>/dev/null || echo nogo)

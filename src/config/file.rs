@@ -223,6 +223,7 @@ pub enum LinkKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Backend {
+    /// The one kube-proxy's own rules are in; with no trace of it,
     /// nftables when `nft` works, iptables otherwise.
     Auto,
     Nftables,

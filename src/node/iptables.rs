@@ -61,6 +61,10 @@ pub struct Iptables {
     v4: IPTables,
     v6: IPTables,
     pub flavour: &'static str,
+    /// Whether this flavour holds kube-proxy's `KUBE-SERVICES` chain (the
+    /// kubelet's own `KUBE-*` chains alone do not count): what `auto`
+    /// follows.
+    pub kube_proxy: bool,
 }
 
 fn command(cmd: &'static str) -> IPTables {
@@ -81,19 +85,28 @@ fn chain_present(ipt: &IPTables, table: &str, chain: &str) -> Result<bool> {
     Ok(ipt.list_chains(table)?.iter().any(|c| c == chain))
 }
 
-/// Counts `KUBE-` lines in a `*-save` output; 0 if the command is missing.
-fn kube_rules(save: &str) -> usize {
-    Command::new(save)
+/// What a `*-save` output shows of Kubernetes: its number of `KUBE-`
+/// lines and whether kube-proxy's `KUBE-SERVICES` chain is among them;
+/// nothing if the command is missing.
+#[derive(Default, Clone, Copy)]
+struct KubeRules {
+    lines: usize,
+    services: bool,
+}
+
+fn kube_rules(save: &str) -> KubeRules {
+    let Some(out) = Command::new(save)
         .output()
         .ok()
         .filter(|o| o.status.success())
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .filter(|l| l.contains("KUBE-"))
-                .count()
-        })
-        .unwrap_or(0)
+    else {
+        return KubeRules::default();
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    KubeRules {
+        lines: text.lines().filter(|l| l.contains("KUBE-")).count(),
+        services: text.lines().any(|l| l.starts_with(":KUBE-SERVICES ")),
+    }
 }
 
 fn exists(cmd: &str) -> bool {
@@ -103,24 +116,30 @@ fn exists(cmd: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+const LEGACY: (&str, &str, &str) = ("iptables-legacy", "ip6tables-legacy", "legacy");
+const NFT: (&str, &str, &str) = ("iptables-nft", "ip6tables-nft", "nft");
+const SYSTEM: (&str, &str, &str) = ("iptables", "ip6tables", "system");
+
 impl Iptables {
     /// The flavour kube-proxy uses: the one whose ruleset has more `KUBE-`
     /// rules; with none anywhere, the system's `iptables`.
     pub fn detect() -> Option<Iptables> {
         let legacy = exists("iptables-legacy").then(|| kube_rules("iptables-legacy-save"));
         let nft = exists("iptables-nft").then(|| kube_rules("iptables-nft-save"));
-        let (v4, v6, flavour) = match (legacy, nft) {
-            (Some(l), Some(n)) if l > n => ("iptables-legacy", "ip6tables-legacy", "legacy"),
-            (Some(l), Some(n)) if n > l => ("iptables-nft", "ip6tables-nft", "nft"),
-            _ if exists("iptables") => ("iptables", "ip6tables", "system"),
-            (Some(_), _) => ("iptables-legacy", "ip6tables-legacy", "legacy"),
-            (_, Some(_)) => ("iptables-nft", "ip6tables-nft", "nft"),
+        let (l, n) = (legacy.unwrap_or_default(), nft.unwrap_or_default());
+        let ((v4, v6, flavour), kube_proxy) = match (legacy, nft) {
+            (Some(_), Some(_)) if l.lines > n.lines => (LEGACY, l.services),
+            (Some(_), Some(_)) if n.lines > l.lines => (NFT, n.services),
+            _ if exists("iptables") => (SYSTEM, l.services || n.services),
+            (Some(_), _) => (LEGACY, l.services),
+            (_, Some(_)) => (NFT, n.services),
             _ => return None,
         };
         Some(Iptables {
             v4: command(v4),
             v6: command(v6),
             flavour,
+            kube_proxy,
         })
     }
 

@@ -59,14 +59,33 @@ pub enum Firewall {
 }
 
 impl Firewall {
-    /// The backend `backend` asks for; `auto` prefers nftables.
+    /// The backend `backend` asks for; `auto` follows kube-proxy.
     pub fn choose(backend: Backend) -> Result<Firewall, NodeError> {
         let ipt = || iptables::Iptables::detect().map(Firewall::Iptables);
         match backend {
             Backend::Nftables => Ok(Firewall::Nftables),
             Backend::Iptables => ipt().ok_or(NodeError::NoFirewall),
-            Backend::Auto if nft::available() => Ok(Firewall::Nftables),
-            Backend::Auto => ipt().ok_or(NodeError::NoFirewall),
+            Backend::Auto => Self::follow_kube_proxy(),
+        }
+    }
+
+    /// `auto`: the firewall kube-proxy writes its own rules with, so that
+    /// the one listing an operator reads (`nft list ruleset`, or
+    /// `iptables-save` in kube-proxy's flavour) shows both: nftables when
+    /// kube-proxy's `kube-proxy` table exists (nftables mode), iptables when
+    /// an iptables flavour holds `KUBE-SERVICES` (iptables and IPVS modes),
+    /// and with no trace of kube-proxy (not started yet, or replaced by
+    /// another datapath) nftables when `nft` works.
+    fn follow_kube_proxy() -> Result<Firewall, NodeError> {
+        let nft = nft::available();
+        if nft && nft::kube_proxy_tables() {
+            return Ok(Firewall::Nftables);
+        }
+        match iptables::Iptables::detect() {
+            Some(ipt) if ipt.kube_proxy => Ok(Firewall::Iptables(ipt)),
+            _ if nft => Ok(Firewall::Nftables),
+            Some(ipt) => Ok(Firewall::Iptables(ipt)),
+            None => Err(NodeError::NoFirewall),
         }
     }
 

@@ -185,6 +185,19 @@ pub(crate) fn remove() -> Result<(), NftablesError> {
     apply_batch(batch)
 }
 
+/// Whether kube-proxy runs in nftables mode here: its tables (`ip
+/// kube-proxy`, `ip6 kube-proxy`) exist. False when `nft` cannot list.
+pub(crate) fn kube_proxy_tables() -> bool {
+    let Ok(listed) = helper::get_current_ruleset_with_args(helper::DEFAULT_NFT, ["list", "tables"])
+    else {
+        return false;
+    };
+    listed.objects.iter().any(|o| {
+        matches!(o, NfObject::ListObject(NfListObject::Table(t))
+            if t.name == "kube-proxy" && matches!(t.family, NfFamily::IP | NfFamily::IP6))
+    })
+}
+
 /// Whether `nft` can be run here (it lists the ruleset).
 pub(crate) fn available() -> bool {
     helper::get_current_ruleset_with_args(helper::DEFAULT_NFT, ["list", "tables"]).is_ok()

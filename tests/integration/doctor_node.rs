@@ -22,7 +22,9 @@
 //!    node-local-dns-style nft rules: no finding.
 //! 4. `kube_proxy_modes_and_backend_mismatch`: KUBE-SERVICES in
 //!    iptables-nft and node-local-dns's rules in iptables-legacy:
-//!    `backend-mismatch`; with a `table ip kube-proxy`, nftables mode.
+//!    `backend-mismatch`; with a `table ip kube-proxy`, nftables mode, and
+//!    the iptables rules beside it an information-level `backend-mismatch`
+//!    that rules in nftables do not get.
 //! 5. `ipvs_mode_with_cluster_dns_on_the_service_ip`: a kube-ipvs0
 //!    holding 10.96.0.10 and a kubelet clusterDNS of 10.96.0.10:
 //!    `ipvs-cluster-dns`; with clusterDNS 169.254.20.10, none.
@@ -499,6 +501,26 @@ fn kube_proxy_modes_and_backend_mismatch() {
     let r = doctor(Some(&ns), &[]);
     let mode = r.fact("kube-proxy mode:");
     assert!(mode.starts_with("kube-proxy mode: nftables"), "{mode}");
+    // node-local-dns's rules in iptables-nft beside it: they work, said as information.
+    let f = r.must("backend-mismatch");
+    assert_eq!(f["severity"], "info");
+    let ev = evidence(f);
+    assert!(
+        ev.contains("kube-proxy: nftables: table ip kube-proxy"),
+        "{ev}"
+    );
+    assert!(
+        ev.contains("iptables-nft: NOTRACK rules in raw PREROUTING (node-local-dns)"),
+        "{ev}"
+    );
+    r.must_not("notrack-missing");
+
+    // The same rules in nftables, next to kube-proxy's: nothing to say.
+    ns.run(&["iptables-nft", "-t", "raw", "-F"]);
+    node_local_dns_nft(&ns);
+    let r = doctor(Some(&ns), &[]);
+    r.must_not("backend-mismatch");
+    r.must_not("notrack-missing");
 }
 
 // ---- 5. IPVS ------------------------------------------------------------------

@@ -44,6 +44,8 @@
 //!    `keep_rules_flag_leaves_everything_until_teardown` (`serve
 //!    --keep-rules`): after SIGTERM everything is still in place and
 //!    `node status` exits 0; `node teardown` removes it.
+//!    `auto_follows_kube_proxy`: "auto" writes the rules with the firewall
+//!    kube-proxy's own rules are in (nftables mode, iptables mode, none).
 //! 5. `teardown_removes_both_backends_and_families`: what a handover left
 //!    behind from an nftables run and then an iptables run (IPv4 and IPv6)
 //!    is all removed by one `node teardown`.
@@ -864,6 +866,53 @@ fn keep_on_exit_leaves_everything_until_teardown() {
     assert_ok(in_place(&ns, backend, &held), "after start");
     assert_answers(&ns, v4(), "after start");
     kept_until_teardown(&ns, nodens, backend, &held);
+}
+
+/// `auto` follows kube-proxy: with `KUBE-SERVICES` in iptables (iptables
+/// mode) nodens's rules go to iptables; with kube-proxy's nftables table
+/// (nftables mode), to nftables even where old `KUBE-SERVICES` chains are
+/// left; the kubelet's own `KUBE-*` chains alone do not make it iptables.
+#[test]
+fn auto_follows_kube_proxy() {
+    needs!(
+        Need::Root,
+        Need::Tool("ip"),
+        Need::Tool("nft"),
+        Need::Tool("iptables"),
+        Need::Tool("ip6tables-save"),
+        Need::CoreDns
+    );
+    let iptables_mode: &[(&str, &[&str])] = &[("iptables", &["-t", "nat", "-N", "KUBE-SERVICES"])];
+    let nftables_mode: &[(&str, &[&str])] = &[
+        ("iptables", &["-t", "nat", "-N", "KUBE-SERVICES"]),
+        ("nft", &["add", "table", "ip", "kube-proxy"]),
+    ];
+    let kubelet_only: &[(&str, &[&str])] = &[
+        ("iptables", &["-t", "mangle", "-N", "KUBE-KUBELET-CANARY"]),
+        ("iptables", &["-t", "filter", "-N", "KUBE-FIREWALL"]),
+    ];
+    for (tag, traces, want) in [
+        ("autoipt", iptables_mode, Backend::Iptables),
+        ("autonft", nftables_mode, Backend::Nftables),
+        ("autoklt", kubelet_only, Backend::Nftables),
+    ] {
+        let ns = NodeNs::create(tag);
+        for (prog, args) in traces {
+            ns.run(prog, args);
+        }
+        let _core = upstream(&ns);
+        let held = [v4()];
+        let mut nodens = start(&ns, &config(&held, node("auto")), &[]);
+        assert_eq!(
+            backend_in_use(&ns, &nodens),
+            want,
+            "{tag}: the backend auto chose"
+        );
+        assert_ok(in_place(&ns, want, &held), tag);
+        assert_answers(&ns, v4(), tag);
+        terminate_ok(&mut nodens);
+        assert_ok(gone(&ns), &format!("{tag}: after SIGTERM"));
+    }
 }
 
 #[test]

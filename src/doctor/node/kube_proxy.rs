@@ -111,7 +111,9 @@ pub(crate) fn check(cx: &Context, out: &mut Out) {
         evidence.join("; ")
     ));
     let primary = kube_chains.iter().max_by_key(|(_, n)| **n).map(|(b, _)| *b);
-    if let Some(kube_backend) = primary {
+    if mode == Mode::Nftables {
+        check_nftables_mode(cx, &evidence, out);
+    } else if let Some(kube_backend) = primary {
         check_backends(cx, kube_backend, &kube_chains, out);
     }
     if mode == Mode::Ipvs {
@@ -184,6 +186,50 @@ fn check_backends(
         kube = kube.name(),
         other = other[0].0.name(),
     )));
+}
+
+/// `backend-mismatch` in nftables mode: a node cache's NOTRACK rules in
+/// iptables while kube-proxy's are in its own nftables table. They still
+/// work (the raw hooks, at -300, run before kube-proxy's DNAT at -100), so
+/// it is information: where to look, and how nodens follows kube-proxy.
+fn check_nftables_mode(cx: &Context, mode_evidence: &[String], out: &mut Out) {
+    let cache = cx.notrack.cache_backends();
+    let in_iptables: Vec<Backend> = cache
+        .keys()
+        .copied()
+        .filter(|b| *b != Backend::Nftables)
+        .collect();
+    if in_iptables.is_empty() {
+        return;
+    }
+    let names: Vec<&str> = in_iptables.iter().map(|b| b.name()).collect();
+    let mut f = Finding::new(
+        "backend-mismatch",
+        Severity::Info,
+        format!(
+            "kube-proxy is in nftables mode, the node cache's NOTRACK rules in {}",
+            join(&names)
+        ),
+    );
+    for line in mode_evidence {
+        f = f.evidence(format!("kube-proxy: {line}"));
+    }
+    for (b, chains) in &cache {
+        f = f.evidence(format!(
+            "{}: NOTRACK rules in {}",
+            b.name(),
+            chains.join(", ")
+        ));
+    }
+    out.finding(f.fix(
+        "The rules work: the kernel runs every raw hook (priority -300) before kube-proxy's \
+         DNAT (-100), whichever tool wrote them. But `nft list table ip kube-proxy` and \
+         `iptables-save` each show only half of the DNS path. nodens with [node] backend = \
+         \"auto\" (the chart's default) or \"nftables\" keeps its rules in nftables, next to \
+         kube-proxy's (`nodens node teardown` removes what an earlier run left in iptables); \
+         node-local-dns has no nftables backend (kubernetes/dns#682), so with it the rules \
+         stay in iptables.",
+    ));
 }
 
 /// `ipvs-cluster-dns`: in IPVS mode kube-ipvs0 holds the kube-dns
