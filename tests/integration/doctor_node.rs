@@ -709,3 +709,53 @@ fn cpu_quota_against_threads() {
     );
     drop(nodens);
 }
+
+// ---- 9. a policy engine that filters by conntrack ------------------------------
+
+#[test]
+fn policy_engine_beside_notrack() {
+    needs!(Need::Root, Need::Tool("ip"), Need::Tool("nft"));
+    let ns = Netns::create("dn-policy");
+    // Calico's iptables data plane: its top chain and a workload's ingress chain.
+    ns.run(&["iptables-nft", "-t", "filter", "-N", "cali-FORWARD"]);
+    ns.run(&[
+        "iptables-nft",
+        "-t",
+        "filter",
+        "-N",
+        "cali-tw-cali0123456789",
+    ]);
+    let r = doctor(Some(&ns), &[]);
+    let engine = r.fact("network policy engine:");
+    assert_eq!(engine, "network policy engine: Calico", "{engine}");
+    // No node cache rules: nothing in the way.
+    r.must_not("policy-conntrack");
+
+    node_local_dns_nft(&ns);
+    let r = doctor(Some(&ns), &[]);
+    let f = r.must("policy-conntrack");
+    assert_eq!(f["severity"], "warning");
+    let ev = evidence(f);
+    assert!(ev.contains("Calico: iptables-nft: 2 cali- chains"), "{ev}");
+    assert!(ev.contains("nftables: NOTRACK rules in"), "{ev}");
+    let fix = f["fix"].as_str().unwrap();
+    assert!(
+        fix.contains("- to:\n      - ipBlock: {cidr: 169.254.20.10/32}")
+            && fix.contains("- from:\n      - ipBlock: {cidr: 169.254.20.10/32}"),
+        "{fix}"
+    );
+
+    // Calico's nftables data plane is known by its table.
+    ns.run(&[
+        "iptables-nft",
+        "-t",
+        "filter",
+        "-X",
+        "cali-tw-cali0123456789",
+    ]);
+    ns.run(&["iptables-nft", "-t", "filter", "-X", "cali-FORWARD"]);
+    ns.run(&["nft", "add", "table", "ip", "calico"]);
+    let r = doctor(Some(&ns), &[]);
+    let ev = evidence(r.must("policy-conntrack"));
+    assert!(ev.contains("Calico: nftables: table ip calico"), "{ev}");
+}

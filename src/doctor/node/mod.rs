@@ -14,6 +14,7 @@ mod forwarding;
 pub(crate) mod interfaces;
 mod kube_proxy;
 mod notrack;
+mod policy;
 mod ports;
 mod sockets;
 
@@ -158,6 +159,14 @@ pub(crate) fn check(options: &NodeOptions) -> (Vec<String>, Vec<Finding>) {
             proc_root: &options.proc_root,
             links: links.as_deref(),
             kubelet_config: &options.kubelet_config,
+        },
+        &mut out,
+    );
+    policy::check(
+        &policy::Context {
+            cache: &cache,
+            rulesets: &rulesets,
+            notrack: &notrack,
         },
         &mut out,
     );
