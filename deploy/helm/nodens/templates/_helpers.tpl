@@ -39,8 +39,28 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- .Values.upstream.service.name | upper | replace "-" "_" -}}
 {{- end -}}
 
-{{/* The addresses nodens listens on, port 53. */}}
+{{/* Whether nodens runs on the pod network (values: network). */}}
+{{- define "nodens.podNetwork" -}}
+{{- if eq .Values.network "pod" -}}true
+{{- else if ne .Values.network "host" -}}{{- fail (printf "network must be host or pod, not %q" .Values.network) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The addresses nodens listens on, port 53: on the pod network every
+     address of the pod (the redirect sends DNS to its IP). */}}
 {{- define "nodens.listen" -}}
+{{- if include "nodens.podNetwork" . -}}
+{{- $out := list "0.0.0.0:53" -}}
+{{- range concat .Values.localAddresses .Values.clusterDns.ips -}}{{- if contains ":" . -}}{{- $out = list "0.0.0.0:53" "[::]:53" -}}{{- end -}}{{- end -}}
+{{- toJson $out -}}
+{{- else -}}
+{{- include "nodens.hostListen" . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* On the node's network: localAddresses, and clusterDns.ips when nodens
+     holds them too. */}}
+{{- define "nodens.hostListen" -}}
 {{- $out := list -}}
 {{- range .Values.localAddresses -}}{{- $out = append $out (include "nodens.hostPort" (list . 53)) -}}{{- end -}}
 {{- if .Values.clusterDns.listen -}}
@@ -86,7 +106,7 @@ shutdown_grace = {{ .Values.server.shutdownGrace | toJson }}
 {{- with .Values.server.allow }}
 allow = {{ toJson . }}
 {{- end }}
-{{- if .Values.handover.enabled }}
+{{- if and .Values.handover.enabled (not (include "nodens.podNetwork" .)) }}
 handover_socket = "/run/nodens/handover.sock"
 {{- end }}
 {{- with .Values.server.runAsUser }}
@@ -100,20 +120,30 @@ stale_max_age = {{ .Values.cache.staleMaxAge | toJson }}
 prefetch_min_hits = {{ .Values.cache.prefetchMinHits | int }}
 
 [metrics]
-{{- if eq .Values.metrics.address "hostIP" }}
+{{- if and (eq .Values.metrics.address "hostIP") (include "nodens.podNetwork" .) }}
+# NODENS_METRICS_LISTEN (the pod's IP, status.podIP) replaces this address in
+# each pod; the port stays.
+listen = {{ include "nodens.hostPort" (list "127.0.0.1" .Values.metrics.port) | toJson }}
+{{- else if eq .Values.metrics.address "hostIP" }}
 # NODENS_METRICS_LISTEN (the node's IP, status.hostIP) replaces this address
 # on each node; the port stays.
 listen = {{ include "nodens.hostPort" (list "127.0.0.1" .Values.metrics.port) | toJson }}
 {{- else }}
 listen = {{ include "nodens.hostPort" (list .Values.metrics.address .Values.metrics.port) | toJson }}
 {{- end }}
+{{- if include "nodens.podNetwork" . }}
+# The kubelet probes a pod at its IP.
+probe_listen = {{ include "nodens.hostPort" (list "0.0.0.0" .Values.metrics.probePort) | toJson }}
+{{- else }}
 probe_listen = {{ include "nodens.hostPort" (list "127.0.0.1" .Values.metrics.probePort) | toJson }}
+{{- end }}
 max_connections = {{ .Values.metrics.maxConnections | int }}
 header_timeout = {{ .Values.metrics.headerTimeout | toJson }}
 
 [log]
 level = {{ .Values.log.level | toJson }}
 format = {{ .Values.log.format | toJson }}
+{{- if not (include "nodens.podNetwork" .) }}
 
 [node]
 setup = true
@@ -121,6 +151,7 @@ interface = {{ .Values.node.interface | toJson }}
 backend = {{ .Values.node.backend | toJson }}
 reconcile_interval = {{ .Values.node.reconcileInterval | toJson }}
 state_dir = "/run/nodens"
+{{- end }}
 
 {{- if .Values.upstream.kubeDnsConfigMap }}
 
