@@ -573,10 +573,19 @@ impl Server {
         Ok(())
     }
 
-    /// Stops reading, answers what is in flight (up to `shutdown_grace`), exits.
+    /// Answers, not ready, for `lameduck`; then stops reading, answers
+    /// what is in flight (up to `shutdown_grace`), exits.
     async fn shutdown(mut self) {
-        tracing::info!("shutting down: draining queries in flight");
         self.shared.ready.store(false, Ordering::Relaxed);
+        let lameduck = self.config.server.lameduck;
+        if !lameduck.is_zero() && !self.handed_over {
+            tracing::info!(
+                ?lameduck,
+                "shutting down: answering, not ready, for the lameduck time"
+            );
+            tokio::time::sleep(lameduck).await;
+        }
+        tracing::info!("shutting down: draining queries in flight");
         for (_, l) in self.listeners.drain() {
             l.stop();
         }

@@ -128,6 +128,7 @@ impl File {
                 }),
                 max_misses_in_flight: s.max_misses_in_flight,
                 shutdown_grace: s.shutdown_grace,
+                lameduck: s.lameduck,
                 handover_socket: s.handover_socket.clone(),
                 identity: s.identity,
                 run_as: s

@@ -289,6 +289,12 @@ pub struct ServerConfig {
     pub run_as_user: Option<u32>,
     /// The gid that goes with `run_as_user` (default: the same number).
     pub run_as_group: Option<u32>,
+    /// On SIGTERM, how long to keep answering, not ready, before the
+    /// drain: for datapaths that stop sending to a pod only once they see
+    /// it not ready (Cilium's LocalRedirectPolicy), as CoreDNS's
+    /// `health { lameduck }`. 0: drain at once.
+    #[serde(with = "humantime_serde")]
+    pub lameduck: Duration,
 }
 
 impl Default for ServerConfig {
@@ -315,6 +321,7 @@ impl Default for ServerConfig {
             identity: true,
             run_as_user: None,
             run_as_group: None,
+            lameduck: Duration::ZERO,
         }
     }
 }

@@ -103,6 +103,8 @@ pub struct ServerSettings {
     pub rate_limit: Option<RateLimit>,
     pub max_misses_in_flight: usize,
     pub shutdown_grace: Duration,
+    /// Answering, not ready, after SIGTERM (`[server] lameduck`).
+    pub lameduck: Duration,
     pub handover_socket: Option<PathBuf>,
     /// Answer the CHAOS identity names (`[server] identity`).
     pub identity: bool,

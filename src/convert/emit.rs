@@ -92,6 +92,13 @@ fn server(w: &mut String, plan: &Plan, options: &Options) {
             "max_misses_in_flight = {n}   # the sum of forward's max_concurrent"
         );
     }
+    if let Some(d) = plan.lameduck {
+        let _ = writeln!(
+            w,
+            "lameduck = {}   # health's lameduck: answering, not ready, after SIGTERM",
+            quote(&duration(d))
+        );
+    }
     if plan.node_setup {
         let _ = writeln!(
             w,

@@ -188,12 +188,12 @@ mod tests {
             (4, "MINTTL"),
             (9, "tls_servername"),
             (10, "max_fails 0"),
-            (14, "lameduck"),
         ] {
             assert!(listed(&c, line, word), "line {line}: {:?}", c.untranslated);
         }
         // What CoreDNS 1.13 does with these, nodens does per zone.
         let t: toml::Table = c.toml.parse().unwrap();
+        assert_eq!(t["server"]["lameduck"].as_str(), Some("5s"), "{}", c.toml);
         let zone = &t["zone"].as_array().unwrap()[0];
         assert_eq!(zone["policy"].as_str(), Some("round_robin"), "{}", c.toml);
         let cache = &zone["cache"];

@@ -311,3 +311,52 @@ fn sigterm_answers_in_flight_query_and_exits_0() {
     );
     assert!(saw_503, "/ready never answered 503 while draining");
 }
+
+/// `lameduck`: after SIGTERM /ready turns 503 at once, and new queries are
+/// still answered for the lameduck time (a datapath that stops sending to
+/// the pod only when it sees it not ready loses none); then it exits 0.
+#[test]
+fn sigterm_with_lameduck_keeps_answering_while_not_ready() {
+    needs!(Need::CoreDns);
+    let net = Net::alloc();
+    let core = CoreDns::test_zone(net.upstream(0), "");
+    let mut nodens = Nodens::start(
+        &Cfg::new(&net)
+            .shutdown_grace(secs(2))
+            .server_option("lameduck", "\"3s\"")
+            .zone(Zone::new("test.", &[core.addr])),
+    );
+    nodens.proc.signal(libc::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        match http_get(net.metrics(), "/ready") {
+            Ok((503, _)) => break,
+            other => {
+                assert!(
+                    Instant::now() < deadline,
+                    "/ready after SIGTERM: {other:?}, want 503"
+                );
+                thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    // Past the 100 ms in which a stopping UDP worker still answers what it
+    // reads: without the lameduck time nothing reads any more.
+    thread::sleep(Duration::from_millis(500));
+    // Not ready, and still answering new queries (a miss and then a hit).
+    for id in [0x1a1e, 0x1a1f] {
+        let r = udp_query_timeout(
+            nodens.dns,
+            &Q::new("www.test.", Rt::A).id(id),
+            Duration::from_millis(1500),
+        )
+        .expect("a query sent while lame-duck is answered");
+        assert_eq!(r.id(), id);
+        assert_eq!(r.rcode(), rcode::NOERROR);
+    }
+    let st = nodens
+        .proc
+        .wait_exit(Duration::from_secs(10))
+        .expect("nodens exited after the lameduck time and the drain");
+    assert_eq!(st.code(), Some(0), "exit status after SIGTERM: {st}");
+}

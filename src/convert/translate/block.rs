@@ -8,7 +8,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use super::super::corefile::{Directive, ServerBlock};
+use super::super::corefile::{Directive, ServerBlock, go_duration};
 use super::super::{ConvertError, Options};
 use super::keys::Keys;
 use super::{
@@ -62,12 +62,7 @@ pub(super) fn translate_block(
                 &mut plan.untranslated,
             ),
             "health" => {
-                if let Some(sub) = d.block.as_ref().and_then(|b| b.first()) {
-                    plan.untranslated.add(
-                        sub.line(),
-                        format!("health `{}`: no equivalent; on SIGTERM nodens turns /ready to 503 and drains for server.shutdown_grace", sub.name.text),
-                    );
-                }
+                health_options(d, plan);
                 http_endpoint(
                     d,
                     ":8080",
@@ -262,6 +257,27 @@ fn http_address(text: &str) -> Option<SocketAddr> {
         ));
     }
     text.parse().ok()
+}
+
+/// `health { lameduck D }`: answering, not ready, for D after SIGTERM is
+/// `[server] lameduck` (the longest of the blocks' for the one process).
+fn health_options(d: &Directive, plan: &mut Plan) {
+    for sub in d.block.iter().flatten() {
+        let args = sub.arg_texts();
+        match (sub.name.text.as_str(), args.as_slice()) {
+            ("lameduck", [text]) if go_duration(text).is_some() => {
+                let lameduck = go_duration(text).unwrap_or_default();
+                plan.lameduck = plan.lameduck.max(Some(lameduck));
+            }
+            _ => plan.untranslated.add(
+                sub.line(),
+                format!(
+                    "health `{}`: not understood (CoreDNS knows `lameduck DURATION`); on SIGTERM nodens turns /ready to 503 and drains for server.shutdown_grace",
+                    sub.name.text
+                ),
+            ),
+        }
+    }
 }
 
 #[cfg(test)]

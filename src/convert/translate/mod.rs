@@ -170,6 +170,8 @@ pub(super) struct Plan {
     pub cache: CacheOut,
     /// Sum of `forward`'s `max_concurrent`.
     pub max_misses_in_flight: Option<u64>,
+    /// `health`'s `lameduck`, the longest.
+    pub lameduck: Option<Duration>,
     pub zones: Vec<ZoneOut>,
     pub untranslated: Findings,
     pub notes: Findings,

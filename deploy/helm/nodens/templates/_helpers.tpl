@@ -103,6 +103,9 @@ upstream_timeout = {{ $v.upstream.timeout | toJson }}
 listen = {{ include "nodens.listen" . }}
 workers = {{ .Values.server.workers | int }}
 shutdown_grace = {{ .Values.server.shutdownGrace | toJson }}
+{{- with .Values.server.lameduck | default (ternary "5s" "" (eq .Values.network "pod")) }}
+lameduck = {{ . | toJson }}
+{{- end }}
 {{- with .Values.server.allow }}
 allow = {{ toJson . }}
 {{- end }}
