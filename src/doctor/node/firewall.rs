@@ -18,6 +18,7 @@ use nftables::helper::{self, NftablesError};
 use nftables::schema::{NfListObject, NfObject, Nftables};
 use nftables::stmt::{Operator, Statement};
 use nftables::types::{NfFamily, NfHook};
+use serde::Deserialize;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Backend {
@@ -65,6 +66,10 @@ pub(crate) struct Listing {
     pub(crate) chains: BTreeSet<String>,
     /// "family name" (nft only).
     pub(crate) tables: BTreeSet<String>,
+    /// Objects of the nft listing that could not be read, and so were
+    /// left out (rules with expressions the `nftables` crate has no type
+    /// for, as kube-proxy's nftables mode writes).
+    pub(crate) skipped: usize,
 }
 
 /// One backend, read or not (and why not).
@@ -124,6 +129,13 @@ pub(crate) fn describe(rulesets: &[Ruleset]) -> Vec<String> {
     rulesets
         .iter()
         .map(|r| match &r.listing {
+            Ok(l) if l.skipped > 0 => format!(
+                "{}: {} chains, {} NOTRACK rules before conntrack ({} objects not understood, left out)",
+                r.backend.name(),
+                l.chains.len(),
+                l.notrack.len(),
+                l.skipped
+            ),
             Ok(l) => format!(
                 "{}: {} chains, {} NOTRACK rules before conntrack",
                 r.backend.name(),
@@ -324,19 +336,45 @@ fn reachability(
 const PRIORITY_CONNTRACK: i32 = -200;
 
 fn read_nft() -> Ruleset {
-    let listing =
-        match helper::get_current_ruleset_with_args(helper::DEFAULT_NFT, ["list", "ruleset"]) {
-            Ok(ruleset) => Ok(parse_nft(&ruleset)),
-            Err(NftablesError::NftExecution { inner, .. }) => Err(NotRead::NftRun(inner)),
-            Err(NftablesError::NftFailed { stderr, .. }) => {
-                Err(NotRead::NftFailed(stderr.trim().to_string()))
-            }
-            Err(e) => Err(NotRead::Nft(e)),
-        };
+    let listing = match helper::get_current_ruleset_raw(helper::DEFAULT_NFT, ["list", "ruleset"]) {
+        Ok(json) => parse_nft_json(&json),
+        Err(NftablesError::NftExecution { inner, .. }) => Err(NotRead::NftRun(inner)),
+        Err(NftablesError::NftFailed { stderr, .. }) => {
+            Err(NotRead::NftFailed(stderr.trim().to_string()))
+        }
+        Err(e) => Err(NotRead::Nft(e)),
+    };
     Ruleset {
         backend: Backend::Nftables,
         listing,
     }
+}
+
+/// `nft -j list ruleset`'s output, each object read on its own: one the
+/// `nftables` crate has no type for (kube-proxy's nftables mode writes
+/// such rules) is left out and counted, instead of losing the whole
+/// ruleset, nodens's own NOTRACK rules with it.
+pub(crate) fn parse_nft_json(json: &str) -> Result<Listing, NotRead> {
+    let value: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| NotRead::Nft(NftablesError::NftInvalidJson(e)))?;
+    let items = value
+        .get("nftables")
+        .and_then(serde_json::Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let mut objects = Vec::with_capacity(items.len());
+    let mut skipped = 0;
+    for item in items {
+        match NfObject::deserialize(item) {
+            Ok(object) => objects.push(object),
+            Err(_) => skipped += 1,
+        }
+    }
+    let mut listing = parse_nft(&Nftables {
+        objects: objects.into(),
+    });
+    listing.skipped = skipped;
+    Ok(listing)
 }
 
 fn family_name(family: NfFamily) -> &'static str {
@@ -565,6 +603,35 @@ COMMIT
             l.notrack[0].comment.as_deref(),
             Some("NodeLocal DNS Cache: skip conntrack")
         );
+    }
+
+    #[test]
+    fn nft_objects_the_crate_cannot_read_are_left_out_not_the_ruleset() {
+        // kube-proxy's table in nftables mode (a real `nft -j list table ip
+        // kube-proxy` of the test cluster), then nodens's notrack rule.
+        let kube_proxy: serde_json::Value = serde_json::from_str(include_str!(
+            "../../../tests/fixtures/nft/kube-proxy-nftables-mode.json"
+        ))
+        .unwrap();
+        let mut objects = kube_proxy["nftables"].as_array().unwrap().clone();
+        let nodens: serde_json::Value = serde_json::from_str(
+            r#"[{"table": {"family": "inet", "name": "nodens", "handle": 3}},
+          {"chain": {"family": "inet", "table": "nodens", "name": "prerouting", "handle": 1, "type": "filter", "hook": "prerouting", "prio": -300, "policy": "accept"}},
+          {"rule": {"family": "inet", "table": "nodens", "chain": "prerouting", "handle": 5, "comment": "nodens: notrack udp to 169.254.20.10:53 in prerouting",
+            "expr": [{"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "daddr"}}, "right": "169.254.20.10"}},
+                     {"match": {"op": "==", "left": {"payload": {"protocol": "udp", "field": "dport"}}, "right": 53}},
+                     {"notrack": null}]}}]"#,
+        )
+        .unwrap();
+        objects.extend(nodens.as_array().unwrap().iter().cloned());
+        let json = serde_json::json!({ "nftables": objects }).to_string();
+        // Read whole, as the crate's helper does, the ruleset is lost.
+        assert!(serde_json::from_str::<Nftables>(&json).is_err());
+        let l = parse_nft_json(&json).unwrap();
+        assert!(l.skipped > 0, "nothing left out");
+        assert!(l.tables.contains("ip kube-proxy"), "{:?}", l.tables);
+        assert_eq!(l.notrack.len(), 1, "{:?}", l.notrack);
+        assert_eq!(l.notrack[0].chain, "inet nodens prerouting");
     }
 
     #[test]
