@@ -30,6 +30,7 @@ func main() {
 	cg := flag.String("cgroup", "", "cgroup2 directory to attach cgroup programs to")
 	hold := flag.String("hold", "", "after attaching, run this shell command and report its exit")
 	svc := flag.String("svc", "", "VIP:PORT=BACKEND:PORT: one service with one backend in the object's own LB maps")
+	lrp := flag.Bool("lrp", false, "make the -svc service a LocalRedirect one (flags2 SVC_FLAG_LOCALREDIRECT), as a CiliumLocalRedirectPolicy does")
 	flag.Parse()
 	bad := 0
 	for _, obj := range flag.Args() {
@@ -76,11 +77,15 @@ func main() {
 		}
 		fmt.Printf("%s: loaded %d programs, %d maps, %d translated instructions\n", obj, len(coll.Programs), len(coll.Maps), insns)
 		if *svc != "" {
-			if err := addService(coll, *svc); err != nil {
+			if err := addService(coll, *svc, *lrp); err != nil {
 				fmt.Printf("  service %s: FAILED: %v\n", *svc, err)
 				bad++
 			} else {
-				fmt.Printf("  service %s in cilium_lb4_services_v2 / cilium_lb4_backends_v3\n", *svc)
+				kind := "ClusterIP-like"
+				if *lrp {
+					kind = "LocalRedirect"
+				}
+				fmt.Printf("  %s service %s in cilium_lb4_services_v2 / cilium_lb4_backends_v3\n", kind, *svc)
 			}
 		}
 		if *cg != "" {
@@ -103,6 +108,9 @@ func main() {
 				fmt.Printf("  running %q in %s\n", *hold, *cg)
 				rc := runIn(*cg, *hold)
 				fmt.Printf("  exit %d\n", rc)
+				if rc != 0 {
+					bad++
+				}
 			}
 			for _, l := range links {
 				l.Close()
@@ -115,10 +123,11 @@ func main() {
 	}
 }
 
-// addService writes one ClusterIP-like service (no flags, rev-NAT index 1) with one backend
-// (ID 1) into the collection's cilium_lb4_services_v2 and cilium_lb4_backends_v3, in the
-// layouts of bpf/lib/common.h (struct lb4_key, lb4_service, lb4_backend).
-func addService(coll *ebpf.Collection, spec string) error {
+// addService writes one service (rev-NAT index 1; no flags, or with lrp flags2
+// SVC_FLAG_LOCALREDIRECT) with one backend (ID 1) into the collection's
+// cilium_lb4_services_v2 and cilium_lb4_backends_v3, in the layouts of bpf/lib/common.h
+// (struct lb4_key, lb4_service, lb4_backend). Protocol 0 (any) and scope 0 (external).
+func addService(coll *ebpf.Collection, spec string, lrp bool) error {
 	vip, be, ok := strings.Cut(spec, "=")
 	if !ok {
 		return fmt.Errorf("want VIP:PORT=BACKEND:PORT")
@@ -146,6 +155,9 @@ func addService(coll *ebpf.Collection, spec string) error {
 	master := make([]byte, svcs.ValueSize())
 	binary.LittleEndian.PutUint16(master[4:6], 1) // count
 	binary.LittleEndian.PutUint16(master[6:8], 1) // rev_nat_index
+	if lrp {
+		master[9] = 1 << 0 // flags2: SVC_FLAG_LOCALREDIRECT
+	}
 	if err := svcs.Put(key(0), master); err != nil {
 		return fmt.Errorf("service: %w", err)
 	}
