@@ -24,6 +24,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 )
 
 func main() {
@@ -31,6 +32,7 @@ func main() {
 	hold := flag.String("hold", "", "after attaching, run this shell command and report its exit")
 	svc := flag.String("svc", "", "VIP:PORT=BACKEND:PORT: one service with one backend in the object's own LB maps")
 	lrp := flag.Bool("lrp", false, "make the -svc service a LocalRedirect one (flags2 SVC_FLAG_LOCALREDIRECT), as a CiliumLocalRedirectPolicy does")
+	skip := flag.Bool("skip", false, "with -lrp: an entry in cilium_skip_lb4 for this network namespace and the service, as skipRedirectFromBackend makes for the backend pod's")
 	flag.Parse()
 	bad := 0
 	for _, obj := range flag.Args() {
@@ -86,6 +88,14 @@ func main() {
 					kind = "LocalRedirect"
 				}
 				fmt.Printf("  %s service %s in cilium_lb4_services_v2 / cilium_lb4_backends_v3\n", kind, *svc)
+			}
+			if *skip {
+				if cookie, err := addSkip(coll, *svc); err != nil {
+					fmt.Printf("  skip entry: FAILED: %v\n", err)
+					bad++
+				} else {
+					fmt.Printf("  cilium_skip_lb4: netns cookie %d, service %s\n", cookie, strings.SplitN(*svc, "=", 2)[0])
+				}
 			}
 		}
 		if *cg != "" {
@@ -190,4 +200,37 @@ func runIn(cg, cmd string) int {
 		return 255
 	}
 	return 0
+}
+
+// addSkip writes the entry skipRedirectFromBackend makes for a backend pod: this process's
+// network namespace cookie (SO_NETNS_COOKIE, Linux 5.12) with the service's address and
+// port (struct skip_lb4_key), into cilium_skip_lb4. bpf_sock then leaves connections from
+// this network namespace to that LocalRedirect service untranslated.
+func addSkip(coll *ebpf.Collection, spec string) (uint64, error) {
+	vip, _, _ := strings.Cut(spec, "=")
+	v, err := netip.ParseAddrPort(vip)
+	if err != nil {
+		return 0, err
+	}
+	m := coll.Maps["cilium_skip_lb4"]
+	if m == nil {
+		return 0, fmt.Errorf("cilium_skip_lb4 not in object (built without ENABLE_LOCAL_REDIRECT_POLICY?)")
+	}
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	cookie, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
+	if err != nil {
+		return 0, fmt.Errorf("SO_NETNS_COOKIE: %w", err)
+	}
+	k := make([]byte, m.KeySize())
+	binary.LittleEndian.PutUint64(k[0:8], cookie)
+	a := v.Addr().As4()
+	copy(k[8:12], a[:])
+	binary.BigEndian.PutUint16(k[12:14], v.Port())
+	val := make([]byte, m.ValueSize())
+	val[0] = 1
+	return cookie, m.Put(k, val)
 }
