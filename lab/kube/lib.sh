@@ -69,6 +69,18 @@ APISERVER_PORT=6443
 ETCD_CLIENT_PORT=23790
 ETCD_PEER_PORT=23800
 CONTAINERD_SOCK=$KUBE_STATE/containerd/containerd.sock
+# The second node (NODES=2 lab/kube/up; lab/kube/node2): a network namespace on the
+# first node's link, with its own pod range, bridge, containerd, kubelet and kube-proxy.
+NODES=${NODES:-1}
+NODE2_NAME=nodens-node2
+NODE2_NETNS=nodens-node2
+NODE2_IP=172.31.255.2
+NODE2_VETH=nodens-n2veth                         # the first node's end; eth0 in the namespace
+NODE2_SVC_LINK=nodens-svc0                       # in the namespace: where Service IPs route
+NODE2_CGROUP=nodens-node2                        # the second kubelet's cgroupRoot
+POD_CIDR2=10.244.1.0/24
+CNI_BRIDGE2=nodens-cni1
+CONTAINERD2_SOCK=$KUBE_STATE/n2/containerd/containerd.sock
 
 # Saved by up, restored by down (the kubelet, the CNI bridge and kube-proxy may set them).
 SAVED_SYSCTLS="vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
