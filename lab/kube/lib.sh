@@ -106,7 +106,7 @@ SAVED_SYSCTLS="vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on
 # And the ones Cilium's agent writes (pkg/datapath/loader/base.go), with CNI=cilium.
 CILIUM_SYSCTLS="net.core.bpf_jit_enable net.ipv4.conf.all.rp_filter net.ipv4.conf.default.rp_filter
   net.ipv4.fib_multipath_use_neigh kernel.timer_migration net.core.fb_tunnels_only_for_init_net
-  net.ipv6.conf.all.disable_ipv6"
+  net.ipv6.conf.all.disable_ipv6 net.ipv4.ip_local_reserved_ports"
 # Paths outside KUBE_STATE that the cluster may create; down removes those that did not exist.
 # (/run/cilium, /var/lib/cilium: Cilium's default state and library paths.)
 SHARED_PATHS="/var/log/pods /var/log/containers /var/lib/cni /var/lib/kubelet /opt/containerd
