@@ -37,6 +37,8 @@ CILIUM_VERSION=${CILIUM_VERSION:-v1.18.11}
 CILIUM_DIR=$NODENS_CACHE/cilium-$CILIUM_VERSION-$GOVERSION
 CILIUM_BPFFS=/sys/fs/bpf                         # the agent's --bpf-root (its default)
 CILIUM_CGROUP=/run/cilium/cgroupv2               # its --cgroup-root (mounted by the agent)
+# The pods' containment with Cilium, in an nf_tables table of its own (removed by down).
+NODENS_FWD_TABLE=nodens_kube_fwd
 # One-way sysctl the agent writes (1; 2 on this machine): up binds it read-only.
 BPF_SYSCTL=/proc/sys/kernel/unprivileged_bpf_disabled
 
