@@ -3,11 +3,15 @@
  * which queries were lost and how long the longest stretch without answers
  * was. Built static (gcc -O2 -static) so it runs in the busybox client image.
  *
- *   dnsload -s 10.96.0.10 -r 200 -d 60 [-t 1000] [-p 53] name [name ...]
+ *   dnsload -s 10.96.0.10 -r 200 -d 60 [-t 1000] [-p 53] [-f] name [name ...]
  *
  * Queries go out evenly spaced (rate per second), type A, names in turn, each
  * from one of 16 UDP sockets in turn (a resolver uses a fresh port per
- * lookup; 16 keep conntrack entries few but not one). A query unanswered
+ * lookup; 16 keep conntrack entries few but not one). With -f each query has
+ * a socket of its own, opened and connect()ed just before it is sent and
+ * closed once answered or timed out, as glibc's stub resolver does per
+ * lookup: where the connect picks the backend (Cilium's socket load
+ * balancing), every query is balanced anew. A query unanswered
  * after the timeout (-t, ms) is lost. Every second a line
  *   t=12 sent=200 answered=200 servfail=0
  * and at the end one summary line
@@ -31,6 +35,7 @@
 
 #define SOCKETS 16
 #define MAX_QUERIES (1 << 22)
+#define MAX_FRESH 8192 /* -f: sockets open at once (rate x timeout) */
 
 struct query {
 	uint64_t sent_us;
@@ -40,6 +45,9 @@ struct query {
 
 static struct query *queries;
 static uint32_t *by_id[SOCKETS]; /* id -> query index + 1, per socket */
+/* -f: the one query of each socket slot (index + 1, 0: none) and its id */
+static uint32_t *slot_query;
+static uint16_t *slot_id;
 
 static uint64_t now_us(void)
 {
@@ -79,7 +87,7 @@ static size_t encode_query(uint8_t *buf, uint16_t id, const char *name)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: dnsload -s SERVER -r RATE -d SECONDS [-t TIMEOUT_MS] [-p PORT] NAME...\n");
+	fprintf(stderr, "usage: dnsload -s SERVER -r RATE -d SECONDS [-t TIMEOUT_MS] [-p PORT] [-f] NAME...\n");
 	exit(2);
 }
 
@@ -87,14 +95,15 @@ int main(int argc, char **argv)
 {
 	const char *server = NULL;
 	long rate = 0, seconds = 0, timeout_ms = 1000, port = 53;
-	int opt;
-	while ((opt = getopt(argc, argv, "s:r:d:t:p:")) != -1) {
+	int opt, fresh = 0;
+	while ((opt = getopt(argc, argv, "s:r:d:t:p:f")) != -1) {
 		switch (opt) {
 		case 's': server = optarg; break;
 		case 'r': rate = atol(optarg); break;
 		case 'd': seconds = atol(optarg); break;
 		case 't': timeout_ms = atol(optarg); break;
 		case 'p': port = atol(optarg); break;
+		case 'f': fresh = 1; break;
 		default: usage();
 		}
 	}
@@ -106,16 +115,29 @@ int main(int argc, char **argv)
 	struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(port)};
 	if (inet_pton(AF_INET, server, &addr.sin_addr) != 1)
 		usage();
-	int fds[SOCKETS];
-	struct pollfd pfds[SOCKETS];
-	for (int i = 0; i < SOCKETS; i++) {
+	/* -f: enough slots that a slot comes round again only after its query timed out */
+	int nsock = SOCKETS;
+	if (fresh) {
+		nsock = (int)(rate * timeout_ms / 1000 + rate / 10 + 2);
+		if (nsock > MAX_FRESH)
+			usage();
+		slot_query = calloc(nsock, sizeof *slot_query);
+		slot_id = calloc(nsock, sizeof *slot_id);
+	}
+	int *fds = calloc(nsock, sizeof *fds);
+	struct pollfd *pfds = calloc(nsock, sizeof *pfds);
+	for (int i = 0; i < nsock; i++) {
+		pfds[i].events = POLLIN;
+		if (fresh) {
+			fds[i] = pfds[i].fd = -1;
+			continue;
+		}
 		fds[i] = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
 		if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&addr, sizeof addr) < 0) {
 			perror("socket");
 			return 1;
 		}
 		pfds[i].fd = fds[i];
-		pfds[i].events = POLLIN;
 		by_id[i] = calloc(65536, sizeof(uint32_t));
 	}
 	long total = rate * seconds;
@@ -132,13 +154,28 @@ int main(int argc, char **argv)
 	for (;;) {
 		uint64_t t = now_us();
 		while (sent < total && start + sent * interval <= t) {
-			int s = sent % SOCKETS;
+			int s = sent % nsock;
 			uint16_t id = rand() & 0xffff;
 			size_t len = encode_query(buf, id, names[sent % name_count]);
 			queries[sent].sent_us = t;
 			queries[sent].answered_us = -1;
-			by_id[s][id] = sent + 1;
-			if (send(fds[s], buf, len, 0) < 0 && errno != ECONNREFUSED && errno != EAGAIN)
+			if (fresh) {
+				/* The slot's previous query is answered or timed out by now. */
+				if (fds[s] >= 0)
+					close(fds[s]);
+				fds[s] = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+				if (fds[s] >= 0 && connect(fds[s], (struct sockaddr *)&addr, sizeof addr) < 0) {
+					/* No backend (refused): the query is lost. */
+					close(fds[s]);
+					fds[s] = -1;
+				}
+				pfds[s].fd = fds[s];
+				slot_query[s] = sent + 1;
+				slot_id[s] = id;
+			} else {
+				by_id[s][id] = sent + 1;
+			}
+			if (fds[s] >= 0 && send(fds[s], buf, len, 0) < 0 && errno != ECONNREFUSED && errno != EAGAIN)
 				perror("send");
 			sent++;
 			sec_sent++;
@@ -155,10 +192,10 @@ int main(int argc, char **argv)
 		int wait_ms = next > t ? (int)((next - t + 999) / 1000) : 0;
 		if (wait_ms > 50)
 			wait_ms = 50;
-		if (poll(pfds, SOCKETS, wait_ms) <= 0)
+		if (poll(pfds, nsock, wait_ms) <= 0)
 			continue;
 		t = now_us();
-		for (int s = 0; s < SOCKETS; s++) {
+		for (int s = 0; s < nsock; s++) {
 			if (!(pfds[s].revents & POLLIN))
 				continue;
 			for (;;) {
@@ -168,11 +205,18 @@ int main(int argc, char **argv)
 				if (n < 12)
 					continue;
 				uint16_t id = (buf[0] << 8) | buf[1];
-				uint32_t idx = by_id[s][id];
+				uint32_t idx;
+				if (fresh) {
+					idx = slot_id[s] == id ? slot_query[s] : 0;
+					if (idx)
+						slot_query[s] = 0;
+				} else {
+					idx = by_id[s][id];
+					by_id[s][id] = 0;
+				}
 				if (!idx)
 					continue;
 				struct query *q = &queries[idx - 1];
-				by_id[s][id] = 0;
 				if (q->answered_us >= 0 || t - q->sent_us > (uint64_t)timeout_ms * 1000)
 					continue;
 				q->answered_us = t;

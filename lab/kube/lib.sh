@@ -19,6 +19,10 @@ K8S_VERSION=${K8S_VERSION:-v1.33.13}
 # kube-proxy's mode: iptables (its default) or nftables (GA in 1.33). Read by up; the
 # env file carries the mode of the running cluster to the other scripts.
 PROXY_MODE=${PROXY_MODE:-iptables}
+# The pod network: "bridge" (the CNI bridge plugin, kube-proxy in PROXY_MODE) or "cilium"
+# (Cilium's agent and operator as host processes, its kube-proxy replacement, no kube-proxy;
+# CILIUM.md). Read by up; the env file carries it (and PROXY_MODE=cilium) to the others.
+CNI=${CNI:-bridge}
 HELM_VERSION=${HELM_VERSION:-v3.22.0}
 NODENS_CACHE=${NODENS_CACHE:-$HOME/.cache/nodens}
 GOVERSION=$(go env GOVERSION 2>/dev/null || echo nogo)
@@ -27,6 +31,16 @@ COREDNS_BIN=${COREDNS_BIN:-$(go env GOPATH 2>/dev/null)/bin/coredns}
 K8S_DIR=$NODENS_CACHE/k8s-$K8S_VERSION-$GOVERSION
 HELM_DIR=$NODENS_CACHE/helm-$HELM_VERSION-$GOVERSION
 CRI_CLEAN=$NODENS_CACHE/cri-clean-$K8S_VERSION-$GOVERSION/cri-clean
+
+# Cilium (CNI=cilium), built by lab/kube/cilium-build.
+CILIUM_VERSION=${CILIUM_VERSION:-v1.18.11}
+CILIUM_DIR=$NODENS_CACHE/cilium-$CILIUM_VERSION-$GOVERSION
+CILIUM_BPFFS=/sys/fs/bpf                         # the agent's --bpf-root (its default)
+CILIUM_CGROUP=/run/cilium/cgroupv2               # its --cgroup-root (mounted by the agent)
+# The pods' containment with Cilium, in an nf_tables table of its own (removed by down).
+NODENS_FWD_TABLE=nodens_kube_fwd
+# One-way sysctl the agent writes (1; 2 on this machine): up binds it read-only.
+BPF_SYSCTL=/proc/sys/kernel/unprivileged_bpf_disabled
 
 PAUSE_IMAGE=registry.k8s.io/pause:3.10-nodens
 BUSYBOX_IMAGE=docker.io/library/busybox:nodens
@@ -91,9 +105,14 @@ SAVED_SYSCTLS="vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on
   net.bridge.bridge-nf-call-iptables net.bridge.bridge-nf-call-ip6tables
   net.netfilter.nf_conntrack_max net.netfilter.nf_conntrack_tcp_timeout_established
   net.netfilter.nf_conntrack_tcp_timeout_close_wait"
+# And the ones Cilium's agent writes (pkg/datapath/loader/base.go), with CNI=cilium.
+CILIUM_SYSCTLS="net.core.bpf_jit_enable net.ipv4.conf.all.rp_filter net.ipv4.conf.default.rp_filter
+  net.ipv4.fib_multipath_use_neigh kernel.timer_migration net.core.fb_tunnels_only_for_init_net
+  net.ipv6.conf.all.disable_ipv6 net.ipv4.ip_local_reserved_ports"
 # Paths outside KUBE_STATE that the cluster may create; down removes those that did not exist.
+# (/run/cilium, /var/lib/cilium: Cilium's default state and library paths.)
 SHARED_PATHS="/var/log/pods /var/log/containers /var/lib/cni /var/lib/kubelet /opt/containerd
-  /etc/cni /run/containerd /var/lib/containerd /etc/kubernetes"
+  /etc/cni /run/containerd /var/lib/containerd /etc/kubernetes /run/cilium /var/lib/cilium"
 
 # What nodens's node mode (installed on the cluster by its chart) adds to the node: down
 # removes them too unless they were there before up.
