@@ -426,8 +426,23 @@ fn the_first_expansion_resolves_the_later_ones_ahead() {
         .map(|q| format!("{} {}", q.name, q.qtype))
         .collect();
     // The namespace `com` once, the final name's A and AAAA: nothing else.
+    // The AAAA may be asked twice: the pod's AAAA expansions start a
+    // speculation of it, and the pod's own AAAA for the final name can miss
+    // in the microseconds between that fetch's end and its answer's store
+    // (miss.rs, `Start::JustLookedUp`: a redundant query accepted there).
+    let mut distinct = asked.clone();
+    distinct.sort();
+    distinct.dedup();
+    let extra: Vec<&String> = asked
+        .iter()
+        .enumerate()
+        .filter(|(i, q)| asked[..*i].contains(q))
+        .map(|(_, q)| q)
+        .collect();
     assert!(
-        asked.len() <= 3,
+        distinct.len() <= 3
+            && extra.iter().all(|q| *q == "api.example.com. AAAA")
+            && extra.len() <= 1,
         "upstream queries for one lookup: {asked:?}"
     );
     assert!(
