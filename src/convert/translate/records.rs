@@ -37,6 +37,26 @@ fn not_a_name<'a>(mut zones: impl Iterator<Item = &'a str>) -> Option<&'a str> {
     zones.find(|z| crate::wire::name::normalize_zone(z).is_err())
 }
 
+/// Whether every zone of `d` is a name nodens can serve; if not, the
+/// directive is listed as left out.
+fn zones_are_names<'a>(
+    d: &Directive,
+    zones: impl Iterator<Item = &'a str>,
+    plan: &mut Plan,
+) -> bool {
+    let Some(bad) = not_a_name(zones) else {
+        return true;
+    };
+    plan.untranslated.add(
+        d.line(),
+        format!(
+            "{}: zone `{bad}` is not a name nodens can serve; left out",
+            describe(d)
+        ),
+    );
+    false
+}
+
 /// `local`: the RFC 6761 names, answered as CoreDNS does.
 pub(super) fn local(d: &Directive, out: &mut BlockOut) {
     // Once per block is what CoreDNS allows; a second says nothing more.
@@ -58,14 +78,7 @@ pub(super) fn hosts(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
         return;
     }
     let zones: Vec<String> = args.iter().skip(1).map(|z| z.to_string()).collect();
-    if let Some(bad) = not_a_name(zones.iter().map(String::as_str)) {
-        plan.untranslated.add(
-            line,
-            format!(
-                "{}: zone `{bad}` is not a name nodens can serve; left out",
-                describe(d)
-            ),
-        );
+    if !zones_are_names(d, zones.iter().map(String::as_str), plan) {
         return;
     }
     let mut entries = Vec::new();
@@ -144,14 +157,7 @@ pub(super) fn template(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
             .add(line, format!("{}: CLASS and TYPE missing", describe(d)));
         return;
     };
-    if let Some(bad) = not_a_name(args.iter().skip(2).copied()) {
-        plan.untranslated.add(
-            line,
-            format!(
-                "{}: zone `{bad}` is not a name nodens can serve; left out",
-                describe(d)
-            ),
-        );
+    if !zones_are_names(d, args.iter().skip(2).copied(), plan) {
         return;
     }
     let mut t = String::new();

@@ -169,12 +169,8 @@ fn check_backends(
     for (b, n) in kube_chains {
         f = f.evidence(format!("{}: KUBE-SERVICES and {n} KUBE-* chains", b.name()));
     }
-    for (b, chains) in &cache {
-        f = f.evidence(format!(
-            "{}: NOTRACK rules in {}",
-            b.name(),
-            chains.join(", ")
-        ));
+    for line in Notrack::cache_evidence(&cache) {
+        f = f.evidence(line);
     }
     out.finding(f.fix(format!(
         "Both flavours work in the kernel, but a tool or a node cache that uses the other one \
@@ -214,12 +210,8 @@ fn check_nftables_mode(cx: &Context, mode_evidence: &[String], out: &mut Out) {
     for line in mode_evidence {
         f = f.evidence(format!("kube-proxy: {line}"));
     }
-    for (b, chains) in &cache {
-        f = f.evidence(format!(
-            "{}: NOTRACK rules in {}",
-            b.name(),
-            chains.join(", ")
-        ));
+    for line in Notrack::cache_evidence(&cache) {
+        f = f.evidence(line);
     }
     out.finding(f.fix(
         "The rules work: the kernel runs every raw hook (priority -300) before kube-proxy's \

@@ -77,6 +77,15 @@ impl Notrack {
 
     /// The backends holding a node cache's (nodens's or node-local-dns's)
     /// NOTRACK rules for these addresses.
+    /// A finding's evidence of where the node cache's NOTRACK rules are,
+    /// one line per backend.
+    pub(crate) fn cache_evidence(cache: &BTreeMap<Backend, Vec<String>>) -> Vec<String> {
+        cache
+            .iter()
+            .map(|(b, chains)| format!("{}: NOTRACK rules in {}", b.name(), chains.join(", ")))
+            .collect()
+    }
+
     pub(crate) fn cache_backends(&self) -> BTreeMap<Backend, Vec<String>> {
         let mut found: BTreeMap<Backend, Vec<String>> = BTreeMap::new();
         for rule in self.queries.values().chain(self.answers.values()).flatten() {

@@ -116,12 +116,8 @@ pub(crate) fn check(cx: &Context, out: &mut Out) {
             f = f.evidence(format!("{engine}: {line}"));
         }
     }
-    for (b, chains) in &cache {
-        f = f.evidence(format!(
-            "{}: NOTRACK rules in {}",
-            b.name(),
-            chains.join(", ")
-        ));
+    for line in Notrack::cache_evidence(&cache) {
+        f = f.evidence(line);
     }
     let blocks: String = cx
         .cache
