@@ -8,12 +8,17 @@
 //!   (`local`'s RFC 8020 cut): `api.example.com.svc.Z` and
 //!   `www.example.com.svc.Z` both end at `com.svc.Z`, A and AAAA alike.
 //! - **Speculation**: when the first expansion `X.<ns>.svc.Z` arrives, the
-//!   later ones (`X.svc.Z`, `X.Z`, the node's search domains, `X.`) are
-//!   resolved at once, so the client's next queries find their answers
-//!   in the cache instead of waiting one round trip each. What the client
-//!   receives is what it would have received; only the timing changes.
-//!   Bounded by `max_speculations` in flight; what speculation fetched and
-//!   no client asked for is counted as wasted.
+//!   pod's walk is made ahead of it (`X.svc.Z`, `X.Z`, the node's search
+//!   domains, `X.`), so the client's next queries find their answers in
+//!   the cache instead of waiting one round trip each. The walk passes at
+//!   once what is known not to exist and stops where the pod's would: at
+//!   an expansion that may exist it asks, as the pod will, and goes on
+//!   only past an NXDOMAIN. No cluster name reaches another zone's
+//!   upstreams on a guess, and no in-cluster lookup costs more queries
+//!   than its walk. What the client receives is what it would have
+//!   received; only the timing changes. Bounded by `max_speculations`
+//!   walks asking at once; what speculation fetched and no client asked
+//!   for is counted as wasted.
 //!
 //! [`SearchState`] owns what this work, the local answers (`local`) and
 //! autopath keep between queries.
@@ -28,7 +33,6 @@ use crate::cache::key::NameBuf;
 use crate::cache::{Entry, Key, KeyRef, Lookup};
 use crate::coalesce::Role;
 use crate::lock::lock;
-use crate::search::names::suffix_at;
 use crate::search::rules::FirstExpansion;
 use crate::search::{Clients, Learned, Namespaces};
 use crate::wire::name::{MAX_NAME_LEN, label_starts};
@@ -289,96 +293,130 @@ impl Shared {
         self.search
             .speculation
             .predict(&[base, svc_zone].concat(), Instant::now());
-        let mut suffixes: Vec<&[u8]> = vec![svc_zone];
-        // X ends in a namespace that exists (`web.default`): the lookup most
-        // likely ends at `X.svc.Z`, and its client never sends the names
-        // after it. Only when X's last label is no known namespace (`com`)
-        // are they worked ahead: no in-cluster name leaks to the upstreams
-        // of the other zones on a node that has seen its namespace.
-        let tld_node = label_starts(base)
-            .last()
-            .map(|at| [&base[at..], svc_zone].concat());
-        let in_cluster = tld_node.is_some_and(|node| {
-            self.search.learned.namespace_known(&node, Instant::now())
-                || self.listed(&node) == Some(true)
+        let mut suffixes: Vec<&[u8]> = vec![svc_zone, rules.domain()];
+        suffixes.extend(rules.search().search_domains.iter().map(|d| &d[..]));
+        suffixes.push(b"\x00");
+        let expansions = suffixes.into_iter().filter_map(|suffix| {
+            let expansion = [base, suffix].concat();
+            (expansion.len() <= MAX_NAME_LEN)
+                .then(|| Key::from_parts(&expansion, key.qtype(), key.qclass(), key.flags()))
         });
-        if !in_cluster {
-            suffixes.push(rules.domain());
-            suffixes.extend(rules.search().search_domains.iter().map(|d| &d[..]));
-            suffixes.push(b"\x00");
-        }
-        for suffix in suffixes {
-            let mut expansion = Vec::with_capacity(base.len() + suffix.len());
-            expansion.extend_from_slice(base);
-            expansion.extend_from_slice(suffix);
-            if expansion.len() > MAX_NAME_LEN {
+        // The walk: the pod's own first expansion, then the later ones in
+        // the order its resolver asks them.
+        let mut ticket = None;
+        for (step, next) in std::iter::once(key.clone()).chain(expansions).enumerate() {
+            if self.certainly_absent(&next, &settings) {
                 continue;
             }
-            let next = Key::from_parts(&expansion, key.qtype(), key.qclass(), key.flags());
-            let this = self.clone();
-            let settings = settings.clone();
-            self.tasks.spawn_query_on_main(async move {
-                this.speculate_one(next, &settings, deadline).await;
-            });
+            let denied = if step == 0 {
+                // The pod is asking this one now: wait for its answer
+                // (joined, never asked twice).
+                self.joined_denial(&next, &settings, deadline).await
+            } else {
+                if ticket.is_none() {
+                    // The budget covers the namespace check too: a flood of
+                    // names shaped like first expansions never asks more
+                    // than it allows.
+                    ticket = self
+                        .search
+                        .speculation
+                        .ticket(rules.search().max_speculations);
+                    if ticket.is_none() {
+                        self.metrics.speculation_skipped.inc();
+                        return;
+                    }
+                }
+                self.speculate_one(next, &settings, deadline).await
+            };
+            // An expansion that may exist ends the pod's walk: it goes no
+            // further, and neither does speculation.
+            if !denied {
+                return;
+            }
         }
     }
 
-    /// Resolves one expansion ahead of its asker, unless the cache or the
-    /// local rules already answer it.
-    async fn speculate_one(self: &Arc<Self>, key: Key, settings: &Settings, deadline: Instant) {
-        let now = Instant::now();
+    /// Whether `key`'s name is known not to exist without asking: the
+    /// schema rules it out, a node above it was denied, the API does not
+    /// list its namespace, or a fresh NXDOMAIN for it is cached. What is
+    /// not certain is asked, in the pod's order, or not at all: a guess
+    /// would send a cluster name (`kubernetes.default`) to the upstreams
+    /// of the other zones.
+    fn certainly_absent(&self, key: &Key, settings: &Settings) -> bool {
         let name = key.name();
         let rules = &settings.cluster;
-        if self
-            .cache
-            .lookup(&key.as_ref(), now, Duration::ZERO)
-            .is_fresh()
-        {
-            return;
-        }
-        let soa_known = if suffix_at(name, rules.domain()).is_some() {
-            self.search.learned.soa(rules.domain()).is_some()
-        } else {
-            self.search.learned.closest_soa(name).is_some()
+        let now = Instant::now();
+        rules.cannot_exist(name).is_some()
+            || rules
+                .cut_points(name)
+                .any(|at| self.search.learned.denied(&name[at..], now).is_some())
+            || rules
+                .namespace_node(name)
+                .and_then(|at| self.listed(&name[at..]))
+                == Some(false)
+            || self.cached_nxdomain(key, now)
+    }
+
+    fn cached_nxdomain(&self, key: &Key, now: Instant) -> bool {
+        matches!(
+            self.cache.lookup(&key.as_ref(), now, Duration::ZERO),
+            Lookup::Fresh(e) if e.rcode == crate::wire::rcode::NXDOMAIN
+        )
+    }
+
+    /// The answer to the pod's own first expansion, joined while in
+    /// flight: whether it was NXDOMAIN.
+    async fn joined_denial(
+        self: &Arc<Self>,
+        key: &Key,
+        settings: &Settings,
+        deadline: Instant,
+    ) -> bool {
+        let Some(zone) = settings.router.route_in(key.view(), key.name()) else {
+            return false;
         };
-        if rules.cannot_exist(name).is_some() && soa_known {
-            return;
-        }
-        let cut = rules
-            .cut_points(name)
-            .any(|at| self.search.learned.denied(&name[at..], now).is_some());
-        if cut {
-            return;
+        let (entry, _) = self.fetch_as(key, zone, settings, deadline).await;
+        entry.is_some_and(|e| e.rcode == crate::wire::rcode::NXDOMAIN)
+    }
+
+    /// Resolves one expansion ahead of its asker, unless the cache or the
+    /// local rules already answer it: whether it turned out not to exist.
+    async fn speculate_one(
+        self: &Arc<Self>,
+        key: Key,
+        settings: &Settings,
+        deadline: Instant,
+    ) -> bool {
+        let now = Instant::now();
+        let name = key.name();
+        match self.cache.lookup(&key.as_ref(), now, Duration::ZERO) {
+            Lookup::Fresh(e) if e.kind != crate::cache::Kind::Failure => {
+                return e.rcode == crate::wire::rcode::NXDOMAIN;
+            }
+            _ => {}
         }
         let Some(zone) = settings.router.route_in(key.view(), name) else {
-            return;
+            return false;
         };
         // An answer the zone would not keep is a query for nothing.
         if !zone.cache.enabled {
-            return;
+            return false;
         }
-        // The budget covers the namespace check too: a flood of names
-        // shaped like first expansions never asks more than it allows.
-        let Some(_ticket) = self
-            .search
-            .speculation
-            .ticket(rules.search().max_speculations)
-        else {
-            self.metrics.speculation_skipped.inc();
-            return;
-        };
         if self.namespace_denied(&key, settings, deadline).await {
-            return;
+            return true;
         }
         self.metrics.speculation_sent.inc();
         let (entry, role) = self.fetch_as(&key, zone, settings, deadline).await;
-        if let Some(entry) = entry
-            && role == Role::Leader
-        {
+        let Some(entry) = entry else {
+            return false;
+        };
+        let denied = entry.rcode == crate::wire::rcode::NXDOMAIN;
+        if role == Role::Leader {
             entry.mark_speculative();
             let wasted = self.search.speculation.track(entry, Instant::now());
             self.metrics.speculation_wasted.inc_by(wasted);
         }
+        denied
     }
 }
 

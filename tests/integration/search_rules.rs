@@ -618,3 +618,118 @@ fn an_in_cluster_short_name_is_not_worked_past_its_namespace() {
         "an in-cluster name went to the external upstreams"
     );
 }
+
+/// The walk a glibc pod in namespace team-a makes for `name` with a GKE
+/// node's search list and `ndots:5`, A and AAAA of each expansion in turn,
+/// until one is not NXDOMAIN; returns the expansions asked.
+fn gke_walk(nodens: &Nodens, name: &str) -> Vec<String> {
+    let suffixes = [
+        "team-a.svc.cluster.local.",
+        "svc.cluster.local.",
+        "cluster.local.",
+        "us-central1-a.c.proj.internal.",
+        "c.proj.internal.",
+        "google.internal.",
+        "",
+    ];
+    let mut asked = Vec::new();
+    for suffix in suffixes {
+        let expansion = if suffix.is_empty() {
+            format!("{name}.")
+        } else {
+            format!("{name}.{suffix}")
+        };
+        let a = udp_query(nodens.dns, &Q::new(&expansion, Rt::A));
+        let aaaa = udp_query(nodens.dns, &Q::new(&expansion, Rt::AAAA));
+        asked.push(expansion);
+        if a.rcode() != rcode::NXDOMAIN || aaaa.rcode() != rcode::NXDOMAIN {
+            break;
+        }
+    }
+    asked
+}
+
+/// Speculation sends no cluster name to the upstreams of other zones, and
+/// an in-cluster lookup costs the cluster DNS no more than the pod's own
+/// walk (`kubernetes.default` cost 9 upstream queries against the walk's
+/// 4, two of them to the external resolver). An external name is still
+/// worked ahead: its final name is asked before the pod reaches it.
+#[test]
+fn speculation_sends_no_cluster_name_outside_the_cluster() {
+    needs!(Need::CoreDns);
+    let net = Net::alloc();
+    let cluster = CoreDns::start(net.upstream(0), &[("cluster.local.", cluster_zone())]);
+    // The resolver outside: `com` with one name and the cloud's `internal`,
+    // NXDOMAIN for the rest of them.
+    let external = CoreDns::start(
+        net.upstream(1),
+        &[
+            (
+                "com.",
+                zone_file("com.", "api.example 300 IN A 192.0.2.80\n"),
+            ),
+            ("internal.", zone_file("internal.", "")),
+        ],
+    );
+    let nodens = Nodens::start(
+        &Cfg::new(&net)
+            .zone(Zone::new("cluster.local.", &[cluster.addr]))
+            .zone(Zone::new(".", &[external.addr]))
+            .raw(
+                "[cluster]\nsearch_domains = [\"us-central1-a.c.proj.internal\", \
+                 \"c.proj.internal\", \"google.internal\"]\n",
+            ),
+    );
+    cluster.wait_queries("nodens-soa-probe.cluster.local.", "A", 1, secs(5));
+    // In-cluster names: each walk ends in the cluster.
+    let in_cluster = [
+        (
+            "kubernetes.default",
+            "kubernetes.default.svc.cluster.local.",
+        ),
+        ("db-0.db", "db-0.db.team-a.svc.cluster.local."),
+        ("web.team-a", "web.team-a.svc.cluster.local."),
+    ];
+    let walks: Vec<Vec<String>> = in_cluster
+        .iter()
+        .map(|(name, ends_at)| {
+            let walk = gke_walk(&nodens, name);
+            assert_eq!(walk.last().map(String::as_str), Some(*ends_at), "{name}");
+            walk
+        })
+        .collect();
+    // An external name, after them: worked ahead to its final name, which
+    // the pod then finds answered. Its walk takes round trips in which any
+    // speculation the in-cluster walks started has long been sent.
+    let walk = gke_walk(&nodens, "api.example.com");
+    assert_eq!(walk.last().map(String::as_str), Some("api.example.com."));
+    assert_eq!(external.count_queries("api.example.com.", "A"), 1);
+    assert!(nodens.metric("nodens_search_speculation_sent_total", &[]) >= 1.0);
+    external.sync_log();
+    cluster.sync_log();
+    let leaked: Vec<String> = external
+        .queries()
+        .iter()
+        .filter(|q| {
+            in_cluster
+                .iter()
+                .any(|(n, _)| q.name.starts_with(&format!("{n}.")))
+        })
+        .map(|q| format!("{} {}", q.name, q.qtype))
+        .collect();
+    assert!(leaked.is_empty(), "cluster names sent outside: {leaked:?}");
+    // The cluster DNS saw each in-cluster walk's own queries (A and AAAA of
+    // each expansion) and no more.
+    for ((name, _), walk) in in_cluster.iter().zip(&walks) {
+        let asked: Vec<String> = cluster
+            .queries()
+            .iter()
+            .filter(|q| q.name.starts_with(&format!("{name}.")))
+            .map(|q| format!("{} {}", q.name, q.qtype))
+            .collect();
+        assert!(
+            asked.len() <= 2 * walk.len(),
+            "{name}: the cluster DNS saw {asked:?} for a walk of {walk:?}"
+        );
+    }
+}
