@@ -77,6 +77,7 @@ CONFIG_DESC = {
     "c": "nodens (search features off)",
     "d": "nodens, namespace_check off",
     "e": "nodens with autopath",
+    "f": "nodens with namespaces_from_api",
 }
 CACHE = None  # the running cache's Popen
 SYNC_MS = []  # e: from listening to the pod watch synced, per start
@@ -112,13 +113,15 @@ def nodens_config(cfg):
         cluster += ["namespace_check = false"]
     if cfg == "e":
         cluster += ["autopath = true"]
+    if cfg == "f":
+        cluster += ["namespaces_from_api = true"]
     cluster += ['[[cluster.cloud_suffix]]', 'suffix = "c.*.internal"', "max_labels = 2",
                 '[[cluster.cloud_suffix]]', 'suffix = "google.internal"', "max_labels = 1"]
     text = [f'[server]\nlisten = ["{CACHE_IP}:53"]\n', f'[metrics]\nlisten = "{CACHE_IP}:9253"\n',
             "\n".join(cluster) + "\n"]
-    if cfg == "e":
+    if cfg in ("e", "f"):
         if not KUBECONFIG_FILE:
-            raise SystemExit("config e needs KUBECONFIG_FILE (the lab's API server; `run` starts it)")
+            raise SystemExit(f"config {cfg} needs KUBECONFIG_FILE (the lab's API server; `run` starts it)")
         text.append(f'[kubernetes]\nkubeconfig = "{KUBECONFIG_FILE}"\nnode_name = "{NODE_NAME}"\n')
     # The Corefile's zones, TTL caps and transports; one upstream, one pool.
     for zone, transport, neg in (("cluster.local", "force_tcp", "5s"), ("in-addr.arpa", "force_tcp", "30s"),
@@ -188,11 +191,12 @@ def metric(name, labels=None):
     return total if found else None
 
 
-def wait_synced():
-    """e: until the watch of this node's pods has listed (and holds the pod)."""
+def wait_synced(cfg):
+    """e: until the watch of this node's pods has listed (and holds the pod);
+    f: until the watch of the namespaces has listed (and holds team-a)."""
     global AUTOPATH_SEEN
     t0 = time.monotonic()
-    labels = {"resource": "pods", "watch": NODE_NAME}
+    labels = {"resource": "pods", "watch": NODE_NAME} if cfg == "e" else {"resource": "namespaces", "watch": "all"}
     while time.monotonic() - t0 < SYNC_TIMEOUT:
         if (metric("nodens_kubernetes_watch_synced", labels) == 1.0
                 and (metric("nodens_kubernetes_watch_objects", labels) or 0) >= 1):
@@ -200,9 +204,9 @@ def wait_synced():
             AUTOPATH_SEEN = metric("nodens_autopath_answers_total") or 0.0
             return
         if CACHE.poll() is not None:
-            raise SystemExit(f"cache e exited with {CACHE.returncode}; see {OUT}/cache-e.log")
+            raise SystemExit(f"cache {cfg} exited with {CACHE.returncode}; see {OUT}/cache-{cfg}.log")
         time.sleep(0.01)
-    raise SystemExit(f"nodens's pod watch not synced after {SYNC_TIMEOUT:.0f} s; see {OUT}/cache-e.log, "
+    raise SystemExit(f"nodens's watch not synced after {SYNC_TIMEOUT:.0f} s; see {OUT}/cache-{cfg}.log, "
                      f"{OUT}/kube-apiserver.log")
 
 
@@ -234,8 +238,8 @@ def start_cache(cfg, path):
             # CoreDNS binds its four blocks on one listener; nodens its UDP socket
             # before the TCP one. A short pause covers the rest.
             time.sleep(0.05)
-            if cfg == "e":
-                wait_synced()
+            if cfg in ("e", "f"):
+                wait_synced(cfg)
             return
         if CACHE.poll() is not None:
             raise SystemExit(f"cache {cfg} exited with {CACHE.returncode}; see {OUT}/cache-{cfg}.log")

@@ -179,29 +179,32 @@ def targets(r):
     """[(ok, text)]: the brief's targets, against nodens (b), then autopath's (e)."""
     out = []
     if "b" not in r.configs:
-        return [(None, "no nodens (b) run: targets not evaluated")] + targets_autopath(r)
+        return ([(None, "no nodens (b) run: targets not evaluated")] + targets_speculation(r)
+                + targets_autopath(r))
     lim = 1.5 * r.rtt
-    for ph, label in (("cold", "cold (cache restarted)"), ("new", "new name (cache running, SOAs known)")):
-        worst_up, worst_ms, worst_wire, misses_up, misses_ms = 0, 0, 0, [], []
-        for name in r.external:
-            for client in r.clients:
-                up = r.stat("b", client, name, ph, "upstream")
-                ms = r.stat("b", client, name, ph, "wall_ms")
-                if up is None:
-                    continue
-                worst_up = max(worst_up, up)
-                worst_ms = max(worst_ms, ms)
-                worst_wire = max(worst_wire, r.stat("b", client, name, ph, "wire_ms") or 0)
-                if up > 3:
-                    misses_up.append(f"{name} {client} {up:g}")
-                if ms > lim:
-                    misses_ms.append(f"{name} {client} {ms:.0f} ms")
-        out.append((not misses_up, f"{label} external lookup: at most 3 upstream queries with nodens: "
-                    f"worst {worst_up:g}" + (f"; over: {', '.join(misses_up)}" if misses_up else "")))
-        out.append((not misses_ms, f"{label} external lookup: client time at most 1.5 x one upstream round trip "
-                    f"(1.5 x {r.rtt:.1f} = {lim:.1f} ms): worst {worst_ms:.1f} ms (on the wire, first query to "
-                    f"last answer at the pod's veth: worst {worst_wire:.1f} ms)"
-                    + (f"; over: {', '.join(misses_ms)}" if misses_ms else "")))
+    for cfg in [c for c in ("b", "f") if c in r.configs]:
+        for ph, label in (("cold", "cold (cache restarted)"), ("new", "new name (cache running, SOAs known)")):
+            worst_up, worst_ms, worst_wire, misses_up, misses_ms = 0, 0, 0, [], []
+            for name in r.external:
+                for client in r.clients:
+                    up = r.stat(cfg, client, name, ph, "upstream")
+                    ms = r.stat(cfg, client, name, ph, "wall_ms")
+                    if up is None:
+                        continue
+                    worst_up = max(worst_up, up)
+                    worst_ms = max(worst_ms, ms)
+                    worst_wire = max(worst_wire, r.stat(cfg, client, name, ph, "wire_ms") or 0)
+                    if up > 3:
+                        misses_up.append(f"{name} {client} {up:g}")
+                    if ms > lim:
+                        misses_ms.append(f"{name} {client} {ms:.0f} ms")
+            out.append((not misses_up, f"({cfg}) {label} external lookup: at most 3 upstream queries with nodens: "
+                        f"worst {worst_up:g}" + (f"; over: {', '.join(misses_up)}" if misses_up else "")))
+            out.append((not misses_ms, f"({cfg}) {label} external lookup: client time at most 1.5 x one upstream "
+                        f"round trip (1.5 x {r.rtt:.1f} = {lim:.1f} ms): worst {worst_ms:.1f} ms (on the wire, first "
+                        f"query to last answer at the pod's veth: worst {worst_wire:.1f} ms)"
+                        + (f"; over: {', '.join(misses_ms)}" if misses_ms else "")))
+    out += targets_speculation(r)
     worst, over = 0, []
     for name in r.external:
         for client in r.clients:
@@ -257,6 +260,46 @@ def targets(r):
     out.append((not diffs, f"every answer identical across {', '.join(same)} (each client, each name, every "
                 f"phase and repetition)" + (": differences: " + " | ".join(diffs) if diffs else "")))
     return out + targets_autopath(r)
+
+
+def is_cluster_side(qname):
+    """Whether an upstream query's name goes to the cluster DNS's zones."""
+    n = qname.lower().rstrip(".") + "."
+    return any(n.endswith(z) for z in (".cluster.local.", ".in-addr.arpa.", ".ip6.arpa."))
+
+
+def targets_speculation(r):
+    """[(ok, text)]: no in-cluster name sent to another zone's upstreams by any nodens
+    config, and in-cluster lookups cost no more upstream queries than through (a)."""
+    out = []
+    nodens = [c for c in ("b", "d", "e", "f") if c in r.configs]
+    for cfg in nodens:
+        leaks = set()
+        for name in r.in_cluster:
+            prefix = name.lower().rstrip(".") + "."
+            for client in r.clients:
+                for ph in PHASES:
+                    for s in r.by.get((cfg, client, name, ph), []):
+                        for q in s.get("upstream_queries", []):
+                            qn = str(q[0]).lower().rstrip(".") + "."
+                            if qn.startswith(prefix) and not is_cluster_side(qn):
+                                leaks.add(f"{qn} {q[1]}")
+        out.append((not leaks, f"({cfg}) no in-cluster name reached an upstream outside the cluster zones"
+                    + (f": {', '.join(sorted(leaks))}" if leaks else "")))
+    if "a" not in r.configs:
+        return out
+    for cfg in [c for c in nodens if c in ("b", "f")]:
+        over = []
+        for name in r.in_cluster:
+            for client in r.clients:
+                for ph in ("cold", "new"):
+                    a = r.stat("a", client, name, ph, "upstream")
+                    n = r.stat(cfg, client, name, ph, "upstream")
+                    if a is not None and n is not None and n > a:
+                        over.append(f"{name} {client} {ph} {n:g} vs {a:g}")
+        out.append((not over, f"({cfg}) no in-cluster lookup sends more upstream queries than through (a)"
+                    + (f": {', '.join(over)}" if over else "")))
+    return out
 
 
 def targets_autopath(r):
@@ -341,7 +384,7 @@ def plot(r, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {"a": "#d62728", "b": "#2ca02c", "c": "#7f7f7f", "d": "#1f77b4", "e": "#9467bd"}
+    colors = {"a": "#d62728", "b": "#2ca02c", "c": "#7f7f7f", "d": "#1f77b4", "e": "#9467bd", "f": "#17becf"}
     fig, axes = plt.subplots(2, 2, figsize=(16, 9.5), sharex=True)
     x = list(range(len(r.names)))
     width = 0.8 / len(r.configs)
