@@ -162,11 +162,12 @@ impl File {
             },
             kubernetes: (zones.iter().any(|z| z.endpoints.is_some())
                 || self.cluster.namespaces_from_api
-                || self.cluster.autopath)
-                .then(|| super::KubernetesPlan {
-                    kubeconfig: self.kubernetes.kubeconfig.clone(),
-                    node_name: self.kubernetes.node_name(),
-                }),
+                || self.cluster.autopath
+                || zones.iter().any(|z| z.no_aaaa_for_ipv4_pods))
+            .then(|| super::KubernetesPlan {
+                kubeconfig: self.kubernetes.kubeconfig.clone(),
+                node_name: self.kubernetes.node_name(),
+            }),
             zones,
             kube_dns,
             query_log: self.query_log.compile(),
@@ -283,6 +284,7 @@ impl File {
             listen: z.listen.iter().map(|a| a.get_ref().0).collect(),
             rules: self.compile_zone_rules(z)?,
             query_log: z.query_log.as_ref().and_then(|q| q.compile()),
+            no_aaaa_for_ipv4_pods: z.no_aaaa_for_ipv4_pods,
         })
     }
 

@@ -509,6 +509,10 @@ pub struct ZoneConfig {
     /// The zone's query log (`[zone.query_log]`); none: not logged.
     #[serde(default)]
     pub query_log: Option<super::query_log::ZoneQueryLogConfig>,
+    /// Answer AAAA questions from pods of this node that hold no IPv6
+    /// address with NODATA, without asking (the node's pod watch).
+    #[serde(default)]
+    pub no_aaaa_for_ipv4_pods: bool,
 }
 
 /// How a zone's queries travel upstream.
@@ -613,6 +617,7 @@ impl ZoneConfig {
             rewrite: Vec::new(),
             dns64: None,
             query_log: None,
+            no_aaaa_for_ipv4_pods: false,
         }
     }
 }

@@ -286,6 +286,7 @@ impl File {
             listen: Vec::new(),
             rules: None,
             query_log: None,
+            no_aaaa_for_ipv4_pods: false,
         }
     }
 }

@@ -207,6 +207,8 @@ pub struct ZonePlan {
     pub(crate) rules: Option<std::sync::Arc<crate::upstream::rules::ZoneRules>>,
     /// What the zone's query log logs; `None`: nothing.
     pub query_log: Option<ZoneLogPlan>,
+    /// AAAA from a pod of this node without IPv6: NODATA, not asked.
+    pub no_aaaa_for_ipv4_pods: bool,
 }
 
 /// What an upstream is built from; an upstream whose settings did not

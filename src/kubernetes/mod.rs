@@ -110,16 +110,17 @@ impl Watches {
         if !namespaces_wanted || self.client.is_none() {
             self.stop_namespaces();
         }
-        let pods_wanted = config
-            .cluster
-            .search()
-            .autopath
+        // The node's pods: for autopath, and for the zones that answer
+        // IPv4-only pods' AAAA from the A (`no_aaaa_for_ipv4_pods`).
+        let pods_users = config.cluster.search().autopath
+            || config.zones.iter().any(|z| z.no_aaaa_for_ipv4_pods);
+        let pods_wanted = pods_users
             .then(|| plan.and_then(|p| p.node_name.clone()))
             .flatten();
-        if config.cluster.search().autopath && pods_wanted.is_none() && self.pod_watch.is_none() {
+        if pods_users && pods_wanted.is_none() && self.pod_watch.is_none() {
             tracing::error!(
-                "autopath: no node name (`[kubernetes] node_name` or $NODE_NAME, which the \
-                 chart sets from spec.nodeName); answering without autopath"
+                "autopath, no_aaaa_for_ipv4_pods: no node name (`[kubernetes] node_name` or \
+                 $NODE_NAME, which the chart sets from spec.nodeName); answering without them"
             );
         }
         if pods_wanted.is_none() || self.client.is_none() {

@@ -190,7 +190,8 @@ fn client_map(pods: &BTreeMap<u128, PodClient>) -> ClientMap {
     let mut map = Vec::with_capacity(claims.len());
     for same in claims.chunk_by(|a, b| a.0 == b.0) {
         if let [(ip, Some(pod))] = same {
-            map.push((*ip, Arc::clone(&pod.namespace), pod.name.clone()));
+            let v6 = pod.addresses.v6.is_some();
+            map.push((*ip, Arc::clone(&pod.namespace), pod.name.clone(), v6));
         }
     }
     drop(claims);
@@ -240,8 +241,14 @@ mod tests {
         assert_eq!(map.namespace_of("10.1.0.5".parse().unwrap()), None);
         assert_eq!(map.namespace_of("10.1.0.6".parse().unwrap()), Some("b"));
         assert_eq!(map.namespace_of("fd00::6".parse().unwrap()), Some("b"));
-        let pod = map.pod_of("fd00::6".parse().unwrap());
-        assert_eq!(pod, Some(("b", "pod-10.1.0.6")));
+        let held = map.pod_of("fd00::6".parse().unwrap());
+        assert_eq!(held, Some(("b", "pod-10.1.0.6")));
+        // IPv4-only: the one pod that holds just an IPv4 address (the
+        // address two pods claim is nobody's).
+        assert!(!map.ipv4_only("10.1.0.5".parse().unwrap()));
+        assert!(!map.ipv4_only("10.1.0.6".parse().unwrap()));
+        list.insert(4, pod("c", &["10.1.0.7"], true));
+        assert!(client_map(&list).ipv4_only("10.1.0.7".parse().unwrap()));
     }
 
     #[test]

@@ -15,13 +15,14 @@ use std::sync::Arc;
 use arc_swap::ArcSwapOption;
 
 /// Client addresses with their pod's namespace (lower case, shared by the
-/// pods of a namespace) and name (for the query log), sorted by address:
-/// one slot a pod, no table to keep half empty.
+/// pods of a namespace), name (for the query log) and whether it holds an
+/// IPv6 address (`no_aaaa_for_ipv4_pods`), sorted by address: one slot a
+/// pod, no table to keep half empty.
 #[derive(Debug, Default)]
 pub(crate) struct ClientMap(Box<[PodAddress]>);
 
-/// A pod's address, namespace and name.
-pub(crate) type PodAddress = (IpAddr, Arc<str>, Box<str>);
+/// A pod's address, namespace, name, and whether it holds an IPv6 address.
+pub(crate) type PodAddress = (IpAddr, Arc<str>, Box<str>, bool);
 
 impl ClientMap {
     pub(crate) fn new(mut pods: Vec<PodAddress>) -> ClientMap {
@@ -37,8 +38,15 @@ impl ClientMap {
     /// The namespace and name of the pod at `ip`.
     pub(crate) fn pod_of(&self, ip: IpAddr) -> Option<(&str, &str)> {
         let at = self.0.binary_search_by(|(a, ..)| a.cmp(&ip)).ok()?;
-        let (_, namespace, name) = &self.0[at];
+        let (_, namespace, name, _) = &self.0[at];
         Some((namespace, name))
+    }
+
+    /// Whether the pod at `ip` is known and holds no IPv6 address.
+    pub(crate) fn ipv4_only(&self, ip: IpAddr) -> bool {
+        self.0
+            .binary_search_by(|(a, ..)| a.cmp(&ip))
+            .is_ok_and(|at| !self.0[at].3)
     }
 
     #[cfg(test)]
@@ -72,6 +80,16 @@ impl Clients {
         f(guard
             .as_ref()
             .and_then(|map| map.pod_of(client.to_canonical())))
+    }
+
+    /// Whether `client` is a pod of this node, in a current list, that holds
+    /// no IPv6 address: it cannot use an AAAA answer. Unknown clients and
+    /// a list that may be out of date: false.
+    pub(crate) fn is_ipv4_only_pod(&self, client: IpAddr) -> bool {
+        let guard = self.0.load();
+        guard
+            .as_ref()
+            .is_some_and(|map| map.ipv4_only(client.to_canonical()))
     }
 
     /// Replaces the map (None: not known).

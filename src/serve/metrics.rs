@@ -63,6 +63,9 @@ pub struct ServeMetrics {
     pub speculation_sent: IntCounter,
     pub speculation_used: IntCounter,
     pub autopath_answers: IntCounter,
+    /// AAAA questions of IPv4-only pods answered from the name's A
+    /// (`no_aaaa_for_ipv4_pods`): each one an AAAA query not sent.
+    pub aaaa_for_ipv4_pods: IntCounter,
     pub speculation_wasted: IntCounter,
     pub speculation_skipped: IntCounter,
     pub coalesced: IntCounter,
@@ -147,6 +150,10 @@ impl ServeMetrics {
             autopath_answers: r.counter(
                 "nodens_autopath_answers_total",
                 "First search-list expansions from a verified pod answered with a later name of its search list, behind a CNAME (CoreDNS's coredns_autopath_success_count_total).",
+            ),
+            aaaa_for_ipv4_pods: r.counter(
+                "nodens_aaaa_for_ipv4_pods_total",
+                "AAAA questions from pods of this node without an IPv6 address answered from the name's A (NODATA where it exists, its denial where it does not), with no AAAA query upstream (`no_aaaa_for_ipv4_pods`).",
             ),
             speculation_used: r.counter(
                 "nodens_search_speculation_used_total",

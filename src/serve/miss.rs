@@ -79,6 +79,9 @@ pub struct MissJob {
     /// Taken by the fetch behind a stale answer, which outlives the job.
     ticket: Option<MissTicket>,
     client: SocketAddr,
+    /// `key` is the A of an AAAA question from an IPv4-only pod, answered
+    /// from it (`serve::aaaa`).
+    for_ipv4_pod: bool,
 }
 
 /// What a miss does before it can answer, decided when its task starts.
@@ -162,6 +165,29 @@ impl Shared {
         stale: Option<Arc<Entry>>,
         out: &mut Vec<u8>,
     ) -> Handled<Job> {
+        self.miss_as(request, all_stats, stale, out, false)
+    }
+
+    /// [`Shared::miss`] of the A that `request` holds for an IPv4-only
+    /// pod's AAAA question, answered from it (`serve::aaaa`).
+    pub(super) fn miss_for_ipv4_pod(
+        &self,
+        request: &Request<'_, '_>,
+        all_stats: &Arc<ListenerStats>,
+        stale: Option<Arc<Entry>>,
+        out: &mut Vec<u8>,
+    ) -> Handled<Job> {
+        self.miss_as(request, all_stats, stale, out, true)
+    }
+
+    fn miss_as(
+        &self,
+        request: &Request<'_, '_>,
+        all_stats: &Arc<ListenerStats>,
+        stale: Option<Arc<Entry>>,
+        out: &mut Vec<u8>,
+        for_ipv4_pod: bool,
+    ) -> Handled<Job> {
         request.stats.cache_miss();
         let settings = request.settings;
         let Some(ticket) = MissTicket::take(&self.misses_in_flight, settings.max_misses_in_flight)
@@ -173,7 +199,15 @@ impl Shared {
             // Written as a hit is: against the query's arrival.
             let limit = reply_limit(request.proto, request.query, settings);
             let (query, started, stats) = (request.query, request.started, request.stats);
-            let code = serve_stale(&stale, query, started, request.zone, limit, stats, out);
+            let code = if for_ipv4_pod {
+                stats.served_stale();
+                let ttl = Freshness::Stale {
+                    ttl: request.zone.cache.stale_ttl,
+                };
+                self.render_for_ipv4_pod(&stale, query, request.zone, (started, ttl), limit, out)
+            } else {
+                serve_stale(&stale, query, started, request.zone, limit, stats, out)
+            };
             let seconds = started.elapsed().as_secs_f64();
             let answered = request.answered(Source::Stale, out);
             stats.reply(request.proto, code, true, out.len(), seconds, answered);
@@ -190,6 +224,7 @@ impl Shared {
             proto: request.proto,
             ticket: Some(ticket),
             client: request.client,
+            for_ipv4_pod,
         }))
     }
 
@@ -334,6 +369,11 @@ impl Shared {
         let limit = reply_limit(job.proto, &query, &job.settings);
         let stats = job.stats.zone(job.zone.index);
         let (code, from_cache, source) = match answer {
+            Answer::Fetched(entry) if job.for_ipv4_pod => {
+                let when = (now, Freshness::Fresh);
+                let code = self.render_for_ipv4_pod(&entry, &query, &job.zone, when, limit, out);
+                (code, true, Source::Upstream)
+            }
             Answer::Fetched(entry) => (
                 entry
                     .render(&query, now, Freshness::Fresh, None, limit, out)
@@ -341,6 +381,15 @@ impl Shared {
                 true,
                 Source::Upstream,
             ),
+            Answer::Stale(stale) if job.for_ipv4_pod => {
+                stats.served_stale();
+                let ttl = Freshness::Stale {
+                    ttl: job.zone.cache.stale_ttl,
+                };
+                let when = (now, ttl);
+                let code = self.render_for_ipv4_pod(&stale, &query, &job.zone, when, limit, out);
+                (code, true, Source::Stale)
+            }
             Answer::Stale(stale) => (
                 serve_stale(&stale, &query, now, &job.zone, limit, stats, out),
                 true,

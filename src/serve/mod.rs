@@ -28,6 +28,7 @@
 //! A new stage goes where its question can first be answered, in a file
 //! of its own; one that needs the cache's verdict goes after `hit`.
 
+mod aaaa;
 mod admit;
 mod autopath;
 mod hit;
@@ -61,7 +62,7 @@ use crate::listen::{Handled, ListenerInfo, Proto, Service};
 use crate::metrics::Registry;
 use crate::tasks::Tasks;
 use crate::upstream::metrics::UpstreamMetrics;
-use crate::wire::{build, query};
+use crate::wire::{build, query, rtype};
 pub(crate) use autopath::AutopathJob;
 use metrics::ServeMetrics;
 pub(crate) use miss::MissJob;
@@ -253,6 +254,14 @@ impl Service for Shared {
                     }
                 }
             }
+        }
+        // After autopath, whose answer (a CNAME to the walk's end) the A
+        // and the AAAA of a first expansion then share.
+        if query.qtype == rtype::AAAA
+            && zone.no_aaaa_for_ipv4_pods.is_some()
+            && let Some(done) = self.aaaa_for_ipv4_pod(&request, all_stats, out)
+        {
+            return done;
         }
         self.plain_stages(&request, listener, all_stats, out)
     }

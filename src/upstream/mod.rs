@@ -129,6 +129,9 @@ pub(crate) struct Zone {
     pub view: String,
     /// `except`, `rewrite`, `dns64`: `None` on a zone without any.
     pub rules: Option<Arc<rules::ZoneRules>>,
+    /// AAAA from a pod of this node without IPv6: NODATA (`serve::aaaa`),
+    /// with this SOA where none was learned for the name; `None`: off.
+    pub no_aaaa_for_ipv4_pods: Option<crate::wire::soa::Soa>,
 }
 
 impl Zone {
@@ -240,6 +243,10 @@ impl Router {
                 next_first: AtomicUsize::new(0),
                 view: views::label(&plan.listen),
                 rules: plan.rules.clone(),
+                no_aaaa_for_ipv4_pods: plan.no_aaaa_for_ipv4_pods.then(|| {
+                    let zone = crate::wire::name::from_text(&plan.name).unwrap_or_else(|_| vec![0]);
+                    crate::wire::soa::Soa::synthesized(&zone, plan.ttl.negative_max_ttl.min(30))
+                }),
             }));
         }
         for members in &views.tables {

@@ -145,9 +145,20 @@ pub fn reply_with_rcode(
 /// OPT record when the client used EDNS. The SOA is left out only when it
 /// would not fit in `limit` (the client's UDP size).
 pub fn nxdomain(query: &Query<'_>, soa: &Soa, ttl: u32, limit: usize, out: &mut Vec<u8>) {
+    negative(query, rcode::NXDOMAIN, soa, ttl, limit, out);
+}
+
+/// NOERROR with no answer (NODATA, RFC 2308 section 2.2) and `soa` in the
+/// authority section with `ttl`: the name exists, the type does not (or,
+/// for `no_aaaa_for_ipv4_pods`, not for this client).
+pub fn nodata(query: &Query<'_>, soa: &Soa, ttl: u32, limit: usize, out: &mut Vec<u8>) {
+    negative(query, rcode::NOERROR, soa, ttl, limit, out);
+}
+
+fn negative(query: &Query<'_>, code: u16, soa: &Soa, ttl: u32, limit: usize, out: &mut Vec<u8>) {
     reply_with_rcode(
         query.packet,
-        rcode::NXDOMAIN,
+        code,
         Some(query.name_end + 4),
         None,
         None,
@@ -159,7 +170,7 @@ pub fn nxdomain(query: &Query<'_>, soa: &Soa, ttl: u32, limit: usize, out: &mut 
         write_u16(out, 8, 1);
     }
     if let Some(e) = query.edns {
-        push_opt(out, e.dnssec_ok, rcode::NXDOMAIN, None);
+        push_opt(out, e.dnssec_ok, code, None);
         write_u16(out, 10, 1);
     }
 }

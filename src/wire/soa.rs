@@ -52,6 +52,29 @@ impl Soa {
         })
     }
 
+    /// An SOA for `zone` (uncompressed wire form) that no upstream sent:
+    /// `ns.<zone> hostmaster.<zone> 1 7200 1800 86400 <minimum>`, as a
+    /// CoreDNS `template` writes one, for answers nodens makes where it
+    /// has learned none.
+    pub fn synthesized(zone: &[u8], minimum: u32) -> Soa {
+        let mut owner = zone.to_vec();
+        owner.make_ascii_lowercase();
+        let mut rdata = Vec::with_capacity(2 * owner.len() + 32);
+        for label in [&b"\x02ns"[..], b"\x0ahostmaster"] {
+            rdata.extend_from_slice(label);
+            rdata.extend_from_slice(&owner);
+        }
+        for field in [1u32, 7200, 1800, 86400, minimum] {
+            rdata.extend_from_slice(&field.to_be_bytes());
+        }
+        Soa {
+            owner: owner.into(),
+            class: super::class::IN,
+            ttl: minimum,
+            rdata: rdata.into(),
+        }
+    }
+
     /// The zone this SOA is the apex of (lower case, uncompressed wire form).
     pub fn owner(&self) -> &[u8] {
         &self.owner

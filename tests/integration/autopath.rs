@@ -324,34 +324,7 @@ impl Lab {
 }
 
 fn create_pod(kube: &Kube, namespace: &str, name: &str, ip: &str, node: &str, spec: &str) {
-    kube.create(&format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {namespace}}}\n\
-         spec:\n  nodeName: {node}\n  containers: [{{name: c, image: registry.k8s.io/pause:3.10}}]\n{spec}"
-    ));
-    let host_ip = if spec.contains("hostNetwork") {
-        ip
-    } else {
-        "10.0.0.1"
-    };
-    let status = format!(
-        "{{\"status\":{{\"phase\":\"Running\",\"hostIP\":\"{host_ip}\",\"hostIPs\":[{{\"ip\":\"{host_ip}\"}}],\
-         \"podIP\":\"{ip}\",\"podIPs\":[{{\"ip\":\"{ip}\"}}]}}}}"
-    );
-    kube.try_kubectl(
-        &[
-            "-n",
-            namespace,
-            "patch",
-            "pod",
-            name,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            &status,
-        ],
-        None,
-    )
-    .unwrap_or_else(|e| panic!("status of pod {namespace}/{name}: {e}"));
+    kube.create_pod(namespace, name, &[ip], node, spec);
 }
 
 /// A reply as text, for failure messages.

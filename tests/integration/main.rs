@@ -27,6 +27,7 @@ mod flood_liveness;
 mod forwarding;
 mod handover;
 mod http_bounds;
+mod ipv4_pods;
 mod lifecycle;
 mod local_records;
 mod malformed;

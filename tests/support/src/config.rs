@@ -178,6 +178,7 @@ impl Zone {
         health_check: Duration,
         /// `sequential`, `random` or `round_robin`.
         policy: &str,
+        no_aaaa_for_ipv4_pods: bool,
     });
 }
 

@@ -292,6 +292,47 @@ impl Kube {
         self.try_kubectl(&["create", "-f", "-"], Some(manifests))
             .unwrap_or_else(|e| panic!("kubectl create: {e}\n{manifests}"));
     }
+
+    /// A Pod bound to `node` with `spec` (indented YAML lines) added, and
+    /// the status a kubelet would write: Running, with `ips` as its
+    /// `podIPs` (the first its `podIP`). There is no kubelet: the status
+    /// is written through the status subresource.
+    pub fn create_pod(&self, namespace: &str, name: &str, ips: &[&str], node: &str, spec: &str) {
+        self.create(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {namespace}}}\n\
+             spec:\n  nodeName: {node}\n  containers: [{{name: c, image: registry.k8s.io/pause:3.10}}]\n{spec}"
+        ));
+        let host_ip = if spec.contains("hostNetwork") {
+            ips[0]
+        } else {
+            "10.0.0.1"
+        };
+        let pod_ips: Vec<String> = ips
+            .iter()
+            .map(|ip| format!("{{\"ip\":\"{ip}\"}}"))
+            .collect();
+        let status = format!(
+            "{{\"status\":{{\"phase\":\"Running\",\"hostIP\":\"{host_ip}\",\"hostIPs\":[{{\"ip\":\"{host_ip}\"}}],\
+             \"podIP\":\"{}\",\"podIPs\":[{}]}}}}",
+            ips[0],
+            pod_ips.join(",")
+        );
+        self.try_kubectl(
+            &[
+                "-n",
+                namespace,
+                "patch",
+                "pod",
+                name,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                &status,
+            ],
+            None,
+        )
+        .unwrap_or_else(|e| panic!("status of pod {namespace}/{name}: {e}"));
+    }
 }
 
 /// CoreDNS serving `cluster.local` and the reverse zones from a [`Kube`]
