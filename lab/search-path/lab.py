@@ -78,6 +78,7 @@ CONFIG_DESC = {
     "d": "nodens, namespace_check off",
     "e": "nodens with autopath",
     "f": "nodens with namespaces_from_api",
+    "g": "nodens as f, with no_aaaa_for_ipv4_pods",
 }
 CACHE = None  # the running cache's Popen
 SYNC_MS = []  # e: from listening to the pod watch synced, per start
@@ -113,13 +114,13 @@ def nodens_config(cfg):
         cluster += ["namespace_check = false"]
     if cfg == "e":
         cluster += ["autopath = true"]
-    if cfg == "f":
+    if cfg in ("f", "g"):
         cluster += ["namespaces_from_api = true"]
     cluster += ['[[cluster.cloud_suffix]]', 'suffix = "c.*.internal"', "max_labels = 2",
                 '[[cluster.cloud_suffix]]', 'suffix = "google.internal"', "max_labels = 1"]
     text = [f'[server]\nlisten = ["{CACHE_IP}:53"]\n', f'[metrics]\nlisten = "{CACHE_IP}:9253"\n',
             "\n".join(cluster) + "\n"]
-    if cfg in ("e", "f"):
+    if cfg in ("e", "f", "g"):
         if not KUBECONFIG_FILE:
             raise SystemExit(f"config {cfg} needs KUBECONFIG_FILE (the lab's API server; `run` starts it)")
         text.append(f'[kubernetes]\nkubeconfig = "{KUBECONFIG_FILE}"\nnode_name = "{NODE_NAME}"\n')
@@ -127,7 +128,8 @@ def nodens_config(cfg):
     for zone, transport, neg in (("cluster.local", "force_tcp", "5s"), ("in-addr.arpa", "force_tcp", "30s"),
                                  ("ip6.arpa", "force_tcp", "30s"), (".", "prefer_udp", "30s")):
         text.append(f'[[zone]]\nname = "{zone}"\nupstreams = ["{RELAY_IP}"]\ntransport = "{transport}"\n'
-                    f'max_ttl = "30s"\nnegative_max_ttl = "{neg}"\n')
+                    f'max_ttl = "30s"\nnegative_max_ttl = "{neg}"\n'
+                    + ("no_aaaa_for_ipv4_pods = true\n" if cfg == "g" else ""))
         if POOL_CONNECTIONS:
             text.append(f"[zone.pool]\nmax_connections = {POOL_CONNECTIONS}\n")
     return "\n".join(text)
@@ -193,13 +195,15 @@ def metric(name, labels=None):
 
 def wait_synced(cfg):
     """e: until the watch of this node's pods has listed (and holds the pod);
-    f: until the watch of the namespaces has listed (and holds team-a)."""
+    f: until the watch of the namespaces has listed (and holds team-a); g: both."""
     global AUTOPATH_SEEN
     t0 = time.monotonic()
-    labels = {"resource": "pods", "watch": NODE_NAME} if cfg == "e" else {"resource": "namespaces", "watch": "all"}
+    pods = {"resource": "pods", "watch": NODE_NAME}
+    namespaces = {"resource": "namespaces", "watch": "all"}
+    watches = {"e": [pods], "f": [namespaces], "g": [pods, namespaces]}[cfg]
     while time.monotonic() - t0 < SYNC_TIMEOUT:
-        if (metric("nodens_kubernetes_watch_synced", labels) == 1.0
-                and (metric("nodens_kubernetes_watch_objects", labels) or 0) >= 1):
+        if all(metric("nodens_kubernetes_watch_synced", labels) == 1.0
+               and (metric("nodens_kubernetes_watch_objects", labels) or 0) >= 1 for labels in watches):
             SYNC_MS.append(round((time.monotonic() - t0) * 1000, 1))
             AUTOPATH_SEEN = metric("nodens_autopath_answers_total") or 0.0
             return
@@ -238,7 +242,7 @@ def start_cache(cfg, path):
             # CoreDNS binds its four blocks on one listener; nodens its UDP socket
             # before the TCP one. A short pause covers the rest.
             time.sleep(0.05)
-            if cfg in ("e", "f"):
+            if cfg in ("e", "f", "g"):
                 wait_synced(cfg)
             return
         if CACHE.poll() is not None:
@@ -315,6 +319,8 @@ def lookup(client, name, sniff, relay, phase, cfg):
     sniff.forget_before(t2 - 1)
     relay.forget_before(t2 - 1)
     extra = {"autopath_answers": autopath_answers()} if cfg == "e" else {}
+    if cfg == "g":
+        extra["aaaa_upstream"] = sum(1 for r in ups if r[3] == "AAAA")
     return {**extra,
         "phase": phase,
         "answer": normalize(client, proc),

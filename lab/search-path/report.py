@@ -234,7 +234,8 @@ def targets(r):
         out.append((not slower, "no in-cluster lookup slower with nodens than with (a) "
                     f"(median, margin {SLOWER_MARGIN_REL:.0%} + {SLOWER_MARGIN_MS:g} ms): worst {worst_txt}"
                     + (f"; slower: {', '.join(slower)}" if slower else "")))
-    same = list(r.configs)
+    # g answers an IPv4-only pod's AAAA with NODATA by design: compared on its own.
+    same = [c for c in r.configs if c != "g"]
     # With autopath the pod's messages differ by design (a CNAME where the
     # others answer NXDOMAIN): e's are compared by what the client printed only.
     same_wire = [c for c in same if c != "e"]
@@ -259,7 +260,30 @@ def targets(r):
                 f"{', '.join(same_wire)}" + (": differences: " + ", ".join(rdiffs) if rdiffs else "")))
     out.append((not diffs, f"every answer identical across {', '.join(same)} (each client, each name, every "
                 f"phase and repetition)" + (": differences: " + " | ".join(diffs) if diffs else "")))
-    return out + targets_autopath(r)
+    return out + targets_ipv4_pods(r) + targets_autopath(r)
+
+
+def targets_ipv4_pods(r):
+    """[(ok, text)]: g (no_aaaa_for_ipv4_pods) against f, the same without it."""
+    if "g" not in r.configs or "f" not in r.configs:
+        return []
+    out, wrong, up_f, up_g, aaaa_g = [], [], 0.0, 0.0, 0.0
+    for name in r.names:
+        for client in r.clients:
+            for ph in ("cold", "new"):
+                up_f += r.stat("f", client, name, ph, "upstream") or 0
+                up_g += r.stat("g", client, name, ph, "upstream") or 0
+                aaaa_g += r.stat("g", client, name, ph, "aaaa_upstream") or 0
+            ans = r.answers(client, name)
+            v4 = {" ".join(a for a in s.split() if ":" not in a) for s in ans.get("f", set())}
+            if ans.get("g") and ans["g"] != v4:
+                wrong.append(f"{name} {client}: g={sorted(ans['g'])} f={sorted(ans['f'])}")
+    out.append((not wrong, "(g) every lookup of the IPv4-only pod gives the IPv4 addresses of (f) and no IPv6 one"
+                + (": " + " | ".join(wrong) if wrong else "")))
+    out.append((aaaa_g == 0, f"(g) no AAAA query upstream for the IPv4-only pod: {aaaa_g:g} (medians summed)"))
+    out.append((up_g <= up_f, f"(g) upstream queries, cold and new, summed over names and clients: {up_g:g} "
+                f"against {up_f:g} without it ({(1 - up_g / up_f) if up_f else 0:.0%} saved)"))
+    return out
 
 
 def is_cluster_side(qname):
@@ -384,7 +408,7 @@ def plot(r, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {"a": "#d62728", "b": "#2ca02c", "c": "#7f7f7f", "d": "#1f77b4", "e": "#9467bd", "f": "#17becf"}
+    colors = {"a": "#d62728", "b": "#2ca02c", "c": "#7f7f7f", "d": "#1f77b4", "e": "#9467bd", "f": "#17becf", "g": "#bcbd22"}
     fig, axes = plt.subplots(2, 2, figsize=(16, 9.5), sharex=True)
     x = list(range(len(r.names)))
     width = 0.8 / len(r.configs)
