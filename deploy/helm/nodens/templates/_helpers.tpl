@@ -84,6 +84,9 @@ endpoints = { service = {{ $v.upstream.service.name | toJson }}, namespace = {{ 
 {{- end }}
 transport = {{ $v.upstream.transport | toJson }}
 upstream_timeout = {{ $v.upstream.timeout | toJson }}
+{{- if $v.search.noAaaaForIpv4Pods }}
+no_aaaa_for_ipv4_pods = true
+{{- end }}
 {{- with $v.upstream.pool }}
 
 [zone.pool]
@@ -207,6 +210,9 @@ max_labels = {{ .maxLabels | int }}
 [[zone]]
 name = "."
 resolv_conf = {{ .Values.upstream.resolvConf | toJson }}
+{{- if .Values.search.noAaaaForIpv4Pods }}
+no_aaaa_for_ipv4_pods = true
+{{- end }}
 {{- else }}
 {{- fail (printf "upstream.external must be resolvConf or clusterDns, not %q" .Values.upstream.external) }}
 {{- end }}
