@@ -113,6 +113,13 @@ fn steps(c: &mut Criterion) {
 
 fn whole_hit(c: &mut Criterion) {
     hit_with(c, "handle: cache hit, metrics included", "");
+    // The A of a zone that answers IPv4-only pods' AAAA from the A: what
+    // the setting costs a question it does not concern.
+    hit_with(
+        c,
+        "handle: cache hit, no_aaaa_for_ipv4_pods on (an A)",
+        "no_aaaa_for_ipv4_pods = true\n",
+    );
 }
 
 /// The query log on: every hit offered (the writer, formatting to
