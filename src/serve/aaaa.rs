@@ -11,8 +11,9 @@
 //! - the name does not exist, or has no A: the A's own denial, SOA and
 //!   all, so a search-list walk goes on exactly as it would.
 //!
-//! From the cache when the A is there, else as a miss of the A (joining
-//! the pod's own A query in flight). No AAAA query goes upstream for the
+//! From the cache when the A is there, else from the local rules (a name
+//! the schema or a denied node rules out is NXDOMAIN for every type), else
+//! as a miss of the A (joining the pod's own A query in flight). No AAAA query goes upstream for the
 //! pod. A dual-stack pod, an address the pod watch does not map (a
 //! hostNetwork pod, a pod whose search list is not the standard one, a
 //! client that is no pod) and a list that may be out of date: answered as
@@ -75,6 +76,10 @@ impl Shared {
             Lookup::Stale(entry) => Some(entry),
             _ => None,
         };
+        // What the local rules and cuts deny, for any type, before asking.
+        if self.answer_locally(request, out) {
+            return Some(Handled::Reply);
+        }
         // A miss of the A, answered as this AAAA (`MissJob::for_ipv4_pod`).
         let request = Request {
             key: &a,

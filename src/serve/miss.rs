@@ -109,9 +109,6 @@ enum Ask {
     /// likely saves the query), or any name below an unknown namespace
     /// without speculation.
     CheckFirst,
-    /// The namespace node and the name together: the check adds no round
-    /// trip (see search.rs).
-    CheckBeside,
 }
 
 /// What a miss came to: what its reply is written from.
@@ -271,7 +268,10 @@ impl Shared {
         }
         // A name with no check to make (most misses) goes straight to its
         // fetch, without the prediction table's lock. Without speculation
-        // nothing is predicted: all wait for the check.
+        // nothing is predicted: all wait for the check. With it, a name
+        // not predicted is most often a pod's first expansion in its own
+        // namespace, which exists: asked alone, as its walk asks it
+        // (speculation checks the namespace of the expansion after it).
         let cluster = &job.settings.cluster;
         Plan::Ask(
             if job.zone.rewrites() || cluster.namespace_to_check(job.key.name()).is_none() {
@@ -279,7 +279,7 @@ impl Shared {
             } else if !cluster.search().speculate || self.predicted_expansion(job.key.name()) {
                 Ask::CheckFirst
             } else {
-                Ask::CheckBeside
+                Ask::Fetch
             },
         )
     }
@@ -307,18 +307,6 @@ impl Shared {
                 } else {
                     // The check took a round trip: the cache may hold the answer by now.
                     Answer::fetched(fetch(Start::LookAgain).await)
-                }
-            }
-            Ask::CheckBeside => {
-                // The name's own answer, when it came, is the one to give;
-                // the cut only stands in for it. Boxed: both futures at once
-                // would double what every miss's future holds.
-                let (denied, fetched) =
-                    Box::pin(async { tokio::join!(check(), fetch(Start::JustLookedUp)) }).await;
-                if denied && fetched.is_none() {
-                    Answer::Cut
-                } else {
-                    Answer::fetched(fetched)
                 }
             }
         };

@@ -226,6 +226,27 @@ impl Shared {
         if self.worked_already(key, first) {
             return;
         }
+        // `a.b.<ns>.svc.Z` from a namespace the API does not list is
+        // `a.b.<ns>`'s second expansion, worked already. Without the list
+        // it is taken for a first expansion at once: a second expansion
+        // whose first was seen is predicted and starts nothing, and waiting
+        // for a namespace check here would make the pod wait one round trip
+        // more for its next expansion.
+        if !first.certain
+            && rules
+                .namespace_node(key.name)
+                .and_then(|at| self.listed(&key.name[at..]))
+                == Some(false)
+        {
+            return;
+        }
+        // Predicted here, before the pod has this answer: its second
+        // expansion, which may follow within microseconds, must find it.
+        let base = &key.name[..first.namespace_at];
+        let svc_zone = suffix_of_kind(key.name, first.namespace_at);
+        self.search
+            .speculation
+            .predict(&[base, svc_zone].concat(), Instant::now());
         let (this, key, settings) = (self.clone(), key.to_owned(), settings.clone());
         self.tasks.spawn_query_on_main(async move {
             this.speculate(key, first, settings).await;
@@ -274,25 +295,8 @@ impl Shared {
         let name = key.name();
         let rules = &settings.cluster;
         let deadline = Instant::now() + settings.query_timeout;
-        // `a.b.<ns>.svc.Z` from a namespace the API does not list is
-        // `a.b.<ns>`'s second expansion, worked already. Without the list
-        // it is taken for a first expansion at once: a second expansion
-        // whose first was seen is predicted and starts nothing
-        // (`maybe_speculate`), and waiting for a namespace check here would
-        // make the pod wait one round trip more for its next expansion.
-        if !first.certain
-            && rules
-                .namespace_node(name)
-                .and_then(|at| self.listed(&name[at..]))
-                == Some(false)
-        {
-            return;
-        }
         let base = &name[..first.namespace_at];
         let svc_zone = suffix_of_kind(name, first.namespace_at);
-        self.search
-            .speculation
-            .predict(&[base, svc_zone].concat(), Instant::now());
         let mut suffixes: Vec<&[u8]> = vec![svc_zone, rules.domain()];
         suffixes.extend(rules.search().search_domains.iter().map(|d| &d[..]));
         suffixes.push(b"\x00");

@@ -53,7 +53,7 @@ struct Lab {
     ns: Netns,
     pod: Netns,
     _kube: Kube,
-    _core: KubeDns,
+    core: KubeDns,
     external: CoreDns,
 }
 
@@ -127,7 +127,7 @@ impl Lab {
             ns,
             pod,
             _kube: kube,
-            _core: core,
+            core,
             external,
         };
         wait_until(
@@ -285,6 +285,13 @@ fn an_ipv4_only_pod_gets_nodata_for_aaaa_and_the_others_their_records() {
             "{source}"
         );
     }
+    // The first expansion the schema rules out was denied locally, its A
+    // never asked either.
+    assert_eq!(
+        lab.core
+            .count_queries("api.example.com.team-a.svc.cluster.local.", "A"),
+        0
+    );
     // Without the setting, the IPv4-only pod gets it too.
     let plain = lab.ask(lab.plain.dns, IPV4_POD, "api.example.com.", Rt::AAAA);
     assert_eq!(records(&plain, RecordType::AAAA), ["2001:db8::10"]);
