@@ -30,6 +30,7 @@
 
 mod admit;
 mod autopath;
+mod follow;
 mod hit;
 pub(crate) mod identity;
 mod local;
