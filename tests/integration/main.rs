@@ -24,6 +24,7 @@ mod doctor_node;
 mod endpoint_discovery;
 mod fail_open;
 mod flood_liveness;
+mod follow_api;
 mod forwarding;
 mod handover;
 mod http_bounds;
