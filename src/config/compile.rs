@@ -222,14 +222,14 @@ impl File {
         if hold > MAX_HOLD_PAST_TTL {
             return Err(super::check::key(
                 &["cluster", "hold_past_ttl"],
-                format!("{hold:?} is more than the 1h allowed"),
+                format!("hold_past_ttl: {hold:?} is more than the 1h allowed"),
             ));
         }
         if !c.follow_api {
             if !hold.is_zero() {
                 return Err(super::check::key(
                     &["cluster", "hold_past_ttl"],
-                    "needs `follow_api = true`: answers are held only while the watch is current",
+                    "hold_past_ttl needs `follow_api = true`: answers are held only while the watch is current",
                 ));
             }
             return Ok(None);

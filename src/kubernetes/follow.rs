@@ -450,4 +450,25 @@ mod tests {
             ]
         );
     }
+
+    #[test]
+    fn hold_past_ttl_needs_follow_api_and_is_bounded() {
+        use crate::config::Config;
+        let parse = |text: &str| Config::parse(&format!("[cluster]\n{text}"));
+        let c = parse("follow_api = true\nhold_past_ttl = \"5m\"\n").unwrap();
+        let plan = c.follow_api.unwrap();
+        assert_eq!(plan.hold_past_ttl, Duration::from_secs(300));
+        assert!(c.kubernetes.is_some(), "the watch needs the API");
+        assert!(parse("").unwrap().follow_api.is_none());
+        for (text, want) in [
+            ("hold_past_ttl = \"5m\"\n", "needs `follow_api = true`"),
+            (
+                "follow_api = true\nhold_past_ttl = \"2h\"\n",
+                "more than the 1h",
+            ),
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains("hold_past_ttl") && e.contains(want), "{e}");
+        }
+    }
 }

@@ -25,6 +25,7 @@ mod endpoint_discovery;
 mod fail_open;
 mod flood_liveness;
 mod follow_api;
+mod follow_api_memory;
 mod forwarding;
 mod handover;
 mod http_bounds;
