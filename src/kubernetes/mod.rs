@@ -218,6 +218,13 @@ impl Watches {
         if let Some(state) = &self.follow_state {
             state.stopped();
         }
+        for resource in ["services", "endpointslices"] {
+            let labels = metrics::WatchLabels {
+                resource,
+                watch: "follow_api",
+            };
+            self.metrics.synced.get(&labels).set(0);
+        }
     }
 
     fn stop_pods(&mut self) {
