@@ -42,6 +42,10 @@ fn rss_kib(pid: u32) -> u64 {
     samples[2]
 }
 
+/// One step's sample: Services, the RSS (KiB) of nodens, CoreDNS and
+/// kube-proxy, and the JSON bytes of the Services and of the slices.
+type Row = (usize, u64, u64, u64, usize, usize);
+
 fn pod_ip(i: usize, k: usize) -> String {
     let n = i * 3 + k;
     format!("10.{}.{}.{}", 100 + n / 65536, (n / 256) % 256, n % 256)
@@ -178,7 +182,7 @@ fn rss_per_watched_service_against_kube_proxy_and_coredns() {
         })
     };
 
-    let mut rows = Vec::new();
+    let mut rows: Vec<Row> = Vec::new();
     let mut created = 0;
     for n in STEPS {
         in_netns(&ns.name, || {
@@ -262,7 +266,7 @@ fn rss_per_watched_service_against_kube_proxy_and_coredns() {
             each(ej),
         );
     }
-    let slope = |column: fn(&(usize, u64, u64, u64, usize, usize)) -> u64| {
+    let slope = |column: fn(&Row) -> u64| {
         let n = rows.len() as f64;
         let (sx, sy) = rows.iter().fold((0.0, 0.0), |(sx, sy), r| {
             (sx + r.0 as f64, sy + column(r) as f64)
