@@ -373,7 +373,13 @@ pub(crate) async fn watch(client: kube::Client, state: Arc<FollowState>) {
     let metrics = state.metrics.clone();
     let services: kube::Api<Service> = kube::Api::all(client.clone());
     let slices: kube::Api<EndpointSlice> = kube::Api::all(client);
-    let config = watcher::Config::default().page_size(LIST_PAGE);
+    // Lists from the API server's watch cache, as kube-proxy's informers
+    // do (resourceVersion=0): 5,000 nodes listing at once read no quorum
+    // from etcd. An older list is caught up by the events after it, and
+    // a purge too many is harmless.
+    let config = watcher::Config::default()
+        .page_size(LIST_PAGE)
+        .list_semantic(watcher::ListSemantic::Any);
     let service_labels = WatchLabels {
         resource: "services",
         watch: "follow_api",

@@ -474,6 +474,7 @@ fn answers_are_held_past_their_ttl_only_while_the_watch_is_current() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let refreshed = asked(&lab) - before;
+    eprintln!("CoreDNS queries for 40 lookups over 4 TTLs: {reached} held, {refreshed} not held");
     assert!(
         refreshed >= 2,
         "at its TTL again: {refreshed} queries in 4 s"
