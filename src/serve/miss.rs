@@ -492,7 +492,9 @@ impl Shared {
                         && policy.stores(entry.kind)
                         && (entry.kind != Kind::Failure || !has_usable())
                     {
-                        if self.cache.holds(key.name()) {
+                        // Names a `rewrite` or multicluster block answers
+                        // (`[cluster] exceptions`) are not the watch's.
+                        if self.cache.holds(key.name()) && !settings.cluster.excepted(key.name()) {
                             entry.mark_holdable();
                         }
                         self.cache.insert(key.clone(), entry.clone());
