@@ -177,7 +177,7 @@ impl Cache {
         true
     }
 
-    /// Drops the holdable mark of every entry: a new watch does not know
+    /// Drops every entry marked holdable: a new watch does not know
     /// what changed since the last one marked them. One pass, at its start.
     pub(crate) fn forget_holdable(&self) {
         self.set_hold(Duration::ZERO);
@@ -297,5 +297,61 @@ mod tests {
         assert!(!cache.may_store(&gone[3], t0));
         assert!(cache.may_store(&gone[0], t0 + CLUSTER_DNS_LAG));
         assert!(cache.may_store(&kept[0], t0));
+    }
+
+    /// An A answer for `name` with TTL 5.
+    fn answer(name: &[u8], now: Instant) -> Arc<crate::cache::Entry> {
+        let mut m = vec![0, 1, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0];
+        m.extend(name);
+        m.extend([
+            0, 1, 0, 1, 0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 5, 0, 4, 192, 0, 2, 1,
+        ]);
+        let layout = crate::wire::response::layout(&m).unwrap();
+        let policy = crate::cache::TtlPolicy {
+            min_ttl: 0,
+            max_ttl: 3600,
+            negative_max_ttl: 3600,
+            failure_ttl: 5,
+        };
+        Arc::new(crate::cache::Entry::from_response(
+            &m, &layout, &policy, now,
+        ))
+    }
+
+    #[test]
+    fn only_marked_answers_are_held_and_only_while_a_hold_is_set() {
+        let cache = Cache::new(1 << 20);
+        let t0 = Instant::now();
+        let (covered, other) = (wire("web.a.svc.cluster.local."), wire("example.com."));
+        let key = |name: &[u8]| {
+            KeyRef {
+                name,
+                qtype: 1,
+                qclass: 1,
+                flags: 0,
+            }
+            .to_owned()
+        };
+        let marked = answer(&covered, t0);
+        marked.mark_holdable();
+        cache.insert(key(&covered), marked);
+        cache.insert(key(&other), answer(&other, t0));
+        let at = |k: &Key, secs| {
+            cache.lookup(&k.as_ref(), t0 + Duration::from_secs(secs), Duration::ZERO)
+        };
+        // Holding off (the watch not current): expired is expired.
+        assert!(matches!(at(&key(&covered), 6), Lookup::Miss));
+        cache.set_hold(Duration::from_secs(60));
+        assert!(matches!(at(&key(&covered), 2), Lookup::Fresh(_)));
+        assert!(matches!(at(&key(&covered), 6), Lookup::Held(_)));
+        assert!(matches!(at(&key(&covered), 64), Lookup::Held(_)));
+        assert!(matches!(at(&key(&covered), 66), Lookup::Miss));
+        assert!(matches!(at(&key(&other), 6), Lookup::Miss), "not marked");
+        cache.set_hold(Duration::ZERO);
+        assert!(matches!(at(&key(&covered), 6), Lookup::Miss));
+        // A new watch forgets the marks.
+        cache.set_hold(Duration::from_secs(60));
+        cache.forget_holdable();
+        assert!(matches!(at(&key(&covered), 2), Lookup::Miss));
     }
 }
