@@ -59,7 +59,26 @@ struct Lab {
     follow: Nodens,
     /// Without it.
     plain: Nodens,
+    /// node-local-dns's Corefile (its `cluster.local` and `in-addr.arpa`
+    /// blocks), run by CoreDNS 1.13: the cache nodens replaces.
+    _node_local: CorefileServer,
     ns: Netns,
+}
+
+/// Where node-local-dns's CoreDNS answers.
+const NODE_LOCAL: &str = "127.0.23.1:53";
+
+/// node-local-dns's Corefile for the cluster domain and the IPv4 reverse
+/// zone (lab/kube/node-local-dns.yaml), forwarding to `core`.
+fn node_local_corefile(core: SocketAddr) -> String {
+    let ip = NODE_LOCAL.split(':').next().unwrap();
+    let core = core.ip();
+    format!(
+        "cluster.local:53 {{\n    errors\n    cache {{\n        success 9984 30\n        \
+         denial 9984 5\n    }}\n    bind {ip}\n    forward . {core} {{\n        force_tcp\n    \
+         }}\n}}\nin-addr.arpa:53 {{\n    errors\n    cache 30\n    bind {ip}\n    \
+         forward . {core} {{\n        force_tcp\n    }}\n}}\n"
+    )
 }
 
 fn config(net: &Net, kube: &Kube, cluster: &str, zone: Zone, core: SocketAddr) -> String {
@@ -89,13 +108,24 @@ impl Lab {
         };
         let follow = launch(21, follow_cluster);
         let plain = launch(22, "");
+        let node_local = CorefileServer::launch(
+            "node-local-dns",
+            &ns.exec(),
+            &node_local_corefile(core.addr),
+            &[],
+        );
         let lab = Lab {
             kube,
             core,
             follow,
             plain,
+            _node_local: node_local,
             ns,
         };
+        let probe = "kubernetes.default.svc.cluster.local.";
+        wait_until(Duration::from_secs(30), "node-local-dns's CoreDNS", || {
+            lab.ask(NODE_LOCAL.parse().unwrap(), probe, Rt::A)
+        });
         lab.wait_synced();
         lab
     }
@@ -153,6 +183,10 @@ struct Followed {
     wrong_after: usize,
     /// What nodens without the feature answered at the end.
     plain_last: String,
+    /// What node-local-dns's configuration answered at the end, and how
+    /// many of its answers after nodens's first correct one were wrong.
+    node_local_last: String,
+    node_local_wrong: usize,
 }
 
 /// Changes the API with `change`, then asks `name` every 50 ms for 2 s
@@ -172,6 +206,7 @@ fn follow_change(
     let (mut nodens, mut core) = (None, None);
     let mut wrong_after = 0;
     let mut plain_last = String::new();
+    let (mut node_local_last, mut node_local_wrong) = (String::new(), 0);
     while changed.elapsed() < Duration::from_secs(10) {
         let ours = lab.ask(lab.follow.dns, name, t).unwrap_or_default();
         let at = changed.elapsed();
@@ -185,6 +220,12 @@ fn follow_change(
             core = Some(at);
         }
         plain_last = lab.ask(lab.plain.dns, name, t).unwrap_or_default();
+        node_local_last = lab
+            .ask(NODE_LOCAL.parse().unwrap(), name, t)
+            .unwrap_or_default();
+        if nodens.is_some() && !correct(&node_local_last) {
+            node_local_wrong += 1;
+        }
         if nodens.is_some_and(|n| at > n + Duration::from_secs(2)) && core.is_some() {
             break;
         }
@@ -196,6 +237,8 @@ fn follow_change(
         core: core.unwrap_or_else(|| panic!("CoreDNS never answered {name} {t} right")),
         wrong_after,
         plain_last,
+        node_local_last,
+        node_local_wrong,
     };
     eprintln!("{name} {t}: {followed:?}");
     followed
@@ -241,7 +284,8 @@ fn changes_of_the_api_reach_the_cache_within_a_second() {
     let web = name("web");
     let srv = format!("_http._tcp.{web}");
     lab.wait_core(&web, Rt::A, |a| a.contains("10.96.0.20"));
-    for server in [follow, plain] {
+    let node_local: SocketAddr = NODE_LOCAL.parse().unwrap();
+    for server in [follow, plain, node_local] {
         assert!(lab.ask(server, &web, Rt::A).unwrap().contains("10.96.0.20"));
         assert!(lab.ask(server, &srv, Rt::SRV).unwrap().contains(" 80 "));
         let ptr = lab
@@ -271,6 +315,10 @@ fn changes_of_the_api_reach_the_cache_within_a_second() {
         recreated.plain_last.contains("10.96.0.20"),
         "without the feature the cached old address is still served: {recreated:?}"
     );
+    assert!(
+        recreated.node_local_last.contains("10.96.0.20") && recreated.node_local_wrong > 0,
+        "node-local-dns too: {recreated:?}"
+    );
     // The SRV, the new address's PTR and the old one's, all at once.
     assert!(lab.ask(follow, &srv, Rt::SRV).unwrap().contains(" 8080 "));
     assert!(lab.ask(plain, &srv, Rt::SRV).unwrap().contains(" 80 "));
@@ -296,7 +344,7 @@ fn changes_of_the_api_reach_the_cache_within_a_second() {
     ));
     let db0 = format!("db-0.{}", name("db"));
     lab.wait_core(&db0, Rt::A, |a| a.contains("10.244.1.5"));
-    for server in [follow, plain] {
+    for server in [follow, plain, node_local] {
         assert!(lab.ask(server, &db0, Rt::A).unwrap().contains("10.244.1.5"));
     }
     let replaced = follow_change(
@@ -308,6 +356,10 @@ fn changes_of_the_api_reach_the_cache_within_a_second() {
     );
     assert_followed(&replaced);
     assert!(replaced.plain_last.contains("10.244.1.5"), "{replaced:?}");
+    assert!(
+        replaced.node_local_last.contains("10.244.1.5"),
+        "{replaced:?}"
+    );
     let ptr = lab
         .ask(follow, "6.1.244.10.in-addr.arpa.", Rt::PTR)
         .unwrap();
@@ -317,7 +369,7 @@ fn changes_of_the_api_reach_the_cache_within_a_second() {
     // and its SRV records.
     let db = name("db");
     let db_srv = format!("_http._tcp.{db}");
-    for server in [follow, plain] {
+    for server in [follow, plain, node_local] {
         let srv = lab.ask(server, &db_srv, Rt::SRV).unwrap();
         assert!(srv.contains("db-0") && !srv.contains("db-1"), "{srv}");
         assert!(!lab.ask(server, &db, Rt::A).unwrap().contains("10.244.1.7"));
@@ -336,6 +388,7 @@ fn changes_of_the_api_reach_the_cache_within_a_second() {
     );
     assert_followed(&scaled);
     assert!(!scaled.plain_last.contains("10.244.1.7"), "{scaled:?}");
+    assert!(!scaled.node_local_last.contains("10.244.1.7"), "{scaled:?}");
     let srv = lab.ask(follow, &db_srv, Rt::SRV).unwrap();
     assert!(srv.contains("db-0") && srv.contains("db-1"), "{srv}");
 
