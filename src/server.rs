@@ -143,6 +143,7 @@ impl Server {
             telemetry.kubernetes.clone(),
             shared.search.namespaces.clone(),
             shared.search.clients.clone(),
+            shared.clone(),
         );
         let mut server = Server {
             shared,

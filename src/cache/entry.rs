@@ -66,6 +66,9 @@ pub struct Entry {
     pub prefetch_started: AtomicBool,
     /// Fetched by search-list speculation and not asked for yet.
     speculative: AtomicBool,
+    /// Covered by the API watch: may be served past its TTL while the
+    /// watch is current (`cache::follow`).
+    holdable: AtomicBool,
 }
 
 /// An entry's contents, for writing it out and reading it back.
@@ -88,6 +91,11 @@ pub enum Freshness {
     Fresh,
     /// Served stale (RFC 8767) with this TTL on every record.
     Stale {
+        ttl: u32,
+    },
+    /// Held past its TTL while the API watch is current, with this TTL on
+    /// every record (`cache::follow`).
+    Held {
         ttl: u32,
     },
 }
@@ -232,6 +240,7 @@ impl Entry {
             hits: AtomicU32::new(0),
             prefetch_started: AtomicBool::new(false),
             speculative: AtomicBool::new(false),
+            holdable: AtomicBool::new(false),
         }
     }
 
@@ -292,6 +301,24 @@ impl Entry {
         self.age(now) < self.lifetime()
     }
 
+    /// Marks an entry the API watch covers (before it is stored).
+    pub(crate) fn mark_holdable(&self) {
+        self.holdable.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the entry is marked holdable.
+    pub(crate) fn is_holdable(&self) -> bool {
+        self.holdable.load(Ordering::Relaxed)
+    }
+
+    /// Whether an expired entry is held at `now`, `hold_secs` past its
+    /// TTL: an answer (not a failure) the watch covers.
+    pub(crate) fn is_held(&self, now: Instant, hold_secs: u32) -> bool {
+        self.kind != Kind::Failure
+            && self.holdable.load(Ordering::Relaxed)
+            && self.age(now) < self.lifetime() + Duration::from_secs(hold_secs.into())
+    }
+
     /// Whether an expired entry may still be served stale at `now`.
     pub fn is_servable_stale(&self, now: Instant, stale_max_age: Duration) -> bool {
         self.kind != Kind::Failure && self.age(now) < self.lifetime() + stale_max_age
@@ -341,7 +368,7 @@ impl Entry {
         for at in offsets(self.ttl_offsets()) {
             let ttl = match freshness {
                 Freshness::Fresh => read_u32(wire, at).saturating_sub(elapsed),
-                Freshness::Stale { ttl } => ttl,
+                Freshness::Stale { ttl } | Freshness::Held { ttl } => ttl,
             };
             write_u32(out, at, ttl);
         }

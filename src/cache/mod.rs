@@ -11,6 +11,7 @@
 //! (RFC 8767) when every upstream fails.
 
 pub(crate) mod entry;
+pub(crate) mod follow;
 pub(crate) mod key;
 pub(crate) mod metrics;
 pub(crate) mod snapshot;
@@ -37,6 +38,9 @@ pub enum Lookup {
     Fresh(Arc<Entry>),
     /// Expired, but within the stale window: refresh, and serve it if that fails.
     Stale(Arc<Entry>),
+    /// Expired, but held while the API watch is current and covers it
+    /// (`[cluster] hold_past_ttl`): served as fresh, with a short TTL.
+    Held(Arc<Entry>),
     Miss,
 }
 
@@ -69,6 +73,8 @@ pub struct Cache {
     success_evictions: EvictionCounter,
     denial_evictions: EvictionCounter,
     capacity: AtomicU64,
+    /// What the API watch tells the cache (`follow`).
+    following: follow::Following,
 }
 
 /// Counts for metrics.
@@ -104,6 +110,7 @@ impl Cache {
             success_evictions,
             denial_evictions,
             capacity: AtomicU64::new(capacity_bytes),
+            following: follow::Following::default(),
         }
     }
 
@@ -115,6 +122,8 @@ impl Cache {
         match found {
             None => Lookup::Miss,
             Some(e) if e.is_fresh(now) => Lookup::Fresh(e),
+            // Past the fresh hit: one relaxed load while holding is off.
+            Some(e) if self.hold_secs() != 0 && e.is_held(now, self.hold_secs()) => Lookup::Held(e),
             Some(e) if e.is_servable_stale(now, stale_max_age) => Lookup::Stale(e),
             Some(_) => Lookup::Miss,
         }

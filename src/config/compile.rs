@@ -17,6 +17,10 @@ use crate::search::rules::SearchPlan;
 use crate::search::{CloudSuffix, ClusterRules};
 use crate::wire::name;
 
+/// The longest `[cluster] hold_past_ttl`: an answer held longer would rest
+/// on a watch that may have missed a change for that long.
+const MAX_HOLD_PAST_TTL: Duration = Duration::from_secs(3600);
+
 /// The address Kubernetes gives a Service in a pod's environment:
 /// `KUBE_DNS_UPSTREAM_SERVICE_HOST` and `..._SERVICE_PORT` for
 /// `kube-dns-upstream` (port 53 when the port is not set). Read at each
@@ -163,7 +167,8 @@ impl File {
             kubernetes: (zones.iter().any(|z| z.endpoints.is_some())
                 || self.cluster.namespaces_from_api
                 || self.cluster.autopath
-                || zones.iter().any(|z| z.no_aaaa_for_ipv4_pods))
+                || zones.iter().any(|z| z.no_aaaa_for_ipv4_pods)
+                || self.cluster.follow_api)
             .then(|| super::KubernetesPlan {
                 kubeconfig: self.kubernetes.kubeconfig.clone(),
                 node_name: self.kubernetes.node_name(),
@@ -171,6 +176,7 @@ impl File {
             zones,
             kube_dns,
             query_log: self.query_log.compile(),
+            follow_api: self.compile_follow_api()?,
         })
     }
 
@@ -207,6 +213,31 @@ impl File {
             })
             .filter(|d| !matches!(d, Ok(w) if w[..] == [0]))
             .collect()
+    }
+
+    /// `[cluster] follow_api` and `hold_past_ttl`, which needs it and is
+    /// bounded: a held answer rests on the watch, not on its TTL.
+    fn compile_follow_api(&self) -> Result<Option<super::FollowApiPlan>, Invalid> {
+        let c = &self.cluster;
+        let hold = c.hold_past_ttl;
+        if hold > MAX_HOLD_PAST_TTL {
+            return Err(super::check::key(
+                &["cluster", "hold_past_ttl"],
+                format!("hold_past_ttl: {hold:?} is more than the 1h allowed"),
+            ));
+        }
+        if !c.follow_api {
+            if !hold.is_zero() {
+                return Err(super::check::key(
+                    &["cluster", "hold_past_ttl"],
+                    "hold_past_ttl needs `follow_api = true`: answers are held only while the watch is current",
+                ));
+            }
+            return Ok(None);
+        }
+        Ok(Some(super::FollowApiPlan {
+            hold_past_ttl: hold,
+        }))
     }
 
     fn compile_cluster(&self) -> Result<ClusterRules, Invalid> {

@@ -136,6 +136,13 @@ pub struct ClusterConfig {
     /// Answer the first search-list expansion of a verified pod on this
     /// node with the name its search list ends at, behind a CNAME.
     pub autopath: bool,
+    /// Watch Services and EndpointSlices through the Kubernetes API and
+    /// drop the cached answers of what they change (`kubernetes::follow`).
+    pub follow_api: bool,
+    /// With `follow_api`, how long past its TTL an answer the watch covers
+    /// may be served while the watch is current (0: not at all).
+    #[serde(with = "humantime_serde")]
+    pub hold_past_ttl: Duration,
 }
 
 impl Default for ClusterConfig {
@@ -154,6 +161,8 @@ impl Default for ClusterConfig {
             max_speculations: 256,
             namespaces_from_api: false,
             autopath: false,
+            follow_api: false,
+            hold_past_ttl: Duration::ZERO,
         }
     }
 }

@@ -74,6 +74,16 @@ pub struct Config {
     pub kube_dns: Option<KubeDnsSource>,
     /// The query log's sink (each zone says what it logs).
     pub query_log: QueryLogPlan,
+    /// The Service and EndpointSlice watch (`[cluster] follow_api`).
+    pub follow_api: Option<FollowApiPlan>,
+}
+
+/// Cached cluster answers follow the API (`[cluster] follow_api`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowApiPlan {
+    /// How long past its TTL a covered answer may be served while the
+    /// watch is current (zero: not at all).
+    pub hold_past_ttl: Duration,
 }
 
 /// How to reach the Kubernetes API (`[kubernetes]`).

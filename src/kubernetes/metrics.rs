@@ -3,6 +3,7 @@
 //! many objects it holds.
 
 use crate::metrics::{Counters, Gauges, Registry, label_set};
+use prometheus::IntCounter;
 
 label_set! {
     pub struct WatchLabels { resource = "resource", watch = "watch" }
@@ -15,6 +16,10 @@ pub struct KubeMetrics {
     pub current_at: Gauges<WatchLabels<'static>>,
     pub objects: Gauges<WatchLabels<'static>>,
     pub discovered_upstreams: Gauges<ZoneLabels<'static>>,
+    /// Names (`[cluster] follow_api`) whose cached answers a change of the
+    /// API dropped, and the entries dropped.
+    pub purged_names: IntCounter,
+    pub purged_entries: IntCounter,
 }
 
 impl KubeMetrics {
@@ -39,6 +44,14 @@ impl KubeMetrics {
             discovered_upstreams: r.gauges(
                 "nodens_zone_discovered_upstreams",
                 "Upstreams of the zone taken from EndpointSlices; 0 while the zone asks its configured upstreams (the ClusterIP).",
+            ),
+            purged_names: r.counter(
+                "nodens_cluster_purged_names_total",
+                "Names ([cluster] follow_api) whose cached answers a Service or EndpointSlice change dropped: Service nodes with every name below, namespace nodes, addresses' PTR names.",
+            ),
+            purged_entries: r.counter(
+                "nodens_cluster_purged_entries_total",
+                "Cached answers dropped because a Service or EndpointSlice change may have changed them.",
             ),
         }
     }

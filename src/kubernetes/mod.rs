@@ -5,6 +5,7 @@
 //! the configuration file says (the ClusterIP for upstreams).
 
 pub(crate) mod endpoints;
+pub(crate) mod follow;
 pub(crate) mod metrics;
 pub(crate) mod namespaces;
 mod pod_view;
@@ -56,6 +57,12 @@ pub(crate) struct Watches {
     found: HashMap<EndpointsPlan, Vec<SocketAddr>>,
     sender: UnboundedSender<endpoints::Discovery>,
     receiver: UnboundedReceiver<endpoints::Discovery>,
+    /// The request path, whose cache the Service and EndpointSlice watch
+    /// keeps (`[cluster] follow_api`), what that watch knows (kept across
+    /// its restarts) and, while it runs, the watch.
+    shared: std::sync::Arc<crate::serve::Shared>,
+    follow_state: Option<std::sync::Arc<follow::FollowState>>,
+    follow_watch: Option<tokio::task::AbortHandle>,
 }
 
 impl Watches {
@@ -63,6 +70,7 @@ impl Watches {
         metrics: std::sync::Arc<metrics::KubeMetrics>,
         namespaces: std::sync::Arc<Namespaces>,
         clients: std::sync::Arc<Clients>,
+        shared: std::sync::Arc<crate::serve::Shared>,
     ) -> Watches {
         let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
         Watches {
@@ -76,6 +84,9 @@ impl Watches {
             found: HashMap::new(),
             sender,
             receiver,
+            shared,
+            follow_state: None,
+            follow_watch: None,
         }
     }
 
@@ -96,6 +107,7 @@ impl Watches {
             self.stop_where(|_| true);
             self.stop_namespaces();
             self.stop_pods();
+            self.stop_follow();
             if let Some(plan) = plan {
                 match client(plan).await {
                     Ok(c) => self.client = Some((plan.clone(), c)),
@@ -125,6 +137,37 @@ impl Watches {
         }
         if pods_wanted.is_none() || self.client.is_none() {
             self.stop_pods();
+        }
+        if config.follow_api.is_none() || self.client.is_none() {
+            self.stop_follow();
+        }
+        if let Some(follow_api) = config.follow_api
+            && self.client.is_some()
+        {
+            let domain = config.cluster.domain();
+            if self
+                .follow_state
+                .as_ref()
+                .is_some_and(|s| !s.svc_zone_is(domain))
+            {
+                // Another cluster domain: what the watch knew names nothing.
+                self.stop_follow();
+                self.follow_state = None;
+            }
+            let state = self.follow_state.get_or_insert_with(|| {
+                std::sync::Arc::new(follow::FollowState::new(
+                    self.shared.clone(),
+                    self.metrics.clone(),
+                    domain,
+                ))
+            });
+            state.set_hold(follow_api.hold_past_ttl);
+            if self.follow_watch.is_none()
+                && let Some((_, client)) = &self.client
+            {
+                let task = follow::watch(client.clone(), state.clone());
+                self.follow_watch = Some(upkeep.spawn_stoppable(task));
+            }
         }
         let Some((_, client)) = &self.client else {
             return;
@@ -167,6 +210,22 @@ impl Watches {
             watch.abort();
         }
         self.namespaces.set(None);
+    }
+
+    fn stop_follow(&mut self) {
+        if let Some(watch) = self.follow_watch.take() {
+            watch.abort();
+        }
+        if let Some(state) = &self.follow_state {
+            state.stopped();
+        }
+        for resource in ["services", "endpointslices"] {
+            let labels = metrics::WatchLabels {
+                resource,
+                watch: "follow_api",
+            };
+            self.metrics.synced.get(&labels).set(0);
+        }
     }
 
     fn stop_pods(&mut self) {

@@ -92,6 +92,12 @@ impl Learned {
         denied.get(node).filter(|d| d.expires > now).cloned()
     }
 
+    /// Forgets every denial `purge` covers (an API change may have made
+    /// the node exist).
+    pub(crate) fn forget(&self, purge: &crate::cache::follow::Purge) {
+        crate::lock::lock(&self.denied).retain(|node, _| !purge.covers(node));
+    }
+
     /// Forgets a denial (the node was found to exist after all).
     pub(crate) fn undeny(&self, node: &[u8]) {
         crate::lock::lock(&self.denied).remove(node);

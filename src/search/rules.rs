@@ -308,7 +308,7 @@ impl ClusterRules {
         self.local_nxdomain && self.disabled & rule.bit() == 0
     }
 
-    fn excepted(&self, name: &[u8]) -> bool {
+    pub(crate) fn excepted(&self, name: &[u8]) -> bool {
         self.exceptions.iter().any(|e| suffix_at(name, e).is_some())
     }
 

@@ -310,7 +310,7 @@ impl Shared {
     /// What the cache and the local rules know of `key` now.
     fn step(&self, key: &KeyRef<'_>, settings: &Settings, now: Instant) -> Step {
         match self.cache.lookup(key, now, Duration::ZERO) {
-            Lookup::Fresh(entry) => classify(&entry),
+            Lookup::Fresh(entry) | Lookup::Held(entry) => classify(&entry),
             _ if self.denied_locally(key, settings, now) => Step::Denied,
             _ => Step::Unknown,
         }

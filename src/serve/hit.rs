@@ -41,6 +41,7 @@ impl Request<'_, '_> {
         let source = match freshness {
             Freshness::Fresh => Source::Cache,
             Freshness::Stale { .. } => Source::Stale,
+            Freshness::Held { .. } => Source::Cache,
         };
         self.stats.reply(
             self.proto,
@@ -104,6 +105,16 @@ impl Shared {
                 Cached::Answered
             }
             Lookup::Stale(entry) => Cached::Stale(entry),
+            // No prefetch: the watch, not a refresh, keeps it right.
+            Lookup::Held(entry) => {
+                request.stats.cache_hit(entry.kind == Kind::Success);
+                self.metrics.held_answers.inc();
+                let held = Freshness::Held {
+                    ttl: crate::cache::follow::HELD_TTL,
+                };
+                request.reply_from(&entry, held, None, out);
+                Cached::Answered
+            }
             Lookup::Miss => Cached::Miss,
         }
     }

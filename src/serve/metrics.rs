@@ -74,6 +74,8 @@ pub struct ServeMetrics {
     pub query_log_written: IntCounter,
     pub query_log_dropped: IntCounter,
     pub query_log_errors: IntCounter,
+    /// Answers served past their TTL while the API watch is current.
+    pub held_answers: IntCounter,
 }
 
 impl ServeMetrics {
@@ -186,6 +188,10 @@ impl ServeMetrics {
             query_log_errors: r.counter(
                 "nodens_query_log_errors_total",
                 "Query log lines lost to a failed write.",
+            ),
+            held_answers: r.counter(
+                "nodens_cache_held_answers_total",
+                "Answers served past their TTL while the Service and EndpointSlice watch was current ([cluster] hold_past_ttl).",
             ),
         };
         // Every rule's series from the start, so a dashboard sees zeros.

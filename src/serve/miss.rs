@@ -491,13 +491,15 @@ impl Shared {
             let policy = &zone.cache;
             if start == Start::LookAgain
                 && policy.enabled
-                && let Lookup::Fresh(e) =
+                && let Lookup::Fresh(e) | Lookup::Held(e) =
                     self.cache
                         .lookup(&key.as_ref(), Instant::now(), Duration::ZERO)
                 && e.kind != Kind::Failure
             {
                 return Some(e);
             }
+            // Since when the answer may be older (`cache::follow`).
+            let asked = Instant::now();
             // A zone with rules (rewrite, dns64, except) asks through them;
             // boxed, that rare path takes no room in every miss's future.
             let forwarded = match &zone.rules {
@@ -511,14 +513,27 @@ impl Shared {
             // fresh (a prefetch that failed) or stale.
             let has_usable = || match self.cache.lookup(&key.as_ref(), now, policy.stale_window()) {
                 Lookup::Fresh(e) => e.kind != Kind::Failure,
-                Lookup::Stale(_) => true,
+                Lookup::Stale(_) | Lookup::Held(_) => true,
                 Lookup::Miss => false,
             };
             match forwarded {
                 Some(f) => {
                     let entry = Arc::new(Entry::from_response(&f.msg, &f.layout, &zone.ttl, now));
-                    self.learn(&settings.cluster, key, zone, &entry, (&f.msg, &f.layout));
-                    if policy.stores(entry.kind) && (entry.kind != Kind::Failure || !has_usable()) {
+                    // An answer for a name the API just changed may predate
+                    // the change: neither stored nor learned from.
+                    let settled = self.cache.may_store(key, asked);
+                    if settled {
+                        self.learn(&settings.cluster, key, zone, &entry, (&f.msg, &f.layout));
+                    }
+                    if settled
+                        && policy.stores(entry.kind)
+                        && (entry.kind != Kind::Failure || !has_usable())
+                    {
+                        // Names a `rewrite` or multicluster block answers
+                        // (`[cluster] exceptions`) are not the watch's.
+                        if self.cache.holds(key.name()) && !settings.cluster.excepted(key.name()) {
+                            entry.mark_holdable();
+                        }
                         self.cache.insert(key.clone(), entry.clone());
                     }
                     Some(entry)

@@ -31,6 +31,7 @@
 mod aaaa;
 mod admit;
 mod autopath;
+mod follow;
 mod hit;
 pub(crate) mod identity;
 mod local;

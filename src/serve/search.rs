@@ -434,6 +434,6 @@ fn suffix_of_kind(name: &[u8], namespace_at: usize) -> &[u8] {
 impl Lookup {
     /// A fresh entry that is no failure.
     fn is_fresh(&self) -> bool {
-        matches!(self, Lookup::Fresh(e) if e.kind != crate::cache::Kind::Failure)
+        matches!(self, Lookup::Fresh(e) | Lookup::Held(e) if e.kind != crate::cache::Kind::Failure)
     }
 }

@@ -24,6 +24,8 @@ mod doctor_node;
 mod endpoint_discovery;
 mod fail_open;
 mod flood_liveness;
+mod follow_api;
+mod follow_api_memory;
 mod forwarding;
 mod handover;
 mod http_bounds;

@@ -366,6 +366,17 @@ impl KubeDns {
         KubeDns::start_with(ns, kube, &format!("  bind {COREDNS_IP}\n"), "verified")
     }
 
+    /// [`KubeDns::start_bound`] with the plugin's `ttl` (kubeadm's Corefile
+    /// sets 30; the plugin's default is 5).
+    pub fn start_bound_ttl(ns: &Netns, kube: &Kube, ttl: u32) -> KubeDns {
+        KubeDns::start_with(
+            ns,
+            kube,
+            &format!("  bind {COREDNS_IP}\n"),
+            &format!("insecure\n    ttl {ttl}"),
+        )
+    }
+
     fn start_with(ns: &Netns, kube: &Kube, extra: &str, pods: &str) -> KubeDns {
         let dir = tempfile::tempdir().unwrap();
         let corefile = format!(

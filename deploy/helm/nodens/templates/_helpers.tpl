@@ -187,6 +187,15 @@ search_domains_from = "/etc/resolv.conf"
 {{- if .Values.search.autopath }}
 autopath = true
 {{- end }}
+{{- if and .Values.search.holdPastTtl (not .Values.search.followApi) }}
+{{- fail "search.holdPastTtl needs search.followApi: answers are held only while the watch is current" }}
+{{- end }}
+{{- if .Values.search.followApi }}
+follow_api = true
+{{- with .Values.search.holdPastTtl }}
+hold_past_ttl = {{ toJson . }}
+{{- end }}
+{{- end }}
 {{- with .Values.search.exceptions }}
 exceptions = {{ toJson . }}
 {{- end }}
