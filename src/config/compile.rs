@@ -169,10 +169,10 @@ impl File {
                 || self.cluster.autopath
                 || zones.iter().any(|z| z.no_aaaa_for_ipv4_pods)
                 || self.cluster.follow_api)
-            .then(|| super::KubernetesPlan {
-                kubeconfig: self.kubernetes.kubeconfig.clone(),
-                node_name: self.kubernetes.node_name(),
-            }),
+                .then(|| super::KubernetesPlan {
+                    kubeconfig: self.kubernetes.kubeconfig.clone(),
+                    node_name: self.kubernetes.node_name(),
+                }),
             zones,
             kube_dns,
             query_log: self.query_log.compile(),

@@ -61,31 +61,44 @@ impl Shared {
         } else {
             Lookup::Miss
         };
-        let stale = match found {
-            Lookup::Fresh(entry) if entry.kind != Kind::Failure => {
-                let limit = reply_limit(request.proto, request.query, request.settings);
-                let (query, zone) = (request.query, request.zone);
-                let when = (request.started, Freshness::Fresh);
-                let code = self.render_for_ipv4_pod(&entry, query, zone, when, limit, out);
-                let seconds = request.started.elapsed().as_secs_f64();
-                let answered = request.answered(Source::Cache, out);
-                let stats = request.stats;
-                stats.reply(request.proto, code, true, out.len(), seconds, answered);
-                return Some(Handled::Reply);
+        let (entry, freshness) = match found {
+            Lookup::Fresh(entry) if entry.kind != Kind::Failure => (entry, Freshness::Fresh),
+            Lookup::Held(entry) => {
+                let ttl = crate::cache::follow::HELD_TTL;
+                (entry, Freshness::Held { ttl })
             }
-            Lookup::Stale(entry) => Some(entry),
-            _ => None,
+            Lookup::Stale(entry) => {
+                return Some(self.miss_of_a(request, &a, Some(entry), all_stats, out));
+            }
+            _ => return Some(self.miss_of_a(request, &a, None, all_stats, out)),
         };
+        let limit = reply_limit(request.proto, request.query, request.settings);
+        let (query, zone) = (request.query, request.zone);
+        let when = (request.started, freshness);
+        let code = self.render_for_ipv4_pod(&entry, query, zone, when, limit, out);
+        let seconds = request.started.elapsed().as_secs_f64();
+        let answered = request.answered(Source::Cache, out);
+        let stats = request.stats;
+        stats.reply(request.proto, code, true, out.len(), seconds, answered);
+        Some(Handled::Reply)
+    }
+
+    /// The local rules, else a miss of the A `a`, answered as the AAAA
+    /// question of `request` (`MissJob::for_ipv4_pod`).
+    fn miss_of_a(
+        &self,
+        request: &Request<'_, '_>,
+        a: &KeyRef<'_>,
+        stale: Option<Arc<Entry>>,
+        all_stats: &Arc<ListenerStats>,
+        out: &mut Vec<u8>,
+    ) -> Handled<Job> {
         // What the local rules and cuts deny, for any type, before asking.
         if self.answer_locally(request, out) {
-            return Some(Handled::Reply);
+            return Handled::Reply;
         }
-        // A miss of the A, answered as this AAAA (`MissJob::for_ipv4_pod`).
-        let request = Request {
-            key: &a,
-            ..*request
-        };
-        Some(self.miss_for_ipv4_pod(&request, all_stats, stale, out))
+        let request = Request { key: a, ..*request };
+        self.miss_for_ipv4_pod(&request, all_stats, stale, out)
     }
 
     /// Writes the AAAA reply an IPv4-only pod gets from the name's A
@@ -109,7 +122,7 @@ impl Shared {
         };
         let left = match freshness {
             Freshness::Fresh => entry.remaining(now).as_secs() as u32,
-            Freshness::Stale { ttl } => ttl,
+            Freshness::Stale { ttl } | Freshness::Held { ttl } => ttl,
         };
         build::nodata(query, soa, left.min(soa.negative_ttl()), limit, out);
         rcode::NOERROR
