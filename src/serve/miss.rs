@@ -82,6 +82,11 @@ pub struct MissJob {
     /// `key` is the A of an AAAA question from an IPv4-only pod, answered
     /// from it (`serve::aaaa`).
     for_ipv4_pod: bool,
+    /// A speculation works ahead of this name, or walks now and may fetch
+    /// it too: the fetch looks at the cache again once it leads, so that
+    /// one that finished between this miss's lookup and its start is not
+    /// asked twice.
+    look_again: bool,
 }
 
 /// What a miss does before it can answer, decided when its task starts.
@@ -160,9 +165,13 @@ impl Shared {
         request: &Request<'_, '_>,
         all_stats: &Arc<ListenerStats>,
         stale: Option<Arc<Entry>>,
+        speculating: bool,
         out: &mut Vec<u8>,
     ) -> Handled<Job> {
-        self.miss_as(request, all_stats, stale, out, false)
+        // While speculation walks, the pod's next expansion may be the one
+        // a walk is fetching right now: look again once leading.
+        let look_again = speculating || self.search.speculation.busy();
+        self.miss_as(request, all_stats, stale, out, (false, look_again))
     }
 
     /// [`Shared::miss`] of the A that `request` holds for an IPv4-only
@@ -174,7 +183,7 @@ impl Shared {
         stale: Option<Arc<Entry>>,
         out: &mut Vec<u8>,
     ) -> Handled<Job> {
-        self.miss_as(request, all_stats, stale, out, true)
+        self.miss_as(request, all_stats, stale, out, (true, false))
     }
 
     fn miss_as(
@@ -183,7 +192,7 @@ impl Shared {
         all_stats: &Arc<ListenerStats>,
         stale: Option<Arc<Entry>>,
         out: &mut Vec<u8>,
-        for_ipv4_pod: bool,
+        (for_ipv4_pod, look_again): (bool, bool),
     ) -> Handled<Job> {
         request.stats.cache_miss();
         let settings = request.settings;
@@ -222,6 +231,7 @@ impl Shared {
             ticket: Some(ticket),
             client: request.client,
             for_ipv4_pod,
+            look_again,
         }))
     }
 
@@ -300,6 +310,7 @@ impl Shared {
                 .map(|(entry, _)| entry)
         };
         let answer = match ask {
+            Ask::Fetch if job.look_again => Answer::fetched(fetch(Start::LookAgain).await),
             Ask::Fetch => Answer::fetched(fetch(Start::JustLookedUp).await),
             Ask::CheckFirst => {
                 if check().await {

@@ -165,11 +165,11 @@ impl Shared {
             hit::Cached::Stale(entry) => Some(entry),
             hit::Cached::Miss => None,
         };
-        self.maybe_speculate(request.key, request.settings);
+        let speculating = self.maybe_speculate(request.key, request.settings);
         if self.answer_locally(request, out) {
             return Handled::Reply;
         }
-        self.miss(request, all_stats, stale, out)
+        self.miss(request, all_stats, stale, speculating, out)
     }
 }
 

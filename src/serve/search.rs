@@ -103,6 +103,12 @@ impl Speculation {
             .is_some_and(|at| now.saturating_duration_since(*at) < USE_WINDOW)
     }
 
+    /// Whether a walk is asking upstream now: a miss may then race one of
+    /// its fetches for the same name.
+    pub(super) fn busy(&self) -> bool {
+        self.in_flight.load(Ordering::Relaxed) > 0
+    }
+
     fn ticket(&self, max: usize) -> Option<Ticket> {
         self.in_flight
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
@@ -208,23 +214,28 @@ impl Shared {
     }
 
     /// Starts resolving the later search expansions of `key` if it looks
-    /// like a first expansion.
-    pub(super) fn maybe_speculate(self: &Arc<Self>, key: &KeyRef<'_>, settings: &Arc<Settings>) {
+    /// like a first expansion; whether it did (the walk may then fetch
+    /// `key` itself, joined with the pod's own miss).
+    pub(super) fn maybe_speculate(
+        self: &Arc<Self>,
+        key: &KeyRef<'_>,
+        settings: &Arc<Settings>,
+    ) -> bool {
         if key.qclass != class::IN {
-            return;
+            return false;
         }
         let rules = &settings.cluster;
         let Some(first) = rules.first_expansion(key.name) else {
-            return;
+            return false;
         };
         // A lookup's second expansion can look like a first one
         // (`kubernetes.default.svc.cluster.local.svc.cluster.local`, as if
         // from namespace `local`): worked already, it starts nothing.
         if self.predicted_expansion(key.name) {
-            return;
+            return false;
         }
         if self.worked_already(key, first) {
-            return;
+            return false;
         }
         // `a.b.<ns>.svc.Z` from a namespace the API does not list is
         // `a.b.<ns>`'s second expansion, worked already. Without the list
@@ -238,7 +249,7 @@ impl Shared {
                 .and_then(|at| self.listed(&key.name[at..]))
                 == Some(false)
         {
-            return;
+            return false;
         }
         // Predicted here, before the pod has this answer: its second
         // expansion, which may follow within microseconds, must find it.
@@ -251,6 +262,7 @@ impl Shared {
         self.tasks.spawn_query_on_main(async move {
             this.speculate(key, first, settings).await;
         });
+        true
     }
 
     /// Whether this lookup was worked lately: its final name `X.` is in
