@@ -102,6 +102,7 @@ impl File {
             .collect::<Result<Vec<_>, _>>()?;
         self.check_shared_upstreams(&zones)?;
         let kube_dns = self.apply_kube_dns(&mut zones)?;
+        let budget = self.budget.compile()?;
         Ok(Config {
             listen: s.listen.iter().map(|a| a.get_ref().0).collect(),
             workers: s.workers,
@@ -162,14 +163,16 @@ impl File {
             },
             kubernetes: (zones.iter().any(|z| z.endpoints.is_some())
                 || self.cluster.namespaces_from_api
-                || self.cluster.autopath)
-                .then(|| super::KubernetesPlan {
-                    kubeconfig: self.kubernetes.kubeconfig.clone(),
-                    node_name: self.kubernetes.node_name(),
-                }),
+                || self.cluster.autopath
+                || (budget.is_some() && self.kubernetes.node_name().is_some()))
+            .then(|| super::KubernetesPlan {
+                kubeconfig: self.kubernetes.kubeconfig.clone(),
+                node_name: self.kubernetes.node_name(),
+            }),
             zones,
             kube_dns,
             query_log: self.query_log.compile(),
+            budget,
         })
     }
 

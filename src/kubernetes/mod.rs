@@ -47,7 +47,8 @@ pub(crate) struct Watches {
     /// The namespaces view and, while it runs, its watch.
     namespaces: std::sync::Arc<Namespaces>,
     namespace_watch: Option<tokio::task::AbortHandle>,
-    /// The client map for autopath and, while it runs, the pod watch.
+    /// The client map for autopath and the budgets and, while it runs,
+    /// the pod watch.
     clients: std::sync::Arc<Clients>,
     pod_watch: Option<tokio::task::AbortHandle>,
     /// The API client and the plan it was made for.
@@ -110,10 +111,7 @@ impl Watches {
         if !namespaces_wanted || self.client.is_none() {
             self.stop_namespaces();
         }
-        let pods_wanted = config
-            .cluster
-            .search()
-            .autopath
+        let pods_wanted = (config.cluster.search().autopath || config.budget.is_some())
             .then(|| plan.and_then(|p| p.node_name.clone()))
             .flatten();
         if config.cluster.search().autopath && pods_wanted.is_none() && self.pod_watch.is_none() {

@@ -71,6 +71,8 @@ pub struct ServeMetrics {
     pub query_log_written: IntCounter,
     pub query_log_dropped: IntCounter,
     pub query_log_errors: IntCounter,
+    /// Queries over a namespace's (or unknown client's) budget.
+    pub(crate) budget_exceeded: Counters<crate::admission::budget::BudgetLabels<'static>>,
 }
 
 impl ServeMetrics {
@@ -179,6 +181,10 @@ impl ServeMetrics {
             query_log_errors: r.counter(
                 "nodens_query_log_errors_total",
                 "Query log lines lost to a failed write.",
+            ),
+            budget_exceeded: r.counters(
+                "nodens_budget_exceeded_total",
+                "Queries over their namespace's budget (`[budget]`), by namespace (\"\" for clients that are no known pod), budget (rate, misses) and action (drop, refuse).",
             ),
         };
         // Every rule's series from the start, so a dashboard sees zeros.
