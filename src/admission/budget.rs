@@ -377,6 +377,14 @@ mod tests {
     }
 
     #[test]
+    fn the_table_is_small() {
+        let bytes = SETS * std::mem::size_of::<Mutex<[Slot; WAYS]>>()
+            + SETS * WAYS * std::mem::size_of::<AtomicU32>();
+        println!("budget table: {} KiB", bytes / 1024);
+        assert!(bytes <= 512 * 1024, "{bytes} bytes");
+    }
+
+    #[test]
     fn memory_is_bounded_and_busy_slots_stay() {
         let b = budgets("[budget]\nmisses_in_flight = 1\n");
         let m = family();
