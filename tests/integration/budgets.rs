@@ -57,7 +57,8 @@ struct Lab {
 }
 
 impl Lab {
-    fn start(budget: &str) -> Lab {
+    /// The lab, with `budget` (or none: no pod watch to wait for).
+    fn start(budget: Option<&str>) -> Lab {
         let ns = Netns::create("budget");
         let kube = Kube::start(&ns);
         kube.create(OBJECTS);
@@ -85,7 +86,8 @@ impl Lab {
             ))
             .raw(&format!(
                 "[kubernetes]\nkubeconfig = \"{}\"\nnode_name = \"{NODE}\"\n\n{budget}",
-                kube.kubeconfig.display()
+                kube.kubeconfig.display(),
+                budget = budget.unwrap_or_default()
             ))
             .to_toml();
         let mut nodens = Nodens::launch(&toml, &ns.exec());
@@ -97,6 +99,9 @@ impl Lab {
             _upstream: upstream,
             net,
         };
+        if budget.is_none() {
+            return lab;
+        }
         wait_until(
             Duration::from_secs(30),
             "the pod watch to hold 2 pods",
@@ -239,25 +244,45 @@ fn flood(source: IpAddr, server: SocketAddr, rate: u64, duration: Duration) -> F
 }
 
 /// The quiet pod: `count` queries at `rate` a second, one at a time, for
-/// 30 names it asks again and again. Every answer must be right (NOERROR,
-/// the name's address), none refused or lost. Returns the latencies.
-fn quiet(server: SocketAddr, rate: u64, count: u64) -> Vec<Duration> {
+/// 30 names it asks again and again. Each is its latency, or what was
+/// wrong with it (lost, refused, a wrong answer).
+fn ask_quietly(server: SocketAddr, rate: u64, count: u64) -> Vec<Result<Duration, String>> {
     let source: IpAddr = QUIET.parse().unwrap();
     let start = Instant::now();
-    let mut latencies = Vec::with_capacity(count as usize);
-    for i in 0..count {
-        sleep_until(start, Duration::from_millis(i * 1000 / rate));
-        let name = format!("q{}.quiet.example.com.", i % 30);
-        let q = Q::new(&name, Rt::A).id(i as u16);
-        let asked = Instant::now();
-        let raw = udp_exchange_from(source, server, &q.to_bytes(), Duration::from_secs(3))
-            .unwrap_or_else(|| panic!("quiet query {i} ({name}) lost"));
-        let reply = Reply::parse(raw, asked.elapsed());
-        assert_eq!(reply.rcode(), 0, "quiet query {i} ({name})");
-        assert_eq!(reply.a(), [ipv4(QUIET_A)], "quiet query {i} ({name})");
-        latencies.push(reply.elapsed);
-    }
-    latencies
+    (0..count)
+        .map(|i| {
+            sleep_until(start, Duration::from_millis(i * 1000 / rate));
+            let name = format!("q{}.quiet.example.com.", i % 30);
+            let q = Q::new(&name, Rt::A).id(i as u16);
+            let asked = Instant::now();
+            let raw = udp_exchange_from(source, server, &q.to_bytes(), Duration::from_secs(3))
+                .ok_or_else(|| format!("query {i} ({name}) lost"))?;
+            let reply = Reply::parse(raw, asked.elapsed());
+            if reply.rcode() != 0 || reply.a() != [ipv4(QUIET_A)] {
+                return Err(format!("query {i} ({name}): {:?}", reply.msg));
+            }
+            Ok(reply.elapsed)
+        })
+        .collect()
+}
+
+/// [`ask_quietly`], every answer right: the latencies.
+fn quiet(server: SocketAddr, rate: u64, count: u64) -> Vec<Duration> {
+    ask_quietly(server, rate, count)
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|e| panic!("the quiet pod: {e}")))
+        .collect()
+}
+
+/// The quiet pod's latencies as a line, and its p99.
+fn report(what: &str, latencies: &[Duration]) -> Duration {
+    let p99 = percentile(latencies, 0.99);
+    println!(
+        "quiet pod {what}: p50 {:?} p99 {p99:?} max {:?}",
+        percentile(latencies, 0.5),
+        percentile(latencies, 1.0)
+    );
+    p99
 }
 
 fn percentile(latencies: &[Duration], p: f64) -> Duration {
@@ -269,7 +294,7 @@ fn percentile(latencies: &[Duration], p: f64) -> Duration {
 #[test]
 fn a_flooding_namespace_is_limited_and_its_neighbour_served() {
     needs!(Need::Root, Need::Kubernetes, Need::CoreDns);
-    let lab = Lab::start(&budget("refuse"));
+    let lab = Lab::start(Some(&budget("refuse")));
     let server = lab.server();
     let flooder: IpAddr = FLOODER.parse().unwrap();
 
@@ -282,17 +307,10 @@ fn a_flooding_namespace_is_limited_and_its_neighbour_served() {
         })
     });
     println!("flood from team-noisy: {flooded:?}");
-    for (what, l) in [("alone", &alone), ("beside the flood", &beside)] {
-        println!(
-            "quiet pod {what}: p50 {:?} p99 {:?} max {:?}",
-            percentile(l, 0.5),
-            percentile(l, 0.99),
-            percentile(l, 1.0)
-        );
-    }
+    let (p99_alone, p99_beside) = (report("alone", &alone), report("beside the flood", &beside));
     println!(
         "p99 ratio (flood / alone): {:.2}",
-        percentile(&beside, 0.99).as_secs_f64() / percentile(&alone, 0.99).as_secs_f64()
+        p99_beside.as_secs_f64() / p99_alone.as_secs_f64()
     );
 
     assert!(flooded.refused > 0, "the flooder limited: {flooded:?}");
@@ -347,7 +365,7 @@ fn burst(
 #[test]
 fn over_its_miss_budget_a_namespace_still_gets_its_hits() {
     needs!(Need::Root, Need::Kubernetes, Need::CoreDns);
-    let lab = Lab::start(&budget("refuse"));
+    let lab = Lab::start(Some(&budget("refuse")));
     let server = lab.server();
     let (flooder, quiet_pod): (IpAddr, IpAddr) = (FLOODER.parse().unwrap(), QUIET.parse().unwrap());
     in_netns(&lab.ns.name, || {
@@ -386,7 +404,7 @@ fn over_its_miss_budget_a_namespace_still_gets_its_hits() {
 #[test]
 fn unknown_clients_are_budgeted_by_address_and_reload_changes_the_action() {
     needs!(Need::Root, Need::Kubernetes, Need::CoreDns);
-    let lab = Lab::start(&budget("refuse"));
+    let lab = Lab::start(Some(&budget("refuse")));
     let server = lab.server();
     let (stranger, other): (IpAddr, IpAddr) =
         (STRANGER.parse().unwrap(), OTHER_STRANGER.parse().unwrap());
@@ -420,4 +438,41 @@ fn unknown_clients_are_budgeted_by_address_and_reload_changes_the_action() {
         assert!(flooded.answered < flooded.sent, "{flooded:?}");
     });
     assert!(lab.exceeded("", "rate", "drop") > 0.0);
+}
+
+/// Not a check: the quiet pod's latency beside the same flood with no
+/// budget, for docs/performance.md (`--ignored --nocapture`).
+#[test]
+#[ignore = "a measurement, not a check: run with --ignored --nocapture"]
+fn measure_the_flood_without_budgets() {
+    needs!(Need::Root, Need::Kubernetes, Need::CoreDns);
+    let lab = Lab::start(None);
+    let server = lab.server();
+    let flooder: IpAddr = FLOODER.parse().unwrap();
+    let alone = in_netns(&lab.ns.name, || quiet(server, 100, 300));
+    let (flooded, beside) = in_netns(&lab.ns.name, || {
+        std::thread::scope(|s| {
+            let flooding = s.spawn(|| flood(flooder, server, 20_000, Duration::from_secs(3)));
+            let asked = ask_quietly(server, 100, 300);
+            (flooding.join().unwrap(), asked)
+        })
+    });
+    println!("flood from team-noisy, no budget: {flooded:?}");
+    let wrong: Vec<&String> = beside.iter().filter_map(|r| r.as_ref().err()).collect();
+    println!(
+        "quiet pod beside the flood: {} of 300 lost or wrong {wrong:?}",
+        wrong.len()
+    );
+    let answered: Vec<Duration> = beside
+        .iter()
+        .filter_map(|r| r.as_ref().ok().copied())
+        .collect();
+    let (p99_alone, p99_beside) = (
+        report("alone", &alone),
+        report("beside the flood", &answered),
+    );
+    println!(
+        "p99 ratio (flood / alone), no budget: {:.2}",
+        p99_beside.as_secs_f64() / p99_alone.as_secs_f64()
+    );
 }
