@@ -139,6 +139,16 @@ fn whole_hit_logged(c: &mut Criterion) {
     );
 }
 
+/// Budgets on (`[budget]`), at a rate no query reaches: what a hit pays
+/// for its client's bucket (a client that is no known pod: its address).
+fn whole_hit_budgeted(c: &mut Criterion) {
+    hit_with(
+        c,
+        "handle: cache hit, budgets on",
+        "[budget]\nqueries_per_second = 1000000000\nmisses_in_flight = 100\n",
+    );
+}
+
 /// A whole cache hit through `handle`, with `more` appended to the
 /// configuration (after its zone).
 fn hit_with(c: &mut Criterion, label: &str, more: &str) {
@@ -170,5 +180,11 @@ fn hit_with(c: &mut Criterion, label: &str, more: &str) {
     });
 }
 
-criterion_group!(benches, steps, whole_hit, whole_hit_logged);
+criterion_group!(
+    benches,
+    steps,
+    whole_hit,
+    whole_hit_logged,
+    whole_hit_budgeted
+);
 criterion_main!(benches);

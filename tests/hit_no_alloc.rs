@@ -122,6 +122,21 @@ fn cache_hits_with_the_query_log_on_allocate_nothing() {
     hits_allocate_nothing("[zone.query_log]\n[query_log]\noutput = \"/dev/null\"\nqueue = 64\n");
 }
 
+/// Budgets on (`[budget]`) at a rate no query reaches: the client's
+/// bucket is updated on every hit.
+#[test]
+fn cache_hits_with_budgets_on_allocate_nothing() {
+    hits_allocate_nothing("[budget]\nqueries_per_second = 1000000000\nmisses_in_flight = 10\n");
+}
+
+/// Budgets on at one query a second: after the warm-up every query is
+/// over budget and REFUSED, counted under a series the slot resolved at
+/// the first excess (in the warm-up). The cheap path allocates nothing.
+#[test]
+fn queries_over_budget_allocate_nothing() {
+    hits_allocate_nothing("[budget]\nqueries_per_second = 1\nburst = 1\naction = \"refuse\"\n");
+}
+
 /// Hits of positive and negative entries, with and without EDNS, over UDP
 /// and TCP, with `more` appended to the configuration (after its zone).
 fn hits_allocate_nothing(more: &str) {
@@ -184,7 +199,7 @@ fn hits_allocate_nothing(more: &str) {
     assert_eq!(
         replies,
         2500 * packets.len() * 2,
-        "every query must be a hit"
+        "every query must be answered (a hit, or REFUSED over budget)"
     );
     assert_eq!(
         allocated, 0,

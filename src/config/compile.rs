@@ -106,6 +106,7 @@ impl File {
             .collect::<Result<Vec<_>, _>>()?;
         self.check_shared_upstreams(&zones)?;
         let kube_dns = self.apply_kube_dns(&mut zones)?;
+        let budget = self.budget.compile()?;
         Ok(Config {
             listen: s.listen.iter().map(|a| a.get_ref().0).collect(),
             workers: s.workers,
@@ -168,15 +169,17 @@ impl File {
                 || self.cluster.namespaces_from_api
                 || self.cluster.autopath
                 || zones.iter().any(|z| z.no_aaaa_for_ipv4_pods)
-                || self.cluster.follow_api)
-                .then(|| super::KubernetesPlan {
-                    kubeconfig: self.kubernetes.kubeconfig.clone(),
-                    node_name: self.kubernetes.node_name(),
-                }),
+                || self.cluster.follow_api
+                || (budget.is_some() && self.kubernetes.node_name().is_some()))
+            .then(|| super::KubernetesPlan {
+                kubeconfig: self.kubernetes.kubeconfig.clone(),
+                node_name: self.kubernetes.node_name(),
+            }),
             zones,
             kube_dns,
             query_log: self.query_log.compile(),
             follow_api: self.compile_follow_api()?,
+            budget,
         })
     }
 

@@ -28,6 +28,8 @@ pub struct File {
     pub zones: Vec<ZoneConfig>,
     /// The query log's sink (`[query_log]`); each zone says what it logs.
     pub query_log: super::query_log::QueryLogConfig,
+    /// Per-namespace query and miss budgets (`[budget]`); off by default.
+    pub budget: super::budget::BudgetConfig,
 }
 
 /// How nodens reaches the Kubernetes API, for the features that read it

@@ -10,6 +10,7 @@
 //! listed twice, a zero timeout, an upstream that is one of our own listen
 //! addresses).
 
+mod budget;
 mod check;
 mod compile;
 mod file;
@@ -32,6 +33,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use crate::cache::TtlPolicy;
+pub use budget::{BudgetAction, BudgetConfig, BudgetLimits, BudgetPlan, NamespaceBudgetConfig};
 use check::Invalid;
 pub use file::{
     Backend, CacheConfig, File, LinkKind, LogConfig, LogFormat, MetricsConfig, NodeConfig, Policy,
@@ -74,6 +76,8 @@ pub struct Config {
     pub kube_dns: Option<KubeDnsSource>,
     /// The query log's sink (each zone says what it logs).
     pub query_log: QueryLogPlan,
+    /// Per-namespace budgets (`[budget]`); `None`: off.
+    pub budget: Option<BudgetPlan>,
     /// The Service and EndpointSlice watch (`[cluster] follow_api`).
     pub follow_api: Option<FollowApiPlan>,
 }

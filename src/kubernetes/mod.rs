@@ -48,7 +48,8 @@ pub(crate) struct Watches {
     /// The namespaces view and, while it runs, its watch.
     namespaces: std::sync::Arc<Namespaces>,
     namespace_watch: Option<tokio::task::AbortHandle>,
-    /// The client map for autopath and, while it runs, the pod watch.
+    /// The client map for autopath and the budgets and, while it runs,
+    /// the pod watch.
     clients: std::sync::Arc<Clients>,
     pod_watch: Option<tokio::task::AbortHandle>,
     /// The API client and the plan it was made for.
@@ -122,9 +123,10 @@ impl Watches {
         if !namespaces_wanted || self.client.is_none() {
             self.stop_namespaces();
         }
-        // The node's pods: for autopath, and for the zones that answer
-        // IPv4-only pods' AAAA from the A (`no_aaaa_for_ipv4_pods`).
+        // The node's pods: for autopath, the budgets, and the zones that
+        // answer IPv4-only pods' AAAA from the A (`no_aaaa_for_ipv4_pods`).
         let pods_users = config.cluster.search().autopath
+            || config.budget.is_some()
             || config.zones.iter().any(|z| z.no_aaaa_for_ipv4_pods);
         let pods_wanted = pods_users
             .then(|| plan.and_then(|p| p.node_name.clone()))

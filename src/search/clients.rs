@@ -92,6 +92,22 @@ impl Clients {
             .is_some_and(|map| map.ipv4_only(client.to_canonical()))
     }
 
+    /// What `f` makes of the shared namespace name of the pod at
+    /// `client`, when the map is known and holds it (the budgets, which
+    /// keep the name without copying it).
+    pub(crate) fn with_namespace<R>(
+        &self,
+        client: IpAddr,
+        f: impl FnOnce(Option<&Arc<str>>) -> R,
+    ) -> R {
+        let guard = self.0.load();
+        f(guard.as_ref().and_then(|map| {
+            let ip = client.to_canonical();
+            let at = map.0.binary_search_by(|(a, ..)| a.cmp(&ip)).ok()?;
+            Some(&map.0[at].1)
+        }))
+    }
+
     /// Replaces the map (None: not known).
     pub(crate) fn set(&self, map: Option<ClientMap>) {
         self.0.store(map.map(Arc::new));

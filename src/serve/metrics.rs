@@ -76,6 +76,8 @@ pub struct ServeMetrics {
     pub query_log_errors: IntCounter,
     /// Answers served past their TTL while the API watch is current.
     pub held_answers: IntCounter,
+    /// Queries over a namespace's (or unknown client's) budget.
+    pub(crate) budget_exceeded: Counters<crate::admission::budget::BudgetLabels<'static>>,
 }
 
 impl ServeMetrics {
@@ -192,6 +194,10 @@ impl ServeMetrics {
             held_answers: r.counter(
                 "nodens_cache_held_answers_total",
                 "Answers served past their TTL while the Service and EndpointSlice watch was current ([cluster] hold_past_ttl).",
+            ),
+            budget_exceeded: r.counters(
+                "nodens_budget_exceeded_total",
+                "Queries over their namespace's budget (`[budget]`), by namespace (\"\" for clients that are no known pod), budget (rate, misses) and action (drop, refuse).",
             ),
         };
         // Every rule's series from the start, so a dashboard sees zeros.

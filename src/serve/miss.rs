@@ -87,6 +87,9 @@ pub struct MissJob {
     /// one that finished between this miss's lookup and its start is not
     /// asked twice.
     look_again: bool,
+    /// The place among its namespace's misses in flight (`[budget]`),
+    /// taken with `ticket` by the fetch behind a stale answer.
+    budget: Option<crate::admission::budget::BudgetTicket>,
 }
 
 /// What a miss does before it can answer, decided when its task starts.
@@ -159,7 +162,9 @@ fn serve_stale(
 impl Shared {
     /// Makes the miss a job, if the bound on misses in flight allows;
     /// beyond it (a silent upstream under load) the query gets a stale
-    /// answer if there is one, and is dropped otherwise.
+    /// answer if there is one, and is dropped otherwise. So beyond its
+    /// namespace's miss budget (`[budget]`), but then REFUSED if that is
+    /// the budget's action.
     pub(super) fn miss(
         &self,
         request: &Request<'_, '_>,
@@ -196,12 +201,24 @@ impl Shared {
     ) -> Handled<Job> {
         request.stats.cache_miss();
         let settings = request.settings;
-        let Some(ticket) = MissTicket::take(&self.misses_in_flight, settings.max_misses_in_flight)
-        else {
-            self.metrics.rejected("too many misses in flight");
+        let budget = self.take_miss_budget(request);
+        let ticket = match &budget {
+            Ok(_) => MissTicket::take(&self.misses_in_flight, settings.max_misses_in_flight),
+            Err(_) => None,
+        };
+        let Some(ticket) = ticket else {
             let Some(stale) = stale else {
-                return Handled::Drop;
+                return match budget {
+                    Err(action) => self.over_miss_budget(request, action, out),
+                    Ok(_) => {
+                        self.metrics.rejected("too many misses in flight");
+                        Handled::Drop
+                    }
+                };
             };
+            if budget.is_ok() {
+                self.metrics.rejected("too many misses in flight");
+            }
             // Written as a hit is: against the query's arrival.
             let limit = reply_limit(request.proto, request.query, settings);
             let (query, started, stats) = (request.query, request.started, request.stats);
@@ -232,6 +249,7 @@ impl Shared {
             client: request.client,
             for_ipv4_pod,
             look_again,
+            budget: budget.ok().flatten(),
         }))
     }
 
@@ -340,6 +358,7 @@ impl Shared {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let deadline = job.started + job.settings.query_timeout;
         let ticket = job.ticket.take();
+        let budget = job.budget.take();
         let (this, key, zone, settings) = (
             self.clone(),
             job.key.clone(),
@@ -348,7 +367,7 @@ impl Shared {
         );
         self.metrics.inflight.inc();
         self.tasks.spawn_query_on_main(async move {
-            let _ticket = ticket;
+            let _tickets = (ticket, budget);
             let fetched = tokio::time::timeout_at(
                 deadline.into(),
                 this.fetch(&key, &zone, &settings, deadline),

@@ -4,7 +4,8 @@
 //! runs on the listener's thread and answers everything it can without
 //! waiting:
 //!
-//! 1. `admit`: the allow list and the per-client rate limit;
+//! 1. `admit`: the allow list and the per-client rate limit; `budget`:
+//!    the rate budget of the client's namespace (when `[budget]` is on);
 //! 2. parse: a malformed query gets FORMERR/NOTIMP (or nothing);
 //! 3. `route`: the zone of the name, REFUSED if none;
 //! 4. `identity`: the CHAOS identity names (`id.server`, `version.bind`);
@@ -20,6 +21,7 @@
 //! 8. `local`: a name the cluster DNS schema rules out, or one below a
 //!    denied namespace or Service, is NXDOMAIN without asking upstream;
 //! 9. `miss`: everything else becomes a [`MissJob`] ([`Job::Miss`]),
+//!    after the miss budget of the client's namespace (`budget`),
 //!    which the listener runs (a UDP worker polls it as a future of its
 //!    own loop, TCP as a task): coalesce with identical misses, ask the
 //!    zone's upstreams, store, reply; a stale answer when the upstreams
@@ -31,6 +33,7 @@
 mod aaaa;
 mod admit;
 mod autopath;
+mod budget;
 mod follow;
 mod hit;
 pub(crate) mod identity;
@@ -198,6 +201,19 @@ impl Service for Shared {
         };
         if let Some(done) =
             admit::admit(&settings, &self.metrics, packet, client.ip(), started, out)
+        {
+            return self.log_unzoned(&unzoned, done, out);
+        }
+        if let Some(budgets) = &settings.budgets
+            && let Some(done) = budget::spend_query(
+                budgets,
+                &self.search.clients,
+                &self.metrics,
+                packet,
+                client.ip(),
+                started,
+                out,
+            )
         {
             return self.log_unzoned(&unzoned, done, out);
         }

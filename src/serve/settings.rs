@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::admission::{Acl, RateLimiter};
+use crate::admission::{Acl, Budgets, RateLimiter};
 use crate::config::{Config, TcpLimits};
 use crate::search::ClusterRules;
 use crate::tasks::Upkeep;
@@ -32,6 +32,10 @@ pub(crate) struct Settings {
     pub records: Option<crate::records::Stage>,
     /// What the query log writes, and of which zones.
     pub query_log: crate::querylog::Plans,
+    /// The per-namespace budgets (`[budget]`); `None`: off. Rebuilt on
+    /// reload: buckets start full, and misses in flight count from zero
+    /// (the old ones give back to the old table).
+    pub budgets: Option<Arc<Budgets>>,
 }
 
 impl Settings {
@@ -66,6 +70,7 @@ impl Settings {
             identity: config.server.identity.then(Identity::of_this_node),
             records: crate::records::Stage::build(&config.zones, upkeep),
             query_log: crate::querylog::Plans::of(config),
+            budgets: config.budget.as_ref().map(|p| Arc::new(Budgets::new(p))),
         }
     }
 }

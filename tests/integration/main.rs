@@ -15,6 +15,7 @@
 mod abuse;
 mod autopath;
 mod autopath_memory;
+mod budgets;
 mod cluster_schema;
 mod coalescing;
 mod convert_corefile;
