@@ -244,6 +244,7 @@ fn an_ipv4_only_pod_gets_nodata_for_aaaa_and_the_others_their_records() {
     let cold = lab.ask(on, IPV4_POD, "cold.example.com.", Rt::AAAA);
     assert_eq!(cold.response_code(), ResponseCode::NoError, "{cold}");
     assert!(cold.answers().is_empty(), "{cold}");
+    lab.sync();
     assert_eq!(lab.external.count_queries("cold.example.com.", "A"), 1);
     // A name that does not exist stays NXDOMAIN (its A's denial, with the
     // zone's own SOA): a search-list walk goes on.
