@@ -133,8 +133,9 @@ impl Watches {
             .flatten();
         if pods_users && pods_wanted.is_none() && self.pod_watch.is_none() {
             tracing::error!(
-                "autopath, no_aaaa_for_ipv4_pods: no node name (`[kubernetes] node_name` or \
-                 $NODE_NAME, which the chart sets from spec.nodeName); answering without them"
+                "autopath, no_aaaa_for_ipv4_pods, budgets: no node name (`[kubernetes] \
+                 node_name` or $NODE_NAME, which the chart sets from spec.nodeName); answering \
+                 without autopath and AAAA filtering, budgeting clients by address"
             );
         }
         if pods_wanted.is_none() || self.client.is_none() {

@@ -128,8 +128,8 @@ impl Shared {
         rcode::NOERROR
     }
 
-    /// The SOA the upstream sent for the zone `name` is in, when nodens
-    /// learned one (the cluster domain's, the cloud zones').
+    /// The SOA the upstream sent for the zone the asked name is in, when
+    /// nodens learned one (the cluster domain's, the cloud zones').
     fn learned_soa(&self, query: &Query<'_>) -> Option<Arc<Soa>> {
         let mut folded: NameBuf = [0; MAX_NAME_LEN];
         let len = fold_into(query.name(), &mut folded);
