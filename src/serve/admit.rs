@@ -40,6 +40,12 @@ fn refuse(
     out: &mut Vec<u8>,
 ) -> Handled<Job> {
     metrics.rejected(reason);
+    refuse_packet(packet, out)
+}
+
+/// REFUSED for a packet not yet parsed, with its question echoed where it
+/// reads (the budgets refuse here too); nothing for what is not a query.
+pub(super) fn refuse_packet(packet: &[u8], out: &mut Vec<u8>) -> Handled<Job> {
     let (question_end, edns) = match query::parse(packet) {
         Ok(q) => (Some(q.name_end + 4), q.edns),
         Err(query::Reject::Answer {

@@ -20,7 +20,7 @@ use crate::config::BudgetAction;
 use crate::listen::Handled;
 use crate::querylog::Source;
 use crate::search::Clients;
-use crate::wire::{build, query, rcode};
+use crate::wire::{build, rcode};
 
 /// `f` with the spender the query from `client` is counted against.
 #[inline]
@@ -48,21 +48,8 @@ pub(super) fn spend_query(
     match spent {
         Ok(()) => None,
         Err(BudgetAction::Drop) => Some(Handled::Drop),
-        Err(BudgetAction::Refuse) => Some(refuse_packet(packet, out)),
+        Err(BudgetAction::Refuse) => Some(super::admit::refuse_packet(packet, out)),
     }
-}
-
-/// REFUSED for a packet not yet parsed (nothing for one that is no query).
-fn refuse_packet(packet: &[u8], out: &mut Vec<u8>) -> Handled<Job> {
-    let (question_end, edns) = match query::parse(packet) {
-        Ok(q) => (Some(q.name_end + 4), q.edns),
-        Err(query::Reject::Answer {
-            question_end, edns, ..
-        }) => (question_end, edns),
-        Err(query::Reject::Drop(_)) => return Handled::Drop,
-    };
-    build::reply_with_rcode(packet, rcode::REFUSED, question_end, edns, None, out);
-    Handled::Reply
 }
 
 impl Shared {

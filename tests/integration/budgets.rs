@@ -74,8 +74,8 @@ impl Lab {
             &[("slow.example.net.", "erratic {\n    delay 1 1s\n  }")],
         );
         in_netns(&ns.name, || upstream.wait_ready());
-        create_pod(&kube, "team-noisy", "flooder", FLOODER);
-        create_pod(&kube, "team-quiet", "quiet", QUIET);
+        kube.create_pod("team-noisy", "flooder", &[FLOODER], NODE, "");
+        kube.create_pod("team-quiet", "quiet", &[QUIET], NODE, "");
 
         let net = Net::fixed(20);
         let toml = Cfg::new(&net)
@@ -138,32 +138,6 @@ impl Lab {
     fn server(&self) -> SocketAddr {
         self.net.nodens()
     }
-}
-
-fn create_pod(kube: &Kube, namespace: &str, name: &str, ip: &str) {
-    kube.create(&format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {namespace}}}\n\
-         spec:\n  nodeName: {NODE}\n  containers: [{{name: c, image: registry.k8s.io/pause:3.10}}]\n"
-    ));
-    let status = format!(
-        "{{\"status\":{{\"phase\":\"Running\",\"hostIP\":\"10.0.0.1\",\"hostIPs\":[{{\"ip\":\"10.0.0.1\"}}],\
-         \"podIP\":\"{ip}\",\"podIPs\":[{{\"ip\":\"{ip}\"}}]}}}}"
-    );
-    kube.try_kubectl(
-        &[
-            "-n",
-            namespace,
-            "patch",
-            "pod",
-            name,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            &status,
-        ],
-        None,
-    )
-    .unwrap_or_else(|e| panic!("status of pod {namespace}/{name}: {e}"));
 }
 
 /// A query for `name` (A, recursion desired), written by hand so that a
