@@ -10,7 +10,12 @@
 //!   was asked for less than [`CLUSTER_DNS_LAG`] after the purge: the
 //!   cluster DNS watches the same API and may see the change a little
 //!   later than nodens, and a fetch already in flight carries the old
-//!   answer ([`Cache::may_store`]).
+//!   answer ([`Cache::settled`]).
+//! - Nor is an answer held if it was asked for within the cluster DNS's
+//!   TTL after the purge (or after the watch started): the cluster DNS may
+//!   cache its own answers (kubeadm's Corefile has `cache 30`) and give
+//!   the old one until its entry expires. Stored, it expires at its TTL
+//!   as without the feature; held, nothing would ever drop it.
 //! - While the watch is current, an answer it covers may be served up to
 //!   `hold_past_ttl` past its TTL ([`Lookup::Held`]): a change to it would
 //!   have dropped it. When the watch stops being current, held answers
@@ -28,13 +33,25 @@ use arc_swap::ArcSwapOption;
 use super::{Cache, Key};
 use crate::records::hosts::reverse_address;
 use crate::wire::name::label_starts;
+use crate::wire::read_u32;
+use crate::wire::response::{Layout, Section, sane_ttl};
 
 /// How much later than nodens the cluster DNS may see a change (both
 /// watch one API server; a watch event reaches its watchers within
 /// milliseconds of each other unless one is busy).
 pub(crate) const CLUSTER_DNS_LAG: Duration = Duration::from_secs(1);
-/// How long a purge is remembered: past the lag and any query's timeout.
+/// How long a purge is remembered at least: past the lag and any query's
+/// timeout (and past [`Cache::settle_window`]).
 const REMEMBER_PURGE: Duration = Duration::from_secs(10);
+/// The cluster DNS's cache is assumed to keep an answer this long until
+/// nodens has seen longer TTLs from it: kubeadm's Corefile, `cache 30`.
+const MIN_SETTLE: u32 = 30;
+/// The longest a cluster DNS answer is trusted to be cached upstream
+/// (CoreDNS's `kubernetes` plugin allows a TTL of at most 3600).
+const MAX_SETTLE: u32 = 3600;
+/// Purges remembered at most, per map: past this, nothing is held until
+/// a settle window has passed (memory stays bounded in a rollout storm).
+const MAX_REMEMBERED: usize = 65_536;
 /// The TTL a held answer is given: a client that caches it asks again
 /// within a second, as it would learn of a change through nodens.
 pub(crate) const HELD_TTL: u32 = 1;
@@ -82,6 +99,22 @@ fn has_wildcard(name: &[u8]) -> bool {
     label_starts(name).any(|at| name.get(at..at + 2) == Some(b"\x01*"))
 }
 
+/// The TTL of a response as the cluster DNS sent it (before nodens's
+/// clamps): the least of its answer and authority records', or the
+/// negative TTL of a denial.
+pub(crate) fn received_ttl(msg: &[u8], layout: &Layout) -> u32 {
+    if layout.answer_count == 0 {
+        return layout.soa_negative_ttl.unwrap_or(0);
+    }
+    layout
+        .ttls
+        .iter()
+        .filter(|(at, section)| *section != Section::Additional && at + 4 <= msg.len())
+        .map(|(at, _)| sane_ttl(read_u32(msg, *at)))
+        .min()
+        .unwrap_or(0)
+}
+
 /// What a change of the API drops.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct Purge {
@@ -121,6 +154,28 @@ pub(crate) struct Following {
     /// Lately purged Service nodes and addresses, with when.
     recent_nodes: Mutex<HashMap<Box<[u8]>, Instant>>,
     recent_addresses: Mutex<HashMap<IpAddr, Instant>>,
+    /// The largest TTL (seconds) of a covered answer seen from the
+    /// cluster DNS: how long its own cache may keep an answer.
+    cluster_ttl: AtomicU32,
+    /// When every covered name counts as just purged: the watch started
+    /// (it does not know what changed just before), or too many purges
+    /// to remember each.
+    all_purged_at: Mutex<Option<Instant>>,
+}
+
+/// Whether an answer fetched after a purge may be stored, and held
+/// (ordered: the strictest of several purges wins).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Settled {
+    /// Asked for within [`CLUSTER_DNS_LAG`] of a purge of its name: it may
+    /// predate the change. Passed on, neither stored nor learned from.
+    No,
+    /// Asked for within the cluster DNS's TTL of a purge (or of the
+    /// watch's start): it may come from the cluster DNS's own cache.
+    /// Stored with its TTL, never held.
+    Settling,
+    /// Stored, and held if the watch covers it.
+    Yes,
 }
 
 impl Cache {
@@ -137,8 +192,14 @@ impl Cache {
         self.following.hold_secs.load(Ordering::Relaxed)
     }
 
-    /// Replaces what the watch covers (None: no watch runs).
-    pub(crate) fn set_coverage(&self, coverage: Option<Arc<Coverage>>) {
+    /// Replaces what the watch covers (None: no watch runs). A watch
+    /// that starts (or starts again) does not know what changed just
+    /// before: every name counts as purged at that moment.
+    pub(crate) fn set_coverage(&self, coverage: Option<Arc<Coverage>>, now: Instant) {
+        let starts = coverage.is_some() && self.following.coverage.load().is_none();
+        if starts {
+            *crate::lock::lock(&self.following.all_purged_at) = Some(now);
+        }
         self.following.coverage.store(coverage);
     }
 
@@ -151,30 +212,67 @@ impl Cache {
             .is_some_and(|c| c.holds(name))
     }
 
-    /// Whether an answer for `key` asked for at `asked` may be stored: not
-    /// if a purge of its name came less than [`CLUSTER_DNS_LAG`] before
-    /// it was asked for (or after). Miss path only; free without a watch.
-    pub(crate) fn may_store(&self, key: &Key, asked: Instant) -> bool {
-        if self.following.coverage.load().is_none() {
-            return true;
-        }
+    /// Whether an answer for `key` asked for at `asked`, `ttl` its TTL as
+    /// received ([`received_ttl`]), may be stored and held, given the
+    /// purges of its name ([`Settled`]). Miss path only; free without a
+    /// watch.
+    ///
+    /// The cluster DNS's cache ages what it serves: an answer with `ttl`
+    /// left of at most `longest` was stored there no earlier than
+    /// `longest - ttl` (and a second of rounding) before it was asked for.
+    /// Asked for later than that after the purge, it was made after it.
+    pub(crate) fn settled(&self, key: &Key, asked: Instant, ttl: impl Fn() -> u32) -> Settled {
+        let Some(coverage) = self.following.coverage.load_full() else {
+            return Settled::Yes;
+        };
         let name = key.name();
-        let fresh_purge = |at: &Instant| asked < *at + CLUSTER_DNS_LAG;
+        let ttl = ttl();
+        if coverage.holds(name) {
+            self.saw_cluster_ttl(ttl);
+        }
+        let cached_for = self
+            .settle_window()
+            .saturating_sub(Duration::from_secs(ttl.into()));
+        let judge = |at: &Instant| match asked.checked_duration_since(*at) {
+            Some(d) if d >= cached_for + CLUSTER_DNS_LAG => Settled::Yes,
+            Some(d) if d >= CLUSTER_DNS_LAG => Settled::Settling,
+            _ => Settled::No,
+        };
+        // A start is not a change: nothing to refuse, only not to hold.
+        let mut settled = crate::lock::lock(&self.following.all_purged_at)
+            .as_ref()
+            .map_or(Settled::Yes, |at| judge(at).max(Settled::Settling));
         {
             let nodes = crate::lock::lock(&self.following.recent_nodes);
-            if !nodes.is_empty()
-                && label_starts(name).any(|at| nodes.get(&name[at..]).is_some_and(fresh_purge))
-            {
-                return false;
+            if !nodes.is_empty() {
+                for at in label_starts(name).filter_map(|at| nodes.get(&name[at..])) {
+                    settled = settled.min(judge(at));
+                }
             }
         }
         if name.ends_with(b"\x04arpa\x00")
             && let Some(ip) = reverse_address(name)
+            && let Some(at) = crate::lock::lock(&self.following.recent_addresses).get(&ip)
         {
-            let addresses = crate::lock::lock(&self.following.recent_addresses);
-            return !addresses.get(&ip).is_some_and(fresh_purge);
+            settled = settled.min(judge(at));
         }
-        true
+        settled
+    }
+
+    /// Notes a TTL of the cluster DNS: the longest seen bounds how long
+    /// its own cache keeps an answer.
+    fn saw_cluster_ttl(&self, ttl: u32) {
+        self.following
+            .cluster_ttl
+            .fetch_max(ttl.min(MAX_SETTLE), Ordering::Relaxed);
+    }
+
+    /// How long the cluster DNS's cache may keep an answer: the longest
+    /// TTL seen from it, at least kubeadm's 30 s (until one of its fresh
+    /// answers is seen, those seen may have aged in its cache).
+    fn settle_window(&self) -> Duration {
+        let seen = self.following.cluster_ttl.load(Ordering::Relaxed);
+        Duration::from_secs(seen.clamp(MIN_SETTLE, MAX_SETTLE).into())
     }
 
     /// Drops every entry marked holdable: a new watch does not know
@@ -193,13 +291,25 @@ impl Cache {
             return 0;
         }
         {
+            let remember = REMEMBER_PURGE.max(self.settle_window() + CLUSTER_DNS_LAG);
+            let recent = |at: &Instant| now.saturating_duration_since(*at) < remember;
             let mut nodes = crate::lock::lock(&self.following.recent_nodes);
-            nodes.retain(|_, at| now.saturating_duration_since(*at) < REMEMBER_PURGE);
+            nodes.retain(|_, at| recent(at));
             nodes.extend(purge.nodes.iter().map(|n| (n.clone(), now)));
             nodes.extend(purge.exact.iter().map(|n| (n.clone(), now)));
             let mut addresses = crate::lock::lock(&self.following.recent_addresses);
-            addresses.retain(|_, at| now.saturating_duration_since(*at) < REMEMBER_PURGE);
+            addresses.retain(|_, at| recent(at));
             addresses.extend(purge.addresses.iter().map(|a| (*a, now)));
+            if nodes.len() > MAX_REMEMBERED || addresses.len() > MAX_REMEMBERED {
+                // Too many to remember each: every name counts as purged
+                // now, so none is held before a window has passed (the
+                // lag's refusal to store is lost for this one burst).
+                nodes.clear();
+                addresses.clear();
+                nodes.shrink_to(MAX_REMEMBERED);
+                addresses.shrink_to(MAX_REMEMBERED);
+                *crate::lock::lock(&self.following.all_purged_at) = Some(now);
+            }
         }
         let before = self.success.len() + self.denial.len();
         self.success.retain(|key, _| !purge.covers(key.name()));
@@ -291,12 +401,90 @@ mod tests {
         assert!(gone.iter().all(|k| !found(k)));
         assert!(kept.iter().all(found));
         // Without a watch nothing holds storing back.
-        assert!(cache.may_store(&gone[0], t0));
-        cache.set_coverage(Some(Arc::default()));
-        assert!(!cache.may_store(&gone[0], t0 + Duration::from_millis(500)));
-        assert!(!cache.may_store(&gone[3], t0));
-        assert!(cache.may_store(&gone[0], t0 + CLUSTER_DNS_LAG));
-        assert!(cache.may_store(&kept[0], t0));
+        let fresh = || 30; // kubeadm's TTL: an answer made on the spot
+        assert_eq!(cache.settled(&gone[0], t0, fresh), Settled::Yes);
+        cache.set_coverage(Some(covering()), t0 - Duration::from_secs(3600));
+        let after = |ms| t0 + Duration::from_millis(ms);
+        assert_eq!(cache.settled(&gone[0], after(500), fresh), Settled::No);
+        assert_eq!(cache.settled(&gone[3], t0, fresh), Settled::No);
+        assert_eq!(cache.settled(&kept[0], t0, fresh), Settled::Yes);
+        // Past the lag, an answer with its full TTL was made after the
+        // purge; one aged 20 s in the cluster DNS's cache may predate it.
+        assert_eq!(
+            cache.settled(&gone[0], t0 + CLUSTER_DNS_LAG, fresh),
+            Settled::Yes
+        );
+        assert_eq!(
+            cache.settled(&gone[0], after(1000), || 10),
+            Settled::Settling
+        );
+        assert_eq!(
+            cache.settled(&gone[3], after(20_999), || 10),
+            Settled::Settling
+        );
+        assert_eq!(cache.settled(&gone[0], after(21_000), || 10), Settled::Yes);
+        // A longer TTL seen from the cluster DNS widens the window.
+        assert_eq!(cache.settled(&kept[0], t0, || 60), Settled::Yes);
+        assert_eq!(
+            cache.settled(&gone[0], after(30_000), fresh),
+            Settled::Settling
+        );
+        assert_eq!(cache.settled(&gone[0], after(31_000), fresh), Settled::Yes);
+        // Only covered names teach it: an external name's day-long TTL not.
+        let external = failure(&cache, "example.com.", 0);
+        assert_eq!(cache.settled(&external, t0, || 86_400), Settled::Yes);
+        assert_eq!(cache.settled(&gone[0], after(31_000), fresh), Settled::Yes);
+    }
+
+    /// A coverage of `svc.cluster.local.`.
+    fn covering() -> Arc<Coverage> {
+        Arc::new(Coverage {
+            svc_zone: wire("svc.cluster.local."),
+            ..Coverage::default()
+        })
+    }
+
+    #[test]
+    fn nothing_aged_is_held_within_a_window_of_the_watch_starting() {
+        let cache = Cache::new(1 << 20);
+        let t0 = Instant::now();
+        let secs = |s| t0 + Duration::from_secs(s);
+        let key = failure(&cache, "web.team-a.svc.cluster.local.", 0);
+        cache.set_coverage(Some(covering()), t0);
+        assert_eq!(
+            cache.settled(&key, t0, || 30),
+            Settled::Settling,
+            "stored, not held"
+        );
+        assert_eq!(cache.settled(&key, secs(1), || 30), Settled::Yes);
+        assert_eq!(cache.settled(&key, secs(20), || 10), Settled::Settling);
+        assert_eq!(cache.settled(&key, secs(21), || 10), Settled::Yes);
+        // A list update while current is not a start.
+        cache.set_coverage(Some(covering()), secs(40));
+        assert_eq!(cache.settled(&key, secs(41), || 10), Settled::Yes);
+        // Stopped, then started again: a start.
+        cache.set_coverage(None, secs(50));
+        cache.set_coverage(Some(covering()), secs(60));
+        assert_eq!(cache.settled(&key, secs(61), || 10), Settled::Settling);
+    }
+
+    #[test]
+    fn too_many_purges_to_remember_hold_nothing_aged_for_a_window() {
+        let cache = Cache::new(1 << 20);
+        let t0 = Instant::now() + Duration::from_secs(3600);
+        cache.set_coverage(Some(covering()), t0 - Duration::from_secs(3600));
+        let key = failure(&cache, "web.team-a.svc.cluster.local.", 0);
+        let storm = Purge {
+            nodes: (0..=MAX_REMEMBERED)
+                .map(|i| wire(&format!("s{i}.team-b.svc.cluster.local.")))
+                .collect(),
+            ..Purge::default()
+        };
+        cache.purge(&storm, t0);
+        assert!(crate::lock::lock(&cache.following.recent_nodes).is_empty());
+        let secs = |s| t0 + Duration::from_secs(s);
+        assert_eq!(cache.settled(&key, secs(2), || 10), Settled::Settling);
+        assert_eq!(cache.settled(&key, secs(21), || 10), Settled::Yes);
     }
 
     /// An A answer for `name` with TTL 5.

@@ -211,7 +211,7 @@ impl FollowState {
         inner.services_current = false;
         inner.slices_current = false;
         self.shared.cache.set_hold(Duration::ZERO);
-        self.shared.cache.set_coverage(None);
+        self.shared.cache.set_coverage(None, Instant::now());
     }
 
     fn apply_hold(&self, inner: &Inner) {
@@ -323,7 +323,7 @@ impl FollowState {
     fn updated(&self, inner: &mut Inner, purge: &Purge, current: impl FnOnce(&mut Inner)) {
         self.shared
             .cache
-            .set_coverage(Some(Arc::new(Self::coverage(inner))));
+            .set_coverage(Some(Arc::new(Self::coverage(inner))), Instant::now());
         self.purge(purge);
         current(inner);
         self.apply_hold(inner);

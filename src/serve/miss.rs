@@ -20,6 +20,7 @@ use futures_util::FutureExt;
 use super::hit::Request;
 use super::stats::{ListenerStats, ZoneStats};
 use super::{Job, Settings, Shared, reply_limit};
+use crate::cache::follow::{self, Settled};
 use crate::cache::{Entry, Freshness, Key, Kind, Lookup};
 use crate::coalesce::Role;
 use crate::listen::{Handled, Proto};
@@ -551,18 +552,22 @@ impl Shared {
                     let entry = Arc::new(Entry::from_response(&f.msg, &f.layout, &zone.ttl, now));
                     // An answer for a name the API just changed may predate
                     // the change: neither stored nor learned from.
-                    let settled = self.cache.may_store(key, asked);
-                    if settled {
+                    let settled = self
+                        .cache
+                        .settled(key, asked, || follow::received_ttl(&f.msg, &f.layout));
+                    if settled != Settled::No {
                         self.learn(&settings.cluster, key, zone, &entry, (&f.msg, &f.layout));
                     }
-                    if settled
+                    if settled != Settled::No
                         && policy.stores(entry.kind)
                         && (entry.kind != Kind::Failure || !has_usable())
                     {
                         // Names a `rewrite` or multicluster block answers
                         // (`[cluster] exceptions`) are not the watch's.
                         if self.cache.holds(key.name()) && !settings.cluster.excepted(key.name()) {
-                            entry.mark_holdable();
+                            if settled == Settled::Yes {
+                                entry.mark_holdable();
+                            }
                         }
                         self.cache.insert(key.clone(), entry.clone());
                     }

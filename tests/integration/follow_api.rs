@@ -94,12 +94,23 @@ fn config(net: &Net, kube: &Kube, cluster: &str, zone: Zone, core: SocketAddr) -
 
 impl Lab {
     fn start(name: &str, follow_cluster: &str, zone: impl Fn(SocketAddr) -> Zone) -> Lab {
+        Lab::start_with(name, follow_cluster, zone, |ns, kube| {
+            KubeDns::start_bound_ttl(ns, kube, 30)
+        })
+    }
+
+    fn start_with(
+        name: &str,
+        follow_cluster: &str,
+        zone: impl Fn(SocketAddr) -> Zone,
+        cluster_dns: impl FnOnce(&Netns, &Kube) -> KubeDns,
+    ) -> Lab {
         let ns = Netns::create(name);
         let kube = Kube::start(&ns);
         kube.create(&format!(
             "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NS}}}\n"
         ));
-        let core = KubeDns::start_bound_ttl(&ns, &kube, 30);
+        let core = cluster_dns(&ns, &kube);
         let launch = |n: u8, cluster: &str| {
             let toml = config(&Net::fixed(n), &kube, cluster, zone(core.addr), core.addr);
             let mut nodens = Nodens::launch(&toml, &ns.exec());
@@ -531,6 +542,77 @@ fn answers_are_held_past_their_ttl_only_while_the_watch_is_current() {
     assert!(
         refreshed >= 2,
         "at its TTL again: {refreshed} queries in 4 s"
+    );
+    in_netns(&lab.ns.name, || lab.follow.assert_alive());
+}
+
+/// kubeadm's Corefile caches the `kubernetes` plugin's answers (`cache
+/// 30`): after a change the cluster DNS itself gives the old answer until
+/// its cached copy expires, and no node cache asking it can be fresher.
+/// What nodens must not do is hold that old answer past its TTL as if the
+/// watch vouched for it: nothing would ever drop it.
+#[test]
+fn an_old_answer_from_the_cluster_dns_cache_is_never_held() {
+    needs!(
+        Need::Root,
+        Need::Tool("ip"),
+        Need::Kubernetes,
+        Need::CoreDns
+    );
+    const TTL: u64 = 5;
+    let hold = "follow_api = true\nhold_past_ttl = \"5m\"\n";
+    let mut lab = Lab::start_with("cached", hold, cluster_zone, |ns, kube| {
+        KubeDns::start_cached(ns, kube, TTL as u32)
+    });
+    let follow = lab.follow.dns;
+    lab.kube.create(&service("cached", "10.96.0.50", 80));
+    let cached = name("cached");
+    lab.wait_core(&cached, Rt::A, |a| a.contains("10.96.0.50"));
+    assert!(
+        lab.ask(follow, &cached, Rt::A)
+            .unwrap()
+            .contains("10.96.0.50")
+    );
+
+    let recreated = follow_change(
+        &lab,
+        &cached,
+        Rt::A,
+        || {
+            // Another client of the cluster DNS has just asked: its cache
+            // holds the old answer for up to TTL seconds after the change.
+            lab.ask(lab.core.addr, &cached, Rt::A).unwrap();
+            lab.kube
+                .try_kubectl(&["delete", "service", "-n", NS, "cached"], None)
+                .unwrap();
+            lab.kube.create(&service("cached", "10.96.0.51", 80));
+        },
+        |a| a.contains("10.96.0.51") && !a.contains("10.96.0.50"),
+    );
+    eprintln!("behind a caching cluster DNS: {recreated:?}");
+    assert!(
+        recreated.core > Duration::from_secs(1),
+        "the cluster DNS gave its cached old answer for a while: {recreated:?}"
+    );
+    // As fresh as the cluster DNS (its cache and nodens's copy of the
+    // same answer expire together, to the second), and never wrong after.
+    assert!(
+        recreated.nodens <= recreated.core + Duration::from_millis(1500),
+        "{recreated:?}"
+    );
+    assert_eq!(recreated.wrong_after, 0, "{recreated:?}");
+    // Right after, every answer is the new one. (Not held yet: an answer
+    // aged in the cluster DNS's cache may predate the change for 30 s.)
+    let held = lab.metric("nodens_cache_held_answers_total", &[]);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(TTL + 2) {
+        let a = lab.ask(follow, &cached, Rt::A).unwrap();
+        assert!(a.contains("10.96.0.51") && !a.contains("10.96.0.50"), "{a}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!(
+        "held answers after the change: {}",
+        lab.metric("nodens_cache_held_answers_total", &[]) - held
     );
     in_netns(&lab.ns.name, || lab.follow.assert_alive());
 }

@@ -377,6 +377,18 @@ impl KubeDns {
         )
     }
 
+    /// [`KubeDns::start_bound_ttl`] behind CoreDNS's `cache` of the same
+    /// TTL, as kubeadm's Corefile (`ttl 30`, `cache 30`): it gives an old
+    /// answer until its cached copy expires.
+    pub fn start_cached(ns: &Netns, kube: &Kube, ttl: u32) -> KubeDns {
+        KubeDns::start_with(
+            ns,
+            kube,
+            &format!("  bind {COREDNS_IP}\n  cache {ttl}\n"),
+            &format!("insecure\n    ttl {ttl}"),
+        )
+    }
+
     fn start_with(ns: &Netns, kube: &Kube, extra: &str, pods: &str) -> KubeDns {
         let dir = tempfile::tempdir().unwrap();
         let corefile = format!(
