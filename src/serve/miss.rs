@@ -564,10 +564,13 @@ impl Shared {
                     {
                         // Names a `rewrite` or multicluster block answers
                         // (`[cluster] exceptions`) are not the watch's.
-                        if self.cache.holds(key.name()) && !settings.cluster.excepted(key.name()) {
-                            if settled == Settled::Yes {
-                                entry.mark_holdable();
-                            }
+                        // An answer that may come from the cluster DNS's
+                        // cache of before a change is not held.
+                        if settled == Settled::Yes
+                            && self.cache.holds(key.name())
+                            && !settings.cluster.excepted(key.name())
+                        {
+                            entry.mark_holdable();
                         }
                         self.cache.insert(key.clone(), entry.clone());
                     }
