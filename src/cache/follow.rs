@@ -192,6 +192,14 @@ impl Cache {
         self.following.hold_secs.load(Ordering::Relaxed)
     }
 
+    /// Whether `entry` will be held once it expires (marked holdable, and
+    /// a hold set now): then a prefetch would only ask the cluster DNS
+    /// again for what the watch keeps right.
+    #[inline]
+    pub(crate) fn will_hold(&self, entry: &super::Entry) -> bool {
+        entry.is_holdable() && self.hold_secs() != 0
+    }
+
     /// Replaces what the watch covers (None: no watch runs). A watch
     /// that starts (or starts again) does not know what changed just
     /// before: every name counts as purged at that moment.

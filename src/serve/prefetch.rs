@@ -19,7 +19,8 @@ impl Shared {
         request: &Request<'_, '_>,
         listener: &ListenerView,
     ) {
-        if entry.kind == Kind::Failure {
+        // Held answers are kept right by the API watch, not by refreshes.
+        if entry.kind == Kind::Failure || self.cache.will_hold(entry) {
             return;
         }
         let settings = request.settings;

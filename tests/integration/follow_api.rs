@@ -81,8 +81,16 @@ fn node_local_corefile(core: SocketAddr) -> String {
     )
 }
 
-fn config(net: &Net, kube: &Kube, cluster: &str, zone: Zone, core: SocketAddr) -> String {
+fn config(
+    net: &Net,
+    kube: &Kube,
+    cluster: &str,
+    zone: Zone,
+    core: SocketAddr,
+    prefetch_min_hits: u32,
+) -> String {
     Cfg::new(net)
+        .prefetch_min_hits(prefetch_min_hits)
         .zone(zone)
         .zone(reverse_zone(core))
         .raw(&format!(
@@ -94,7 +102,7 @@ fn config(net: &Net, kube: &Kube, cluster: &str, zone: Zone, core: SocketAddr) -
 
 impl Lab {
     fn start(name: &str, follow_cluster: &str, zone: impl Fn(SocketAddr) -> Zone) -> Lab {
-        Lab::start_with(name, follow_cluster, zone, |ns, kube| {
+        Lab::start_with(name, follow_cluster, zone, 0, |ns, kube| {
             KubeDns::start_bound_ttl(ns, kube, 30)
         })
     }
@@ -103,6 +111,7 @@ impl Lab {
         name: &str,
         follow_cluster: &str,
         zone: impl Fn(SocketAddr) -> Zone,
+        prefetch_min_hits: u32,
         cluster_dns: impl FnOnce(&Netns, &Kube) -> KubeDns,
     ) -> Lab {
         let ns = Netns::create(name);
@@ -112,7 +121,14 @@ impl Lab {
         ));
         let core = cluster_dns(&ns, &kube);
         let launch = |n: u8, cluster: &str| {
-            let toml = config(&Net::fixed(n), &kube, cluster, zone(core.addr), core.addr);
+            let toml = config(
+                &Net::fixed(n),
+                &kube,
+                cluster,
+                zone(core.addr),
+                core.addr,
+                prefetch_min_hits,
+            );
             let mut nodens = Nodens::launch(&toml, &ns.exec());
             in_netns(&ns.name, || nodens.wait_ready());
             nodens
@@ -414,6 +430,7 @@ fn changes_of_the_api_reach_the_cache_within_a_second() {
             cluster,
             cluster_zone(core),
             core,
+            0,
         ));
     };
     reload(&lab.plain, 22, "follow_api = true\n");
@@ -473,7 +490,12 @@ fn answers_are_held_past_their_ttl_only_while_the_watch_is_current() {
             .max_ttl(Duration::from_secs(1))
             .query_log("{}")
     };
-    let mut lab = Lab::start("hold", "follow_api = true\nhold_past_ttl = \"5m\"\n", zone);
+    // Prefetch on, as nodens's default and the chart's: a held answer is
+    // not refreshed either.
+    let hold = "follow_api = true\nhold_past_ttl = \"5m\"\n";
+    let mut lab = Lab::start_with("hold", hold, zone, 3, |ns, kube| {
+        KubeDns::start_bound_ttl(ns, kube, 30)
+    });
     let follow = lab.follow.dns;
     lab.kube.create(&service("held", "10.96.0.40", 80));
     let held = name("held");
@@ -561,7 +583,7 @@ fn an_old_answer_from_the_cluster_dns_cache_is_never_held() {
     );
     const TTL: u64 = 5;
     let hold = "follow_api = true\nhold_past_ttl = \"5m\"\n";
-    let mut lab = Lab::start_with("cached", hold, cluster_zone, |ns, kube| {
+    let mut lab = Lab::start_with("cached", hold, cluster_zone, 0, |ns, kube| {
         KubeDns::start_cached(ns, kube, TTL as u32)
     });
     let follow = lab.follow.dns;
