@@ -364,7 +364,8 @@ def fmt(v, unit=""):
 def markdown(r):
     run, st = r["run"], r["steady"]
     lines = [
-        f"# follow-api: cluster cache `{run.get('cluster_cache')}`, hold_past_ttl `{run.get('hold')}`",
+        f"# follow-api: cluster cache `{run.get('cluster_cache')}`, hold_past_ttl `{run.get('hold')}`, "
+        f"prefetch_min_hits `{run.get('prefetch_min_hits', 'default')}`",
         "",
         f"{run.get('nodens_version', '')}; {run.get('coredns', '')}; Kubernetes {run.get('k8s', '')}, "
         f"kube-proxy {run.get('proxy_mode', '')}.",
