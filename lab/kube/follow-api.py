@@ -258,7 +258,7 @@ def analyse(out):
             "held_answers": delta("nodens_cache_held_answers_total") if p != "C" else None,
             "received": None if None in recv else int(recv[1] - recv[0]),
             "steady_answers": 0, "steady_wrong": 0, "steady_wrong_examples": [],
-            "other_answers": 0, "other_wrong": 0,
+            "other_answers": 0, "other_wrong": 0, "steady_timeouts": 0, "other_timeouts": 0,
         }
         for ms, path, name, qtype, rcode, recs in answers:
             if path != p or ms < s0 or ms > s1:
@@ -269,6 +269,7 @@ def analyse(out):
             row[f"{key}_answers"] += 1
             if not ok:
                 row[f"{key}_wrong"] += 1
+                row[f"{key}_timeouts"] += rcode == "TIMEOUT"
                 if key == "steady" and len(row["steady_wrong_examples"]) < 5:
                     row["steady_wrong_examples"].append(f"{ms} {name} {rcode} {','.join(sorted(recs))} want {show(want)}")
         steady["paths"][p] = row
@@ -372,14 +373,15 @@ def markdown(r):
         "",
         f"## Steady window ({st['seconds']:.0f} s, no API change)",
         "",
-        "| path | queries to the cluster DNS | prefetches | held answers | queries received | steady answers | wrong | other answers | wrong |",
+        "| path | queries to the cluster DNS | prefetches | held answers | queries received | steady answers | wrong (timeouts) | other answers | wrong (timeouts) |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for p in ("A", "B", "C"):
         row = st["paths"][p]
         lines.append(f"| {p}: {PATHS[p]} | {fmt(row['to_cluster_dns'])} | {fmt(row['prefetches'])} | "
                      f"{fmt(row['held_answers'])} | {fmt(row['received'])} | "
-                     f"{row['steady_answers']} | {row['steady_wrong']} | {row['other_answers']} | {row['other_wrong']} |")
+                     f"{row['steady_answers']} | {row['steady_wrong']} ({row['steady_timeouts']}) | {row['other_answers']} | "
+                     f"{row['other_wrong']} ({row['other_timeouts']}) |")
     ratio = "-" if st["ratio_a_c"] is None else f"{st['ratio_a_c']:.3f}"
     diff = st.get("sum_vs_cluster")
     lines += [
@@ -392,10 +394,10 @@ def markdown(r):
         "",
         "Times in ms from the API change (the node's watch first showing the final state). "
         "wrong: answers after the API change that were not the new state (stale: the old answer; "
-        "timeouts included); after 1st: wrong answers after the path's first correct one; "
+        "timeouts: no answer within the 100 ms tick); after 1st: wrong answers after the path's first correct one; "
         "last wrong: the last wrong answer's time.",
         "",
-        "| change | question | API change (ms after start) | path | first correct | wrong (stale) | after 1st | last wrong | last answer |",
+        "| change | question | API change (ms after start) | path | first correct | wrong (stale, timeouts) | after 1st | last wrong | last answer |",
         "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | --- |",
     ]
     for row in r["changes"]:
@@ -403,7 +405,7 @@ def markdown(r):
         for p, pr in row["paths"].items():
             lines.append(
                 f"| ({row['scenario']}) | {short} {row['type']} | {fmt(row['api_change_after_start_ms'])} | {p} | "
-                f"{fmt(pr['first_correct_ms'])} | {pr['wrong']} ({pr['stale']}) | {pr['wrong_after_first_correct']} | "
+                f"{fmt(pr['first_correct_ms'])} | {pr['wrong']} ({pr['stale']}, {pr['timeouts']}) | {pr['wrong_after_first_correct']} | "
                 f"{fmt(pr['last_wrong_ms'])} | {pr['last'] or '-'} |")
     lines += ["", "Old and new answers:", ""]
     for row in r["changes"]:
