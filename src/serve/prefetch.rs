@@ -19,8 +19,7 @@ impl Shared {
         request: &Request<'_, '_>,
         listener: &ListenerView,
     ) {
-        // Held answers are kept right by the API watch, not by refreshes.
-        if entry.kind == Kind::Failure || self.cache.will_hold(entry) {
+        if entry.kind == Kind::Failure {
             return;
         }
         let settings = request.settings;
@@ -32,7 +31,9 @@ impl Shared {
         let threshold = Duration::from_millis(
             u64::from(entry.original_ttl) * 10 * u64::from(policy.prefetch_percent),
         );
+        // Held answers are kept right by the API watch, not by refreshes.
         if entry.remaining(request.started) > threshold
+            || self.cache.will_hold(entry)
             || entry.prefetch_started.swap(true, Ordering::Relaxed)
         {
             return;
