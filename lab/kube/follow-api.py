@@ -334,8 +334,15 @@ def analyse(out):
                 }
             rows.append(row)
             pa = row["paths"]["A"]
-            target(f"({sid}) {q[0]} {q[1]}: A's first correct answer within {FIRST_CORRECT_TARGET_MS} ms of the API change",
-                   pa["first_correct_ms"] is not None and pa["first_correct_ms"] <= FIRST_CORRECT_TARGET_MS,
+            # With kubeadm's Corefile the cluster DNS caches its own answers:
+            # nothing asking it can be fresher, so A is judged against it.
+            bound, since = FIRST_CORRECT_TARGET_MS, "the API change"
+            ref = row["paths"].get("cluster", {}).get("first_correct_ms")
+            if run.get("cluster_cache") == "kubeadm" and ref is not None:
+                bound = max(bound, ref + FIRST_CORRECT_TARGET_MS)
+                since = f"the API change, or of the cluster DNS's own first correct answer ({ref} ms)"
+            target(f"({sid}) {q[0]} {q[1]}: A's first correct answer within {FIRST_CORRECT_TARGET_MS} ms of {since}",
+                   pa["first_correct_ms"] is not None and pa["first_correct_ms"] <= bound,
                    f"{pa['first_correct_ms']} ms" if pa["first_correct_ms"] is not None else
                    f"never in {row['window_after_change_ms']} ms (last: {pa['last']})")
             target(f"({sid}) {q[0]} {q[1]}: no wrong answer from A after its first correct one",
