@@ -376,7 +376,8 @@ def markdown(r):
         f"prefetch_min_hits `{run.get('prefetch_min_hits', 'default')}`",
         "",
         f"{run.get('nodens_version', '')}; {run.get('coredns', '')}; Kubernetes {run.get('k8s', '')}, "
-        f"kube-proxy {run.get('proxy_mode', '')}.",
+        f"kube-proxy {run.get('proxy_mode', '')}, {run.get('nodes', '1')} node(s)"
+        + (" (db-0 and pool on the second)." if run.get("nodes") == "2" else "."),
         "",
         f"## Steady window ({st['seconds']:.0f} s, no API change)",
         "",
