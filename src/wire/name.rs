@@ -68,16 +68,22 @@ pub struct Piece {
 /// The one walker of compressed names: reads the possibly compressed name
 /// at `start`, calls `each` for every label and pointer in the order they
 /// are read, and returns the offset just past the name where it starts.
-/// Pointers must point backwards, past the header and inside the message;
-/// at most [`MAX_POINTERS`] are followed (more means a loop), and the name
-/// they spell is at most [`MAX_NAME_LEN`] octets. `each` sees only pieces
-/// that lie inside the message.
+/// Pointers must point backwards, past the header and inside the message,
+/// and what is read through one must end before it (a name it points to
+/// lies wholly earlier: one that runs on past the pointer would read bytes
+/// a reply rewrites, the additional section or the OPT); at most
+/// [`MAX_POINTERS`] are followed (more means a loop), and the name they
+/// spell is at most [`MAX_NAME_LEN`] octets. `each` sees only pieces that
+/// lie inside the message.
 #[inline]
 pub fn walk(msg: &[u8], start: usize, mut each: impl FnMut(Piece)) -> Result<usize, NameError> {
     let mut at = start;
     let mut end = None;
     let mut total = 0usize;
     let mut pointers = 0;
+    // The earliest pointer followed so far: nothing read after it may
+    // reach it.
+    let mut bound = usize::MAX;
     loop {
         let len = *msg.get(at).ok_or(NameError::Truncated)? as usize;
         match len & 0xc0 {
@@ -88,6 +94,9 @@ pub fn walk(msg: &[u8], start: usize, mut each: impl FnMut(Piece)) -> Result<usi
                 }
                 if at + 1 + len > msg.len() {
                     return Err(NameError::Truncated);
+                }
+                if at + 1 + len > bound {
+                    return Err(NameError::BadPointer);
                 }
                 each(Piece {
                     at,
@@ -104,9 +113,10 @@ pub fn walk(msg: &[u8], start: usize, mut each: impl FnMut(Piece)) -> Result<usi
                 let second = *msg.get(at + 1).ok_or(NameError::Truncated)? as usize;
                 let target = ((len & 0x3f) << 8) | second;
                 // Into the header: those bytes are rewritten on every reply.
-                if target >= at || target < super::HEADER_LEN {
+                if target >= at || target < super::HEADER_LEN || at + 2 > bound {
                     return Err(NameError::BadPointer);
                 }
+                bound = at;
                 pointers += 1;
                 if pointers > MAX_POINTERS {
                     return Err(NameError::BadPointer);
@@ -348,6 +358,19 @@ mod tests {
             "pointer into the header"
         );
         assert_eq!(skip(&msg[..16], 15), Err(NameError::Truncated));
+    }
+
+    #[test]
+    fn a_name_read_through_a_pointer_ends_before_the_pointer() {
+        // `\x01b` + pointer to 13: the two bytes before the name, a length
+        // 4 label running over the name itself and on past the pointer.
+        let mut msg = vec![0u8; 12];
+        msg.extend(b"\x00\x04\x01b\xc0\x0d\xc0\x0c");
+        assert_eq!(skip(&msg, 14), Err(NameError::BadPointer));
+        // The same pointer to a name that ends before it is fine.
+        let mut msg = vec![0u8; 12];
+        msg.extend(b"\x01a\x00\x01b\xc0\x0c");
+        assert_eq!(skip(&msg, 15), Ok(19));
     }
 
     #[test]
