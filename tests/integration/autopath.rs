@@ -69,80 +69,21 @@ fn external_zones() -> Vec<(&'static str, String)> {
     ]
 }
 
-/// A pod with a network namespace of its own, behind a veth, and the
-/// pod's resolv.conf (in /etc/netns/NAME, which `ip netns exec` mounts):
-/// where glibc, musl and Go look names up from.
-struct ClientPod {
-    ns: Netns,
-    etc: std::path::PathBuf,
-}
-
-impl ClientPod {
-    fn create(node: &Netns) -> ClientPod {
-        let ns = Netns::create("apod");
-        node.run(&[
-            "ip", "link", "add", "vpod0", "type", "veth", "peer", "name", "eth0", "netns", &ns.name,
-        ]);
-        node.run(&[
-            "ip",
-            "addr",
-            "add",
-            &format!("{NODE_SIDE}/24"),
-            "dev",
-            "vpod0",
-        ]);
-        node.run(&["ip", "link", "set", "vpod0", "up"]);
-        ns.run(&[
-            "ip",
-            "addr",
-            "add",
-            &format!("{CLIENT_POD}/24"),
-            "dev",
-            "eth0",
-        ]);
-        // An IPv6 address too: getaddrinfo's AI_ADDRCONFIG then asks AAAA.
-        ns.run(&[
-            "ip",
-            "addr",
-            "add",
-            "fd00:244::5/64",
-            "dev",
-            "eth0",
-            "nodad",
-        ]);
-        ns.run(&["ip", "link", "set", "eth0", "up"]);
-        let etc = std::path::Path::new("/etc/netns").join(&ns.name);
-        std::fs::create_dir_all(&etc).unwrap();
-        std::fs::write(
-            etc.join("resolv.conf"),
-            format!(
-                "search team-a.svc.cluster.local svc.cluster.local cluster.local corp.internal\n\
-                 nameserver {NODE_SIDE}\noptions ndots:5 timeout:2 attempts:2\n"
-            ),
-        )
-        .unwrap();
-        ClientPod { ns, etc }
-    }
-
-    /// Runs `program` in the pod; its output, or why it failed.
-    fn run(&self, program: &[&str], env: &[(&str, &str)]) -> Result<String, String> {
-        let mut cmd = std::process::Command::new(tool("ip"));
-        cmd.args(["netns", "exec", &self.ns.name]).args(program);
-        cmd.envs(env.iter().copied());
-        let out = cmd.output().unwrap_or_else(|e| panic!("{program:?}: {e}"));
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        if out.status.success() {
-            Ok(text)
-        } else {
-            Err(format!("{text}{}", String::from_utf8_lossy(&out.stderr)))
-        }
-    }
-}
-
-impl Drop for ClientPod {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.etc);
-    }
+/// The resolver clients' pod, with the search list of a pod in `team-a`
+/// and a custom search domain.
+fn client_pod(node: &Netns) -> PodNet {
+    let addrs = PodAddrs {
+        veth: "vpod0",
+        node_side: NODE_SIDE,
+        ipv4: CLIENT_POD,
+        ipv6: "fd00:244::5",
+    };
+    let pod = PodNet::create(node, "apod", &addrs);
+    pod.resolv_conf(&format!(
+        "search team-a.svc.cluster.local svc.cluster.local cluster.local corp.internal\n\
+         nameserver {NODE_SIDE}\noptions ndots:5 timeout:2 attempts:2\n"
+    ));
+    pod
 }
 
 struct Lab {
@@ -151,7 +92,7 @@ struct Lab {
     /// The same configuration without it.
     plain: Nodens,
     kube: Kube,
-    pod: ClientPod,
+    pod: PodNet,
     ns: Netns,
     _core: KubeDns,
     _external: CoreDns,
@@ -234,7 +175,7 @@ impl Lab {
             ("team-a", "away", OTHER_NODE, "node-2", ""),
             ("team-a", "resolver", CLIENT_POD, NODE, ""),
         ];
-        let pod = ClientPod::create(&ns);
+        let pod = client_pod(&ns);
         for (namespace, name, ip, node, spec) in pods {
             create_pod(&kube, namespace, name, ip, node, spec);
         }

@@ -51,7 +51,7 @@ struct Lab {
     /// The same without it.
     plain: Nodens,
     ns: Netns,
-    pod: Netns,
+    pod: PodNet,
     _kube: Kube,
     core: KubeDns,
     external: CoreDns,
@@ -171,38 +171,18 @@ impl Lab {
 /// The resolver clients' pod: a namespace behind a veth, with an IPv6
 /// address of its own (so getaddrinfo's AI_ADDRCONFIG asks AAAA) although
 /// the API lists only its IPv4 one, and the standard search list.
-fn client_pod(node: &Netns) -> Netns {
-    let pod = Netns::create("v4pod");
-    node.run(&[
-        "ip", "link", "add", "vv4p0", "type", "veth", "peer", "name", "eth0", "netns", &pod.name,
-    ]);
-    node.run(&[
-        "ip",
-        "addr",
-        "add",
-        &format!("{NODE_SIDE}/24"),
-        "dev",
-        "vv4p0",
-    ]);
-    node.run(&["ip", "link", "set", "vv4p0", "up"]);
-    pod.run(&[
-        "ip",
-        "addr",
-        "add",
-        &format!("{CLIENT_POD}/24"),
-        "dev",
-        "eth0",
-    ]);
-    pod.run(&[
-        "ip",
-        "addr",
-        "add",
-        "fd00:251::5/64",
-        "dev",
-        "eth0",
-        "nodad",
-    ]);
-    pod.run(&["ip", "link", "set", "eth0", "up"]);
+fn client_pod(node: &Netns) -> PodNet {
+    let addrs = PodAddrs {
+        veth: "vv4p0",
+        node_side: NODE_SIDE,
+        ipv4: CLIENT_POD,
+        ipv6: "fd00:251::5",
+    };
+    let pod = PodNet::create(node, "v4pod", &addrs);
+    pod.resolv_conf(&format!(
+        "search team-a.svc.cluster.local svc.cluster.local cluster.local\n\
+         nameserver {NODE_SIDE}\noptions ndots:5 timeout:2 attempts:2\n"
+    ));
     pod
 }
 
@@ -314,17 +294,6 @@ fn glibc_musl_and_go_in_an_ipv4_only_pod_get_its_ipv4_address_only() {
     let musl = build_musl_lookup(bins.path());
     let go = build_go_lookup(bins.path());
     let lab = Lab::start();
-    let etc = std::path::Path::new("/etc/netns").join(&lab.pod.name);
-    std::fs::create_dir_all(&etc).unwrap();
-    let _cleanup = RemoveOnDrop(etc.clone());
-    std::fs::write(
-        etc.join("resolv.conf"),
-        format!(
-            "search team-a.svc.cluster.local svc.cluster.local cluster.local\n\
-             nameserver {NODE_SIDE}\noptions ndots:5 timeout:2 attempts:2\n"
-        ),
-    )
-    .unwrap();
     let (musl, go) = (musl.to_str().unwrap(), go.to_str().unwrap());
     /// A resolver, the program that looks a name up with it, its environment.
     type Client<'a> = (&'a str, Vec<&'a str>, &'a [(&'a str, &'a str)]);
@@ -335,18 +304,12 @@ fn glibc_musl_and_go_in_an_ipv4_only_pod_get_its_ipv4_address_only() {
     ];
     for (client, program, env) in &clients {
         for (name, address) in [("api.example.com", "192.0.2.10"), ("web", "10.96.0.20")] {
-            let mut args: Vec<&str> = vec!["netns", "exec", &lab.pod.name];
-            args.extend(program);
+            let mut args = program.clone();
             args.push(name);
             let t0 = Instant::now();
-            let out = std::process::Command::new(tool("ip"))
-                .args(&args)
-                .envs(env.iter().copied())
-                .output()
-                .unwrap();
+            let out = lab.pod.run(&args, env);
             let took = t0.elapsed();
-            let text = String::from_utf8_lossy(&out.stdout).to_string();
-            assert!(out.status.success(), "{client} {name}: {text}");
+            let text = out.unwrap_or_else(|e| panic!("{client} {name}: {e}"));
             assert!(text.contains(address), "{client} {name}: {text}");
             assert!(!text.contains("2001:db8"), "{client} {name}: {text}");
             eprintln!("{client} {name}: {:.1} ms", took.as_secs_f64() * 1000.0);
@@ -354,12 +317,4 @@ fn glibc_musl_and_go_in_an_ipv4_only_pod_get_its_ipv4_address_only() {
     }
     lab.sync();
     assert_eq!(lab.aaaa_queries("api.example.com."), 0);
-}
-
-struct RemoveOnDrop(std::path::PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
