@@ -33,6 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dnsquery.h"
+
 #define SOCKETS 16
 #define MAX_QUERIES (1 << 22)
 #define MAX_FRESH 8192 /* -f: sockets open at once (rate x timeout) */
@@ -54,35 +56,6 @@ static uint64_t now_us(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static size_t encode_query(uint8_t *buf, uint16_t id, const char *name)
-{
-	size_t n = 0;
-	buf[n++] = id >> 8;
-	buf[n++] = id & 0xff;
-	buf[n++] = 0x01; /* RD */
-	buf[n++] = 0x00;
-	buf[n++] = 0; buf[n++] = 1; /* QDCOUNT */
-	memset(buf + n, 0, 6);
-	n += 6;
-	const char *p = name;
-	while (*p) {
-		const char *dot = strchr(p, '.');
-		size_t len = dot ? (size_t)(dot - p) : strlen(p);
-		if (len == 0 || len > 63)
-			break;
-		buf[n++] = len;
-		memcpy(buf + n, p, len);
-		n += len;
-		p += len;
-		if (*p == '.')
-			p++;
-	}
-	buf[n++] = 0;
-	buf[n++] = 0; buf[n++] = 1; /* A */
-	buf[n++] = 0; buf[n++] = 1; /* IN */
-	return n;
 }
 
 static void usage(void)
@@ -156,7 +129,7 @@ int main(int argc, char **argv)
 		while (sent < total && start + sent * interval <= t) {
 			int s = sent % nsock;
 			uint16_t id = rand() & 0xffff;
-			size_t len = encode_query(buf, id, names[sent % name_count]);
+			size_t len = encode_query(buf, id, names[sent % name_count], 1 /* A */);
 			queries[sent].sent_us = t;
 			queries[sent].answered_us = -1;
 			if (fresh) {

@@ -37,6 +37,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dnsquery.h"
+
 #define MAX_SERVERS 8
 #define MAX_QUESTIONS 32 /* per server and tick */
 #define MAX_RECORDS 64
@@ -83,35 +85,6 @@ static uint16_t type_code(const char *t)
 		return 33;
 	usage();
 	return 0;
-}
-
-static size_t encode_query(uint8_t *buf, uint16_t id, const struct question *q)
-{
-	size_t n = 0;
-	buf[n++] = id >> 8;
-	buf[n++] = id & 0xff;
-	buf[n++] = 0x01; /* RD */
-	buf[n++] = 0x00;
-	buf[n++] = 0; buf[n++] = 1; /* QDCOUNT */
-	memset(buf + n, 0, 6);
-	n += 6;
-	const char *p = q->name;
-	while (*p && n < 300) {
-		const char *dot = strchr(p, '.');
-		size_t len = dot ? (size_t)(dot - p) : strlen(p);
-		if (len == 0 || len > 63)
-			break;
-		buf[n++] = len;
-		memcpy(buf + n, p, len);
-		n += len;
-		p += len;
-		if (*p == '.')
-			p++;
-	}
-	buf[n++] = 0;
-	buf[n++] = q->type >> 8; buf[n++] = q->type & 0xff;
-	buf[n++] = 0; buf[n++] = 1; /* IN */
-	return n;
 }
 
 /* Reads the (possibly compressed) name at *off into out (dotted, with the
@@ -321,7 +294,7 @@ int main(int argc, char **argv)
 		int left = 0;
 		for (int s = 0; s < nserv; s++) {
 			for (int i = 0; i < nq; i++) {
-				size_t len = encode_query(buf, (uint16_t)(base + i), &qs[i]);
+				size_t len = encode_query(buf, (uint16_t)(base + i), qs[i].name, qs[i].type);
 				pending[s][i] = send(servers[s].fd, buf, len, 0) == (ssize_t)len;
 				if (!pending[s][i])
 					printf("%lld %s %s %s TIMEOUT -\n", real_ms(), servers[s].label, qs[i].name,
