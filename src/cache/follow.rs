@@ -235,7 +235,8 @@ impl Cache {
         };
         let name = key.name();
         let ttl = ttl();
-        if coverage.holds(name) {
+        let covered = coverage.holds(name);
+        if covered {
             self.saw_cluster_ttl(ttl);
         }
         let cached_for = self
@@ -246,10 +247,15 @@ impl Cache {
             Some(d) if d >= CLUSTER_DNS_LAG => Settled::Settling,
             _ => Settled::No,
         };
-        // A start is not a change: nothing to refuse, only not to hold.
-        let mut settled = crate::lock::lock(&self.following.all_purged_at)
-            .as_ref()
-            .map_or(Settled::Yes, |at| judge(at).max(Settled::Settling));
+        // A start is not a change: nothing to refuse, only not to hold
+        // (and only what the watch covers is ever held).
+        let mut settled = if covered {
+            crate::lock::lock(&self.following.all_purged_at)
+                .as_ref()
+                .map_or(Settled::Yes, |at| judge(at).max(Settled::Settling))
+        } else {
+            Settled::Yes
+        };
         {
             let nodes = crate::lock::lock(&self.following.recent_nodes);
             if !nodes.is_empty() {
