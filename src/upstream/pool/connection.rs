@@ -10,7 +10,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, sleep_until, timeout, timeout_at};
 
-use super::{CloseReason, Conn, Inner, Message};
+use super::{CloseReason, Conn, InFlight, Inner, Message};
 use crate::upstream::ExchangeError;
 use crate::wire::framing::{frame, take_frame};
 use crate::wire::response::{Answers, Case, check_answers, with_question};
@@ -97,7 +97,7 @@ impl Inner {
                     write_u16(&mut request.query, 0, qid);
                     frame(&request.query, &mut framed);
                     let deadline = request.deadline;
-                    pending.insert(qid, Pending { question: request.question, deadline, answer: request.answer });
+                    pending.insert(qid, Pending { question: request.question, deadline, answer: request.answer, in_flight: request.in_flight });
                     match timeout_at(deadline, writer.write_all(&framed)).await {
                         Ok(Ok(())) => {}
                         Ok(Err(_)) => break CloseReason::Error,
@@ -128,6 +128,7 @@ impl Inner {
                         // it sends may bring the client's next query here
                         // before this task runs again, and that query must
                         // find this connection free, not dial another.
+                        drop(p.in_flight);
                         self.release(id);
                         let _ = p.answer.send(result);
                         if pending.is_empty() {
@@ -170,4 +171,5 @@ struct Pending {
     question: Vec<u8>,
     deadline: Instant,
     answer: oneshot::Sender<Result<Vec<u8>, ExchangeError>>,
+    in_flight: InFlight,
 }

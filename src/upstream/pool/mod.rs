@@ -23,6 +23,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Instant as StdInstant;
 
+use prometheus::IntGauge;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, timeout_at};
 
@@ -102,6 +103,26 @@ struct Request {
     question: Vec<u8>,
     deadline: Instant,
     answer: oneshot::Sender<Result<Vec<u8>, ExchangeError>>,
+    in_flight: InFlight,
+}
+
+/// Counts one query in `nodens_upstream_inflight` for as long as the
+/// connection holds it: from the send until its answer is read (or the
+/// connection ends). The connection drops it before freeing the slot, so a
+/// queued query handed that slot is never counted beside the one it replaces.
+struct InFlight(IntGauge);
+
+impl InFlight {
+    fn new(gauge: &IntGauge) -> InFlight {
+        gauge.inc();
+        InFlight(gauge.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 /// Why a connection ended, the `reason` label of nodens_upstream_tcp_closed_total.
@@ -179,6 +200,7 @@ impl Pool {
                 question: question.to_vec(),
                 deadline,
                 answer,
+                in_flight: InFlight::new(&self.inner.m.inflight),
             };
             let result = match slot.send(request) {
                 Ok(()) => self.wait_for(answered, deadline).await,
@@ -203,10 +225,7 @@ impl Pool {
         answered: oneshot::Receiver<Result<Vec<u8>, ExchangeError>>,
         deadline: Instant,
     ) -> Result<Vec<u8>, ExchangeError> {
-        self.inner.m.inflight.inc();
-        let answer = timeout_at(deadline, answered).await;
-        self.inner.m.inflight.dec();
-        match answer {
+        match timeout_at(deadline, answered).await {
             Err(_) => Err(ExchangeError::Timeout),
             Ok(Err(_)) => Err(ExchangeError::Closed),
             Ok(Ok(result)) => result,
