@@ -20,6 +20,7 @@
 // What the command line (src/cli/) calls: public areas, each with the
 // surface its `mod.rs` re-exports.
 pub mod config;
+pub mod control;
 pub mod convert;
 pub mod cpus;
 pub mod doctor;
@@ -52,6 +53,7 @@ mod search;
 mod serve;
 mod tasks;
 mod upstream;
+mod workloads;
 
 pub use cache::key::NameBuf;
 pub use cache::snapshot::{Rules as SnapshotRules, read as read_snapshot, write as write_snapshot};

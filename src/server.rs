@@ -43,6 +43,8 @@ pub struct Telemetry {
     pub kubernetes: Arc<KubeMetrics>,
     pub reloads: Counters<ResultLabels<'static>>,
     pub workers: IntGauge,
+    pub control: Arc<crate::control::ControlMetrics>,
+    pub(crate) workloads: crate::workloads::WorkloadMetrics,
 }
 
 impl Telemetry {
@@ -62,6 +64,8 @@ impl Telemetry {
                 "Configuration reloads (SIGHUP), by result.",
             ),
             workers: registry.gauge("nodens_workers", "Worker threads serving queries."),
+            control: Arc::new(crate::control::ControlMetrics::register(&registry)),
+            workloads: crate::workloads::WorkloadMetrics::register(&registry),
             registry,
         }
     }
@@ -221,6 +225,14 @@ impl Server {
             .await;
         if let Some(path) = &config.server.handover_socket {
             server.handover = Some(listen_for_successor(path)?);
+        }
+        if let Some(path) = &config.server.control_socket {
+            crate::control::listen(
+                path,
+                server.shared.clone(),
+                server.telemetry.control.clone(),
+            )
+            .context("the control socket")?;
         }
         // Only now, with everything serving: until the previous process
         // hears `ready` it keeps reading, so a start that fails loses nothing.
@@ -542,6 +554,13 @@ impl Server {
             Arc::new(HttpState {
                 metrics: Box::new(move || {
                     telemetry.cache.observe(&shared.cache.stats());
+                    if let Some(workloads) = &shared.settings.load().workloads {
+                        telemetry.workloads.publish(
+                            workloads,
+                            &shared.search.clients,
+                            std::time::Instant::now(),
+                        );
+                    }
                     telemetry.registry.encode()
                 }),
                 ready,
@@ -628,28 +647,9 @@ impl Server {
 /// replaced. The directory must be nodens's alone (`trust::check_dir`;
 /// created so when missing), the socket is made 0600.
 fn listen_for_successor(path: &Path) -> Result<tokio::net::UnixListener> {
-    if let Some(dir) = path.parent() {
-        if !dir.exists() {
-            use std::os::unix::fs::DirBuilderExt;
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-                .with_context(|| format!("creating {}", dir.display()))?;
-        }
-        crate::trust::check_dir(dir).context("the handover directory")?;
-    }
-    match std::fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("removing {}", path.display())),
-    }
-    let listener = tokio::net::UnixListener::bind(path)
-        .with_context(|| format!("listening for a handover on {}", path.display()))?;
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .with_context(|| format!("making {} private", path.display()))?;
-    Ok(listener)
+    let listener = crate::trust::listen_private(path).context("the handover socket")?;
+    listener.set_nonblocking(true)?;
+    Ok(tokio::net::UnixListener::from_std(listener)?)
 }
 
 async fn accept(

@@ -120,6 +120,37 @@ pub fn make_private(dir: &Path) -> io::Result<()> {
     check_dir(dir)
 }
 
+/// Listens on a Unix socket at `path`, mode 0600, in a directory private
+/// to our uid (created mode 0700 if missing, else checked with
+/// [`check_dir`]); a file left at `path` by an earlier process is replaced.
+/// For nodens's local channels: the handover socket, the control socket.
+pub fn listen_private(path: &Path) -> io::Result<std::os::unix::net::UnixListener> {
+    let context = |what: &str, e: io::Error| {
+        io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
+    };
+    if let Some(dir) = path.parent() {
+        if !dir.exists() {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| context("creating the directory of", e))?;
+        }
+        check_dir(dir)?;
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(context("removing", e)),
+    }
+    let listener =
+        std::os::unix::net::UnixListener::bind(path).map_err(|e| context("listening on", e))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| context("making private", e))?;
+    Ok(listener)
+}
+
 /// The credentials of the process at the other end of a Unix socket, as
 /// the kernel recorded them (at `connect` or `listen`).
 #[derive(Debug, Clone, Copy)]

@@ -289,6 +289,17 @@ impl Cache {
         Duration::from_secs(seen.clamp(MIN_SETTLE, MAX_SETTLE).into())
     }
 
+    /// Drops every cached entry (`nodens cache flush --all`): every
+    /// covered name counts as just purged, so none is held before the
+    /// cluster DNS's own cache has turned over.
+    pub(crate) fn purge_all(&self, now: Instant) -> usize {
+        *crate::lock::lock(&self.following.all_purged_at) = Some(now);
+        let before = self.success.len() + self.denial.len();
+        self.success.clear();
+        self.denial.clear();
+        before
+    }
+
     /// Drops every entry marked holdable: a new watch does not know
     /// what changed since the last one marked them. One pass, at its start.
     pub(crate) fn forget_holdable(&self) {

@@ -12,6 +12,7 @@
 
 pub(crate) mod entry;
 pub(crate) mod follow;
+pub(crate) mod inspect;
 pub(crate) mod key;
 pub(crate) mod metrics;
 pub(crate) mod snapshot;

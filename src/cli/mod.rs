@@ -7,6 +7,7 @@
 //! the exit code. The command line belongs to the binary: the library
 //! (`nodens::`) has no knowledge of flags or exit codes.
 
+mod cache;
 mod check_config;
 mod convert_corefile;
 mod doctor;
@@ -17,6 +18,7 @@ mod report;
 mod run_as;
 mod serve;
 mod supervise;
+mod top;
 mod trace;
 
 use std::path::PathBuf;
@@ -66,6 +68,12 @@ enum Command {
     /// Resolve one name the way the pod's resolver would, printing every
     /// query, its answer code and latency. Exit 0 when the name resolved.
     Trace(trace::TraceArgs),
+    /// A running nodens's cache, over its control socket: show a name's
+    /// entries, flush a name, a zone or all, dump every entry.
+    Cache(cache::CacheArgs),
+    /// A running nodens's busiest workloads, live: queries a second, cache
+    /// hits, NXDOMAIN and SERVFAIL, search-list expansions, names asked.
+    Top(top::TopArgs),
 }
 
 /// Parses the command line, runs the command, reports how it ended.
@@ -78,6 +86,8 @@ pub(crate) fn run() -> ExitCode {
         Command::Querygen(args) => querygen::run(args),
         Command::Doctor(args) => doctor::run(args),
         Command::Trace(args) => trace::run(args),
+        Command::Cache(args) => cache::run(args),
+        Command::Top(args) => top::run(args),
     };
     report::report(outcome)
 }

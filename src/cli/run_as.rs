@@ -29,7 +29,12 @@ pub(super) fn run_as(config: &Config, keep: &[caps::Capability]) -> anyhow::Resu
         .handover_socket
         .as_deref()
         .and_then(|p| p.parent());
-    let dirs: Vec<&Path> = claim.into_iter().chain(handover).collect();
+    let control = config
+        .server
+        .control_socket
+        .as_deref()
+        .and_then(|p| p.parent());
+    let dirs: Vec<&Path> = claim.into_iter().chain(handover).chain(control).collect();
     for dir in &dirs {
         trust::prepare_dir(dir, (uid, gid))
             .with_context(|| format!("making {} nodens's own", dir.display()))?;

@@ -139,6 +139,8 @@ impl File {
                 run_as: s
                     .run_as_user
                     .map(|uid| (uid, s.run_as_group.unwrap_or(uid))),
+                control_socket: s.control_socket.clone(),
+                workload_counters: s.workload_counters,
             },
             cache: CacheSettings {
                 capacity: self.cache.capacity.as_u64(),
@@ -170,7 +172,8 @@ impl File {
                 || self.cluster.autopath
                 || zones.iter().any(|z| z.no_aaaa_for_ipv4_pods)
                 || self.cluster.follow_api
-                || (budget.is_some() && self.kubernetes.node_name().is_some()))
+                || ((budget.is_some() || s.workload_counters)
+                    && self.kubernetes.node_name().is_some()))
             .then(|| super::KubernetesPlan {
                 kubeconfig: self.kubernetes.kubeconfig.clone(),
                 node_name: self.kubernetes.node_name(),

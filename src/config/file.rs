@@ -306,6 +306,12 @@ pub struct ServerConfig {
     /// `health { lameduck }`. 0: drain at once.
     #[serde(with = "humantime_serde")]
     pub lameduck: Duration,
+    /// A Unix socket path for the local control channel (`nodens cache`,
+    /// `nodens top`), in a directory private to nodens's uid; unset: none.
+    pub control_socket: Option<PathBuf>,
+    /// Count queries, hits and answer codes per client workload, for
+    /// `nodens top` and the top-K `nodens_workload_*` metrics.
+    pub workload_counters: bool,
 }
 
 impl Default for ServerConfig {
@@ -333,6 +339,8 @@ impl Default for ServerConfig {
             run_as_user: None,
             run_as_group: None,
             lameduck: Duration::ZERO,
+            control_socket: None,
+            workload_counters: false,
         }
     }
 }

@@ -124,6 +124,10 @@ pub struct ServerSettings {
     pub identity: bool,
     /// The uid and gid to run as (`[server] run_as_user`, `run_as_group`).
     pub run_as: Option<(u32, u32)>,
+    /// The control channel's socket (`[server] control_socket`).
+    pub control_socket: Option<PathBuf>,
+    /// Per-workload counters (`[server] workload_counters`).
+    pub workload_counters: bool,
 }
 
 /// The client TCP bounds (see docs/security.md).

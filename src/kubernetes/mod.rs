@@ -123,12 +123,15 @@ impl Watches {
         if !namespaces_wanted || self.client.is_none() {
             self.stop_namespaces();
         }
-        // The node's pods: for autopath, the budgets, and the zones that
-        // answer IPv4-only pods' AAAA from the A (`no_aaaa_for_ipv4_pods`).
+        // The node's pods: for autopath, the budgets, the zones that
+        // answer IPv4-only pods' AAAA from the A (`no_aaaa_for_ipv4_pods`),
+        // and the workload counters' pod names.
         let pods_users = config.cluster.search().autopath
             || config.budget.is_some()
             || config.zones.iter().any(|z| z.no_aaaa_for_ipv4_pods);
-        let pods_wanted = pods_users
+        // The workload counters name pods when the watch runs, and count
+        // by address without it: no error when it cannot.
+        let pods_wanted = (pods_users || config.server.workload_counters)
             .then(|| plan.and_then(|p| p.node_name.clone()))
             .flatten();
         if pods_users && pods_wanted.is_none() && self.pod_watch.is_none() {

@@ -10,7 +10,7 @@ use std::marker::PhantomData;
 
 use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts};
+use prometheus::{GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts};
 
 /// The labels of one metric family, in the order Prometheus sees them.
 /// Implemented by `Labels<'static>`; a call site passes `Labels<'a>` (`At`)
@@ -87,6 +87,12 @@ impl<L: LabelSet, B: MetricVecBuilder + 'static> Family<L, B> {
         self.vec.with_label_values(labels.values().as_ref())
     }
 
+    /// Drops every child series: for a family whose label values come and
+    /// go (the top-K workloads), so the exposition holds only the current.
+    pub fn reset(&self) {
+        self.vec.reset();
+    }
+
     pub(super) fn collector(&self) -> Box<dyn Collector> {
         Box::new(self.vec.clone())
     }
@@ -94,6 +100,7 @@ impl<L: LabelSet, B: MetricVecBuilder + 'static> Family<L, B> {
 
 pub(crate) type Counters<L> = Family<L, <IntCounterVec as VecOf>::Builder>;
 pub(crate) type Gauges<L> = Family<L, <IntGaugeVec as VecOf>::Builder>;
+pub(crate) type FloatGauges<L> = Family<L, <GaugeVec as VecOf>::Builder>;
 pub(crate) type Histograms<L> = Family<L, <HistogramVec as VecOf>::Builder>;
 
 /// Names the builder type behind each prometheus vector alias.
@@ -114,6 +121,13 @@ pub(super) fn counters<L: LabelSet>(name: &str, help: &str) -> Counters<L> {
 pub(super) fn gauges<L: LabelSet>(name: &str, help: &str) -> Gauges<L> {
     Family {
         vec: IntGaugeVec::new(Opts::new(name, help), L::NAMES).expect("valid metric"),
+        labels: PhantomData,
+    }
+}
+
+pub(super) fn float_gauges<L: LabelSet>(name: &str, help: &str) -> FloatGauges<L> {
+    Family {
+        vec: GaugeVec::new(Opts::new(name, help), L::NAMES).expect("valid metric"),
         labels: PhantomData,
     }
 }

@@ -14,7 +14,7 @@ use prometheus::core::Collector;
 use prometheus::{Encoder, IntCounter, IntGauge, TextEncoder, exponential_buckets};
 
 pub(crate) use family::label_set;
-pub(crate) use family::{Counters, Gauges, Histograms, LabelSet, LabelValue};
+pub(crate) use family::{Counters, FloatGauges, Gauges, Histograms, LabelSet, LabelValue};
 
 /// CoreDNS's `view` label; nodens has no views, so it is always empty.
 pub(crate) const VIEW: &str = "";
@@ -61,6 +61,13 @@ impl Registry {
 
     pub fn gauges<L: LabelSet>(&self, name: &str, help: &str) -> Gauges<L> {
         let family = family::gauges(name, help);
+        self.add(family.collector());
+        family
+    }
+
+    /// Gauges of fractional values (rates, ratios).
+    pub fn float_gauges<L: LabelSet>(&self, name: &str, help: &str) -> FloatGauges<L> {
+        let family = family::float_gauges(name, help);
         self.add(family.collector());
         family
     }

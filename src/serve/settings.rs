@@ -36,6 +36,9 @@ pub(crate) struct Settings {
     /// reload: buckets start full, and misses in flight count from zero
     /// (the old ones give back to the old table).
     pub budgets: Option<Arc<Budgets>>,
+    /// The per-workload counters (`[server] workload_counters`); `None`:
+    /// off. Kept across reloads while on.
+    pub workloads: Option<Arc<crate::workloads::Workloads>>,
 }
 
 impl Settings {
@@ -71,6 +74,16 @@ impl Settings {
             records: crate::records::Stage::build(&config.zones, upkeep),
             query_log: crate::querylog::Plans::of(config),
             budgets: config.budget.as_ref().map(|p| Arc::new(Budgets::new(p))),
+            workloads: config.server.workload_counters.then(|| {
+                let domain = config.cluster.domain();
+                match previous.and_then(|p| p.workloads.clone()) {
+                    Some(kept) => {
+                        kept.set_cluster_domain(domain);
+                        kept
+                    }
+                    None => Arc::new(crate::workloads::Workloads::new(domain)),
+                }
+            }),
         }
     }
 }

@@ -46,6 +46,8 @@ pub struct ZoneStats {
     cache_served_stale: OnceLock<IntCounter>,
     /// The zone's query log, when it logs.
     log: Option<ZoneLog>,
+    /// The per-workload counters, when on.
+    workloads: Option<Arc<crate::workloads::Workloads>>,
 }
 
 impl ZoneStats {
@@ -73,7 +75,14 @@ impl ZoneStats {
             cache_misses: OnceLock::new(),
             cache_served_stale: OnceLock::new(),
             log: None,
+            workloads: None,
         }
+    }
+
+    /// With the per-workload counters, when on.
+    fn with_workloads(mut self, workloads: Option<Arc<crate::workloads::Workloads>>) -> ZoneStats {
+        self.workloads = workloads;
+        self
     }
 
     /// With the zone's query log.
@@ -163,6 +172,9 @@ impl ZoneStats {
     ) {
         if let Some(log) = &self.log {
             log.offer(&answered, proto, rcode, seconds);
+        }
+        if let Some(workloads) = &self.workloads {
+            workloads.count(&answered, rcode);
         }
         let code = (rcode as usize).min(RCODES - 1);
         let plugin = if from_cache_plugin {
@@ -272,6 +284,7 @@ pub(super) fn for_listener(
             .map(|(z, log)| {
                 ZoneStats::new(metrics, &listener.server, &z.name, listener.family, &z.view)
                     .with_log(log)
+                    .with_workloads(settings.workloads.clone())
             })
             .collect()
     })

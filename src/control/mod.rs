@@ -1,0 +1,158 @@
+//! The local control channel: a Unix socket where an operator's `nodens
+//! cache show|flush|dump` and `nodens top` reach the running server
+//! (docs/operations.md).
+//!
+//! The same trust rule as the handover socket (`crate::trust`,
+//! docs/security.md): the socket sits in a directory only nodens's uid can
+//! enter, and a peer that does not run as nodens's uid (`SO_PEERCRED`) is
+//! refused and counted before a byte of its request is read. Root on the
+//! node reaches it by becoming that uid, which the command line does
+//! (`client`), so `kubectl exec` into nodens's container works as is.
+//!
+//! Off the request path: one accepting thread and one thread per client
+//! (at most [`MAX_CLIENTS`] at once), blocking I/O with timeouts. A
+//! request is one line of JSON, the reply lines of JSON ([`protocol`]);
+//! each command is a file of its own.
+
+mod cache_dump;
+mod cache_flush;
+mod cache_show;
+mod client;
+mod metrics;
+mod protocol;
+mod records;
+mod top;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+pub use crate::workloads::{TopView, Workload};
+pub use client::{Client, connect};
+pub use metrics::ControlMetrics;
+pub use protocol::{CachedEntry, FlushScope, Reply, Request};
+
+use crate::log_limit::LogLimiter;
+use crate::serve::Shared;
+use protocol::MAX_REQUEST;
+
+/// Clients served at once; one more is told to come back later.
+const MAX_CLIENTS: usize = 4;
+/// A client must send its request within this long of connecting.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// A client that stops reading a reply is dropped after this long.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the commands act on.
+struct Context {
+    shared: Arc<Shared>,
+    metrics: Arc<ControlMetrics>,
+    clients: AtomicUsize,
+    refusals: LogLimiter,
+}
+
+/// Listens on `path` (its directory must be private to nodens's uid) and
+/// serves the control channel on a thread of its own for as long as the
+/// process lives. A handover's new process binds the path anew; this
+/// one's listener then serves nobody.
+pub fn listen(
+    path: &Path,
+    shared: Arc<Shared>,
+    metrics: Arc<ControlMetrics>,
+) -> anyhow::Result<()> {
+    let listener = crate::trust::listen_private(path)?;
+    let context = Arc::new(Context {
+        shared,
+        metrics,
+        clients: AtomicUsize::new(0),
+        refusals: LogLimiter::new(Duration::from_secs(60)),
+    });
+    std::thread::Builder::new()
+        .name("nodens-control".into())
+        .spawn(move || accept(&listener, &context))?;
+    Ok(())
+}
+
+fn accept(listener: &UnixListener, context: &Arc<Context>) {
+    for stream in listener.incoming() {
+        let Ok(mut stream) = stream else { continue };
+        let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+        if let Err(e) = crate::trust::check_peer(&stream) {
+            context.metrics.refused.inc();
+            if context.refusals.allow().is_some() {
+                tracing::warn!("control socket: refused: {e}");
+            }
+            let _ = write_reply(&mut stream, &Reply::Error(format!("refused: {e}")));
+            continue;
+        }
+        if context.clients.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
+            context.clients.fetch_sub(1, Ordering::AcqRel);
+            let _ = write_reply(&mut stream, &Reply::Error("busy: try again".into()));
+            continue;
+        }
+        let context = context.clone();
+        let spawned = std::thread::Builder::new()
+            .name("nodens-control-client".into())
+            .spawn(move || {
+                serve(stream, &context);
+                context.clients.fetch_sub(1, Ordering::AcqRel);
+            });
+        if spawned.is_err() {
+            tracing::warn!("control socket: cannot start a thread for a client");
+        }
+    }
+}
+
+/// Reads the one request of a trusted client and answers it.
+fn serve(stream: UnixStream, context: &Context) {
+    let _ = stream.set_read_timeout(Some(READ_TIMEOUT));
+    let Ok(reader) = stream.try_clone() else {
+        return;
+    };
+    let mut line = String::new();
+    let read = BufReader::new(reader.take(MAX_REQUEST as u64 + 1)).read_line(&mut line);
+    let mut out = std::io::BufWriter::new(stream);
+    let request = match read {
+        Ok(_) if line.len() > MAX_REQUEST => {
+            Err(format!("a request is at most {MAX_REQUEST} bytes"))
+        }
+        Ok(_) => serde_json::from_str::<Request>(line.trim_end()).map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    let request = match request {
+        Ok(r) => r,
+        Err(why) => {
+            context.metrics.request("invalid");
+            let _ = write_reply(&mut out, &Reply::Error(format!("bad request: {why}")));
+            return;
+        }
+    };
+    let result = match &request {
+        Request::CacheShow { name, qtype } => {
+            context.metrics.request("cache-show");
+            cache_show::run(&context.shared, name, qtype.as_deref(), &mut out)
+        }
+        Request::CacheFlush { scope } => {
+            context.metrics.request("cache-flush");
+            cache_flush::run(&context.shared, &context.metrics, scope, &mut out)
+        }
+        Request::CacheDump => {
+            context.metrics.request("cache-dump");
+            cache_dump::run(&context.shared, &mut out)
+        }
+        Request::Top { limit } => {
+            context.metrics.request("top");
+            top::run(&context.shared, *limit, &mut out)
+        }
+    };
+    let _ = result.and_then(|()| out.flush());
+}
+
+/// Writes one reply line.
+fn write_reply(out: &mut impl Write, reply: &Reply) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *out, reply)?;
+    out.write_all(b"\n")
+}

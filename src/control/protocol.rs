@@ -1,0 +1,98 @@
+//! What goes over the control socket: one request line of JSON from the
+//! client, then reply lines of JSON from nodens until it closes. Lines, not
+//! one document, so a dump of a full cache streams and the client prints
+//! as it reads; JSON, so a script can read `--json` output as it is.
+
+use serde::{Deserialize, Serialize};
+
+/// The longest request line accepted (a name is at most 253 characters).
+pub(crate) const MAX_REQUEST: usize = 4096;
+
+/// One request, the first and only line a client sends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Request {
+    /// The cached entries of one name (every type, view and DO/CD flag), or
+    /// of one type of it.
+    CacheShow {
+        name: String,
+        #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+        qtype: Option<String>,
+    },
+    /// Drops cached entries: of one name, of a zone (the name and every
+    /// name below it), or all.
+    CacheFlush { scope: FlushScope },
+    /// Every cached entry.
+    CacheDump,
+    /// The busiest workloads of the node, as counted since the last
+    /// `top` request of the same client (or since nodens started).
+    Top {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<usize>,
+    },
+}
+
+/// What a flush drops.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub enum FlushScope {
+    Name(String),
+    Zone(String),
+    All,
+}
+
+impl FlushScope {
+    /// The `scope` label of `nodens_cache_flushes_total`.
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            FlushScope::Name(_) => "name",
+            FlushScope::Zone(_) => "zone",
+            FlushScope::All => "all",
+        }
+    }
+}
+
+/// One reply line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reply {
+    /// A cached entry (`cache show`, `cache dump`).
+    Entry(CachedEntry),
+    /// The last line of `cache show` and `cache dump`: how many entries.
+    Done { entries: usize },
+    /// The reply to a flush: the entries dropped.
+    Flushed { scope: String, entries: usize },
+    /// The reply to `top`.
+    Top(crate::workloads::TopView),
+    /// The request was refused or failed; nothing was done.
+    Error(String),
+}
+
+/// A cached entry as an operator reads it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CachedEntry {
+    /// The question name, as the upstream echoed it.
+    pub name: String,
+    #[serde(rename = "type")]
+    pub qtype: String,
+    pub class: String,
+    /// The cache partition (`[[zone]] listen` views); 0 without views.
+    pub view: u8,
+    /// Asked with the DO bit (DNSSEC records kept) / the CD bit.
+    pub dnssec_ok: bool,
+    pub checking_disabled: bool,
+    /// `answer`, `nxdomain`, `nodata` or `failure`.
+    pub kind: String,
+    pub rcode: String,
+    /// `fresh`, `held` (past its TTL, kept while the API watch is
+    /// current), `stale` (past its TTL, served only when the upstreams
+    /// fail) or `expired` (waiting for eviction).
+    pub state: String,
+    /// Seconds of freshness left (0 once past its TTL).
+    pub ttl_left: u64,
+    /// Seconds since it was stored.
+    pub age: u64,
+    /// The answer and authority records, in presentation format, with the
+    /// TTLs a client would get now.
+    pub records: Vec<String>,
+}

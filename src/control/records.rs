@@ -1,0 +1,79 @@
+//! A cached entry in the words an operator reads: its question, state and
+//! records in presentation format (hickory-proto's, the text `dig` prints).
+
+use std::time::{Duration, Instant};
+
+use hickory_proto::op::{Message, ResponseCode};
+use hickory_proto::rr::{DNSClass, RecordType};
+
+use super::protocol::CachedEntry;
+use crate::cache::{Cache, Entry, Key, Kind};
+use crate::serve::Settings;
+
+/// `entry`, stored under `key`, as it stands at `now`.
+pub(super) fn describe(
+    cache: &Cache,
+    key: &Key,
+    entry: &Entry,
+    settings: &Settings,
+    now: Instant,
+) -> CachedEntry {
+    // The window the zone serving this name gives stale answers, as the
+    // hit path would judge it.
+    let stale_max_age = settings
+        .router
+        .route_in(key.view(), key.name())
+        .map_or(Duration::ZERO, |zone| zone.cache.stale_max_age);
+    let parts = entry.parts(now);
+    let age = parts.age.as_secs();
+    let kind = match (parts.kind, parts.rcode) {
+        (Kind::Success, _) => "answer",
+        (Kind::Denial, 3) => "nxdomain",
+        (Kind::Denial, _) => "nodata",
+        (Kind::Failure, _) => "failure",
+    };
+    let (name, records) = match Message::from_vec(parts.wire) {
+        Ok(msg) => {
+            let name = msg
+                .queries()
+                .first()
+                .map_or_else(String::new, |q| q.name().to_string());
+            let records = msg
+                .answers()
+                .iter()
+                .chain(msg.name_servers())
+                .map(|r| {
+                    let mut r = r.clone();
+                    r.set_ttl(r.ttl().saturating_sub(age.min(u32::MAX.into()) as u32));
+                    r.to_string()
+                })
+                .collect();
+            (name, records)
+        }
+        // A failure entry holds only the question; and nothing stored is
+        // left unreadable for it.
+        Err(_) => (crate::wire::name::to_text(key.name()), Vec::new()),
+    };
+    CachedEntry {
+        name,
+        qtype: RecordType::from(key.qtype()).to_string(),
+        class: DNSClass::from(key.qclass()).to_string(),
+        view: key.view(),
+        dnssec_ok: key.dnssec_ok(),
+        checking_disabled: key.checking_disabled(),
+        kind: kind.into(),
+        rcode: ResponseCode::from(0, parts.rcode as u8).to_string(),
+        state: cache.state_of(entry, now, stale_max_age).label().into(),
+        ttl_left: entry.remaining(now).as_secs(),
+        age,
+        records,
+    }
+}
+
+/// A name as an operator types it (`Example.COM`, with or without the
+/// final dot) in the cache's form: lower-case wire.
+pub(super) fn folded(name: &str) -> Result<Box<[u8]>, String> {
+    let mut wire = crate::wire::name::from_text(name).map_err(|e| format!("{name:?}: {e}"))?;
+    wire.make_ascii_lowercase();
+    Ok(wire.into_boxed_slice())
+}
