@@ -149,6 +149,16 @@ fn whole_hit_budgeted(c: &mut Criterion) {
     );
 }
 
+/// Per-workload counters on (`[server] workload_counters`): what a hit
+/// pays for its client's slot (a client that is no known pod).
+fn whole_hit_counted(c: &mut Criterion) {
+    hit_with(
+        c,
+        "handle: cache hit, workload counters on",
+        "[server]\nworkload_counters = true\n",
+    );
+}
+
 /// A whole cache hit through `handle`, with `more` appended to the
 /// configuration (after its zone).
 fn hit_with(c: &mut Criterion, label: &str, more: &str) {
@@ -185,6 +195,7 @@ criterion_group!(
     steps,
     whole_hit,
     whole_hit_logged,
-    whole_hit_budgeted
+    whole_hit_budgeted,
+    whole_hit_counted
 );
 criterion_main!(benches);

@@ -115,6 +115,12 @@ allow = {{ toJson . }}
 {{- if and .Values.handover.enabled (not (include "nodens.podNetwork" .)) }}
 handover_socket = "/run/nodens/handover.sock"
 {{- end }}
+{{- if .Values.server.controlSocket }}
+control_socket = "/run/nodens/control.sock"
+{{- end }}
+{{- if .Values.server.workloadCounters }}
+workload_counters = true
+{{- end }}
 {{- with .Values.server.runAsUser }}
 run_as_user = {{ . | int }}
 run_as_group = {{ $.Values.server.runAsGroup | default . | int }}
