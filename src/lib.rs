@@ -7,8 +7,9 @@
 //! every area reads; [`server`] wires the areas together and handles
 //! signals; `tasks` says where work runs. [`convert`], [`doctor`] and
 //! [`stub`] (`querygen`) are not on the request path; [`node`] sets up the
-//! node's interface and rules and fails open. docs/architecture.md has the
-//! map.
+//! node's interface and rules and fails open; [`control`] serves the local
+//! control socket (`nodens cache`, `nodens top`), reading what `workloads`
+//! counts where replies are counted. docs/architecture.md has the map.
 //!
 //! The layout (mini-redis's shape): the areas the command line calls are
 //! public modules, each re-exporting from its private files what a caller
