@@ -51,6 +51,11 @@ pub(super) struct DoctorArgs {
         default_value = "/var/lib/kubelet/config.yaml"
     )]
     kubelet_config: PathBuf,
+    /// A running nodens's control socket, to name the workloads behind the
+    /// findings (default: the configuration's `control_socket`, else
+    /// /run/nodens/control.sock when it exists).
+    #[arg(long, value_name = "PATH")]
+    control_socket: Option<PathBuf>,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -62,7 +67,19 @@ pub(super) fn run(args: DoctorArgs) -> Result<Outcome, Failure> {
         None => None,
     };
     let (resolv, servers) = resolv_and_servers(&args.resolv_conf, &args.server)?;
+    let control_socket = args
+        .control_socket
+        .or_else(|| {
+            config
+                .as_ref()
+                .and_then(|c| c.server.control_socket.clone())
+        })
+        .or_else(|| {
+            let chart = PathBuf::from(super::cache::DEFAULT_SOCKET);
+            chart.exists().then_some(chart)
+        });
     let options = doctor::Options {
+        control_socket,
         resolv,
         names: args.name,
         probes: (!args.no_probes).then_some(doctor::ProbeOptions {

@@ -12,6 +12,7 @@ pub(crate) mod node;
 pub(crate) mod probe;
 pub(crate) mod resolver;
 pub(crate) mod trace;
+pub(crate) mod workloads;
 
 pub use finding::{Finding, Report, Severity};
 pub use node::{NodeOptions, split_words};
@@ -30,6 +31,9 @@ pub struct Options {
     pub probes: Option<probe::ProbeOptions>,
     /// `None`: the node is not looked at.
     pub node: Option<node::NodeOptions>,
+    /// A running nodens's control socket: its workload counts (`None`:
+    /// not read).
+    pub control_socket: Option<std::path::PathBuf>,
 }
 
 /// Runs the checks asked for and ranks the findings.
@@ -50,6 +54,12 @@ pub fn run(options: Options) -> Report {
     if let Some(node) = &options.node {
         let (lines, findings) = node::check(node);
         report.section("Node", lines);
+        report.add(findings);
+    }
+    // Last: run as root, reading the socket makes this process nodens's uid.
+    if let Some(path) = &options.control_socket {
+        let (lines, findings) = workloads::check(path);
+        report.section("Workloads (nodens's counts)", lines);
         report.add(findings);
     }
     report.rank();
