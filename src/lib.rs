@@ -52,6 +52,7 @@ mod search;
 mod serve;
 mod tasks;
 mod upstream;
+mod warm;
 
 pub use cache::key::NameBuf;
 pub use cache::snapshot::{Rules as SnapshotRules, read as read_snapshot, write as write_snapshot};

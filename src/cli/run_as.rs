@@ -29,7 +29,12 @@ pub(super) fn run_as(config: &Config, keep: &[caps::Capability]) -> anyhow::Resu
         .handover_socket
         .as_deref()
         .and_then(|p| p.parent());
-    let dirs: Vec<&Path> = claim.into_iter().chain(handover).collect();
+    let cache_file = config.cache.snapshot.as_ref().and_then(|s| s.file.parent());
+    let dirs: Vec<&Path> = claim
+        .into_iter()
+        .chain(handover)
+        .chain(cache_file)
+        .collect();
     for dir in &dirs {
         trust::prepare_dir(dir, (uid, gid))
             .with_context(|| format!("making {} nodens's own", dir.display()))?;
