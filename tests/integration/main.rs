@@ -54,5 +54,6 @@ mod upstream_health;
 mod upstream_pool;
 mod upstream_service;
 mod views;
+mod warm_restart;
 mod wire_robustness;
 mod zone_cache;
