@@ -202,7 +202,12 @@ pub(crate) fn load_at_start(
         .map(|z| z.ttl.max_ttl.max(z.ttl.negative_max_ttl))
         .max()
         .unwrap_or(0);
-    let horizon = cache.stale_max_age + Duration::from_secs(longest_ttl.into());
+    let longest_stale = zones
+        .iter()
+        .map(|z| z.cache.stale_max_age)
+        .fold(cache.stale_max_age, Duration::max);
+    // No entry outlives the largest TTL a zone keeps plus its stale window.
+    let horizon = longest_stale + Duration::from_secs(longest_ttl.into());
     let opened = snapshot_file::open(&plan.file, plan.max_size).and_then(|o| {
         o.map(|o| o.age(SystemTime::now(), horizon).map(|age| (o, age)))
             .transpose()

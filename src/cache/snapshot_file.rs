@@ -171,8 +171,8 @@ impl<W: Write> Write for Summed<W> {
 
 /// Writes the entries of `cache` servable within `stale_max_age` to `path`
 /// atomically, the file at most `max_size` bytes (the entries past it left
-/// out). The directory is created private when missing and must be
-/// nodens's alone (`trust::check_dir`).
+/// out). The directory is created private when missing, made private when
+/// ours, and must be nodens's alone (`trust::make_private`).
 pub(crate) fn write(
     path: &Path,
     cache: &Cache,
@@ -190,7 +190,9 @@ pub(crate) fn write(
             .mode(0o700)
             .create(dir)?;
     }
-    crate::trust::check_dir(dir)?;
+    // A directory of ours left open (a hostPath the kubelet created while
+    // nodens runs as root) is closed first; another's is refused.
+    crate::trust::make_private(dir)?;
     let tmp = temporary(path);
     match std::fs::remove_file(&tmp) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
@@ -407,8 +409,10 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
         assert!(matches!(open(&path, 1 << 20), Err(Refused::Untrusted(_))));
-        assert!(write(&path, &filled(1, 300), Duration::ZERO, 1 << 20).is_err());
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        // A write closes a directory of ours first.
+        write(&path, &filled(1, 300), Duration::ZERO, 1 << 20).unwrap();
+        let mode = std::fs::metadata(dir.path()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
         // A symlink is not followed.
         let link = dir.path().join("link.snap");
         std::os::unix::fs::symlink(&path, &link).unwrap();
