@@ -255,3 +255,36 @@ pub(crate) fn load_at_start(
         tracing::warn!(%file, "cache file: {cut}");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::config::Config;
+
+    #[test]
+    fn the_options_are_checked_and_an_error_names_its_line() {
+        assert!(Config::parse("").unwrap().cache.snapshot.is_none());
+        let c = Config::parse("[cache]\nsnapshot_file = \"/var/lib/nodens/cache.snap\"\n").unwrap();
+        let plan = c.cache.snapshot.unwrap();
+        assert_eq!(plan.interval, Duration::from_secs(60));
+        assert_eq!(plan.max_size, 64 << 20);
+        for (text, line, says) in [
+            ("[cache]\nsnapshot_file = \"cache.snap\"\n", 2, "absolute"),
+            (
+                "[cache]\nsnapshot_file = \"/x/c\"\n\nsnapshot_interval = \"5s\"\n",
+                4,
+                "at least 10s",
+            ),
+            (
+                "[cache]\nsnapshot_max_size = \"1 KiB\"\n",
+                2,
+                "at least 65536",
+            ),
+        ] {
+            let e = Config::parse(text).unwrap_err();
+            assert_eq!(e.position.map(|p| p.0), Some(line), "{e}");
+            assert!(e.to_string().contains(says), "{e}");
+        }
+    }
+}

@@ -264,14 +264,17 @@ fn a_bad_cache_file_is_refused_and_nodens_starts_cold() {
 const LOAD_NAMES: usize = 2000;
 const LOAD_RATE: u64 = 400;
 
-/// Asks `load{i}.test.` A for i cycling over [`LOAD_NAMES`], `LOAD_RATE` a
+/// Asks `n{i}.load.test.` A for i cycling over [`LOAD_NAMES`], `LOAD_RATE` a
 /// second, until `stop`; a query nodens does not answer (down) is dropped.
 fn workload(server: SocketAddr, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
     std::thread::spawn(move || {
         let started = Instant::now();
         let mut sent = 0u64;
         while !stop.load(Ordering::Relaxed) && started.elapsed() < secs(120) {
-            let q = Q::new(&format!("load{}.test.", sent as usize % LOAD_NAMES), Rt::A);
+            let q = Q::new(
+                &format!("n{}.load.test.", sent as usize % LOAD_NAMES),
+                Rt::A,
+            );
             let _ = udp_query_timeout(server, &q, ms(200));
             sent += 1;
             sleep_until(started, Duration::from_micros(sent * 1_000_000 / LOAD_RATE));
@@ -322,7 +325,7 @@ fn burst_after_kill(snapshot: bool) -> usize {
     core.sync_log();
     let burst = core.queries()[before..]
         .iter()
-        .filter(|q| q.name.ends_with("load.test."))
+        .filter(|q| q.name.ends_with(".load.test."))
         .count();
     println!(
         "snapshot {snapshot}: {sent} queries sent, {burst} at CoreDNS in the 10 s after the kill"
@@ -342,4 +345,38 @@ fn measure_cluster_dns_queries_after_a_kill() {
     let with = burst_after_kill(true);
     println!("cluster DNS queries in the 10 s after kill -9: without {without}, with {with}");
     assert!(with * 10 < without, "with {with}, without {without}");
+}
+
+/// The file is part of reload: a SIGHUP that sets it starts the writer; one
+/// with an interval below the bound is refused and the writer goes on.
+#[test]
+fn the_file_is_turned_on_by_reload() {
+    needs!(Need::CoreDns);
+    let dir = private_dir();
+    let file = dir.path().join("cache.snap");
+    let (net, core, nodens) = start(|c, z| c.zone(z));
+    ask_all(&nodens);
+    let on = with_file(Cfg::new(&net), &file)
+        .zone(Zone::new("test.", &[core.addr]))
+        .to_toml();
+    nodens.reload(&on);
+    nodens.wait_metric("nodens_config_reloads_total", &[("result", "success")], 1.0);
+    wait_write(&nodens);
+    assert!(file.exists());
+    assert!(nodens.metric("nodens_cache_snapshot_file_entries", &[]) >= NAMES as f64);
+    let too_often = on.replace("snapshot_interval = \"10s\"", "snapshot_interval = \"1s\"");
+    assert_ne!(too_often, on);
+    nodens.reload(&too_often);
+    nodens.wait_metric("nodens_config_reloads_total", &[("result", "failure")], 1.0);
+    let writes = nodens.metric(
+        "nodens_cache_snapshot_writes_total",
+        &[("result", "success")],
+    );
+    wait_until(secs(30), "the next write", || {
+        (nodens.metric(
+            "nodens_cache_snapshot_writes_total",
+            &[("result", "success")],
+        ) > writes)
+            .then_some(())
+    });
 }
