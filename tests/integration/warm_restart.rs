@@ -380,3 +380,47 @@ fn the_file_is_turned_on_by_reload() {
             .then_some(())
     });
 }
+
+/// As the chart runs it: started as root, switching to a uid of its own,
+/// the file's directory a root-owned 0755 directory (the hostPath the
+/// kubelet makes). The directory is made the uid's and private at start,
+/// the file written at SIGTERM is the uid's and closed to others, and the
+/// next start reads it.
+#[test]
+fn run_as_its_own_uid_the_directory_is_made_private_and_the_file_read() {
+    needs!(Need::Root, Need::CoreDns);
+    use std::os::unix::fs::MetadataExt;
+    const UID: u32 = 64998;
+    let base = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = base.path().join("nodens");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let file = dir.join("cache.snap");
+    let (_net, core, mut first) = start(|c, z| {
+        with_file(c, &file)
+            .server_option("run_as_user", &UID.to_string())
+            .zone(z)
+    });
+    ask_all(&first);
+    let toml = config_text(&first);
+    assert!(first.terminate().success());
+    let d = std::fs::metadata(&dir).unwrap();
+    assert_eq!((d.uid(), d.mode() & 0o777), (UID, 0o700));
+    let f = std::fs::metadata(&file).expect("the file written at SIGTERM");
+    assert_eq!((f.uid(), f.mode() & 0o777), (UID, 0o600));
+
+    let second = Nodens::start_toml(&toml);
+    ask_all(&second);
+    core.sync_log();
+    for i in 0..NAMES {
+        assert_eq!(core.count_queries(&name(i), "A"), 1, "{}", name(i));
+    }
+    assert_eq!(
+        second.metric(
+            "nodens_cache_snapshot_file_loads_total",
+            &[("result", "success")]
+        ),
+        1.0
+    );
+}
