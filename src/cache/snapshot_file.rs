@@ -23,7 +23,6 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Read, Seek, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::Cache;
@@ -37,9 +36,20 @@ const HEADER_LEN: u64 = 4 + 4 + 8 + 8 + 4;
 /// now (two readings of one clock, a coarse file system).
 const FUTURE_SLACK: Duration = Duration::from_secs(2);
 
-/// One write at a time in this process: a writer stopped on reload may
-/// still be writing when its successor starts.
-static WRITING: Mutex<()> = Mutex::new(());
+/// One write at a time to a directory, whoever writes: a writer stopped on
+/// reload may still be writing when its successor starts, and around a
+/// handover the old process and the new one may both write. Both use the
+/// same `.tmp`; an exclusive `flock` on the directory, held for the
+/// write, keeps one from renaming the other's half-written file. Released
+/// when the directory's descriptor is closed.
+fn lock_dir(dir: &Path) -> io::Result<File> {
+    let file = File::open(dir)?;
+    // SAFETY: flock(2) on a descriptor `file` owns, open for the call.
+    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), libc::LOCK_EX) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(file)
+}
 
 /// Why a file was not read.
 #[derive(Debug, thiserror::Error)]
@@ -179,7 +189,6 @@ pub(crate) fn write(
     stale_max_age: Duration,
     max_size: u64,
 ) -> io::Result<Written> {
-    let _one = WRITING.lock().unwrap_or_else(|e| e.into_inner());
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
@@ -193,6 +202,7 @@ pub(crate) fn write(
     // A directory of ours left open (a hostPath the kubelet created while
     // nodens runs as root) is closed first; another's is refused.
     crate::trust::make_private(dir)?;
+    let locked = lock_dir(dir)?;
     let tmp = temporary(path);
     match std::fs::remove_file(&tmp) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
@@ -202,7 +212,7 @@ pub(crate) fn write(
         .and_then(|w| std::fs::rename(&tmp, path).map(|()| w));
     match written {
         Ok(w) => {
-            File::open(dir)?.sync_all()?;
+            locked.sync_all()?;
             Ok(w)
         }
         Err(e) => {
@@ -417,6 +427,27 @@ mod tests {
         let link = dir.path().join("link.snap");
         std::os::unix::fs::symlink(&path, &link).unwrap();
         assert!(matches!(open(&link, 1 << 20), Err(Refused::Open(_))));
+    }
+
+    /// Writers at once (a reload's, a handover's two processes) take
+    /// turns: every write succeeds and the file is always one of theirs.
+    #[test]
+    fn writers_at_once_take_turns() {
+        let dir = private_dir();
+        let path = dir.path().join("cache.snap");
+        std::thread::scope(|s| {
+            for n in 1..=4 {
+                let (path, cache) = (&path, filled(n * 50, 300));
+                s.spawn(move || {
+                    for _ in 0..10 {
+                        write(path, &cache, Duration::ZERO, 1 << 20).unwrap();
+                        let opened = open(path, 1 << 20).unwrap().unwrap();
+                        let loaded = load(&opened, Duration::ZERO).1.loaded;
+                        assert!([50, 100, 150, 200].contains(&loaded), "{loaded}");
+                    }
+                });
+            }
+        });
     }
 
     /// The write's time and size for 100,000 A answers (docs/decisions.md):
