@@ -54,6 +54,7 @@ mod search;
 mod serve;
 mod tasks;
 mod upstream;
+mod warm;
 mod workloads;
 
 pub use cache::key::NameBuf;

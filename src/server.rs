@@ -45,6 +45,8 @@ pub struct Telemetry {
     pub workers: IntGauge,
     pub control: Arc<crate::control::ControlMetrics>,
     pub(crate) workloads: crate::workloads::WorkloadMetrics,
+    /// The cache file on the node's disk (`warm`).
+    pub warm: Arc<crate::warm::WarmMetrics>,
 }
 
 impl Telemetry {
@@ -66,6 +68,7 @@ impl Telemetry {
             workers: registry.gauge("nodens_workers", "Worker threads serving queries."),
             control: Arc::new(crate::control::ControlMetrics::register(&registry)),
             workloads: crate::workloads::WorkloadMetrics::register(&registry),
+            warm: Arc::new(crate::warm::WarmMetrics::register(&registry)),
             registry,
         }
     }
@@ -106,6 +109,8 @@ pub struct Server {
     watches: Watches,
     /// The kube-dns ConfigMap's files, read every `kube_dns_config_interval`.
     kube_dns_poll: crate::config::KubeDnsPoll,
+    /// Writes the cache to the node's disk now and then (`warm`).
+    warm: crate::warm::Writer,
 }
 
 /// How giving our sockets to a successor ended: true when it took over.
@@ -168,6 +173,7 @@ impl Server {
             presence: None,
             watches,
             kube_dns_poll: crate::config::KubeDnsPoll::default(),
+            warm: crate::warm::Writer::default(),
         };
         let predecessor = match &config.server.handover_socket {
             Some(path) => {
@@ -195,6 +201,12 @@ impl Server {
             server.inherited = inherited;
             stream
         });
+        if confirm.is_none() {
+            // No handover (a first start, a crash, a reboot): the cache
+            // file, if any, is the freshest cache there is.
+            let (shared, telemetry) = (&server.shared, &server.telemetry);
+            crate::warm::load_at_start(shared, &telemetry.warm, &telemetry.cache, &config.cache);
+        }
         if let Some(plan) = &config.node {
             if confirm.is_some() {
                 // The previous process holds the claim until it exits.
@@ -242,6 +254,11 @@ impl Server {
         }
         server.shared.ready.store(true, Ordering::Relaxed);
         server.shared.prime();
+        let (shared, telemetry) = (&server.shared, &server.telemetry);
+        let upkeep = shared.tasks.upkeep();
+        server
+            .warm
+            .apply(&config.cache, shared, &telemetry.warm, upkeep);
         Ok(server)
     }
 
@@ -395,6 +412,9 @@ impl Server {
         self.apply_listeners(&config.listen)?;
         self.apply_http(&config.http)?;
         self.shared.cache.set_capacity(config.cache.capacity);
+        let upkeep = self.shared.tasks.upkeep();
+        self.warm
+            .apply(&config.cache, &self.shared, &self.telemetry.warm, upkeep);
         let views_changed = !settings
             .router
             .same_views(&self.shared.settings.load().router);
@@ -505,6 +525,7 @@ impl Server {
         self.handover = None;
         self.keep_node = true;
         self.handed_over = true;
+        self.warm.stop();
         self.http.stop();
     }
 
@@ -620,6 +641,11 @@ impl Server {
             );
         }
         self.http.stop();
+        if !self.handed_over {
+            self.warm
+                .last_write(&self.shared, &self.telemetry.warm)
+                .await;
+        }
         if let Some(node) = self.node.take() {
             let plan = node.plan();
             let overruled = self

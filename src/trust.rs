@@ -54,6 +54,21 @@ pub fn check_socket_file(path: &Path) -> io::Result<()> {
     check_owned(path, &meta, 0o077)
 }
 
+/// Checks that `file`, opened from `path`, is a regular file owned by our
+/// uid that no group or other user may read or write, in a directory that
+/// passes [`check_dir`]. The open file is what is checked (`fstat`), so a
+/// file swapped after the check is not the one read.
+pub fn check_private_file(path: &Path, file: &std::fs::File) -> io::Result<()> {
+    if let Some(dir) = path.parent() {
+        check_dir(dir)?;
+    }
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(refused(format!("{} is not a regular file", path.display())));
+    }
+    check_owned(path, &meta, 0o077)
+}
+
 fn check_owned(path: &Path, meta: &std::fs::Metadata, forbidden: u32) -> io::Result<()> {
     let uid = own_uid();
     if meta.uid() != uid {

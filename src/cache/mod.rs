@@ -16,6 +16,7 @@ pub(crate) mod inspect;
 pub(crate) mod key;
 pub(crate) mod metrics;
 pub(crate) mod snapshot;
+pub(crate) mod snapshot_file;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

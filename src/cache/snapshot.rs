@@ -1,6 +1,8 @@
 //! The cache written out and read back: how a process that takes over
 //! starts warm (`listen::handover`), so a rollout over many nodes does not
-//! send every node's queries to the cluster DNS at once.
+//! send every node's queries to the cluster DNS at once; and, behind a
+//! header, the cache file a process started after a crash or a reboot
+//! reads (`snapshot_file`, `crate::warm`).
 //!
 //! A stream of length-prefixed records after a 4-byte magic, ended by a
 //! zero length (the stream stays open for the handover's reply), each a
@@ -285,7 +287,12 @@ fn checked_key(r: &Record<'_>) -> Option<Key> {
 
 /// One record checked as an upstream answer to its key's question and
 /// built anew under the reader's policy.
-fn decode(record: &[u8], now: Instant, rules: &Rules<'_>) -> Result<(Key, Entry), Refusal> {
+fn decode(
+    record: &[u8],
+    now: Instant,
+    added_age: Duration,
+    rules: &Rules<'_>,
+) -> Result<(Key, Entry), Refusal> {
     let r = fields(record).ok_or(Refusal::Malformed)?;
     let key = checked_key(&r).ok_or(Refusal::BadKey)?;
     let question = key.question();
@@ -312,7 +319,8 @@ fn decode(record: &[u8], now: Instant, rules: &Rules<'_>) -> Result<(Key, Entry)
     let policy = (rules.policy)(key.name()).ok_or(Refusal::NoZone)?;
     // Stored as it was `age` ago; an age the clock cannot go back by is
     // past any lifetime.
-    let stored_at = now.checked_sub(r.age).ok_or(Refusal::Expired)?;
+    let age = r.age.checked_add(added_age).ok_or(Refusal::Expired)?;
+    let stored_at = now.checked_sub(age).ok_or(Refusal::Expired)?;
     let entry = Entry::from_response(r.wire, &layout, &policy, stored_at);
     if !entry.is_cacheable() || !entry.is_servable_stale(now, rules.stale_max_age) {
         return Err(Refusal::Expired);
@@ -363,6 +371,19 @@ pub fn read(
     rules: &Rules<'_>,
     input: &mut (impl Read + ?Sized),
 ) -> Loaded {
+    read_aged(cache, now, Duration::ZERO, rules, input)
+}
+
+/// [`read`] of a snapshot written `added_age` before `now` and kept since
+/// (a file): every record's age is that much more, so what expired in
+/// between is dropped and the TTLs served go on counting down.
+pub(crate) fn read_aged(
+    cache: &Cache,
+    now: Instant,
+    added_age: Duration,
+    rules: &Rules<'_>,
+    input: &mut (impl Read + ?Sized),
+) -> Loaded {
     let mut loaded = Loaded::default();
     let mut input = Until {
         inner: input,
@@ -406,7 +427,7 @@ pub fn read(
             loaded.cut = Some(input.cut(e));
             return loaded;
         }
-        match decode(&record, now, rules) {
+        match decode(&record, now, added_age, rules) {
             Ok((key, entry)) => {
                 cache.insert(key, Arc::new(entry));
                 loaded.loaded += 1;
@@ -424,9 +445,35 @@ pub fn write(
     stale_max_age: Duration,
     out: &mut (impl Write + ?Sized),
 ) -> io::Result<usize> {
+    write_bounded(cache, now, stale_max_age, u64::MAX, out).map(|w| w.records)
+}
+
+/// What a bounded write wrote.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Written {
+    pub(crate) records: usize,
+    /// Bytes of the stream, magic and end marker included.
+    pub(crate) bytes: u64,
+    /// Entries left out because the next would have passed the bound.
+    pub(crate) cut: bool,
+}
+
+/// [`write`] in at most `max_bytes` (at least the magic and the end
+/// marker): the entries that fit, in the cache's order, and a well-formed
+/// end. For a file on the node's disk, whose size and write time must not
+/// grow with whatever the cache holds.
+pub(crate) fn write_bounded(
+    cache: &Cache,
+    now: Instant,
+    stale_max_age: Duration,
+    max_bytes: u64,
+    out: &mut (impl Write + ?Sized),
+) -> io::Result<Written> {
     out.write_all(MAGIC)?;
     let mut record = Vec::new();
     let mut count = 0;
+    // The magic and the end marker.
+    let mut bytes = 8u64;
     for (key, entry) in cache.success.iter().chain(cache.denial.iter()) {
         // An answer of a view (`[[zone]] listen`) is not carried: the
         // reader's views may be other ones, and a view's answer must not
@@ -438,13 +485,28 @@ pub fn write(
             continue;
         }
         encode(&key, &entry.parts(now), &mut record);
+        let framed = 4 + record.len() as u64;
+        if bytes.saturating_add(framed) > max_bytes {
+            out.write_all(&0u32.to_be_bytes())?;
+            out.flush()?;
+            return Ok(Written {
+                records: count,
+                bytes,
+                cut: true,
+            });
+        }
         out.write_all(&(record.len() as u32).to_be_bytes())?;
         out.write_all(&record)?;
+        bytes += framed;
         count += 1;
     }
     out.write_all(&0u32.to_be_bytes())?;
     out.flush()?;
-    Ok(count)
+    Ok(Written {
+        records: count,
+        bytes,
+        cut: false,
+    })
 }
 
 #[cfg(test)]

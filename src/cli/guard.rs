@@ -22,6 +22,6 @@ pub(super) async fn run(path: &Path) -> anyhow::Result<Outcome> {
             path.display()
         );
     };
-    run_as(&config, &privileges::for_guarding())?;
+    run_as(&config, &privileges::for_guarding(), None)?;
     Ok(Outcome::Exited(node::guard(plan).await))
 }

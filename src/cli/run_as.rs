@@ -14,9 +14,14 @@ use super::LOG_TARGET;
 
 /// Switches to `[server] run_as_user` (from root, before any thread
 /// starts), keeping `keep`; first makes the directories of nodens's local
-/// channels (the claim's, the handover socket's) private to that uid.
+/// channels (the claim's, the handover and control sockets', and `also`: the cache
+/// file's, for the server alone) private to that uid.
 /// Nothing when unset, or when already that uid (a supervised server).
-pub(super) fn run_as(config: &Config, keep: &[caps::Capability]) -> anyhow::Result<()> {
+pub(super) fn run_as(
+    config: &Config,
+    keep: &[caps::Capability],
+    also: Option<&Path>,
+) -> anyhow::Result<()> {
     let Some((uid, gid)) = config.server.run_as else {
         return Ok(());
     };
@@ -34,7 +39,12 @@ pub(super) fn run_as(config: &Config, keep: &[caps::Capability]) -> anyhow::Resu
         .control_socket
         .as_deref()
         .and_then(|p| p.parent());
-    let dirs: Vec<&Path> = claim.into_iter().chain(handover).chain(control).collect();
+    let dirs: Vec<&Path> = claim
+        .into_iter()
+        .chain(handover)
+        .chain(control)
+        .chain(also)
+        .collect();
     for dir in &dirs {
         trust::prepare_dir(dir, (uid, gid))
             .with_context(|| format!("making {} nodens's own", dir.display()))?;

@@ -52,7 +52,9 @@ pub(super) fn run(args: ServeArgs) -> Result<Outcome, Failure> {
     };
     let log = logging::init(&config.log);
     let keep = privileges::for_serving(config.node.is_some());
-    run_as(&config, &keep).map_err(|e| Failure::from(e).logged())?;
+    // The cache file's directory: the server's alone (the guard mounts none).
+    let cache_dir = config.cache.snapshot.as_ref().and_then(|s| s.file.parent());
+    run_as(&config, &keep, cache_dir).map_err(|e| Failure::from(e).logged())?;
     if let Some(path) = &path
         && !supervised
         && config.node.as_ref().is_some_and(|n| n.fail_open)

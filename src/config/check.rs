@@ -159,6 +159,42 @@ impl File {
                 "cache.prefetch_percent: must be 0 to 100",
             ));
         }
+        self.check_cache_snapshot()
+    }
+
+    /// `[cache] snapshot_*`: an absolute file path, an interval that bounds
+    /// the disk's writes, a size that holds at least a few entries.
+    fn check_cache_snapshot(&self) -> Result<(), Invalid> {
+        let c = &self.cache;
+        if let Some(file) = &c.snapshot_file
+            && (!file.is_absolute() || file.file_name().is_none())
+        {
+            return Err(key(
+                &["cache", "snapshot_file"],
+                format!(
+                    "cache.snapshot_file: `{}` is not an absolute path to a file",
+                    file.display()
+                ),
+            ));
+        }
+        if c.snapshot_interval < crate::warm::MIN_INTERVAL {
+            return Err(key(
+                &["cache", "snapshot_interval"],
+                format!(
+                    "cache.snapshot_interval: must be at least {:?}",
+                    crate::warm::MIN_INTERVAL
+                ),
+            ));
+        }
+        if c.snapshot_max_size.as_u64() < crate::warm::MIN_SIZE {
+            return Err(key(
+                &["cache", "snapshot_max_size"],
+                format!(
+                    "cache.snapshot_max_size: must be at least {} bytes",
+                    crate::warm::MIN_SIZE
+                ),
+            ));
+        }
         Ok(())
     }
 

@@ -150,6 +150,15 @@ impl File {
                 stale_answer_timeout: self.cache.stale_answer_timeout,
                 prefetch_min_hits: self.cache.prefetch_min_hits,
                 prefetch_percent: self.cache.prefetch_percent,
+                snapshot: self
+                    .cache
+                    .snapshot_file
+                    .clone()
+                    .map(|file| super::SnapshotPlan {
+                        file,
+                        interval: self.cache.snapshot_interval,
+                        max_size: self.cache.snapshot_max_size.as_u64(),
+                    }),
             },
             http: self.compile_http()?,
             node: self.node.setup.then(|| NodePlan {

@@ -368,6 +368,14 @@ pub struct CacheConfig {
     pub prefetch_min_hits: u32,
     /// Refresh when this percentage of the original TTL or less remains.
     pub prefetch_percent: u8,
+    /// The cache written to this file now and then and read at start, so a
+    /// crash or a reboot starts warm (`warm`); unset: off.
+    pub snapshot_file: Option<PathBuf>,
+    /// How often the file is written (at least 10 s).
+    #[serde(with = "humantime_serde")]
+    pub snapshot_interval: Duration,
+    /// The largest file written (and read): the entries past it are left out.
+    pub snapshot_max_size: ByteSize,
 }
 
 impl Default for CacheConfig {
@@ -380,6 +388,9 @@ impl Default for CacheConfig {
             stale_answer_timeout: Duration::from_secs(1),
             prefetch_min_hits: 3,
             prefetch_percent: 10,
+            snapshot_file: None,
+            snapshot_interval: Duration::from_secs(60),
+            snapshot_max_size: ByteSize::mib(64),
         }
     }
 }

@@ -174,6 +174,16 @@ pub struct CacheSettings {
     pub stale_answer_timeout: Duration,
     pub prefetch_min_hits: u32,
     pub prefetch_percent: u8,
+    /// The cache's file on the node's disk (`[cache] snapshot_file`).
+    pub snapshot: Option<SnapshotPlan>,
+}
+
+/// Where and how often the cache is written to disk (`warm`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotPlan {
+    pub file: PathBuf,
+    pub interval: Duration,
+    pub max_size: u64,
 }
 
 #[derive(Debug, Clone)]

@@ -55,6 +55,7 @@ mod upstream_health;
 mod upstream_pool;
 mod upstream_service;
 mod views;
+mod warm_restart;
 mod wire_robustness;
 mod workloads;
 mod zone_cache;

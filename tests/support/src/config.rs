@@ -258,6 +258,8 @@ impl Cfg {
         stale_answer_timeout: Duration,
         prefetch_min_hits: u32,
         prefetch_percent: u8,
+        snapshot_file: &str,
+        snapshot_interval: Duration,
     });
 
     /// `[metrics] listen`; "" turns the HTTP endpoint off.

@@ -130,6 +130,10 @@ run_as_group = {{ $.Values.server.runAsGroup | default . | int }}
 capacity = {{ .Values.cache.capacity | toJson }}
 stale_max_age = {{ .Values.cache.staleMaxAge | toJson }}
 prefetch_min_hits = {{ .Values.cache.prefetchMinHits | int }}
+{{- if .Values.cache.snapshotDir }}
+snapshot_file = "/var/lib/nodens/cache.snap"
+snapshot_interval = {{ .Values.cache.snapshotInterval | toJson }}
+{{- end }}
 
 [metrics]
 {{- if and (eq .Values.metrics.address "hostIP") (include "nodens.podNetwork" .) }}

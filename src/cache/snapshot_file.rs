@@ -1,0 +1,474 @@
+//! The cache on the node's disk: a file written now and then and read at
+//! start (`crate::warm`), so a process that could not hand its cache over
+//! (an OOM kill, a crash, a node reboot) starts warm as a handover's does.
+//!
+//! The file is a header, then the handover's stream (`cache::snapshot`):
+//! the magic `NDCF`, the format version (u32), the writer's wall-clock
+//! time (Unix milliseconds, u64), the stream's length (u64) and its CRC-32
+//! (u32). The stream's ages are relative to the time written; the reader
+//! adds the wall-clock time elapsed since (`snapshot::read_aged`), so what
+//! expired while no process ran is dropped and the TTLs go on counting down.
+//!
+//! Written atomically: to `<file>.tmp` beside it, synced, renamed over the
+//! file, the directory synced. A crash at any moment leaves the previous
+//! file or the new one, whole; a `.tmp` left behind is never read.
+//!
+//! Read as input, like the handover's stream: the directory must be
+//! nodens's alone and the file nodens's, closed to others (`trust`); the
+//! length, the CRC, the version and the time are checked before any record
+//! (a torn or truncated file, another format, a file from the future is
+//! refused whole), then each record is checked as a handover's is.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufWriter, Read, Seek, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::Cache;
+use super::snapshot::{self, Written};
+
+const MAGIC: &[u8; 4] = b"NDCF";
+/// The format this nodens writes and reads; a file of another is refused.
+const VERSION: u32 = 1;
+const HEADER_LEN: u64 = 4 + 4 + 8 + 8 + 4;
+/// How far in the future a file's time may be and still count as written
+/// now (two readings of one clock, a coarse file system).
+const FUTURE_SLACK: Duration = Duration::from_secs(2);
+
+/// One write at a time to a directory, whoever writes: a writer stopped on
+/// reload may still be writing when its successor starts, and around a
+/// handover the old process and the new one may both write. Both use the
+/// same `.tmp`; an exclusive `flock` on the directory, held for the
+/// write, keeps one from renaming the other's half-written file. Released
+/// when the directory's descriptor is closed.
+fn lock_dir(dir: &Path) -> io::Result<File> {
+    let file = File::open(dir)?;
+    // SAFETY: flock(2) on a descriptor `file` owns, open for the call.
+    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), libc::LOCK_EX) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(file)
+}
+
+/// Why a file was not read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Refused {
+    #[error("cannot open it: {0}")]
+    Open(#[source] io::Error),
+    /// Its directory or itself is not nodens's alone (`trust`).
+    #[error("not trusted: {0}")]
+    Untrusted(#[source] io::Error),
+    #[error("{size} bytes, more than snapshot_max_size ({max})")]
+    TooLarge { size: u64, max: u64 },
+    #[error("not a nodens cache file")]
+    NotACacheFile,
+    #[error("format version {0}, this nodens reads version {VERSION}")]
+    Version(u32),
+    /// The length or the CRC does not match: cut short or damaged.
+    #[error("truncated or damaged ({0})")]
+    Damaged(&'static str),
+    #[error("written {0:?} in the future: the clock went back")]
+    Future(Duration),
+    #[error("written {age:?} ago, longer than anything in it may be served ({horizon:?})")]
+    TooOld { age: Duration, horizon: Duration },
+    #[error("cannot read it: {0}")]
+    Read(#[source] io::Error),
+}
+
+/// A file that passed the checks of the whole: its stream and its time.
+#[derive(Debug)]
+pub(crate) struct Opened {
+    pub(crate) written_at: SystemTime,
+    pub(crate) stream: Vec<u8>,
+}
+
+impl Opened {
+    /// How long ago the file was written, by the wall clock at `now`:
+    /// refused if in the future, or longer ago than `horizon` (no entry
+    /// lives longer: the largest max_ttl plus the stale window).
+    pub(crate) fn age(&self, now: SystemTime, horizon: Duration) -> Result<Duration, Refused> {
+        let age = match now.duration_since(self.written_at) {
+            Ok(age) => age,
+            Err(e) if e.duration() <= FUTURE_SLACK => Duration::ZERO,
+            Err(e) => return Err(Refused::Future(e.duration())),
+        };
+        if age > horizon {
+            return Err(Refused::TooOld { age, horizon });
+        }
+        Ok(age)
+    }
+}
+
+/// Reads the file at `path` and checks it whole (see the module's
+/// comment); `Ok(None)` when there is none.
+pub(crate) fn open(path: &Path, max_size: u64) -> Result<Option<Opened>, Refused> {
+    // Not through a symlink; a FIFO planted there does not block the open.
+    let file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Refused::Open(e)),
+    };
+    crate::trust::check_private_file(path, &file).map_err(Refused::Untrusted)?;
+    let size = file.metadata().map_err(Refused::Read)?.len();
+    if size > max_size {
+        return Err(Refused::TooLarge {
+            size,
+            max: max_size,
+        });
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    file.take(max_size.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(Refused::Read)?;
+    parse(bytes).map(Some)
+}
+
+fn parse(mut bytes: Vec<u8>) -> Result<Opened, Refused> {
+    if bytes.len() < 8 || &bytes[..4] != MAGIC {
+        return Err(Refused::NotACacheFile);
+    }
+    let word = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    let version = word(4);
+    if version != VERSION {
+        return Err(Refused::Version(version));
+    }
+    if (bytes.len() as u64) < HEADER_LEN {
+        return Err(Refused::Damaged("shorter than its header"));
+    }
+    let long = |at: usize| u64::from_be_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    let (written_ms, length, crc) = (long(8), long(16), word(24));
+    if length != bytes.len() as u64 - HEADER_LEN {
+        return Err(Refused::Damaged("its length is not the one written"));
+    }
+    let stream = bytes.split_off(HEADER_LEN as usize);
+    if crc32fast::hash(&stream) != crc {
+        return Err(Refused::Damaged("the CRC does not match"));
+    }
+    Ok(Opened {
+        written_at: UNIX_EPOCH + Duration::from_millis(written_ms),
+        stream,
+    })
+}
+
+/// `<file>.tmp`, where a write goes before it is renamed over the file.
+pub(crate) fn temporary(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    path.with_file_name(name)
+}
+
+/// A writer that counts and checksums what goes through it.
+struct Summed<W> {
+    inner: W,
+    crc: crc32fast::Hasher,
+}
+
+impl<W: Write> Write for Summed<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.crc.update(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Writes the entries of `cache` servable within `stale_max_age` to `path`
+/// atomically, the file at most `max_size` bytes (the entries past it left
+/// out). The directory is created private when missing, made private when
+/// ours, and must be nodens's alone (`trust::make_private`).
+pub(crate) fn write(
+    path: &Path,
+    cache: &Cache,
+    stale_max_age: Duration,
+    max_size: u64,
+) -> io::Result<Written> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !dir.exists() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
+    // A directory of ours left open (a hostPath the kubelet created while
+    // nodens runs as root) is closed first; another's is refused.
+    crate::trust::make_private(dir)?;
+    let locked = lock_dir(dir)?;
+    let tmp = temporary(path);
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let written = write_new(&tmp, cache, stale_max_age, max_size)
+        .and_then(|w| std::fs::rename(&tmp, path).map(|()| w));
+    match written {
+        Ok(w) => {
+            locked.sync_all()?;
+            Ok(w)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
+
+/// The file at `tmp`, new (mode 0600), written and synced.
+fn write_new(
+    tmp: &Path,
+    cache: &Cache,
+    stale_max_age: Duration,
+    max_size: u64,
+) -> io::Result<Written> {
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(tmp)?;
+    let mut out = Summed {
+        inner: BufWriter::with_capacity(256 << 10, file),
+        crc: crc32fast::Hasher::new(),
+    };
+    // The header's place; its fields are known at the end.
+    out.inner.write_all(&[0; HEADER_LEN as usize])?;
+    let (now, written_at) = (Instant::now(), SystemTime::now());
+    let budget = max_size.saturating_sub(HEADER_LEN);
+    let written = snapshot::write_bounded(cache, now, stale_max_age, budget, &mut out)?;
+    let mut file = out.inner.into_inner().map_err(|e| e.into_error())?;
+    let millis = written_at
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64;
+    let mut header = Vec::with_capacity(HEADER_LEN as usize);
+    header.extend_from_slice(MAGIC);
+    header.extend_from_slice(&VERSION.to_be_bytes());
+    header.extend_from_slice(&millis.to_be_bytes());
+    header.extend_from_slice(&written.bytes.to_be_bytes());
+    header.extend_from_slice(&out.crc.finalize().to_be_bytes());
+    file.rewind()?;
+    file.write_all(&header)?;
+    file.sync_all()?;
+    Ok(Written {
+        bytes: written.bytes + HEADER_LEN,
+        ..written
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::key::KeyRef;
+    use crate::cache::{Entry, Lookup, TtlPolicy};
+    use crate::wire::response;
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::Arc;
+
+    const POLICY: TtlPolicy = TtlPolicy {
+        min_ttl: 0,
+        max_ttl: 3600,
+        negative_max_ttl: 1800,
+        failure_ttl: 5,
+    };
+
+    fn name(i: usize) -> Vec<u8> {
+        let label = format!("host{i}");
+        let mut n = vec![label.len() as u8];
+        n.extend(label.as_bytes());
+        n.extend(b"\x07example\x00");
+        n
+    }
+
+    fn answer(name: &[u8], ttl: u32) -> Vec<u8> {
+        let mut m = vec![0, 1, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0];
+        m.extend(name);
+        m.extend([0, 1, 0, 1, 0xc0, 0x0c, 0, 1, 0, 1]);
+        m.extend(ttl.to_be_bytes());
+        m.extend([0, 4, 192, 0, 2, 1]);
+        m
+    }
+
+    fn key(name: &[u8]) -> KeyRef<'_> {
+        KeyRef {
+            name,
+            qtype: 1,
+            qclass: 1,
+            flags: 0,
+        }
+    }
+
+    fn filled(count: usize, ttl: u32) -> Cache {
+        let cache = Cache::new(1 << 30);
+        let now = Instant::now();
+        for i in 0..count {
+            let n = name(i);
+            let msg = answer(&n, ttl);
+            let layout = response::layout(&msg).unwrap();
+            cache.insert(
+                key(&n).to_owned(),
+                Arc::new(Entry::from_response(&msg, &layout, &POLICY, now)),
+            );
+        }
+        cache
+    }
+
+    fn every_name(_: &[u8]) -> Option<TtlPolicy> {
+        Some(POLICY)
+    }
+
+    fn load(opened: &Opened, age: Duration) -> (Cache, snapshot::Loaded) {
+        let now = Instant::now();
+        let rules = snapshot::Rules {
+            policy: &every_name,
+            stale_max_age: Duration::ZERO,
+            max_records: 1 << 20,
+            deadline: now + Duration::from_secs(60),
+        };
+        let cache = Cache::new(1 << 30);
+        let loaded = snapshot::read_aged(&cache, now, age, &rules, &mut opened.stream.as_slice());
+        (cache, loaded)
+    }
+
+    fn private_dir() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_written_file_reads_back_with_its_time_and_entries() {
+        let dir = private_dir();
+        let path = dir.path().join("sub/cache.snap");
+        let before = SystemTime::now();
+        let w = write(&path, &filled(50, 300), Duration::ZERO, 1 << 20).unwrap();
+        assert_eq!((w.records, w.cut), (50, false));
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), w.bytes);
+        assert!(!temporary(&path).exists());
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let opened = open(&path, 1 << 20).unwrap().unwrap();
+        let age = opened
+            .age(SystemTime::now(), Duration::from_secs(60))
+            .unwrap();
+        assert!(opened.written_at + FUTURE_SLACK >= before && age < Duration::from_secs(5));
+        let (cache, loaded) = load(&opened, Duration::ZERO);
+        assert_eq!((loaded.loaded, loaded.refused), (50, 0));
+        assert!(matches!(
+            cache.lookup(&key(&name(7)), Instant::now(), Duration::ZERO),
+            Lookup::Fresh(_)
+        ));
+        // 301 s later nothing of it is left.
+        let (_, loaded) = load(&opened, Duration::from_secs(301));
+        assert_eq!((loaded.loaded, loaded.refused), (0, 50));
+        assert!(open(&dir.path().join("none"), 1 << 20).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_size_bound_leaves_entries_out() {
+        let dir = private_dir();
+        let path = dir.path().join("cache.snap");
+        let w = write(&path, &filled(100, 300), Duration::ZERO, 2000).unwrap();
+        assert!(w.cut && w.records > 0 && w.records < 100, "{w:?}");
+        assert!(w.bytes <= 2000);
+        let opened = open(&path, 2000).unwrap().unwrap();
+        assert_eq!(load(&opened, Duration::ZERO).1.loaded, w.records);
+        // A reader with a smaller bound refuses it.
+        assert!(matches!(open(&path, 1000), Err(Refused::TooLarge { .. })));
+    }
+
+    #[test]
+    fn damaged_foreign_and_untimely_files_are_refused_whole() {
+        let dir = private_dir();
+        let path = dir.path().join("cache.snap");
+        write(&path, &filled(20, 300), Duration::ZERO, 1 << 20).unwrap();
+        let good = std::fs::read(&path).unwrap();
+        for cut in 0..good.len() {
+            assert!(parse(good[..cut].to_vec()).is_err(), "cut at {cut}");
+        }
+        for at in (0..good.len()).filter(|at| !(8..16).contains(at)) {
+            let mut bad = good.clone();
+            bad[at] ^= 0x40;
+            assert!(parse(bad).is_err(), "flipped at {at}");
+        }
+        let mut other = good.clone();
+        other[4..8].copy_from_slice(&2u32.to_be_bytes());
+        assert!(matches!(parse(other), Err(Refused::Version(2))));
+
+        let opened = parse(good.clone()).unwrap();
+        let hour = Duration::from_secs(3600);
+        let back = opened.written_at - Duration::from_secs(60);
+        assert!(matches!(opened.age(back, hour), Err(Refused::Future(_))));
+        let later = opened.written_at + 2 * hour;
+        assert!(matches!(
+            opened.age(later, hour),
+            Err(Refused::TooOld { .. })
+        ));
+
+        // Open to others: refused; so is a directory open to others.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(matches!(open(&path, 1 << 20), Err(Refused::Untrusted(_))));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(matches!(open(&path, 1 << 20), Err(Refused::Untrusted(_))));
+        // A write closes a directory of ours first.
+        write(&path, &filled(1, 300), Duration::ZERO, 1 << 20).unwrap();
+        let mode = std::fs::metadata(dir.path()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        // A symlink is not followed.
+        let link = dir.path().join("link.snap");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        assert!(matches!(open(&link, 1 << 20), Err(Refused::Open(_))));
+    }
+
+    /// Writers at once (a reload's, a handover's two processes) take
+    /// turns: every write succeeds and the file is always one of theirs.
+    #[test]
+    fn writers_at_once_take_turns() {
+        let dir = private_dir();
+        let path = dir.path().join("cache.snap");
+        std::thread::scope(|s| {
+            for n in 1..=4 {
+                let (path, cache) = (&path, filled(n * 50, 300));
+                s.spawn(move || {
+                    for _ in 0..10 {
+                        write(path, &cache, Duration::ZERO, 1 << 20).unwrap();
+                        let opened = open(path, 1 << 20).unwrap().unwrap();
+                        let loaded = load(&opened, Duration::ZERO).1.loaded;
+                        assert!([50, 100, 150, 200].contains(&loaded), "{loaded}");
+                    }
+                });
+            }
+        });
+    }
+
+    /// The write's time and size for 100,000 A answers (docs/decisions.md):
+    /// `cargo test --release --lib snapshot_file::tests::measure -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn measure_100k_entries() {
+        let dir = private_dir();
+        let path = dir.path().join("cache.snap");
+        let cache = filled(100_000, 300);
+        let started = Instant::now();
+        let w = write(&path, &cache, Duration::ZERO, 64 << 20).unwrap();
+        let wrote = started.elapsed();
+        let started = Instant::now();
+        let opened = open(&path, 64 << 20).unwrap().unwrap();
+        let (_, loaded) = load(&opened, Duration::ZERO);
+        let read = started.elapsed();
+        println!(
+            "100k entries: {} records, {} bytes, write {wrote:?}, read+load {read:?} ({} loaded)",
+            w.records, w.bytes, loaded.loaded
+        );
+        assert_eq!(loaded.loaded, 100_000);
+    }
+}
