@@ -36,6 +36,8 @@ pub(crate) struct Settings {
     /// reload: buckets start full, and misses in flight count from zero
     /// (the old ones give back to the old table).
     pub budgets: Option<Arc<Budgets>>,
+    /// dnstap output (`[dnstap]`); `None`: off.
+    pub dnstap: Option<crate::config::DnstapPlan>,
 }
 
 impl Settings {
@@ -71,6 +73,7 @@ impl Settings {
             records: crate::records::Stage::build(&config.zones, upkeep),
             query_log: crate::querylog::Plans::of(config),
             budgets: config.budget.as_ref().map(|p| Arc::new(Budgets::new(p))),
+            dnstap: config.dnstap.clone(),
         }
     }
 }

@@ -16,6 +16,7 @@ use super::metrics::{
     CacheKindLabels, CacheLabels, DoLabels, PLUGIN_CACHE, PLUGIN_NONE, RequestLabels,
     ResponseLabels, ServeMetrics, SizeLabels, ZoneLabels,
 };
+use crate::dnstap::ClientTap;
 use crate::listen::Proto;
 use crate::querylog::{Answered, Hub, ZoneLog};
 use crate::wire::{QTYPE_LABELS, qtype_label, qtype_slot};
@@ -46,6 +47,8 @@ pub struct ZoneStats {
     cache_served_stale: OnceLock<IntCounter>,
     /// The zone's query log, when it logs.
     log: Option<ZoneLog>,
+    /// The listener's dnstap, when client messages are sent.
+    tap: Option<ClientTap>,
 }
 
 impl ZoneStats {
@@ -73,12 +76,19 @@ impl ZoneStats {
             cache_misses: OnceLock::new(),
             cache_served_stale: OnceLock::new(),
             log: None,
+            tap: None,
         }
     }
 
     /// With the zone's query log.
     fn with_log(mut self, log: Option<ZoneLog>) -> ZoneStats {
         self.log = log;
+        self
+    }
+
+    /// With the listener's dnstap.
+    fn with_tap(mut self, tap: Option<ClientTap>) -> ZoneStats {
+        self.tap = tap;
         self
     }
 
@@ -163,6 +173,9 @@ impl ZoneStats {
     ) {
         if let Some(log) = &self.log {
             log.offer(&answered, proto, rcode, seconds);
+        }
+        if let Some(tap) = &self.tap {
+            tap.offer(&answered, proto, seconds);
         }
         let code = (rcode as usize).min(RCODES - 1);
         let plugin = if from_cache_plugin {
@@ -261,6 +274,7 @@ pub(super) fn for_listener(
     settings: &super::Settings,
     metrics: &Arc<ServeMetrics>,
     query_log: &Hub,
+    dnstap: &crate::dnstap::Hub,
 ) -> StatsGuard {
     listener.state.current(settings.generation, || {
         let zones = settings.router.zones();
@@ -272,6 +286,7 @@ pub(super) fn for_listener(
             .map(|(z, log)| {
                 ZoneStats::new(metrics, &listener.server, &z.name, listener.family, &z.view)
                     .with_log(log)
+                    .with_tap(dnstap.client_tap(settings.dnstap.as_ref(), listener.addr))
             })
             .collect()
     })
