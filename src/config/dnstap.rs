@@ -168,11 +168,23 @@ mod tests {
     #[test]
     fn socket_takes_nodens_and_coredns_forms() {
         for (text, want) in [
-            ("unix:/run/tap.sock", DnstapSocket::Unix("/run/tap.sock".into())),
-            ("unix:///run/tap.sock", DnstapSocket::Unix("/run/tap.sock".into())),
+            (
+                "unix:/run/tap.sock",
+                DnstapSocket::Unix("/run/tap.sock".into()),
+            ),
+            (
+                "unix:///run/tap.sock",
+                DnstapSocket::Unix("/run/tap.sock".into()),
+            ),
             ("/run/tap.sock", DnstapSocket::Unix("/run/tap.sock".into())),
-            ("tcp:127.0.0.1:6000", DnstapSocket::Tcp("127.0.0.1:6000".parse().unwrap())),
-            ("tcp://[::1]:6000", DnstapSocket::Tcp("[::1]:6000".parse().unwrap())),
+            (
+                "tcp:127.0.0.1:6000",
+                DnstapSocket::Tcp("127.0.0.1:6000".parse().unwrap()),
+            ),
+            (
+                "tcp://[::1]:6000",
+                DnstapSocket::Tcp("[::1]:6000".parse().unwrap()),
+            ),
         ] {
             assert_eq!(DnstapSocket::parse(text), Ok(want), "{text}");
         }

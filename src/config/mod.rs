@@ -36,11 +36,11 @@ use ipnet::IpNet;
 use crate::cache::TtlPolicy;
 pub use budget::{BudgetAction, BudgetConfig, BudgetLimits, BudgetPlan, NamespaceBudgetConfig};
 use check::Invalid;
+pub use dnstap::{DnstapConfig, DnstapPlan, DnstapQueue, DnstapSocket};
 pub use file::{
     Backend, CacheConfig, File, LinkKind, LogConfig, LogFormat, MetricsConfig, NodeConfig, Policy,
     PoolConfig, ServerConfig, Transport, ZoneConfig,
 };
-pub use dnstap::{DnstapConfig, DnstapPlan, DnstapQueue, DnstapSocket};
 pub use kube_dns::{KubeDnsPoll, KubeDnsSource};
 use position::Document;
 pub use records::{FallthroughConfig, HostsConfig, RecordsPlan, TemplateConfig};

@@ -82,7 +82,9 @@ impl Writer {
         }
         // A reader lists the types it accepts; none listed: any.
         if !types.is_empty() && !types.iter().any(|t| t == CONTENT_TYPE) {
-            return Err(bad("the reader does not accept protobuf:dnstap.Dnstap".into()));
+            return Err(bad(
+                "the reader does not accept protobuf:dnstap.Dnstap".into()
+            ));
         }
         io.write_all(&control(START, true))?;
         Ok(Writer { stream })
@@ -139,7 +141,9 @@ fn read_control(io: &mut dyn ReadWrite) -> io::Result<(u32, Vec<Vec<u8>>)> {
     while rest.len() >= 8 {
         let field = u32::from_be_bytes(rest[..4].try_into().expect("4 bytes"));
         let flen = u32::from_be_bytes(rest[4..8].try_into().expect("4 bytes")) as usize;
-        let value = rest.get(8..8 + flen).ok_or_else(|| bad("a short field".into()))?;
+        let value = rest
+            .get(8..8 + flen)
+            .ok_or_else(|| bad("a short field".into()))?;
         if field == FIELD_CONTENT_TYPE {
             types.push(value.to_vec());
         }
@@ -166,7 +170,10 @@ mod tests {
     fn control_frames_have_the_escape_length_and_field() {
         let f = control(READY, true);
         assert_eq!(&f[..4], &[0, 0, 0, 0]);
-        assert_eq!(u32::from_be_bytes(f[4..8].try_into().unwrap()) as usize, f.len() - 8);
+        assert_eq!(
+            u32::from_be_bytes(f[4..8].try_into().unwrap()) as usize,
+            f.len() - 8
+        );
         assert_eq!(&f[8..12], &READY.to_be_bytes());
         assert_eq!(&f[12..16], &FIELD_CONTENT_TYPE.to_be_bytes());
         assert_eq!(&f[20..], CONTENT_TYPE);

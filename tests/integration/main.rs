@@ -20,6 +20,7 @@ mod cluster_schema;
 mod coalescing;
 mod convert_corefile;
 mod differential;
+mod dnstap;
 mod doctor;
 mod doctor_node;
 mod endpoint_discovery;
