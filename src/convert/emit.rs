@@ -78,7 +78,10 @@ fn dnstap(w: &mut String, plan: &Plan) {
         let _ = writeln!(w, "version = {}", quote(version));
     }
     if !d.full {
-        let _ = writeln!(w, "full = false   # no `full`: the DNS messages are left out");
+        let _ = writeln!(
+            w,
+            "full = false   # no `full`: the DNS messages are left out"
+        );
     }
 }
 

@@ -559,3 +559,65 @@ fn a_long_run_decodes_every_message() {
     );
     count_run(300_000, 5_000.0);
 }
+
+/// `[dnstap]` follows SIGHUP: added (messages flow to the reader), then
+/// removed (nothing more sent), and a bad socket keeps the running config.
+#[test]
+fn reload_turns_dnstap_on_and_off() {
+    needs!(
+        Need::CoreDns,
+        Need::Tool("fstrm_capture"),
+        Need::Tool("dnstap-ldns")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("tap.sock");
+    let capture = Capture::unix(&socket, &dir.path().join("out.fstrm"));
+    let net = Net::alloc();
+    let core = CoreDns::test_zone(net.upstream(0), "");
+    let base = Cfg::new(&net).zone(Zone::new("test.", &[core.addr]));
+    let mut nodens = Nodens::start(&base);
+    let q = Q::new("www.test.", Rt::A);
+    let reloads = |nodens: &Nodens, result: &str| {
+        nodens.metric("nodens_config_reloads_total", &[("result", result)])
+    };
+    let _ = udp_query(nodens.dns, &q);
+    assert_eq!(sent(&nodens), 0.0, "off: nothing sent");
+
+    let on = base
+        .clone()
+        .raw(&dnstap_section(&format!("unix:{}", socket.display()), ""));
+    nodens.reload(&on.to_toml());
+    nodens.wait_metric("nodens_config_reloads_total", &[("result", "success")], 1.0);
+    let _ = udp_query(nodens.dns, &Q::new("on.test.", Rt::A));
+    nodens.wait_metric("nodens_dnstap_sent_total", &[], 2.0);
+
+    // A bad socket: refused, the running dnstap goes on.
+    nodens.reload(&format!(
+        "{}[dnstap]\nsocket = \"tcp:nowhere\"\n",
+        base.to_toml()
+    ));
+    nodens.wait_metric("nodens_config_reloads_total", &[("result", "failure")], 1.0);
+    let _ = udp_query(nodens.dns, &Q::new("still.test.", Rt::A));
+    nodens.wait_metric("nodens_dnstap_sent_total", &[], 4.0);
+
+    nodens.reload(&base.to_toml());
+    wait_until(secs(10), "the second successful reload", || {
+        (reloads(&nodens, "success") >= 2.0).then_some(())
+    });
+    let _ = udp_query(nodens.dns, &Q::new("off.test.", Rt::A));
+    // A query answered after the reload is not sent; the count stays.
+    let _ = udp_query(nodens.dns, &q);
+    assert_eq!(sent(&nodens), 4.0, "off again: nothing more sent");
+    nodens.terminate();
+    let tapped = capture.finish(4);
+    let questions: Vec<&str> = tapped.iter().map(|t| t.question.as_str()).collect();
+    assert_eq!(
+        questions,
+        [
+            "on.test. IN A",
+            "on.test. IN A",
+            "still.test. IN A",
+            "still.test. IN A"
+        ]
+    );
+}

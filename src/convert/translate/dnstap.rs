@@ -26,13 +26,17 @@ pub(super) fn dnstap(d: &Directive, plan: &mut Plan) {
     let line = d.line();
     let args = d.arg_texts();
     let Some(endpoint) = args.first() else {
-        plan.untranslated.add(line, "dnstap without an endpoint: left out");
+        plan.untranslated
+            .add(line, "dnstap without an endpoint: left out");
         return;
     };
     if endpoint.starts_with("tls://") {
         plan.untranslated.add(
             line,
-            format!("{}: nodens sends dnstap over a Unix socket or plain TCP, not TLS; left out", describe(d)),
+            format!(
+                "{}: nodens sends dnstap over a Unix socket or plain TCP, not TLS; left out",
+                describe(d)
+            ),
         );
         return;
     }
@@ -47,7 +51,7 @@ pub(super) fn dnstap(d: &Directive, plan: &mut Plan) {
             return;
         }
     };
-    let full = args.get(1).is_some_and(|a| a == "full");
+    let full = args.get(1).is_some_and(|a| *a == "full");
     if args.len() > 2 || (args.len() == 2 && !full) {
         plan.notes.add(
             line,
@@ -64,8 +68,8 @@ pub(super) fn dnstap(d: &Directive, plan: &mut Plan) {
     for option in d.block.iter().flatten() {
         let value = option.arg_texts().first().cloned();
         match (option.name.text.as_str(), value) {
-            ("identity", Some(v)) => out.identity = Some(v),
-            ("version", Some(v)) => out.version = Some(v),
+            ("identity", Some(v)) => out.identity = Some(v.to_string()),
+            ("version", Some(v)) => out.version = Some(v.to_string()),
             ("extra", _) => plan.untranslated.add(
                 option.line(),
                 "dnstap extra: nodens puts the client's pod there (pod=namespace/name); left out",
@@ -106,10 +110,12 @@ mod tests {
 
     #[test]
     fn endpoint_full_and_identity_carry_over() {
-        let c = run(".:53 {\n  bind 127.0.0.1\n  dnstap unix:///run/tap.sock full {\n    \
+        let c = run(
+            ".:53 {\n  bind 127.0.0.1\n  dnstap unix:///run/tap.sock full {\n    \
                      identity node-a\n    extra x\n  }\n  forward . 127.0.0.1:5300\n}\n\
                      cluster.local:53 {\n  bind 127.0.0.1\n  dnstap tcp://10.0.0.9:6000\n  \
-                     forward . 127.0.0.1:5301\n}\n");
+                     forward . 127.0.0.1:5301\n}\n",
+        );
         assert!(
             c.toml.contains(
                 "\n[dnstap]   # dnstap, line 3\nsocket = \"unix:/run/tap.sock\"\nforwarder = true\nidentity = \"node-a\"\n"
@@ -124,7 +130,7 @@ mod tests {
                 .any(|f| f.lines.contains(&line) && f.message.contains(words))
         };
         assert!(listed(5, "extra"), "{:?}", c.untranslated);
-        assert!(listed(10, "one dnstap output"), "{:?}", c.untranslated);
+        assert!(listed(11, "one dnstap output"), "{:?}", c.untranslated);
         crate::config::File::parse(&c.toml).unwrap_or_else(|e| panic!("{e}\n{}", c.toml));
     }
 
@@ -132,9 +138,15 @@ mod tests {
     fn without_full_no_messages_and_bad_endpoints_are_listed() {
         let c = run(".:53 {\n  dnstap /run/tap.sock\n  forward . 127.0.0.1:5300\n}\n");
         assert!(c.toml.contains("full = false"), "{}", c.toml);
-        assert!(c.toml.contains("socket = \"unix:/run/tap.sock\""), "{}", c.toml);
+        assert!(
+            c.toml.contains("socket = \"unix:/run/tap.sock\""),
+            "{}",
+            c.toml
+        );
         for bad in ["tls://10.0.0.1:6000", "tcp://collector:6000"] {
-            let c = run(&format!(".:53 {{\n  dnstap {bad}\n  forward . 127.0.0.1:5300\n}}\n"));
+            let c = run(&format!(
+                ".:53 {{\n  dnstap {bad}\n  forward . 127.0.0.1:5300\n}}\n"
+            ));
             assert!(!c.toml.contains("[dnstap]"), "{}", c.toml);
             assert!(
                 c.untranslated.iter().any(|f| f.lines == [2]),
