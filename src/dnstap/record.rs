@@ -35,6 +35,9 @@ pub(crate) struct Record {
     messages: Messages,
 }
 
+// Inline on purpose: boxing the usual case is the allocation per query
+// this record exists to avoid.
+#[expect(clippy::large_enum_variant)]
 enum Messages {
     /// Not sent (`full = false`).
     None,
