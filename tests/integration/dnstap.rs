@@ -16,9 +16,10 @@
 //!   two per answer. `a_long_run_decodes_every_message` (ignored: 60 s at
 //!   5,000 q/s) is the same with the issue's numbers.
 //!
-//! The pod in `extra` is not covered here (it needs the pod watch of a
-//! kube-apiserver; the query log's pod naming it shares is tested in
-//! autopath.rs).
+//! - behind a real kube-apiserver (in a network namespace), the client
+//!   messages of a pod's query carry `pod=NAMESPACE/NAME` in `extra`, and
+//!   those of an address that is no pod carry none;
+//! - `[dnstap]` follows SIGHUP.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -103,6 +104,7 @@ struct Tapped {
     kind: String,
     identity: String,
     version: String,
+    extra: String,
     protocol: String,
     query_address: String,
     query_port: String,
@@ -138,6 +140,8 @@ fn parse_yaml(doc: &str) -> Tapped {
             t.identity = v;
         } else if let Some(v) = field("version: ") {
             t.version = v;
+        } else if let Some(v) = field("extra: ") {
+            t.extra = v;
         } else if let Some(v) = field("  type: ") {
             t.kind = v;
         } else if let Some(v) = field("  socket_protocol: ") {
@@ -620,4 +624,79 @@ fn reload_turns_dnstap_on_and_off() {
             "still.test. IN A"
         ]
     );
+}
+
+/// The pod in `extra`: a Pod object of this node with its address on the
+/// namespace's loopback, mapped by nodens's pod watch (which `[budget]`
+/// runs; its limits are far above this test's queries).
+#[test]
+fn a_pods_messages_name_it_in_extra() {
+    needs!(
+        Need::Root,
+        Need::Kubernetes,
+        Need::CoreDns,
+        Need::Tool("fstrm_capture"),
+        Need::Tool("dnstap-ldns")
+    );
+    const NODE: &str = "node-1";
+    const UPSTREAM: &str = "10.53.0.2";
+    const POD: &str = "127.0.0.51";
+    const STRANGER: &str = "127.0.0.52";
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("tap.sock");
+    let capture = Capture::unix(&socket, &dir.path().join("out.fstrm"));
+    let ns = Netns::create("dnstap");
+    let kube = Kube::start(&ns);
+    kube.create("apiVersion: v1\nkind: Namespace\nmetadata: {name: team-a}\n");
+    for ip in [UPSTREAM, POD, STRANGER] {
+        ns.run(&["ip", "addr", "add", &format!("{ip}/32"), "dev", "lo"]);
+    }
+    let upstream_addr = SocketAddr::new(UPSTREAM.parse().unwrap(), 53);
+    let upstream = CoreDns::launch(
+        &ns.exec(),
+        upstream_addr,
+        &[("example.com.", zone_file("example.com.", "* 60 IN A 192.0.2.1\n"))],
+    );
+    in_netns(&ns.name, || upstream.wait_ready());
+    kube.create_pod("team-a", "client", &[POD], NODE, "");
+    let net = Net::fixed(22);
+    let toml = Cfg::new(&net)
+        .zone(Zone::new(".", &[upstream_addr]))
+        .raw(&format!(
+            "[kubernetes]\nkubeconfig = \"{}\"\nnode_name = \"{NODE}\"\n\n\
+             [budget]\nqueries_per_second = 1000000\n\n{}",
+            kube.kubeconfig.display(),
+            dnstap_section(&format!("unix:{}", socket.display()), "")
+        ))
+        .to_toml();
+    let mut nodens = Nodens::launch(&toml, &ns.exec());
+    in_netns(&ns.name, || nodens.wait_ready());
+    let metric = |name: &str, labels: &[(&str, &str)]| in_netns(&ns.name, || nodens.metric(name, labels));
+    wait_until(secs(30), "the pod watch to hold the pod", || {
+        let labels = [("resource", "pods"), ("watch", NODE)];
+        (metric("nodens_kubernetes_watch_synced", &labels) == 1.0
+            && metric("nodens_kubernetes_watch_objects", &labels) == 1.0)
+            .then_some(())
+    });
+    in_netns(&ns.name, || {
+        for (source, name) in [(POD, "pod.example.com."), (STRANGER, "stranger.example.com.")] {
+            let (reply, _) = ask_from(source.parse().unwrap(), nodens.dns, &Q::new(name, Rt::A).to_bytes());
+            assert_eq!(reply.rcode(), 0, "{name}");
+        }
+    });
+    wait_until(secs(10), "4 messages sent", || {
+        (metric("nodens_dnstap_sent_total", &[]) >= 4.0).then_some(())
+    });
+    nodens.terminate();
+    let tapped = capture.finish(4);
+    assert_eq!(tapped.len(), 4, "{tapped:#?}");
+    for t in &tapped {
+        if t.question.starts_with("pod.") {
+            assert_eq!(t.query_address, POD);
+            assert_eq!(t.extra, "pod=team-a/client", "{t:?}");
+        } else {
+            assert_eq!(t.query_address, STRANGER);
+            assert_eq!(t.extra, "", "no pod known: {t:?}");
+        }
+    }
 }
