@@ -15,7 +15,7 @@
 //!
 //! Upstream exchanges (`forwarder = true`) are offered from
 //! `upstream::forward` through a process-wide slot, [`forwarded`]: the
-//! miss path pays one atomic load when it is empty.
+//! miss path pays one `ArcSwap` load (per upstream answer) when it is empty.
 
 mod fstrm;
 mod proto;
