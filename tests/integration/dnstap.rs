@@ -21,7 +21,10 @@
 //!   those of an address that is no pod carry none (`extra` read from the
 //!   capture file with prost: neither dnstap-ldns nor the Go `dnstap` tool
 //!   prints it);
-//! - `[dnstap]` follows SIGHUP.
+//! - `[dnstap]` follows SIGHUP;
+//! - `dnstap unix://... full` converted, against the same Corefile run by
+//!   CoreDNS 1.13 with its own reader: the same messages (kind, question,
+//!   rcode) for the same queries.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -746,4 +749,86 @@ fn a_pods_messages_name_it_in_extra() {
             assert_eq!(extra.as_deref(), None, "no pod known: {t:?}");
         }
     }
+}
+
+/// `dnstap unix://... full` converted by `nodens convert-corefile`, and the
+/// same Corefile run by CoreDNS, each to a reader of its own: for the same
+/// queries (a miss, a hit, an NXDOMAIN) both send the same messages, kind,
+/// question and rcode (CoreDNS's `forward` sends the forwarder ones).
+#[test]
+fn a_converted_dnstap_sends_what_coredns_sends() {
+    needs!(
+        Need::CoreDns,
+        Need::Tool("fstrm_capture"),
+        Need::Tool("dnstap-ldns")
+    );
+    let net = Net::alloc();
+    let core = CoreDns::test_zone(net.upstream(0), "");
+    let dir = tempfile::tempdir().unwrap();
+    let corefile = |bind: IpAddr, socket: &Path| {
+        format!(
+            "test.:1053 {{\n  bind {bind}\n  dnstap unix://{} full\n  \
+             cache 30\n  forward . {}\n  prometheus {bind}:9253\n}}\n",
+            socket.display(),
+            core.addr
+        )
+    };
+    // nodens, from the conversion.
+    let socket = dir.path().join("nodens.sock");
+    let nodens_capture = Capture::unix(&socket, &dir.path().join("nodens.fstrm"));
+    let path = dir.path().join("Corefile.nodens");
+    std::fs::write(&path, corefile(net.ip(1), &socket)).unwrap();
+    let out = Command::new(nodens_bin())
+        .arg("convert-corefile")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let toml = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        toml.contains(&format!(
+            "[dnstap]   # dnstap, line 3\nsocket = \"unix:{}\"\nforwarder = true\n",
+            socket.display()
+        )),
+        "{toml}\n{stderr}"
+    );
+    let mut nodens = Nodens::start_toml(&toml);
+    // CoreDNS, from the same Corefile on another address.
+    let reference_addr = net.other(70, 1053);
+    let socket = dir.path().join("coredns.sock");
+    let coredns_capture = Capture::unix(&socket, &dir.path().join("coredns.fstrm"));
+    let path = dir.path().join("Corefile.coredns");
+    std::fs::write(&path, corefile(reference_addr.ip(), &socket)).unwrap();
+    let mut cmd = wrapped_command(&[], &coredns_bin());
+    cmd.arg("-conf").arg(&path);
+    let mut reference = Proc::spawn("coredns reference", cmd);
+    // Its readiness probe: a name of no later query (two messages more).
+    wait_until(secs(15), "the reference CoreDNS to answer", || {
+        udp_query_timeout(reference_addr, &Q::new("probe.test.", Rt::TXT), ms(200))
+    });
+
+    for server in [nodens.dns, reference_addr] {
+        for name in ["www.test.", "www.test.", "nope.test."] {
+            let _ = udp_query(server, &Q::new(name, Rt::A));
+        }
+    }
+    nodens.wait_metric("nodens_dnstap_sent_total", &[], 10.0);
+    nodens.terminate();
+    reference.signal(libc::SIGTERM);
+    reference
+        .wait_exit(secs(15))
+        .expect("CoreDNS ends on SIGTERM");
+    let summary = |tapped: Vec<Tapped>| -> Vec<String> {
+        let mut s: Vec<String> = tapped
+            .iter()
+            .filter(|t| !t.question.starts_with("probe."))
+            .map(|t| format!("{} {} {}", t.kind, t.question.to_lowercase(), t.rcode))
+            .collect();
+        s.sort();
+        s
+    };
+    let from_nodens = summary(nodens_capture.finish(10));
+    let from_coredns = summary(coredns_capture.finish(10));
+    assert_eq!(from_nodens.len(), 10, "{from_nodens:#?}");
+    assert_eq!(from_nodens, from_coredns);
 }
