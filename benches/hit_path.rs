@@ -139,6 +139,62 @@ fn whole_hit_logged(c: &mut Criterion) {
     );
 }
 
+/// dnstap on, with a reader that takes every frame (a thread here doing
+/// the Frame Streams handshake, then reading and discarding): every hit
+/// offered as a record (the writer, encoding on another thread, keeps up
+/// with part of them; the rest are dropped and counted). Off is
+/// "handle: cache hit, metrics included".
+fn whole_hit_tapped(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("tap.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    std::thread::spawn(move || frame_streams_reader(listener));
+    hit_with(
+        c,
+        "handle: cache hit, dnstap on",
+        &format!("[dnstap]\nsocket = \"unix:{}\"\n", socket.display()),
+    );
+    hit_with(
+        c,
+        "handle: cache hit, dnstap on, without messages (full = false)",
+        &format!(
+            "[dnstap]\nsocket = \"unix:{}\"\nfull = false\n",
+            socket.display()
+        ),
+    );
+}
+
+/// A Frame Streams reader: for each connection, READY is answered with
+/// ACCEPT, then everything is read and thrown away.
+fn frame_streams_reader(listener: std::os::unix::net::UnixListener) {
+    use std::io::{Read, Write};
+    for conn in listener.incoming() {
+        let Ok(mut conn) = conn else { return };
+        std::thread::spawn(move || {
+            let mut head = [0u8; 8];
+            if conn.read_exact(&mut head).is_err() {
+                return;
+            }
+            let len = u32::from_be_bytes(head[4..8].try_into().unwrap()) as usize;
+            let mut ready = vec![0; len];
+            if conn.read_exact(&mut ready).is_err() {
+                return;
+            }
+            // ACCEPT (1), with the content type READY offered.
+            let mut accept = vec![0, 0, 0, 1];
+            accept.extend_from_slice(&ready[4..]);
+            let mut frame = vec![0, 0, 0, 0];
+            frame.extend_from_slice(&(accept.len() as u32).to_be_bytes());
+            frame.extend_from_slice(&accept);
+            if conn.write_all(&frame).is_err() {
+                return;
+            }
+            let mut sink = [0u8; 65536];
+            while matches!(conn.read(&mut sink), Ok(n) if n > 0) {}
+        });
+    }
+}
+
 /// Budgets on (`[budget]`), at a rate no query reaches: what a hit pays
 /// for its client's bucket (a client that is no known pod: its address).
 fn whole_hit_budgeted(c: &mut Criterion) {
@@ -196,6 +252,7 @@ criterion_group!(
     whole_hit,
     whole_hit_logged,
     whole_hit_budgeted,
-    whole_hit_counted
+    whole_hit_counted,
+    whole_hit_tapped
 );
 criterion_main!(benches);

@@ -41,6 +41,7 @@ pub mod wire;
 mod admission;
 mod cache;
 mod coalesce;
+mod dnstap;
 mod http;
 mod kubernetes;
 mod listen;

@@ -122,6 +122,15 @@ fn cache_hits_with_the_query_log_on_allocate_nothing() {
     hits_allocate_nothing("[zone.query_log]\n[query_log]\noutput = \"/dev/null\"\nqueue = 64\n");
 }
 
+/// With dnstap on and no reader listening (the writer empties the queue,
+/// counting): a record with the query and the reply taken and queued for
+/// every hit, or dropped and counted when the queue of 64 is full. Neither
+/// allocates on the request path.
+#[test]
+fn cache_hits_with_dnstap_on_allocate_nothing() {
+    hits_allocate_nothing("[dnstap]\nsocket = \"unix:/nonexistent/dnstap.sock\"\nqueue = 64\n");
+}
+
 /// Budgets on (`[budget]`) at a rate no query reaches: the client's
 /// bucket is updated on every hit.
 #[test]

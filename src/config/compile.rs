@@ -192,6 +192,7 @@ impl File {
             query_log: self.query_log.compile(),
             follow_api: self.compile_follow_api()?,
             budget,
+            dnstap: (self.dnstap.as_ref()).map(|d| d.compile(self.kubernetes.node_name())),
         })
     }
 

@@ -30,6 +30,8 @@ pub struct File {
     pub query_log: super::query_log::QueryLogConfig,
     /// Per-namespace query and miss budgets (`[budget]`); off by default.
     pub budget: super::budget::BudgetConfig,
+    /// dnstap over Frame Streams (`[dnstap]`); absent: off.
+    pub dnstap: Option<super::dnstap::DnstapConfig>,
 }
 
 /// How nodens reaches the Kubernetes API, for the features that read it

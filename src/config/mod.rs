@@ -13,6 +13,7 @@
 mod budget;
 mod check;
 mod compile;
+mod dnstap;
 mod file;
 mod http;
 mod kube_dns;
@@ -35,6 +36,7 @@ use ipnet::IpNet;
 use crate::cache::TtlPolicy;
 pub use budget::{BudgetAction, BudgetConfig, BudgetLimits, BudgetPlan, NamespaceBudgetConfig};
 use check::Invalid;
+pub use dnstap::{DnstapConfig, DnstapPlan, DnstapQueue, DnstapSocket};
 pub use file::{
     Backend, CacheConfig, File, LinkKind, LogConfig, LogFormat, MetricsConfig, NodeConfig, Policy,
     PoolConfig, ServerConfig, Transport, ZoneConfig,
@@ -80,6 +82,8 @@ pub struct Config {
     pub budget: Option<BudgetPlan>,
     /// The Service and EndpointSlice watch (`[cluster] follow_api`).
     pub follow_api: Option<FollowApiPlan>,
+    /// dnstap output (`[dnstap]`); `None`: off.
+    pub dnstap: Option<DnstapPlan>,
 }
 
 /// Cached cluster answers follow the API (`[cluster] follow_api`).

@@ -57,7 +57,32 @@ pub(super) fn emit(plan: &Plan, options: &Options) -> String {
     for zone in &plan.zones {
         self::zone(w, zone);
     }
+    dnstap(w, plan);
     out
+}
+
+/// `[dnstap]`, from CoreDNS's `dnstap` (its `forward` sends forwarder
+/// messages too).
+fn dnstap(w: &mut String, plan: &Plan) {
+    let Some(d) = &plan.dnstap else { return };
+    let _ = writeln!(
+        w,
+        "\n[dnstap]   # dnstap, line {}\nsocket = {}\nforwarder = true",
+        d.line,
+        quote(&d.socket)
+    );
+    if let Some(identity) = &d.identity {
+        let _ = writeln!(w, "identity = {}", quote(identity));
+    }
+    if let Some(version) = &d.version {
+        let _ = writeln!(w, "version = {}", quote(version));
+    }
+    if !d.full {
+        let _ = writeln!(
+            w,
+            "full = false   # no `full`: the DNS messages are left out"
+        );
+    }
 }
 
 /// What the Helm chart's pods expect of a `configOverride` (its defaults):

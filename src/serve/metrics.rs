@@ -78,6 +78,8 @@ pub struct ServeMetrics {
     pub held_answers: IntCounter,
     /// Queries over a namespace's (or unknown client's) budget.
     pub(crate) budget_exceeded: Counters<crate::admission::budget::BudgetLabels<'static>>,
+    /// dnstap's messages sent, dropped and its reconnections.
+    pub(crate) dnstap: crate::dnstap::Counters,
 }
 
 impl ServeMetrics {
@@ -199,6 +201,7 @@ impl ServeMetrics {
                 "nodens_budget_exceeded_total",
                 "Queries over their namespace's budget (`[budget]`), by namespace (\"\" for clients that are no known pod), budget (rate, misses) and action (drop, refuse).",
             ),
+            dnstap: crate::dnstap::Counters::register(r),
         };
         // Every rule's series from the start, so a dashboard sees zeros.
         for rule in crate::search::Rule::ALL {

@@ -89,6 +89,8 @@ pub struct Shared {
     misses_in_flight: Arc<AtomicUsize>,
     /// The query log's running sink.
     query_log: crate::querylog::Hub,
+    /// dnstap's running sink.
+    dnstap: crate::dnstap::Hub,
 }
 
 /// A listener as the request path sees it: who it is, and its metric handles.
@@ -106,6 +108,7 @@ impl Shared {
         let search = search::SearchState::default();
         let query_log =
             crate::querylog::Hub::new(search.clients.clone(), metrics.query_log_counters());
+        let dnstap = crate::dnstap::Hub::new(search.clients.clone(), metrics.dnstap.clone());
         Shared {
             settings: ArcSwap::from_pointee(settings),
             cache: Cache::new(config.cache.capacity),
@@ -116,6 +119,7 @@ impl Shared {
             ready: Arc::new(AtomicBool::new(false)),
             misses_in_flight: Arc::default(),
             query_log,
+            dnstap,
         }
     }
 
@@ -236,7 +240,13 @@ impl Service for Shared {
             let done = route::refuse_unrouted(&self.metrics, &query, listener, proto, out);
             return self.log_unzoned(&unzoned, done, out);
         };
-        let stats_guard = stats::for_listener(listener, &settings, &self.metrics, &self.query_log);
+        let stats_guard = stats::for_listener(
+            listener,
+            &settings,
+            &self.metrics,
+            &self.query_log,
+            &self.dnstap,
+        );
         let all_stats = stats_guard
             .as_ref()
             .expect("stats for the current settings");

@@ -39,6 +39,8 @@ pub(crate) struct Settings {
     /// The per-workload counters (`[server] workload_counters`); `None`:
     /// off. Kept across reloads while on.
     pub workloads: Option<Arc<crate::workloads::Workloads>>,
+    /// dnstap output (`[dnstap]`); `None`: off.
+    pub dnstap: Option<crate::config::DnstapPlan>,
 }
 
 impl Settings {
@@ -84,6 +86,7 @@ impl Settings {
                     None => Arc::new(crate::workloads::Workloads::new(domain)),
                 }
             }),
+            dnstap: config.dnstap.clone(),
         }
     }
 }

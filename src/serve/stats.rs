@@ -16,6 +16,7 @@ use super::metrics::{
     CacheKindLabels, CacheLabels, DoLabels, PLUGIN_CACHE, PLUGIN_NONE, RequestLabels,
     ResponseLabels, ServeMetrics, SizeLabels, ZoneLabels,
 };
+use crate::dnstap::ClientTap;
 use crate::listen::Proto;
 use crate::querylog::{Answered, Hub, ZoneLog};
 use crate::wire::{QTYPE_LABELS, qtype_label, qtype_slot};
@@ -48,6 +49,8 @@ pub struct ZoneStats {
     log: Option<ZoneLog>,
     /// The per-workload counters, when on.
     workloads: Option<Arc<crate::workloads::Workloads>>,
+    /// The listener's dnstap, when client messages are sent.
+    tap: Option<ClientTap>,
 }
 
 impl ZoneStats {
@@ -76,6 +79,7 @@ impl ZoneStats {
             cache_served_stale: OnceLock::new(),
             log: None,
             workloads: None,
+            tap: None,
         }
     }
 
@@ -88,6 +92,12 @@ impl ZoneStats {
     /// With the zone's query log.
     fn with_log(mut self, log: Option<ZoneLog>) -> ZoneStats {
         self.log = log;
+        self
+    }
+
+    /// With the listener's dnstap.
+    fn with_tap(mut self, tap: Option<ClientTap>) -> ZoneStats {
+        self.tap = tap;
         self
     }
 
@@ -175,6 +185,9 @@ impl ZoneStats {
         }
         if let Some(workloads) = &self.workloads {
             workloads.count(&answered, rcode);
+        }
+        if let Some(tap) = &self.tap {
+            tap.offer(&answered, proto, seconds);
         }
         let code = (rcode as usize).min(RCODES - 1);
         let plugin = if from_cache_plugin {
@@ -273,6 +286,7 @@ pub(super) fn for_listener(
     settings: &super::Settings,
     metrics: &Arc<ServeMetrics>,
     query_log: &Hub,
+    dnstap: &crate::dnstap::Hub,
 ) -> StatsGuard {
     listener.state.current(settings.generation, || {
         let zones = settings.router.zones();
@@ -285,6 +299,7 @@ pub(super) fn for_listener(
                 ZoneStats::new(metrics, &listener.server, &z.name, listener.family, &z.view)
                     .with_log(log)
                     .with_workloads(settings.workloads.clone())
+                    .with_tap(dnstap.client_tap(settings.dnstap.as_ref(), listener.addr))
             })
             .collect()
     })

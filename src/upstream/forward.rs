@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use super::{ExchangeError, Upstream, Zone, case, udp};
 use crate::cache::Key;
 use crate::config::{Policy, Transport};
+use crate::listen::Proto;
 use crate::wire::response::Case;
 use crate::wire::response::{self, Layout};
 use crate::wire::{HEADER_LEN, build, flag, rcode, rcode_name, read_u16};
@@ -218,9 +219,15 @@ async fn ask_tcp(attempt: &Attempt<'_>) -> Result<Vec<u8>, ExchangeError> {
     let id: u16 = rand::rng().random();
     let (query, question_at) = attempt.query(id);
     let question = &query[question_at];
-    (attempt.upstream.pool)
+    let asked = StdInstant::now();
+    let result = (attempt.upstream.pool)
         .exchange(&query, question, attempt.deadline)
-        .await
+        .await;
+    if let Ok(msg) = &result {
+        let upstream = attempt.upstream.addr;
+        crate::dnstap::forwarded(Proto::Tcp, upstream, asked, &query, msg);
+    }
+    result
 }
 
 /// Over UDP, from a socket of its own, with a random ID and (0x20) the
@@ -280,6 +287,8 @@ async fn ask_udp(attempt: &Attempt<'_>, deadline: Instant) -> Result<Vec<u8>, Ex
             return Err(e);
         }
     };
+    // As it went out and came back: the question in the case it was sent.
+    crate::dnstap::forwarded(Proto::Udp, upstream.addr, started.into_std(), &query, &msg);
     if randomised {
         upstream.case.preserved();
     }

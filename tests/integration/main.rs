@@ -21,6 +21,7 @@ mod coalescing;
 mod control;
 mod convert_corefile;
 mod differential;
+mod dnstap;
 mod doctor;
 mod doctor_node;
 mod endpoint_discovery;

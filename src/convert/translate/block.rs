@@ -92,6 +92,7 @@ pub(super) fn translate_block(
                 "errors: nodens logs upstream errors (one line per upstream per log.upstream_error_interval) and counts every one in its metrics",
             ),
             "log" => log::log(d, keys, &mut out, plan),
+            "dnstap" => super::dnstap::dnstap(d, plan),
             other => plan.untranslated.add(
                 line,
                 format!("{}: the `{other}` plugin has no nodens equivalent", describe(d)),

@@ -15,6 +15,7 @@
 mod block;
 mod cache;
 mod dns64;
+mod dnstap;
 mod except;
 mod forward;
 mod keys;
@@ -182,6 +183,8 @@ pub(super) struct Plan {
     /// The cluster domain the Corefile says by its shape: the zone whose
     /// block forwards to the cluster DNS, with its line.
     pub cluster_domain: Option<(String, usize)>,
+    /// `[dnstap]`, from the first `dnstap`.
+    pub dnstap: Option<dnstap::DnstapOut>,
 }
 
 pub(super) fn translate(corefile: &Corefile, options: &Options) -> Result<Plan, ConvertError> {

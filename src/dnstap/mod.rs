@@ -1,0 +1,215 @@
+//! dnstap output: the queries nodens answers (and, if asked, the ones it
+//! sends upstream) as dnstap messages over Frame Streams to a reader on a
+//! Unix or TCP socket, as CoreDNS's `dnstap` plugin, unbound and dnsdist
+//! send them.
+//!
+//! The shape is the query log's (`querylog`): where a reply is counted
+//! (`serve::stats::ZoneStats::reply`) a listener holding a [`ClientTap`]
+//! takes a fixed-size [`Record`] and offers it to a bounded queue
+//! (`try_send`): no formatting, no system call, and no allocation unless
+//! the two messages pass 1 KiB. A full queue drops the record and counts
+//! its two messages (`nodens_dnstap_dropped_total{reason="queue_full"}`);
+//! the query is never slowed. One writer thread (`writer`) encodes and
+//! writes, and reconnects when the reader goes away. With dnstap off a
+//! zone holds no tap: the counting point pays one branch on an `Option`.
+//!
+//! Upstream exchanges (`forwarder = true`) are offered from
+//! `upstream::forward` through a process-wide slot, [`forwarded`]: the
+//! miss path pays one `ArcSwap` load (per upstream answer) when it is empty.
+
+mod fstrm;
+mod proto;
+mod record;
+mod writer;
+
+use std::net::SocketAddr;
+use std::sync::mpsc::SyncSender;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwapOption;
+use prometheus::IntCounter;
+
+use crate::config::DnstapPlan;
+use crate::listen::Proto;
+use crate::metrics::{ReasonLabels, Registry};
+use crate::querylog::Answered;
+use crate::search::Clients;
+use record::{Record, Side};
+
+/// dnstap's counters, in messages (two per exchange).
+#[derive(Clone)]
+pub(crate) struct Counters {
+    sent: IntCounter,
+    dropped_queue_full: IntCounter,
+    dropped_no_reader: IntCounter,
+    reconnects: IntCounter,
+}
+
+impl Counters {
+    pub(crate) fn register(r: &Registry) -> Counters {
+        let dropped = r.counters::<ReasonLabels<'static>>(
+            "nodens_dnstap_dropped_total",
+            "dnstap messages dropped (the queries were answered), by reason: queue_full (the writer's queue was full), no_reader (no reader connected, or lost while writing).",
+        );
+        Counters {
+            sent: r.counter(
+                "nodens_dnstap_sent_total",
+                "dnstap messages written to the reader.",
+            ),
+            dropped_queue_full: dropped.get(&ReasonLabels {
+                reason: "queue_full",
+            }),
+            dropped_no_reader: dropped.get(&ReasonLabels {
+                reason: "no_reader",
+            }),
+            reconnects: r.counter(
+                "nodens_dnstap_reconnects_total",
+                "Connections to the dnstap reader made again after it was lost or absent.",
+            ),
+        }
+    }
+}
+
+/// A running sink: the queue and its writer thread, which ends (sending
+/// STOP) when the last sender is gone.
+struct Sink {
+    queue: SyncSender<Record>,
+    dropped: IntCounter,
+    plan: DnstapPlan,
+}
+
+impl Sink {
+    #[inline]
+    fn offer(&self, record: Record) {
+        if self.queue.try_send(record).is_err() {
+            self.dropped.inc_by(2);
+        }
+    }
+}
+
+/// Where upstream exchanges go when `forwarder = true`.
+static FORWARDER: ArcSwapOption<Sink> = ArcSwapOption::const_empty();
+
+/// The request path's handle on dnstap: the running sink, started when
+/// the settings first ask for it and replaced when `[dnstap]` changes on
+/// reload.
+pub(crate) struct Hub {
+    clients: Arc<Clients>,
+    counters: Counters,
+    current: Mutex<Option<Arc<Sink>>>,
+}
+
+impl Hub {
+    /// `clients`: the pods the pod watch knows, named in `extra`.
+    pub(crate) fn new(clients: Arc<Clients>, counters: Counters) -> Hub {
+        Hub {
+            clients,
+            counters,
+            current: Mutex::new(None),
+        }
+    }
+
+    /// The tap of the listener at `listener` for one generation of
+    /// settings; `None` when client messages are off. Runs when a listener
+    /// first sees the settings (after a reload).
+    pub(crate) fn client_tap(
+        &self,
+        plan: Option<&DnstapPlan>,
+        listener: SocketAddr,
+    ) -> Option<ClientTap> {
+        let sink = self.sink(plan)?;
+        sink.plan.client.then_some(ClientTap { sink, listener })
+    }
+
+    /// The sink for `plan`: the running one if `[dnstap]` is unchanged,
+    /// else a new one; none when dnstap is off or its thread cannot start.
+    fn sink(&self, plan: Option<&DnstapPlan>) -> Option<Arc<Sink>> {
+        let mut current = crate::lock::lock(&self.current);
+        let Some(plan) = plan.filter(|p| p.client || p.forwarder) else {
+            *current = None;
+            FORWARDER.store(None);
+            return None;
+        };
+        if let Some(sink) = current.as_ref().filter(|s| s.plan == *plan) {
+            return Some(sink.clone());
+        }
+        let sink = match self.start(plan) {
+            Ok(sink) => Some(Arc::new(sink)),
+            Err(e) => {
+                tracing::error!(socket = %plan.socket, "dnstap not sent: {e}");
+                None
+            }
+        };
+        current.clone_from(&sink);
+        FORWARDER.store(sink.clone().filter(|s| s.plan.forwarder));
+        sink
+    }
+
+    fn start(&self, plan: &DnstapPlan) -> std::io::Result<Sink> {
+        let (queue, receiver) = std::sync::mpsc::sync_channel(plan.queue);
+        let (thread_plan, clients, counters) =
+            (plan.clone(), self.clients.clone(), self.counters.clone());
+        std::thread::Builder::new()
+            .name("dnstap".into())
+            .spawn(move || writer::run(receiver, thread_plan, clients, counters))?;
+        Ok(Sink {
+            queue,
+            dropped: self.counters.dropped_queue_full.clone(),
+            plan: plan.clone(),
+        })
+    }
+}
+
+/// One listener's tap: where its zones' replies are offered.
+pub(crate) struct ClientTap {
+    sink: Arc<Sink>,
+    listener: SocketAddr,
+}
+
+impl ClientTap {
+    /// Offers a query and its reply (CLIENT_QUERY, CLIENT_RESPONSE).
+    #[inline]
+    pub(crate) fn offer(&self, answered: &Answered<'_>, proto: Proto, seconds: f64) {
+        let messages = self
+            .sink
+            .plan
+            .full
+            .then_some((answered.query.packet, answered.reply));
+        let replied = answered.started + Duration::from_secs_f64(seconds.max(0.0));
+        self.sink.offer(Record::take(
+            Side::Client,
+            proto,
+            Some(answered.client),
+            self.listener,
+            answered.started,
+            replied,
+            messages,
+        ));
+    }
+}
+
+/// Offers an upstream exchange (FORWARDER_QUERY, FORWARDER_RESPONSE), if
+/// upstream exchanges are sent.
+pub(crate) fn forwarded(
+    proto: Proto,
+    upstream: SocketAddr,
+    asked: Instant,
+    query: &[u8],
+    reply: &[u8],
+) {
+    let guard = FORWARDER.load();
+    let Some(sink) = guard.as_ref() else {
+        return;
+    };
+    let messages = sink.plan.full.then_some((query, reply));
+    sink.offer(Record::take(
+        Side::Forwarder,
+        proto,
+        None,
+        upstream,
+        asked,
+        Instant::now(),
+        messages,
+    ));
+}

@@ -1,0 +1,294 @@
+//! The writer thread: takes records off the queue, encodes each as two
+//! dnstap messages and writes them to the reader in batches. Like the
+//! query log's, it polls the queue and naps when it is empty, so that a
+//! query never has a sleeper to wake. While no reader is connected it
+//! still empties the queue, dropping and counting (`no_reader`), and tries
+//! to connect again with a growing pause.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use prost::Message as _;
+
+use super::Counters;
+use super::fstrm::{self, Writer};
+use super::proto::{self, Dnstap, Message, MessageType};
+use super::record::{Record, Side};
+use crate::config::DnstapPlan;
+use crate::listen::Proto;
+use crate::search::Clients;
+
+/// How long the writer naps when the queue is empty.
+const NAP: Duration = Duration::from_millis(10);
+/// Bytes gathered before a write.
+const BATCH: usize = 64 * 1024;
+/// Each read and write to the reader, and the handshake, at most: a reader
+/// that stops reading for longer is dropped.
+const IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// The pause after a failed connection, doubled up to [`MAX_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(100);
+const MAX_PAUSE: Duration = Duration::from_secs(2);
+
+/// Runs until every sender is gone and the queue is empty.
+pub(super) fn run(
+    queue: Receiver<Record>,
+    plan: DnstapPlan,
+    clients: Arc<Clients>,
+    counters: Counters,
+) {
+    let mut link = Link {
+        plan: &plan,
+        writer: None,
+        next_try: Instant::now(),
+        pause: FIRST_PAUSE,
+        connected_before: false,
+        batch: Vec::with_capacity(BATCH * 2),
+        pending: 0,
+        counters: &counters,
+    };
+    let mut clock = Clock::now();
+    let mut payload = Vec::with_capacity(1024);
+    loop {
+        match queue.try_recv() {
+            Ok(record) => {
+                if !link.connected() {
+                    counters.dropped_no_reader.inc_by(2);
+                    continue;
+                }
+                let extra = clients.with_pod(record_client(&record), |pod| {
+                    pod.map(|(ns, name)| format!("pod={ns}/{name}").into_bytes())
+                });
+                for message in messages(&record, &clock) {
+                    let tap = Dnstap {
+                        identity: Some(plan.identity.clone().into_bytes()),
+                        version: Some(plan.version.clone().into_bytes()),
+                        extra: extra.clone(),
+                        message: Some(message),
+                        r#type: proto::MESSAGE,
+                    };
+                    payload.clear();
+                    tap.encode(&mut payload).expect("a Vec grows");
+                    fstrm::push_frame(&mut link.batch, &payload);
+                    link.pending += 1;
+                }
+                if link.batch.len() >= BATCH {
+                    link.flush();
+                    clock = Clock::now();
+                }
+            }
+            Err(TryRecvError::Empty) => {
+                link.flush();
+                std::thread::sleep(NAP);
+                clock = Clock::now();
+            }
+            Err(TryRecvError::Disconnected) => {
+                link.flush();
+                if let Some(writer) = link.writer.take() {
+                    writer.finish();
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// The connection to the reader, and the frames not yet written to it.
+struct Link<'a> {
+    plan: &'a DnstapPlan,
+    writer: Option<Writer>,
+    next_try: Instant,
+    pause: Duration,
+    connected_before: bool,
+    batch: Vec<u8>,
+    /// Messages in `batch`.
+    pending: u64,
+    counters: &'a Counters,
+}
+
+impl Link<'_> {
+    /// Whether a reader is connected, connecting if it is time to try.
+    fn connected(&mut self) -> bool {
+        if self.writer.is_some() {
+            return true;
+        }
+        let now = Instant::now();
+        if now < self.next_try {
+            return false;
+        }
+        match Writer::connect(&self.plan.socket, IO_TIMEOUT) {
+            Ok(writer) => {
+                if self.connected_before {
+                    self.counters.reconnects.inc();
+                }
+                tracing::info!(socket = %self.plan.socket, "dnstap: connected to the reader");
+                self.connected_before = true;
+                self.pause = FIRST_PAUSE;
+                self.writer = Some(writer);
+                true
+            }
+            Err(e) => {
+                tracing::debug!(socket = %self.plan.socket, "dnstap: no reader: {e}");
+                self.next_try = Instant::now() + self.pause;
+                self.pause = (self.pause * 2).min(MAX_PAUSE);
+                false
+            }
+        }
+    }
+
+    /// Writes the batch; a failed write drops the connection and counts
+    /// the batch's messages as dropped.
+    fn flush(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let written = match &mut self.writer {
+            Some(writer) => match writer.write(&self.batch) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(socket = %self.plan.socket, "dnstap: reader lost: {e}");
+                    false
+                }
+            },
+            None => false,
+        };
+        if written {
+            self.counters.sent.inc_by(self.pending);
+        } else {
+            self.writer = None;
+            self.next_try = Instant::now() + self.pause;
+            self.counters.dropped_no_reader.inc_by(self.pending);
+        }
+        self.batch.clear();
+        self.pending = 0;
+    }
+}
+
+/// The client of a record's exchange, whose pod is named in `extra`.
+fn record_client(record: &Record) -> IpAddr {
+    match (record.side, record.asker) {
+        (Side::Client, Some(addr)) => addr.ip(),
+        // No pod is named for nodens's own queries.
+        _ => IpAddr::from([0, 0, 0, 0]),
+    }
+}
+
+/// The query and the response messages of a record.
+fn messages(record: &Record, clock: &Clock) -> [Message; 2] {
+    let (query_type, response_type) = match record.side {
+        Side::Client => (MessageType::ClientQuery, MessageType::ClientResponse),
+        Side::Forwarder => (MessageType::ForwarderQuery, MessageType::ForwarderResponse),
+    };
+    let (asked_sec, asked_nsec) = clock.wall(record.asked);
+    let (answered_sec, answered_nsec) = clock.wall(record.answered);
+    let family = if record.answerer.is_ipv4() {
+        proto::INET
+    } else {
+        proto::INET6
+    };
+    let protocol = match record.proto {
+        Proto::Udp => proto::UDP,
+        Proto::Tcp => proto::TCP,
+    };
+    let base = Message {
+        r#type: 0,
+        socket_family: Some(family),
+        socket_protocol: Some(protocol),
+        query_address: record.asker.map(|a| address(a.ip())),
+        response_address: Some(address(record.answerer.ip())),
+        query_port: record.asker.map(|a| u32::from(a.port())),
+        response_port: Some(u32::from(record.answerer.port())),
+        query_time_sec: Some(asked_sec),
+        query_time_nsec: Some(asked_nsec),
+        ..Message::default()
+    };
+    let (query, reply) = record.messages().unzip();
+    let query_message = Message {
+        r#type: query_type as i32,
+        query_message: query.map(<[u8]>::to_vec),
+        ..base.clone()
+    };
+    let response_message = Message {
+        r#type: response_type as i32,
+        response_time_sec: Some(answered_sec),
+        response_time_nsec: Some(answered_nsec),
+        response_message: reply.map(<[u8]>::to_vec),
+        ..base
+    };
+    [query_message, response_message]
+}
+
+/// An address as dnstap carries it: 4 or 16 bytes (an IPv4-mapped IPv6
+/// client as its IPv4 address, as the socket family says).
+fn address(ip: IpAddr) -> Vec<u8> {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => v4.octets().to_vec(),
+        IpAddr::V6(v6) => v6.octets().to_vec(),
+    }
+}
+
+/// Wall-clock time for the records' monotonic instants, read once per
+/// batch.
+struct Clock {
+    now: Instant,
+    wall: SystemTime,
+}
+
+impl Clock {
+    fn now() -> Clock {
+        Clock {
+            now: Instant::now(),
+            wall: SystemTime::now(),
+        }
+    }
+
+    /// Seconds and nanoseconds since the epoch of `at`.
+    fn wall(&self, at: Instant) -> (u64, u32) {
+        let wall = match at.checked_duration_since(self.now) {
+            Some(after) => self.wall + after,
+            None => self.wall - self.now.duration_since(at),
+        };
+        let since = wall.duration_since(UNIX_EPOCH).unwrap_or_default();
+        (since.as_secs(), since.subsec_nanos())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::SocketAddr;
+
+    #[test]
+    fn a_client_record_is_a_query_and_a_response() {
+        let clock = Clock::now();
+        let client: SocketAddr = "10.1.2.3:40000".parse().unwrap();
+        let listener: SocketAddr = "169.254.20.10:53".parse().unwrap();
+        let asked = clock.now;
+        let answered = asked + Duration::from_micros(150);
+        let record = Record::take(
+            Side::Client,
+            Proto::Udp,
+            Some(client),
+            listener,
+            asked,
+            answered,
+            Some((b"query", b"reply")),
+        );
+        let [q, r] = messages(&record, &clock);
+        assert_eq!(q.r#type, MessageType::ClientQuery as i32);
+        assert_eq!(r.r#type, MessageType::ClientResponse as i32);
+        assert_eq!(q.query_address, Some(vec![10, 1, 2, 3]));
+        assert_eq!(q.query_port, Some(40000));
+        assert_eq!(r.response_address, Some(vec![169, 254, 20, 10]));
+        assert_eq!(q.query_message.as_deref(), Some(&b"query"[..]));
+        assert_eq!(q.response_message, None);
+        assert_eq!(r.response_message.as_deref(), Some(&b"reply"[..]));
+        let took = (r.response_time_sec.unwrap() * 1_000_000_000
+            + u64::from(r.response_time_nsec.unwrap()))
+            - (q.query_time_sec.unwrap() * 1_000_000_000 + u64::from(q.query_time_nsec.unwrap()));
+        assert_eq!(took, 150_000);
+        assert_eq!(r.socket_family, Some(proto::INET));
+        assert_eq!(r.socket_protocol, Some(proto::UDP));
+    }
+}
