@@ -200,7 +200,7 @@ fn frame(
     let hits: f64 = table.iter().map(|r| r.qps * r.hit_ratio).sum();
     let mut lines = vec![
         format!(
-            "nodens top - {} workloads, {total:.1} q/s, {:.0}% from cache, over {seconds:.1}s - sorted by {} (s: sort, q: quit)",
+            "nodens top - {} workloads, {total:.1} q/s, {:.0}% without an upstream query, over {seconds:.1}s - sorted by {} (s: sort, q: quit)",
             table.len(),
             if total > 0.0 {
                 100.0 * hits / total
@@ -271,7 +271,12 @@ fn rates<'a>(before: Option<&Workload>, now: &'a Workload, seconds: f64) -> Row<
         },
         nxdomain: per(delta(|w| w.nxdomain)),
         servfail: per(delta(|w| w.servfail)),
-        expansions: expansions / (queries - expansions).max(1.0),
+        // Every query an expansion: no lookup got to a name that exists.
+        expansions: if expansions > 0.0 && queries <= expansions {
+            f64::INFINITY
+        } else {
+            expansions / (queries - expansions).max(1.0)
+        },
     }
 }
 

@@ -70,7 +70,7 @@ pub(crate) fn analyse(view: &TopView) -> (Vec<String>, Vec<Finding>) {
     )];
     for w in view.workloads.iter().take(5) {
         lines.push(format!(
-            "{}: {} queries, {:.0}% from the cache, {} NXDOMAIN, {} SERVFAIL",
+            "{}: {} queries, {:.0}% without an upstream query, {} NXDOMAIN, {} SERVFAIL",
             name(w),
             w.queries,
             100.0 * w.hits as f64 / w.queries.max(1) as f64,

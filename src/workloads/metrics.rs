@@ -49,7 +49,7 @@ impl WorkloadMetrics {
             ),
             hit_ratio: r.float_gauges(
                 "nodens_workload_cache_hit_ratio",
-                "Share of the top workloads' queries answered from the cache.",
+                "Share of the top workloads' queries answered without asking upstream (the cache, or nodens's own answer).",
             ),
             nxdomain: r.float_gauges(
                 "nodens_workload_nxdomain_per_second",

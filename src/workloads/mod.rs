@@ -43,7 +43,8 @@ const NAME_SAMPLE: u64 = 8;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Counts {
     pub(crate) queries: u64,
-    /// Answered from the cache (fresh, held or stale).
+    /// Answered without asking upstream: from the cache (fresh, held or
+    /// stale) or by nodens itself (a local NXDOMAIN, a local record).
     pub(crate) hits: u64,
     pub(crate) nxdomain: u64,
     pub(crate) servfail: u64,
@@ -165,7 +166,7 @@ impl Workloads {
         slot.seen = answered.started;
         let c = &mut slot.counts;
         c.queries += 1;
-        if matches!(answered.source, Source::Cache | Source::Stale) {
+        if answered.source != Source::Upstream {
             c.hits += 1;
         }
         match code {
