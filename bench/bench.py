@@ -308,7 +308,7 @@ def server_specs(a):
             files={"nodens.toml": f"""[server]
 listen = ["{SERVER_IP}:{PORT}"]
 workers = 1
-
+{a.nodens_server_config}
 [cache]
 prefetch_min_hits = 0
 capacity = "256 MiB"
@@ -905,6 +905,8 @@ def main():
     ap.add_argument("--nodens-version", default="?")
     ap.add_argument("--nodens-config", default="",
                     help="TOML appended to nodens.toml (after the root zone)")
+    ap.add_argument("--nodens-server-config", default="",
+                    help="TOML lines added to nodens's [server] table (e.g. workload_counters = true)")
     ap.add_argument("--coredns", required=True)
     ap.add_argument("--reflector", required=True)
     ap.add_argument("--servers", default="reflector nodens unbound dnsdist coredns dnsmasq")

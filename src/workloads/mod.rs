@@ -11,15 +11,19 @@
 //! a flood of one-query (or spoofed) addresses evicts idle clients and
 //! its own, and a busy workload keeps its counts.
 //!
-//! Each slot also keeps the names its client asks most: a space-saving
-//! sketch of [`NAMES`] names, fed by one query in [`NAME_SAMPLE`] so the
-//! name is folded and compared on that one only.
+//! A reply from a client that holds a slot counts with relaxed atomic adds,
+//! no lock: many threads answer one busy client at once. Taking a slot,
+//! and the names sketch, go under the set's lock. Each slot keeps the names
+//! its client asks most: a space-saving sketch of [`NAMES`] names, fed by
+//! one query in [`NAME_SAMPLE`] (skipped when the set's lock is busy) so
+//! the name is folded and compared on that one only.
 
 mod metrics;
 mod view;
 
 use std::net::IpAddr;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 pub(crate) use metrics::WorkloadMetrics;
@@ -73,11 +77,56 @@ struct NameCount {
     count: u32,
 }
 
+/// A client's counters, bumped without a lock: many threads answer one
+/// busy client at once (workers, and the tasks that finish misses), and a
+/// lock they all take would cost each answer a wait.
+#[derive(Default)]
 struct Slot {
-    client: Option<IpAddr>,
-    seen: Instant,
-    counts: Counts,
-    names: [NameCount; NAMES],
+    /// The owner's hash (never 0); 0: free. Set and cleared under the
+    /// set's lock; a reply that finds its hash here counts without it.
+    tag: AtomicU64,
+    /// Milliseconds after `born` of the owner's last reply.
+    seen: AtomicU64,
+    queries: AtomicU64,
+    hits: AtomicU64,
+    nxdomain: AtomicU64,
+    servfail: AtomicU64,
+    expansions: AtomicU64,
+}
+
+impl Slot {
+    fn counts(&self) -> Counts {
+        Counts {
+            queries: self.queries.load(Ordering::Relaxed),
+            hits: self.hits.load(Ordering::Relaxed),
+            nxdomain: self.nxdomain.load(Ordering::Relaxed),
+            servfail: self.servfail.load(Ordering::Relaxed),
+            expansions: self.expansions.load(Ordering::Relaxed),
+        }
+    }
+
+    fn reset(&self) {
+        for c in [
+            &self.queries,
+            &self.hits,
+            &self.nxdomain,
+            &self.servfail,
+            &self.expansions,
+        ] {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// What a set keeps under its lock: who owns each slot, and its names.
+struct Owners {
+    clients: [Option<IpAddr>; WAYS],
+    names: [[NameCount; NAMES]; WAYS],
+}
+
+struct Set {
+    slots: [Slot; WAYS],
+    owners: Mutex<Owners>,
 }
 
 /// One client's counts and most asked names, copied out of the table.
@@ -90,7 +139,7 @@ pub(crate) struct ClientCounts {
 }
 
 pub(crate) struct Workloads {
-    sets: Box<[Mutex<[Slot; WAYS]>]>,
+    sets: Box<[Set]>,
     hasher: ahash::RandomState,
     /// `<domain>.` of `[cluster] domain`, lower-case wire form.
     cluster_domain: arc_swap::ArcSwap<Box<[u8]>>,
@@ -100,25 +149,24 @@ pub(crate) struct Workloads {
 
 impl Workloads {
     pub(crate) fn new(cluster_domain: &[u8]) -> Workloads {
-        let now = Instant::now();
+        let empty = || NameCount {
+            name: [0; crate::wire::name::MAX_NAME_LEN],
+            len: 0,
+            count: 0,
+        };
         Workloads {
             sets: (0..SETS)
-                .map(|_| {
-                    Mutex::new(std::array::from_fn(|_| Slot {
-                        client: None,
-                        seen: now,
-                        counts: Counts::default(),
-                        names: std::array::from_fn(|_| NameCount {
-                            name: [0; crate::wire::name::MAX_NAME_LEN],
-                            len: 0,
-                            count: 0,
-                        }),
-                    }))
+                .map(|_| Set {
+                    slots: Default::default(),
+                    owners: Mutex::new(Owners {
+                        clients: [None; WAYS],
+                        names: std::array::from_fn(|_| std::array::from_fn(|_| empty())),
+                    }),
                 })
                 .collect(),
             hasher: ahash::RandomState::new(),
             cluster_domain: arc_swap::ArcSwap::from_pointee(cluster_domain.into()),
-            born: now,
+            born: Instant::now(),
         }
     }
 
@@ -134,54 +182,83 @@ impl Workloads {
     #[inline]
     pub(crate) fn count(&self, answered: &Answered<'_>, code: u16) {
         let client = answered.client.ip().to_canonical();
-        let set = self.hasher.hash_one(client) as usize & (SETS - 1);
-        let mut slots = crate::lock::lock(&self.sets[set]);
-        let way = match slots.iter().position(|s| s.client == Some(client)) {
+        let hash = self.hasher.hash_one(client);
+        let tag = hash | 1;
+        let set = &self.sets[(hash >> 1) as usize & (SETS - 1)];
+        let now = answered
+            .started
+            .saturating_duration_since(self.born)
+            .as_millis() as u64;
+        let way = match set
+            .slots
+            .iter()
+            .position(|s| s.tag.load(Ordering::Acquire) == tag)
+        {
             Some(way) => way,
-            None => {
-                let now = answered.started;
-                let way = (0..WAYS)
-                    .min_by_key(|&w| {
-                        let s = &slots[w];
-                        match s.client {
-                            None => (0, 0, None),
-                            Some(_) if now.saturating_duration_since(s.seen) > IDLE => {
-                                (1, 0, Some(s.seen))
-                            }
-                            Some(_) => (2, s.counts.queries, Some(s.seen)),
-                        }
-                    })
-                    .unwrap_or(0);
-                let slot = &mut slots[way];
-                slot.client = Some(client);
-                slot.counts = Counts::default();
-                for n in &mut slot.names {
-                    n.count = 0;
-                    n.len = 0;
-                }
-                way
-            }
+            None => self.take_slot(set, client, tag, now),
         };
-        let slot = &mut slots[way];
-        slot.seen = answered.started;
-        let c = &mut slot.counts;
-        c.queries += 1;
+        let slot = &set.slots[way];
+        slot.seen.store(now, Ordering::Relaxed);
+        let queries = slot.queries.fetch_add(1, Ordering::Relaxed) + 1;
         if answered.source != Source::Upstream {
-            c.hits += 1;
+            slot.hits.fetch_add(1, Ordering::Relaxed);
         }
         match code {
             rcode::NXDOMAIN => {
-                c.nxdomain += 1;
+                slot.nxdomain.fetch_add(1, Ordering::Relaxed);
                 if self.under_cluster_domain(answered.query.name()) {
-                    c.expansions += 1;
+                    slot.expansions.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            rcode::SERVFAIL => c.servfail += 1,
+            rcode::SERVFAIL => {
+                slot.servfail.fetch_add(1, Ordering::Relaxed);
+            }
             _ => {}
         }
-        if c.queries % NAME_SAMPLE == 1 {
-            note_name(&mut slot.names, answered.query.name());
+        // A sample: skipped, not waited for, when another thread holds the set.
+        if queries % NAME_SAMPLE == 1
+            && let Ok(mut owners) = set.owners.try_lock()
+            && owners.clients[way] == Some(client)
+        {
+            note_name(&mut owners.names[way], answered.query.name());
         }
+    }
+
+    /// Gives `client` a slot of `set` (under the set's lock): a free one,
+    /// else one idle for [`IDLE`], else the one with the fewest queries.
+    #[cold]
+    fn take_slot(&self, set: &Set, client: IpAddr, tag: u64, now: u64) -> usize {
+        let mut owners = crate::lock::lock(&set.owners);
+        if let Some(way) = set
+            .slots
+            .iter()
+            .position(|s| s.tag.load(Ordering::Acquire) == tag)
+        {
+            return way;
+        }
+        let idle = IDLE.as_millis() as u64;
+        let way = (0..WAYS)
+            .min_by_key(|&w| {
+                let s = &set.slots[w];
+                if s.tag.load(Ordering::Relaxed) == 0 {
+                    (0, 0, 0)
+                } else if now.saturating_sub(s.seen.load(Ordering::Relaxed)) > idle {
+                    (1, 0, s.seen.load(Ordering::Relaxed))
+                } else {
+                    (2, s.queries.load(Ordering::Relaxed), 0)
+                }
+            })
+            .unwrap_or(0);
+        let slot = &set.slots[way];
+        slot.tag.store(0, Ordering::Release);
+        slot.reset();
+        owners.clients[way] = Some(client);
+        for n in &mut owners.names[way] {
+            n.count = 0;
+            n.len = 0;
+        }
+        slot.tag.store(tag, Ordering::Release);
+        way
     }
 
     fn under_cluster_domain(&self, name: &[u8]) -> bool {
@@ -204,11 +281,12 @@ impl Workloads {
     pub(crate) fn clients(&self) -> Vec<ClientCounts> {
         let mut all = Vec::new();
         for set in &self.sets {
-            let slots = crate::lock::lock(set);
-            for slot in slots.iter() {
-                let Some(client) = slot.client else { continue };
-                let mut names: Vec<(Box<[u8]>, u32)> = slot
-                    .names
+            let owners = crate::lock::lock(&set.owners);
+            for (way, slot) in set.slots.iter().enumerate() {
+                let Some(client) = owners.clients[way] else {
+                    continue;
+                };
+                let mut names: Vec<(Box<[u8]>, u32)> = owners.names[way]
                     .iter()
                     .filter(|n| n.count > 0)
                     .map(|n| (n.name[..usize::from(n.len)].into(), n.count))
@@ -216,7 +294,7 @@ impl Workloads {
                 names.sort_by_key(|n| std::cmp::Reverse(n.1));
                 all.push(ClientCounts {
                     client,
-                    counts: slot.counts,
+                    counts: slot.counts(),
                     names,
                 });
             }
@@ -282,7 +360,7 @@ mod tests {
 
     #[test]
     fn the_table_is_bounded() {
-        let size = std::mem::size_of::<Mutex<[Slot; WAYS]>>() * SETS;
+        let size = std::mem::size_of::<Set>() * SETS;
         assert!(size < 1_200_000, "{size} bytes");
     }
 }
