@@ -5,7 +5,7 @@
 //! The same trust rule as the handover socket (`crate::trust`,
 //! docs/security.md): the socket sits in a directory only nodens's uid can
 //! enter, and a peer that does not run as nodens's uid (`SO_PEERCRED`) is
-//! refused and counted before a byte of its request is read. Root on the
+//! refused and counted before its request is looked at. Root on the
 //! node reaches it by becoming that uid, which the command line does
 //! (`client`), so `kubectl exec` into nodens's container works as is.
 //!
@@ -45,6 +45,8 @@ const MAX_CLIENTS: usize = 4;
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// A client that stops reading a reply is dropped after this long.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the accepting thread waits for a refused client's request.
+const DISCARD_TIME: Duration = Duration::from_millis(200);
 
 /// What the commands act on.
 struct Context {
@@ -85,6 +87,7 @@ fn accept(listener: &UnixListener, context: &Arc<Context>) {
             if context.refusals.allow().is_some() {
                 tracing::warn!("control socket: refused: {e}");
             }
+            discard_request(&stream);
             let _ = write_reply(&mut stream, &Reply::Error(format!("refused: {e}")));
             continue;
         }
@@ -102,6 +105,25 @@ fn accept(listener: &UnixListener, context: &Arc<Context>) {
             });
         if spawned.is_err() {
             tracing::warn!("control socket: cannot start a thread for a client");
+        }
+    }
+}
+
+/// Reads and drops what a refused client sent (at most a request's
+/// length, for at most [`DISCARD_TIME`]) without looking at it: a socket
+/// closed with unread bytes resets the connection, and the client would
+/// lose the refusal's reason.
+fn discard_request(stream: &UnixStream) {
+    let _ = stream.set_read_timeout(Some(DISCARD_TIME));
+    let mut sink = [0u8; 512];
+    let mut left = MAX_REQUEST + 1;
+    let mut reader = stream;
+    while left > 0 {
+        let room = left.min(sink.len());
+        match reader.read(&mut sink[..room]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) if sink[..n].contains(&b'\n') => break,
+            Ok(n) => left -= n,
         }
     }
 }
