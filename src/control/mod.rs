@@ -45,6 +45,8 @@ const MAX_CLIENTS: usize = 4;
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// A client that stops reading a reply is dropped after this long.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// After a failed accept, before the next.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// How long the accepting thread waits for a refused client's request.
 const DISCARD_TIME: Duration = Duration::from_millis(200);
 
@@ -80,7 +82,11 @@ pub fn listen(
 
 fn accept(listener: &UnixListener, context: &Arc<Context>) {
     for stream in listener.incoming() {
-        let Ok(mut stream) = stream else { continue };
+        let Ok(mut stream) = stream else {
+            // Out of descriptors, most often: wait, rather than spin.
+            std::thread::sleep(ACCEPT_BACKOFF);
+            continue;
+        };
         let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
         if let Err(e) = crate::trust::check_peer(&stream) {
             context.metrics.refused.inc();
@@ -93,6 +99,7 @@ fn accept(listener: &UnixListener, context: &Arc<Context>) {
         }
         if context.clients.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
             context.clients.fetch_sub(1, Ordering::AcqRel);
+            discard_request(&stream);
             let _ = write_reply(&mut stream, &Reply::Error("busy: try again".into()));
             continue;
         }
