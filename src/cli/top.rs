@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyModifiers};
 use crossterm::{cursor, execute, terminal};
-use nodens::control::{self, Client, Reply, Request, TopView, Workload};
+use nodens::control::{self, Client, Rates, Reply, Request, TopView, Workload};
 
 use super::cache::DEFAULT_SOCKET;
 use super::report::{Failure, Outcome};
@@ -64,26 +64,25 @@ impl SortBy {
         }
     }
 
-    fn key(self, r: &Row<'_>) -> f64 {
+    fn key(self, r: &Rates<'_>) -> f64 {
         match self {
-            SortBy::Queries => r.qps,
+            SortBy::Queries => r.queries,
             SortBy::Nxdomain => r.nxdomain,
             SortBy::Servfail => r.servfail,
-            SortBy::Expansions => r.expansions,
-            SortBy::Misses => r.qps * (1.0 - r.hit_ratio),
+            SortBy::Expansions => expansions(r),
+            SortBy::Misses => r.queries * (1.0 - r.hit_ratio),
         }
     }
 }
 
-/// One workload's rates between two views.
-struct Row<'a> {
-    w: &'a Workload,
-    qps: f64,
-    hit_ratio: f64,
-    nxdomain: f64,
-    servfail: f64,
-    /// Search-list expansions per lookup.
-    expansions: f64,
+/// Search-list expansions per lookup as shown: `inf` when no lookup of the
+/// window reached its name.
+fn expansions(r: &Rates<'_>) -> f64 {
+    if r.only_expansions {
+        f64::INFINITY
+    } else {
+        r.expansions_per_lookup
+    }
 }
 
 pub(super) fn run(args: TopArgs) -> Result<Outcome, Failure> {
@@ -186,18 +185,18 @@ fn frame(
     let earlier: HashMap<(&str, &str), &Workload> = before.map_or_else(HashMap::new, |b| {
         b.workloads.iter().map(|w| (w.id(), w)).collect()
     });
-    let mut table: Vec<Row<'_>> = now
+    let mut table: Vec<Rates<'_>> = now
         .workloads
         .iter()
-        .map(|w| rates(earlier.get(&w.id()).copied(), w, seconds))
+        .map(|w| Rates::between(earlier.get(&w.id()).copied(), w, seconds))
         .collect();
     table.sort_by(|a, b| {
         sort.key(b)
             .total_cmp(&sort.key(a))
-            .then_with(|| a.w.id().cmp(&b.w.id()))
+            .then_with(|| a.workload.id().cmp(&b.workload.id()))
     });
-    let total: f64 = table.iter().map(|r| r.qps).sum();
-    let hits: f64 = table.iter().map(|r| r.qps * r.hit_ratio).sum();
+    let total: f64 = table.iter().map(|r| r.queries).sum();
+    let hits: f64 = table.iter().map(|r| r.queries * r.hit_ratio).sum();
     let mut lines = vec![
         format!(
             "nodens top - {} workloads, {total:.1} q/s, {:.0}% without an upstream query, over {seconds:.1}s - sorted by {} (s: sort, q: quit)",
@@ -223,21 +222,26 @@ fn frame(
         ),
     ];
     for r in table.iter().take(rows) {
-        let names: Vec<String> = r.w.names.iter().map(|(n, c)| format!("{n}({c})")).collect();
-        let namespace = if r.w.namespace.is_empty() {
+        let names: Vec<String> = r
+            .workload
+            .names
+            .iter()
+            .map(|(n, c)| format!("{n}({c})"))
+            .collect();
+        let namespace = if r.workload.namespace.is_empty() {
             "-"
         } else {
-            &r.w.namespace
+            &r.workload.namespace
         };
         lines.push(format!(
             "{:<20} {:<32} {:>9.1} {:>6.1} {:>10.1} {:>10.1} {:>10.2}  {}",
             cut(namespace, 20),
-            cut(&r.w.pod, 32),
-            r.qps,
+            cut(&r.workload.pod, 32),
+            r.queries,
             100.0 * r.hit_ratio,
             r.nxdomain,
             r.servfail,
-            r.expansions,
+            expansions(r),
             names.join(" ")
         ));
     }
@@ -249,35 +253,6 @@ fn frame(
         }
     }
     lines
-}
-
-fn rates<'a>(before: Option<&Workload>, now: &'a Workload, seconds: f64) -> Row<'a> {
-    // Counts that went down restarted (the workload's slot was taken over).
-    let restarted = before.is_none_or(|b| now.queries < b.queries);
-    let delta = |f: fn(&Workload) -> u64| {
-        let was = if restarted { 0 } else { before.map_or(0, f) };
-        f(now).saturating_sub(was) as f64
-    };
-    let queries = delta(|w| w.queries);
-    let expansions = delta(|w| w.expansions);
-    let per = |n: f64| if seconds > 0.0 { n / seconds } else { 0.0 };
-    Row {
-        w: now,
-        qps: per(queries),
-        hit_ratio: if queries > 0.0 {
-            delta(|w| w.hits) / queries
-        } else {
-            0.0
-        },
-        nxdomain: per(delta(|w| w.nxdomain)),
-        servfail: per(delta(|w| w.servfail)),
-        // Every query an expansion: no lookup got to a name that exists.
-        expansions: if expansions > 0.0 && queries <= expansions {
-            f64::INFINITY
-        } else {
-            expansions / (queries - expansions).max(1.0)
-        },
-    }
 }
 
 fn cut(text: &str, width: usize) -> &str {

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-pub use crate::workloads::{TopView, Workload};
+pub use crate::workloads::{Rates, TopView, Workload};
 pub use client::{Client, connect};
 pub use metrics::ControlMetrics;
 pub use protocol::{CachedEntry, FlushScope, Reply, Request};

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::Workloads;
-use super::view::{Workload, group};
+use super::view::{Rates, Workload, group};
 use crate::metrics::{FloatGauges, Registry, label_set};
 use crate::search::Clients;
 
@@ -112,44 +112,6 @@ impl WorkloadMetrics {
             self.nxdomain.get(&labels).set(r.nxdomain);
             self.servfail.get(&labels).set(r.servfail);
             self.expansions.get(&labels).set(r.expansions_per_lookup);
-        }
-    }
-}
-
-/// One workload's rates over a window.
-struct Rates<'a> {
-    workload: &'a Workload,
-    queries: f64,
-    hit_ratio: f64,
-    nxdomain: f64,
-    servfail: f64,
-    expansions_per_lookup: f64,
-}
-
-impl<'a> Rates<'a> {
-    /// From the counts `before` (none: the workload is new) to `now`. A
-    /// count that went down restarted (its slot was taken over): all of
-    /// `now` is new.
-    fn between(before: Option<&Workload>, now: &'a Workload, seconds: f64) -> Rates<'a> {
-        let restarted = before.is_none_or(|b| now.queries < b.queries);
-        let delta = |f: fn(&Workload) -> u64| {
-            let was = if restarted { 0 } else { before.map_or(0, f) };
-            f(now).saturating_sub(was) as f64
-        };
-        let queries = delta(|w| w.queries);
-        let expansions = delta(|w| w.expansions);
-        let per = |n: f64| if seconds > 0.0 { n / seconds } else { 0.0 };
-        Rates {
-            workload: now,
-            queries: per(queries),
-            hit_ratio: if queries > 0.0 {
-                delta(|w| w.hits) / queries
-            } else {
-                0.0
-            },
-            nxdomain: per(delta(|w| w.nxdomain)),
-            servfail: per(delta(|w| w.servfail)),
-            expansions_per_lookup: expansions / (queries - expansions).max(1.0),
         }
     }
 }

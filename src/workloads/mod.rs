@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 pub(crate) use metrics::WorkloadMetrics;
-pub use view::{TopView, Workload};
+pub use view::{Rates, TopView, Workload};
 
 use crate::cache::key::NameBuf;
 use crate::querylog::{Answered, Source};

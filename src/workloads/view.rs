@@ -44,6 +44,52 @@ impl Workload {
     }
 }
 
+/// One workload's rates between two views: what `nodens top` shows and
+/// the top-K metrics export, computed one way.
+#[derive(Debug, Clone, Copy)]
+pub struct Rates<'a> {
+    pub workload: &'a Workload,
+    pub queries: f64,
+    /// Share answered without an upstream query.
+    pub hit_ratio: f64,
+    pub nxdomain: f64,
+    pub servfail: f64,
+    /// Search-list expansions per other query (at least one query counted
+    /// as the lookup, so a bounded number).
+    pub expansions_per_lookup: f64,
+    /// Every query of the window was an expansion: no lookup reached its name.
+    pub only_expansions: bool,
+}
+
+impl<'a> Rates<'a> {
+    /// From the counts `before` (none: the workload is new) to `now`, over
+    /// `seconds`. A count that went down restarted (its slot was taken
+    /// over): all of `now` is new.
+    pub fn between(before: Option<&Workload>, now: &'a Workload, seconds: f64) -> Rates<'a> {
+        let restarted = before.is_none_or(|b| now.queries < b.queries);
+        let delta = |f: fn(&Workload) -> u64| {
+            let was = if restarted { 0 } else { before.map_or(0, f) };
+            f(now).saturating_sub(was) as f64
+        };
+        let queries = delta(|w| w.queries);
+        let expansions = delta(|w| w.expansions);
+        let per = |n: f64| if seconds > 0.0 { n / seconds } else { 0.0 };
+        Rates {
+            workload: now,
+            queries: per(queries),
+            hit_ratio: if queries > 0.0 {
+                delta(|w| w.hits) / queries
+            } else {
+                0.0
+            },
+            nxdomain: per(delta(|w| w.nxdomain)),
+            servfail: per(delta(|w| w.servfail)),
+            expansions_per_lookup: expansions / (queries - expansions).max(1.0),
+            only_expansions: expansions > 0.0 && queries <= expansions,
+        }
+    }
+}
+
 /// Groups `clients` by pod, busiest first.
 pub(crate) fn group(clients: Vec<ClientCounts>, pods: &Clients) -> Vec<Workload> {
     type Names = HashMap<Box<[u8]>, u32>;
