@@ -36,6 +36,9 @@ pub(super) struct DoctorArgs {
     /// Skip the node checks.
     #[arg(long)]
     no_node: bool,
+    /// Skip the workloads of a running nodens (its control socket).
+    #[arg(long, conflicts_with = "control_socket")]
+    no_workloads: bool,
     /// The nodens configuration of this node (its addresses, HTTP port and
     /// upstreams, for the node checks).
     #[arg(short, long, value_name = "FILE")]
@@ -53,7 +56,7 @@ pub(super) struct DoctorArgs {
     kubelet_config: PathBuf,
     /// A running nodens's control socket, to name the workloads behind the
     /// findings (default: the configuration's `control_socket`, else
-    /// /run/nodens/control.sock when it exists).
+    /// /run/nodens/control.sock when a nodens answers there).
     #[arg(long, value_name = "PATH")]
     control_socket: Option<PathBuf>,
     /// Print the report as JSON.
@@ -67,17 +70,19 @@ pub(super) fn run(args: DoctorArgs) -> Result<Outcome, Failure> {
         None => None,
     };
     let (resolv, servers) = resolv_and_servers(&args.resolv_conf, &args.server)?;
-    let control_socket = args
-        .control_socket
-        .or_else(|| {
-            config
-                .as_ref()
-                .and_then(|c| c.server.control_socket.clone())
-        })
-        .or_else(|| {
-            let chart = PathBuf::from(super::cache::DEFAULT_SOCKET);
-            chart.exists().then_some(chart)
-        });
+    let named = args.control_socket.clone().or_else(|| {
+        config
+            .as_ref()
+            .and_then(|c| c.server.control_socket.clone())
+    });
+    let control_socket = match (args.no_workloads, named) {
+        (true, _) => None,
+        (false, Some(path)) => Some(doctor::ControlSocket { path, named: true }),
+        (false, None) => Some(doctor::ControlSocket {
+            path: PathBuf::from(super::cache::DEFAULT_SOCKET),
+            named: false,
+        }),
+    };
     let options = doctor::Options {
         control_socket,
         resolv,

@@ -33,7 +33,17 @@ pub struct Options {
     pub node: Option<node::NodeOptions>,
     /// A running nodens's control socket: its workload counts (`None`:
     /// not read).
-    pub control_socket: Option<std::path::PathBuf>,
+    pub control_socket: Option<ControlSocket>,
+}
+
+/// Where doctor reads a running nodens's workload counts.
+pub struct ControlSocket {
+    pub path: std::path::PathBuf,
+    /// Named by the user (a flag, the configuration): a socket that cannot
+    /// be read is a finding. Not named (the chart's default path), a socket
+    /// file nobody listens on is one a killed nodens left: no nodens to
+    /// report on, and nothing to say.
+    pub named: bool,
 }
 
 /// Runs the checks asked for and ranks the findings.
@@ -57,8 +67,9 @@ pub fn run(options: Options) -> Report {
         report.add(findings);
     }
     // Last: run as root, reading the socket makes this process nodens's uid.
-    if let Some(path) = &options.control_socket {
-        let (lines, findings) = workloads::check(path);
+    if let Some(socket) = &options.control_socket
+        && let Some((lines, findings)) = workloads::check(socket)
+    {
         report.section("Workloads (nodens's counts)", lines);
         report.add(findings);
     }

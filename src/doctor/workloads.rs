@@ -10,6 +10,7 @@
 
 use std::path::Path;
 
+use super::ControlSocket;
 use super::finding::{Finding, Severity};
 use crate::control::{Reply, Request, TopView, Workload};
 
@@ -20,15 +21,30 @@ const MIN_EXPANSIONS: u64 = 20;
 /// Workloads named in a finding at most.
 const NAMED: usize = 10;
 
-/// The workloads section and its findings, from the control socket at `path`.
-pub(crate) fn check(path: &Path) -> (Vec<String>, Vec<Finding>) {
+/// The workloads section and its findings, from the control socket;
+/// `None` when the socket was not named and nothing listens on it.
+pub(crate) fn check(socket: &ControlSocket) -> Option<(Vec<String>, Vec<Finding>)> {
+    let path = &socket.path;
     let asked = crate::control::connect(path).and_then(|c| c.ask(&Request::Top { limit: None }));
     let view = match asked.map(|r| r.into_iter().next()) {
         Ok(Some(Reply::Top(view))) => view,
-        Ok(other) => return unread(path, format!("unexpected reply {other:?}")),
-        Err(e) => return unread(path, format!("{e:#}")),
+        Ok(other) => return Some(unread(path, format!("unexpected reply {other:?}"))),
+        Err(e) if !socket.named && nobody_listens(&e) => return None,
+        Err(e) => return Some(unread(path, format!("{e:#}"))),
     };
-    analyse(&view)
+    Some(analyse(&view))
+}
+
+/// The error of a socket file without a listener (or without a file).
+fn nobody_listens(e: &anyhow::Error) -> bool {
+    e.chain()
+        .filter_map(|c| c.downcast_ref::<std::io::Error>())
+        .any(|io| {
+            matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound
+            )
+        })
 }
 
 fn unread(path: &Path, why: String) -> (Vec<String>, Vec<Finding>) {
@@ -40,7 +56,12 @@ fn unread(path: &Path, why: String) -> (Vec<String>, Vec<Finding>) {
             path.display()
         ),
     )
-    .evidence(why);
+    .evidence(why)
+    .fix(
+        "check that nodens runs with `[server] control_socket` at this path, and run \
+         doctor as root or as nodens's user (`kubectl exec` into the nodens pod does); \
+         --no-workloads skips this section",
+    );
     (Vec::new(), vec![note])
 }
 
@@ -145,6 +166,32 @@ pub(crate) fn analyse(view: &TopView) -> (Vec<String>, Vec<Finding>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A socket file left by a killed nodens: silence at the default path,
+    /// a finding with the reason at a named one.
+    #[test]
+    fn a_stale_socket_is_a_finding_only_when_named() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let path = dir.path().join("control.sock");
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let default = ControlSocket {
+            path: path.clone(),
+            named: false,
+        };
+        assert!(check(&default).is_none());
+        let absent = ControlSocket {
+            path: dir.path().join("absent.sock"),
+            named: false,
+        };
+        assert!(check(&absent).is_none());
+        let named = ControlSocket { path, named: true };
+        let (_, findings) = check(&named).expect("a section");
+        assert_eq!(findings.len(), 1);
+        assert_eq!(findings[0].id, "workloads-unread");
+    }
 
     fn workload(
         namespace: &str,

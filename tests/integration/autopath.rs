@@ -594,6 +594,7 @@ fn glibc_musl_and_go_look_an_external_name_up_in_one_round_trip() {
                 nodens.to_str().unwrap(),
                 "doctor",
                 "--no-node",
+                "--no-workloads",
                 "--json",
                 "--name",
                 "api.example.com",

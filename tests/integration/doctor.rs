@@ -106,7 +106,8 @@ impl Lab {
 
     /// `nodens doctor --json ARGS`: the report, and whether it exited 1.
     fn doctor(&self, args: &[&str]) -> (Value, bool) {
-        let out = self.nodens(&[&["doctor", "--json", "--no-node"], args].concat());
+        let out =
+            self.nodens(&[&["doctor", "--json", "--no-node", "--no-workloads"], args].concat());
         let code = out.status.code();
         assert!(matches!(code, Some(0 | 1)), "doctor {args:?}: {out:?}");
         let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
@@ -375,6 +376,7 @@ fn ndots_five_and_six_search_domains_are_seven_lookups_times_two_families() {
             "doctor",
             "--no-probes",
             "--no-node",
+            "--no-workloads",
             "--json",
             "--name",
             "api.example.com",
@@ -399,6 +401,7 @@ fn ndots_five_and_six_search_domains_are_seven_lookups_times_two_families() {
             "doctor",
             "--no-probes",
             "--no-node",
+            "--no-workloads",
             "--name",
             "api.example.com",
             "--resolv-conf",
@@ -460,4 +463,45 @@ fn nodens_says_who_it_is_over_chaos_unless_told_not_to() {
         assert_eq!(reply.rcode(), 5, "{name}");
         assert!(reply.answers_of(Rt::TXT).is_empty());
     }
+}
+
+/// A control socket named on the command line that nobody answers on is a
+/// finding that says what to check; the chart's default path, when nothing
+/// answers there (a socket file a killed nodens left), is no finding at all.
+#[test]
+fn a_control_socket_nobody_answers_is_a_finding_only_when_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let resolv = dir.path().join("resolv.conf");
+    std::fs::write(&resolv, "nameserver 10.96.0.10\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let stale = dir.path().join("control.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    std::fs::set_permissions(&stale, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let doctor = |extra: &[&str]| {
+        let out = Command::new(nodens_bin())
+            .args([
+                "doctor",
+                "--no-probes",
+                "--no-node",
+                "--json",
+                "--resolv-conf",
+            ])
+            .arg(&resolv)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        every_finding_has_evidence(&report);
+        report
+    };
+    let asked = doctor(&["--control-socket", stale.to_str().unwrap()]);
+    let f = finding(&asked, "workloads-unread").expect("a workloads-unread finding");
+    assert!(
+        f["evidence"][0].as_str().unwrap().contains("refused"),
+        "{f}"
+    );
+    let skipped = doctor(&["--no-workloads"]);
+    assert!(finding(&skipped, "workloads-unread").is_none(), "{skipped}");
 }

@@ -131,9 +131,15 @@ fn doctor(ns: Option<&Netns>, args: &[&str]) -> Report {
         }
         None => Command::new(nodens_bin()),
     };
-    cmd.args(["doctor", "--no-probes", "--json", "--resolv-conf"])
-        .arg(&resolv)
-        .args(args);
+    cmd.args([
+        "doctor",
+        "--no-probes",
+        "--no-workloads",
+        "--json",
+        "--resolv-conf",
+    ])
+    .arg(&resolv)
+    .args(args);
     let out = output_within(cmd, Duration::from_secs(60));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let json: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
