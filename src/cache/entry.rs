@@ -269,6 +269,16 @@ impl Entry {
         Duration::from_secs(self.lifetime_secs.into())
     }
 
+    /// When the entry was stored (or, read back, when it would have been).
+    pub fn stored_at(&self) -> Instant {
+        self.stored_at
+    }
+
+    /// When the entry stops being fresh.
+    pub fn expires_at(&self) -> Instant {
+        self.stored_at + self.lifetime()
+    }
+
     /// The entry as plain parts, for a cache snapshot.
     pub(crate) fn parts(&self, now: Instant) -> Parts<'_> {
         Parts {

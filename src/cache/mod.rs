@@ -15,6 +15,7 @@ pub(crate) mod follow;
 pub(crate) mod inspect;
 pub(crate) mod key;
 pub(crate) mod metrics;
+mod prefetch_gain;
 pub(crate) mod snapshot;
 pub(crate) mod snapshot_file;
 
@@ -28,6 +29,7 @@ use quick_cache::{Lifecycle, Weighter};
 pub use entry::{Entry, Freshness, Kind, TtlPolicy};
 pub use key::KeyRef;
 pub(crate) use key::{Key, KeyHashing};
+pub(crate) use prefetch_gain::PrefetchGain;
 
 /// Share of the capacity given to the denial cache.
 const DENIAL_SHARE: u64 = 4;

@@ -54,6 +54,8 @@ pub struct ServeMetrics {
     pub cache_misses: Counters<CacheLabels<'static>>,
     pub cache_requests: Counters<CacheLabels<'static>>,
     pub cache_prefetch: Counters<CacheLabels<'static>>,
+    pub cache_prefetch_futile: Counters<CacheLabels<'static>>,
+    pub cache_prefetch_skipped: Counters<CacheLabels<'static>>,
     pub cache_served_stale: Counters<CacheLabels<'static>>,
     rejected: Counters<ReasonLabels<'static>>,
     pub local_nxdomain: Counters<RuleLabels<'static>>,
@@ -124,6 +126,14 @@ impl ServeMetrics {
             cache_prefetch: r.counters(
                 "coredns_cache_prefetch_total",
                 "The number of times the cache has prefetched a cached item.",
+            ),
+            cache_prefetch_futile: r.counters(
+                "nodens_cache_prefetch_futile_total",
+                "Prefetches that brought back less than half a new TTL: the upstream answered from its own cache.",
+            ),
+            cache_prefetch_skipped: r.counters(
+                "nodens_cache_prefetch_skipped_total",
+                "Prefetches not sent because the zone's last prefetches were futile (one in 32 is still sent).",
             ),
             cache_served_stale: r.counters(
                 "coredns_cache_served_stale_total",

@@ -460,16 +460,16 @@ impl Shared {
     }
 
     /// [`Shared::fetch`] of an entry still fresh (a prefetch): asks upstream
-    /// whatever the cache holds.
+    /// whatever the cache holds, and returns what it stored.
     pub(super) fn refresh<'a>(
         self: &'a Arc<Self>,
         key: &'a Key,
         zone: &'a Arc<Zone>,
         settings: &'a Settings,
         deadline: Instant,
-    ) -> impl Future<Output = ()> + Send + 'a {
+    ) -> impl Future<Output = Option<Arc<Entry>>> + Send + 'a {
         self.fetch_or_refresh(key, zone, settings, deadline, Start::Refresh)
-            .map(drop)
+            .map(|(entry, _)| entry)
     }
 
     /// [`Shared::fetch`], and whether this call asked upstream (leader)

@@ -1,5 +1,7 @@
 //! Prefetch: a popular entry is refreshed shortly before it expires, so
-//! that its askers never see a miss (CoreDNS's `prefetch`).
+//! that its askers never see a miss (CoreDNS's `prefetch`). A zone whose
+//! prefetches bring back no new TTL (its upstream is a cache) stops
+//! prefetching but for probes (`cache::PrefetchGain`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -38,23 +40,36 @@ impl Shared {
         {
             return;
         }
+        let zone = &request.zone;
+        let labels = CacheLabels {
+            server: &listener.server,
+            zones: &zone.name,
+            view: &zone.view,
+        };
+        if !zone.prefetch_gain.worth_trying() {
+            self.metrics.cache_prefetch_skipped.get(&labels).inc();
+            return;
+        }
+        self.metrics.cache_prefetch.get(&labels).inc();
+        // Counted where the prefetch was decided: the task holds no label.
+        let futile = self.metrics.cache_prefetch_futile.get(&labels);
         let (this, key, zone, settings) = (
             self.clone(),
             request.key.to_owned(),
-            request.zone.clone(),
+            Arc::clone(zone),
             settings.clone(),
         );
-        self.metrics
-            .cache_prefetch
-            .get(&CacheLabels {
-                server: &listener.server,
-                zones: &zone.name,
-                view: &zone.view,
-            })
-            .inc();
+        let old = (entry.stored_at(), entry.expires_at());
         let refresh = async move {
             let deadline = Instant::now() + settings.query_timeout;
-            this.refresh(&key, &zone, &settings, deadline).await;
+            let fresh = this.refresh(&key, &zone, &settings, deadline).await;
+            if let Some(fresh) = fresh.filter(|e| e.kind != Kind::Failure)
+                && zone
+                    .prefetch_gain
+                    .learn(old, fresh.expires_at(), Instant::now())
+            {
+                futile.inc();
+            }
         };
         self.tasks.spawn_query_on_main(refresh);
     }

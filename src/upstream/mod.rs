@@ -19,7 +19,7 @@ use std::time::Duration;
 use prometheus::{Histogram, IntCounter, IntGauge};
 use thiserror::Error;
 
-use crate::cache::TtlPolicy;
+use crate::cache::{PrefetchGain, TtlPolicy};
 use crate::config::{CachePolicy, Policy, Transport, UpstreamSettings, ZonePlan};
 use crate::log_limit::LogLimiter;
 use crate::tasks::Upkeep;
@@ -132,6 +132,9 @@ pub(crate) struct Zone {
     /// AAAA from a pod of this node without IPv6: NODATA (`serve::aaaa`),
     /// with this SOA where none was learned for the name; `None`: off.
     pub no_aaaa_for_ipv4_pods: Option<crate::wire::soa::Soa>,
+    /// Whether this zone's prefetches bring new TTLs, or only a caching
+    /// upstream's seconds left (`cache::PrefetchGain`).
+    pub prefetch_gain: PrefetchGain,
 }
 
 impl Zone {
@@ -247,6 +250,7 @@ impl Router {
                     let zone = crate::wire::name::from_text(&plan.name).unwrap_or_else(|_| vec![0]);
                     crate::wire::soa::Soa::synthesized(&zone, plan.ttl.negative_max_ttl.min(30))
                 }),
+                prefetch_gain: PrefetchGain::default(),
             }));
         }
         for members in &views.tables {

@@ -388,3 +388,54 @@ fn immediate_stale_answers_and_refreshes_behind() {
     core.sync_log();
     assert_eq!(core.count_queries("short.test.", "A"), 2);
 }
+
+/// Behind a caching upstream (a CoreDNS with `cache 8` in front of the
+/// zone's CoreDNS, as kubeadm's cluster DNS is), a prefetch brings back the
+/// seconds that cache has left, not a new TTL: nodens counts two such
+/// futile prefetches, stops prefetching in that zone, and from then on asks
+/// the caching upstream about once per time the cache itself refetches.
+/// Prefetch on (2 hits, the last half of the TTL), 10 queries a second for
+/// `pf.test.` (TTL 8) over 24 s: three lives of the front cache's entry.
+#[test]
+fn prefetch_gives_up_behind_a_caching_upstream() {
+    needs!(Need::CoreDns);
+    let net = Net::alloc();
+    let zone = CoreDns::test_zone(net.upstream(1), "");
+    let cache = format!("forward . {}\n  cache 8", zone.addr);
+    let front = CoreDns::start_with_blocks(
+        net.upstream(0),
+        &[("ready.", zone_file("ready.", ""))],
+        &[("test.", &cache)],
+    );
+    let nodens = Nodens::start(
+        &Cfg::new(&net)
+            .prefetch_min_hits(2)
+            .prefetch_percent(50)
+            .zone(Zone::new("test.", &[front.addr])),
+    );
+    let t0 = Instant::now();
+    for i in 0..240u32 {
+        sleep_until(t0, Duration::from_millis(100) * i);
+        let r = udp_query(nodens.dns, &Q::new("pf.test.", Rt::A));
+        assert_eq!(r.a(), vec![ipv4("192.0.2.5")], "query {i}");
+    }
+    front.sync_log();
+    zone.sync_log();
+    let asked = front.count_queries("pf.test.", "A");
+    let refetched = zone.count_queries("pf.test.", "A");
+    let futile = nodens.metric("nodens_cache_prefetch_futile_total", &[]);
+    let skipped = nodens.metric("nodens_cache_prefetch_skipped_total", &[]);
+    println!(
+        "caching upstream asked {asked} times, it refetched {refetched} times; \
+         futile prefetches {futile}, skipped {skipped}"
+    );
+    assert_eq!(futile, 2.0, "two futile prefetches give up");
+    assert!(skipped >= 2.0, "a prefetch skipped in each later life");
+    // Each life of the cache's entry: the miss at its end, and at most one
+    // more for the second of rounding between the two caches; plus the two
+    // futile prefetches that taught nodens.
+    assert!(
+        asked <= 2 * refetched + 2,
+        "asked the caching upstream {asked} times for its {refetched} refetches"
+    );
+}
