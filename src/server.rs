@@ -116,6 +116,10 @@ pub struct Server {
 /// How giving our sockets to a successor ended: true when it took over.
 type Given = std::result::Result<bool, handover::HandoverError>;
 
+/// How long the shutdown waits for dnstap's queue to be written and its
+/// stream ended: a reader that stops reading holds the exit up no longer.
+const DNSTAP_END: Duration = Duration::from_secs(3);
+
 /// How long a SIGTERM waits for a handover in progress to end: the new
 /// process has the sockets by then and only its `ready` is missing.
 const HANDOVER_END: Duration = Duration::from_secs(5);
@@ -641,6 +645,8 @@ impl Server {
             );
         }
         self.http.stop();
+        let shared = self.shared.clone();
+        let _ = tokio::task::spawn_blocking(move || shared.finish_dnstap(DNSTAP_END)).await;
         if !self.handed_over {
             self.warm
                 .last_write(&self.shared, &self.telemetry.warm)

@@ -23,7 +23,8 @@ mod record;
 mod writer;
 
 use std::net::SocketAddr;
-use std::sync::mpsc::SyncSender;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -72,11 +73,15 @@ impl Counters {
 }
 
 /// A running sink: the queue and its writer thread, which ends (sending
-/// STOP) when the last sender is gone.
+/// STOP) when the last sender is gone, or once the queue is empty after
+/// `stop` is set (at shutdown, when taps may still be held).
 struct Sink {
     queue: SyncSender<Record>,
     dropped: IntCounter,
     plan: DnstapPlan,
+    stop: Arc<AtomicBool>,
+    /// Disconnected when the writer thread has ended.
+    ended: Mutex<Receiver<()>>,
 }
 
 impl Sink {
@@ -148,16 +153,47 @@ impl Hub {
 
     fn start(&self, plan: &DnstapPlan) -> std::io::Result<Sink> {
         let (queue, receiver) = std::sync::mpsc::sync_channel(plan.queue);
-        let (thread_plan, clients, counters) =
-            (plan.clone(), self.clients.clone(), self.counters.clone());
+        let (ending, ended) = std::sync::mpsc::sync_channel(0);
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = writer::WriterThread {
+            plan: plan.clone(),
+            clients: self.clients.clone(),
+            counters: self.counters.clone(),
+            stop: stop.clone(),
+            _ending: ending,
+        };
         std::thread::Builder::new()
             .name("dnstap".into())
-            .spawn(move || writer::run(receiver, thread_plan, clients, counters))?;
+            .spawn(move || writer.run(receiver))?;
         Ok(Sink {
             queue,
             dropped: self.counters.dropped_queue_full.clone(),
             plan: plan.clone(),
+            stop,
+            ended: Mutex::new(ended),
         })
+    }
+
+    /// At shutdown, once no query is in flight: lets the writer write what
+    /// is queued and end the stream (STOP, then the reader's FINISH), so a
+    /// reader gets every message of the last seconds and a clean end.
+    /// Waits `within` at most: a reader that does not take them is left.
+    pub(crate) fn finish(&self, within: Duration) {
+        let sink = crate::lock::lock(&self.current).take();
+        FORWARDER.store(None);
+        let Some(sink) = sink else {
+            return;
+        };
+        sink.stop.store(true, Ordering::Relaxed);
+        match crate::lock::lock(&sink.ended).recv_timeout(within) {
+            Err(RecvTimeoutError::Timeout) => tracing::warn!(
+                socket = %sink.plan.socket,
+                "dnstap: the queue was not written within {within:?} of the shutdown"
+            ),
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => {
+                tracing::debug!(socket = %sink.plan.socket, "dnstap: queue written, stream ended")
+            }
+        }
     }
 }
 

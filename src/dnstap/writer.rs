@@ -7,7 +7,8 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use prost::Message as _;
@@ -31,22 +32,41 @@ const IO_TIMEOUT: Duration = Duration::from_secs(2);
 const FIRST_PAUSE: Duration = Duration::from_millis(100);
 const MAX_PAUSE: Duration = Duration::from_secs(2);
 
-/// Runs until every sender is gone and the queue is empty.
-pub(super) fn run(
+/// What the writer thread owns.
+pub(super) struct WriterThread {
+    pub plan: DnstapPlan,
+    pub clients: Arc<Clients>,
+    pub counters: Counters,
+    /// Set at shutdown: end once the queue is empty.
+    pub stop: Arc<AtomicBool>,
+    /// Dropped when the thread ends, which is what the shutdown waits for.
+    pub _ending: SyncSender<()>,
+}
+
+impl WriterThread {
+    /// Runs until every sender is gone, or `stop` is set, and the queue is
+    /// empty.
+    pub(super) fn run(self, queue: Receiver<Record>) {
+        run(queue, &self.plan, &self.clients, &self.counters, &self.stop);
+    }
+}
+
+fn run(
     queue: Receiver<Record>,
-    plan: DnstapPlan,
-    clients: Arc<Clients>,
-    counters: Counters,
+    plan: &DnstapPlan,
+    clients: &Clients,
+    counters: &Counters,
+    stop: &AtomicBool,
 ) {
     let mut link = Link {
-        plan: &plan,
+        plan,
         writer: None,
         next_try: Instant::now(),
         pause: FIRST_PAUSE,
         connected_before: false,
         batch: Vec::with_capacity(BATCH * 2),
         pending: 0,
-        counters: &counters,
+        counters,
     };
     let mut clock = Clock::now();
     let mut payload = Vec::with_capacity(1024);
@@ -78,12 +98,12 @@ pub(super) fn run(
                     clock = Clock::now();
                 }
             }
-            Err(TryRecvError::Empty) => {
+            Err(TryRecvError::Empty) if !stop.load(Ordering::Relaxed) => {
                 link.flush();
                 std::thread::sleep(NAP);
                 clock = Clock::now();
             }
-            Err(TryRecvError::Disconnected) => {
+            Err(TryRecvError::Empty | TryRecvError::Disconnected) => {
                 link.flush();
                 if let Some(writer) = link.writer.take() {
                     writer.finish();

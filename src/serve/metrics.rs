@@ -129,7 +129,7 @@ impl ServeMetrics {
             ),
             cache_prefetch_futile: r.counters(
                 "nodens_cache_prefetch_futile_total",
-                "Prefetches that brought back less than half a new TTL: the upstream answered from its own cache.",
+                "Prefetches that moved the entry's expiry on by less than half the time it had lived: the upstream answered from its own cache.",
             ),
             cache_prefetch_skipped: r.counters(
                 "nodens_cache_prefetch_skipped_total",

@@ -53,7 +53,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use futures_util::future::Either;
@@ -138,6 +138,12 @@ impl Shared {
     /// The cache, for benchmarks and tests that fill it before they query.
     pub fn cache(&self) -> &Cache {
         &self.cache
+    }
+
+    /// At shutdown, once no query is in flight: writes what dnstap has
+    /// queued and ends its stream, within `within` (blocks).
+    pub fn finish_dnstap(&self, within: Duration) {
+        self.dnstap.finish(within);
     }
 }
 

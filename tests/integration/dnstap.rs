@@ -432,7 +432,9 @@ fn an_absent_or_stalled_reader_slows_no_query() {
     let mut slowest = Duration::ZERO;
     let start = Instant::now();
     let mut stalled = 0;
-    while stalled < 20_000 && start.elapsed() < secs(30) {
+    // Bounded by time more than by count: on a fast machine 20,000
+    // queries pass before a write has been blocked the 2 s it takes.
+    while stalled < 500_000 && start.elapsed() < secs(30) {
         slowest = slowest.max(ask());
         stalled += 1;
         // Until the queue has overflowed and the writer has given up on
@@ -491,29 +493,16 @@ fn an_absent_or_stalled_reader_slows_no_query() {
 /// 2 s at most, `total / rate * 2 + 20` s in all at most) through nodens
 /// with a reader: every message decoded, the decoded count equal to the
 /// sent counter, sent + dropped two per answer.
-fn count_run(total: usize, rate: f64) {
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("tap.sock");
-    let capture = Capture::unix(&socket, &dir.path().join("out.fstrm"));
-    let net = Net::alloc();
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let mut nodens = Nodens::start(
-        &Cfg::new(&net)
-            .log_level("warn")
-            .zone(Zone::new("test.", &[core.addr]))
-            .raw(&dnstap_section(&format!("unix:{}", socket.display()), "")),
-    );
-    // A few names, so that misses and hits both pass.
+/// Asks `total` queries of 50 names (misses and hits both) at `rate` a
+/// second, 64 at most unanswered, from one socket; returns how many were
+/// answered (each within 2 s, or the test fails).
+fn ask_at_rate(net: &Net, dns: SocketAddr, total: usize, rate: f64) -> usize {
     let names: Vec<Vec<u8>> = (0..50)
         .map(|i| Q::new(&format!("n{i}.www.test."), Rt::A).to_bytes())
         .collect();
-    // The writer is connected before the clock starts.
-    let _ = udp_query(nodens.dns, &Q::new("www.test.", Rt::A));
-    nodens.wait_metric("nodens_dnstap_sent_total", &[], 2.0);
-
     const WINDOW: usize = 64;
     let sock = UdpSocket::bind(SocketAddr::new(net.ip(61), 0)).unwrap();
-    sock.connect(nodens.dns).unwrap();
+    sock.connect(dns).unwrap();
     sock.set_read_timeout(Some(secs(2))).unwrap();
     let (mut sent_q, mut answered) = (0usize, 0usize);
     let mut buf = [0u8; 1500];
@@ -537,6 +526,26 @@ fn count_run(total: usize, rate: f64) {
             Err(e) => panic!("query {answered} of {sent_q} unanswered for 2 s: {e}"),
         }
     }
+    answered
+}
+
+fn count_run(total: usize, rate: f64) {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("tap.sock");
+    let capture = Capture::unix(&socket, &dir.path().join("out.fstrm"));
+    let net = Net::alloc();
+    let core = CoreDns::test_zone(net.upstream(0), "");
+    let mut nodens = Nodens::start(
+        &Cfg::new(&net)
+            .log_level("warn")
+            .zone(Zone::new("test.", &[core.addr]))
+            .raw(&dnstap_section(&format!("unix:{}", socket.display()), "")),
+    );
+    // The writer is connected before the clock starts.
+    let _ = udp_query(nodens.dns, &Q::new("www.test.", Rt::A));
+    nodens.wait_metric("nodens_dnstap_sent_total", &[], 2.0);
+    let start = Instant::now();
+    let answered = ask_at_rate(&net, nodens.dns, total, rate);
     let took = start.elapsed();
     assert_eq!(answered, total, "every query answered in time");
     let want = 2.0 * (total + 1) as f64;
@@ -831,4 +840,62 @@ fn a_converted_dnstap_sends_what_coredns_sends() {
     let from_coredns = summary(coredns_capture.finish(10));
     assert_eq!(from_nodens.len(), 10, "{from_nodens:#?}");
     assert_eq!(from_nodens, from_coredns);
+}
+
+/// SIGTERM while the reader is behind: nodens's queue holds records when
+/// the shutdown starts (the reader is stopped, SIGSTOP, through a burst of
+/// queries, and resumed 100 ms after the SIGTERM). Before it exits, nodens
+/// writes them and ends the stream (STOP, the reader's FINISH): the reader
+/// gets every message of the last queries. Without that, nodens exited
+/// with them queued and the reader got only what its socket held.
+#[test]
+fn sigterm_writes_the_queue_and_ends_the_stream() {
+    needs!(
+        Need::CoreDns,
+        Need::Tool("fstrm_capture"),
+        Need::Tool("dnstap-ldns"),
+        Need::Alone
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("tap.sock");
+    let capture = Capture::unix(&socket, &dir.path().join("out.fstrm"));
+    let net = Net::alloc();
+    let core = CoreDns::test_zone(net.upstream(0), "");
+    let mut nodens = Nodens::start(
+        &Cfg::new(&net)
+            .log_level("warn")
+            .zone(Zone::new("test.", &[core.addr]))
+            .raw(&dnstap_section(&format!("unix:{}", socket.display()), "")),
+    );
+    let _ = udp_query(nodens.dns, &Q::new("www.test.", Rt::A));
+    nodens.wait_metric("nodens_dnstap_sent_total", &[], 2.0);
+    // 4,002 messages, about 570 KB: more than the reader's socket holds.
+    let total = 2_000;
+    capture.proc.signal(libc::SIGSTOP);
+    assert_eq!(ask_at_rate(&net, nodens.dns, total, 100_000.0), total);
+    nodens.proc.signal(libc::SIGTERM);
+    std::thread::sleep(ms(100));
+    capture.proc.signal(libc::SIGCONT);
+    let status = nodens.proc.wait_exit(secs(20)).expect("nodens exits");
+    assert!(status.success(), "nodens exits 0 on SIGTERM: {status:?}");
+    let closed = |c: &Capture| {
+        c.proc
+            .lines()
+            .iter()
+            .any(|l| l.contains(": closing (read "))
+            .then_some(())
+    };
+    wait_until(secs(10), "the reader to see the stream end", || {
+        closed(&capture)
+    });
+    let want = 2 * (total as u64 + 1);
+    assert_eq!(
+        capture.frames_read(),
+        want,
+        "every message of the last queries read"
+    );
+    let file = capture.file.clone();
+    capture.finish_raw(want);
+    let all: u64 = decode_lines(&file).values().sum();
+    assert_eq!(all, want, "every message decoded");
 }
