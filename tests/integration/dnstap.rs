@@ -493,6 +493,22 @@ fn an_absent_or_stalled_reader_slows_no_query() {
 /// 2 s at most, `total / rate * 2 + 20` s in all at most) through nodens
 /// with a reader: every message decoded, the decoded count equal to the
 /// sent counter, sent + dropped two per answer.
+/// A CoreDNS and a nodens sending dnstap to the reader at `socket`, its
+/// writer connected (one exchange sent) before the caller's clock starts.
+fn tapped(socket: &Path) -> (Net, CoreDns, Nodens) {
+    let net = Net::alloc();
+    let core = CoreDns::test_zone(net.upstream(0), "");
+    let nodens = Nodens::start(
+        &Cfg::new(&net)
+            .log_level("warn")
+            .zone(Zone::new("test.", &[core.addr]))
+            .raw(&dnstap_section(&format!("unix:{}", socket.display()), "")),
+    );
+    let _ = udp_query(nodens.dns, &Q::new("www.test.", Rt::A));
+    nodens.wait_metric("nodens_dnstap_sent_total", &[], 2.0);
+    (net, core, nodens)
+}
+
 /// Asks `total` queries of 50 names (misses and hits both) at `rate` a
 /// second, 64 at most unanswered, from one socket; returns how many were
 /// answered (each within 2 s, or the test fails).
@@ -533,17 +549,7 @@ fn count_run(total: usize, rate: f64) {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("tap.sock");
     let capture = Capture::unix(&socket, &dir.path().join("out.fstrm"));
-    let net = Net::alloc();
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let mut nodens = Nodens::start(
-        &Cfg::new(&net)
-            .log_level("warn")
-            .zone(Zone::new("test.", &[core.addr]))
-            .raw(&dnstap_section(&format!("unix:{}", socket.display()), "")),
-    );
-    // The writer is connected before the clock starts.
-    let _ = udp_query(nodens.dns, &Q::new("www.test.", Rt::A));
-    nodens.wait_metric("nodens_dnstap_sent_total", &[], 2.0);
+    let (net, _core, mut nodens) = tapped(&socket);
     let start = Instant::now();
     let answered = ask_at_rate(&net, nodens.dns, total, rate);
     let took = start.elapsed();
@@ -787,13 +793,7 @@ fn a_converted_dnstap_sends_what_coredns_sends() {
     let nodens_capture = Capture::unix(&socket, &dir.path().join("nodens.fstrm"));
     let path = dir.path().join("Corefile.nodens");
     std::fs::write(&path, corefile(net.ip(1), &socket)).unwrap();
-    let out = Command::new(nodens_bin())
-        .arg("convert-corefile")
-        .arg(&path)
-        .output()
-        .unwrap();
-    let toml = String::from_utf8(out.stdout).unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let Converted { toml, stderr, .. } = convert_corefile(&path);
     assert!(
         toml.contains(&format!(
             "[dnstap]   # dnstap, line 3\nsocket = \"unix:{}\"\nforwarder = true\n",
@@ -859,16 +859,7 @@ fn sigterm_writes_the_queue_and_ends_the_stream() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("tap.sock");
     let capture = Capture::unix(&socket, &dir.path().join("out.fstrm"));
-    let net = Net::alloc();
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let mut nodens = Nodens::start(
-        &Cfg::new(&net)
-            .log_level("warn")
-            .zone(Zone::new("test.", &[core.addr]))
-            .raw(&dnstap_section(&format!("unix:{}", socket.display()), "")),
-    );
-    let _ = udp_query(nodens.dns, &Q::new("www.test.", Rt::A));
-    nodens.wait_metric("nodens_dnstap_sent_total", &[], 2.0);
+    let (net, _core, mut nodens) = tapped(&socket);
     // 4,002 messages, about 570 KB: more than the reader's socket holds.
     let total = 2_000;
     capture.proc.signal(libc::SIGSTOP);

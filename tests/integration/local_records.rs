@@ -57,16 +57,14 @@ fn corefile(listen: std::net::SocketAddr, upstream: std::net::SocketAddr, hosts:
 fn converted(corefile: &str, net: &Net, dir: &Path) -> String {
     let path = dir.join("Corefile");
     std::fs::write(&path, corefile).unwrap();
-    let out = Command::new(nodens_bin())
-        .arg("convert-corefile")
-        .arg(&path)
-        .output()
-        .unwrap();
-    let text = String::from_utf8(out.stdout).unwrap();
+    let Converted {
+        toml: text,
+        stderr,
+        code,
+    } = convert_corefile(&path);
     assert!(
-        out.status.success() || !text.is_empty(),
-        "convert-corefile failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+        code == Some(0) || !text.is_empty(),
+        "convert-corefile failed: {stderr}"
     );
     let mut table: toml::Table = text.parse().unwrap();
     let harness: toml::Table = Cfg::new(net).to_toml().parse().unwrap();

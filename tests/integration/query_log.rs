@@ -514,13 +514,7 @@ fn a_converted_log_logs_what_coredns_logs() {
     // nodens, from the conversion.
     let path = dir.path().join("Corefile.nodens");
     std::fs::write(&path, corefile(net.ip(1), 1053)).unwrap();
-    let out = std::process::Command::new(nodens_bin())
-        .arg("convert-corefile")
-        .arg(&path)
-        .output()
-        .unwrap();
-    let toml = String::from_utf8(out.stdout).unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let Converted { toml, stderr, .. } = convert_corefile(&path);
     assert!(
         toml.contains("[zone.query_log]   # log\nclasses = [\"denial\", \"error\"]"),
         "{toml}\n{stderr}"

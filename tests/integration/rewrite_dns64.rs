@@ -54,14 +54,8 @@ fn converted(
     );
     let path = dir.join("Corefile");
     std::fs::write(&path, corefile).unwrap();
-    let out = Command::new(nodens_bin())
-        .arg("convert-corefile")
-        .arg(&path)
-        .output()
-        .unwrap();
-    let toml = String::from_utf8(out.stdout).unwrap();
-    let stderr = String::from_utf8(out.stderr).unwrap();
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let Converted { toml, stderr, code } = convert_corefile(&path);
+    assert_eq!(code, Some(0), "{stderr}");
     assert!(
         !stderr.contains("rewrite"),
         "a rewrite left untranslated: {stderr}"

@@ -63,6 +63,27 @@ pub(crate) fn find_coredns() -> Result<PathBuf, String> {
     Err("coredns not found ($COREDNS, PATH, $(go env GOPATH)/bin)".to_string())
 }
 
+/// What `nodens convert-corefile PATH` printed.
+pub struct Converted {
+    pub toml: String,
+    pub stderr: String,
+    pub code: Option<i32>,
+}
+
+/// Runs `nodens convert-corefile` on the Corefile at `path`.
+pub fn convert_corefile(path: &Path) -> Converted {
+    let out = Command::new(nodens_bin())
+        .arg("convert-corefile")
+        .arg(path)
+        .output()
+        .unwrap();
+    Converted {
+        toml: String::from_utf8(out.stdout).expect("the configuration is UTF-8"),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        code: out.status.code(),
+    }
+}
+
 /// The nodens binary cargo built for this test run. Cargo puts the test
 /// binaries in `target/<profile>/deps/` and the package's binary one level
 /// up (the harness is a crate of its own, so `CARGO_BIN_EXE_nodens` is not
