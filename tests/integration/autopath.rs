@@ -112,9 +112,8 @@ fn config(
         .zone(Zone::new("cluster.local.", &[core]).query_log("{}"))
         .zone(Zone::new(".", &[SocketAddr::new(EXTERNAL.parse().unwrap(), 53)]).query_log("{}"))
         .raw(&format!(
-            "[cluster]\nautopath = {autopath}\nsearch_domains = [\"corp.internal.\"]\n\n\
-             [kubernetes]\nkubeconfig = \"{}\"\nnode_name = \"{NODE}\"\n",
-            kube.kubeconfig.display()
+            "[cluster]\nautopath = {autopath}\nsearch_domains = [\"corp.internal.\"]\n\n{}",
+            kube.pod_watch(NODE)
         ))
         .to_toml()
 }
@@ -124,7 +123,7 @@ impl Lab {
         let ns = Netns::create("autopath");
         let kube = Kube::start(&ns);
         kube.create(OBJECTS);
-        for ip in [
+        ns.add_to_lo(&[
             EXTERNAL,
             VERIFIED,
             HOST_NETWORK,
@@ -132,9 +131,7 @@ impl Lab {
             REUSED,
             OTHER_NODE,
             UNKNOWN,
-        ] {
-            ns.run(&["ip", "addr", "add", &format!("{ip}/32"), "dev", "lo"]);
-        }
+        ]);
         let core = KubeDns::start_bound(&ns, &kube);
         let probe = Q::new("web.team-a.svc.cluster.local.", Rt::A);
         wait_until(

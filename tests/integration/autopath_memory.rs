@@ -94,8 +94,8 @@ fn rss_per_watched_pod_against_coredns_pods_verified() {
         .zone(Zone::new("cluster.local.", &[core.addr]))
         .log_level("info")
         .raw(&format!(
-            "[cluster]\nautopath = true\n\n[kubernetes]\nkubeconfig = \"{}\"\nnode_name = \"{NODE}\"\n",
-            kube.kubeconfig.display()
+            "[cluster]\nautopath = true\n\n{}",
+            kube.pod_watch(NODE)
         ))
         .to_toml();
     let mut nodens = Nodens::launch(&toml, &ns.exec());

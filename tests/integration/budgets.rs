@@ -62,9 +62,7 @@ impl Lab {
         let ns = Netns::create("budget");
         let kube = Kube::start(&ns);
         kube.create(OBJECTS);
-        for ip in [UPSTREAM, FLOODER, QUIET, STRANGER, OTHER_STRANGER] {
-            ns.run(&["ip", "addr", "add", &format!("{ip}/32"), "dev", "lo"]);
-        }
+        ns.add_to_lo(&[UPSTREAM, FLOODER, QUIET, STRANGER, OTHER_STRANGER]);
         let records = "*.quiet 60 IN A 192.0.2.42\n* 60 IN A 192.0.2.99\n";
         let upstream = CoreDns::launch_with_blocks(
             &ns.exec(),
@@ -85,9 +83,9 @@ impl Lab {
                 &[SocketAddr::new(UPSTREAM.parse().unwrap(), 53)],
             ))
             .raw(&format!(
-                "[kubernetes]\nkubeconfig = \"{}\"\nnode_name = \"{NODE}\"\n\n{budget}",
-                kube.kubeconfig.display(),
-                budget = budget.unwrap_or_default()
+                "{}\n{}",
+                kube.pod_watch(NODE),
+                budget.unwrap_or_default()
             ))
             .to_toml();
         let mut nodens = Nodens::launch(&toml, &ns.exec());

@@ -696,9 +696,7 @@ fn a_pods_messages_name_it_in_extra() {
     let ns = Netns::create("dnstap");
     let kube = Kube::start(&ns);
     kube.create("apiVersion: v1\nkind: Namespace\nmetadata: {name: team-a}\n");
-    for ip in [UPSTREAM, POD, STRANGER] {
-        ns.run(&["ip", "addr", "add", &format!("{ip}/32"), "dev", "lo"]);
-    }
+    ns.add_to_lo(&[UPSTREAM, POD, STRANGER]);
     let upstream_addr = SocketAddr::new(UPSTREAM.parse().unwrap(), 53);
     let upstream = CoreDns::launch(
         &ns.exec(),
@@ -714,9 +712,8 @@ fn a_pods_messages_name_it_in_extra() {
     let toml = Cfg::new(&net)
         .zone(Zone::new(".", &[upstream_addr]))
         .raw(&format!(
-            "[kubernetes]\nkubeconfig = \"{}\"\nnode_name = \"{NODE}\"\n\n\
-             [budget]\nqueries_per_second = 1000000\n\n{}",
-            kube.kubeconfig.display(),
+            "{}\n[budget]\nqueries_per_second = 1000000\n\n{}",
+            kube.pod_watch(NODE),
             dnstap_section(&format!("unix:{}", socket.display()), "")
         ))
         .to_toml();

@@ -47,9 +47,7 @@ struct Lab {
 impl Lab {
     fn start() -> Lab {
         let ns = Netns::create("doctor");
-        for ip in [AUTHORITY, NO_NEGCACHE, DNSMASQ, NODENS] {
-            ns.run(&["ip", "addr", "add", &format!("{ip}/32"), "dev", "lo"]);
-        }
+        ns.add_to_lo(&[AUTHORITY, NO_NEGCACHE, DNSMASQ, NODENS]);
         let dir = tempfile::tempdir().unwrap();
         let (authority, dnsmasq, nodens) = in_netns(&ns.name, || {
             let authority = CoreDns::launch(&[], addr(AUTHORITY), &[("test.", zone())]);

@@ -57,7 +57,7 @@ impl Lab {
             slice(&PODS[..2], &[])
         ));
         let coredns = |ip: &str| {
-            ns.run(&["ip", "addr", "add", &format!("{ip}/32"), "dev", "lo"]);
+            ns.add_to_lo(&[ip]);
             let addr = format!("{ip}:53").parse().unwrap();
             CoreDns::launch(&ns.exec(), addr, &[("test.", test_zone(""))])
         };

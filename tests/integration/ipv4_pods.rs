@@ -65,10 +65,7 @@ fn config(net: &Net, kube: &Kube, core: SocketAddr, on: bool, listen: &[SocketAd
         .listen(&listen)
         .zone(Zone::new("cluster.local.", &[core]).no_aaaa_for_ipv4_pods(on))
         .zone(Zone::new(".", &[external]).no_aaaa_for_ipv4_pods(on))
-        .raw(&format!(
-            "[kubernetes]\nkubeconfig = \"{}\"\nnode_name = \"{NODE}\"\n",
-            kube.kubeconfig.display()
-        ))
+        .raw(&kube.pod_watch(NODE))
         .to_toml()
 }
 
@@ -77,9 +74,7 @@ impl Lab {
         let ns = Netns::create("v4pods");
         let kube = Kube::start(&ns);
         kube.create(OBJECTS);
-        for ip in [EXTERNAL, IPV4_POD, DUAL_POD, UNKNOWN] {
-            ns.run(&["ip", "addr", "add", &format!("{ip}/32"), "dev", "lo"]);
-        }
+        ns.add_to_lo(&[EXTERNAL, IPV4_POD, DUAL_POD, UNKNOWN]);
         ns.run(&[
             "ip",
             "addr",

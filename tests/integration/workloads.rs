@@ -49,9 +49,7 @@ impl Lab {
         let ns = Netns::create("workloads");
         let kube = Kube::start(&ns);
         kube.create(OBJECTS);
-        for ip in [UPSTREAM, WEB1, WEB2, BATCH, STRANGER] {
-            ns.run(&["ip", "addr", "add", &format!("{ip}/32"), "dev", "lo"]);
-        }
+        ns.add_to_lo(&[UPSTREAM, WEB1, WEB2, BATCH, STRANGER]);
         let upstream = CoreDns::launch(
             &ns.exec(),
             SocketAddr::new(UPSTREAM.parse().unwrap(), 53),
@@ -77,10 +75,7 @@ impl Lab {
                 ".",
                 &[SocketAddr::new(UPSTREAM.parse().unwrap(), 53)],
             ))
-            .raw(&format!(
-                "[kubernetes]\nkubeconfig = \"{}\"\nnode_name = \"{NODE}\"\n",
-                kube.kubeconfig.display(),
-            ))
+            .raw(&kube.pod_watch(NODE))
             .to_toml();
         let mut nodens = Nodens::launch(&toml, &ns.exec());
         in_netns(&ns.name, || nodens.wait_ready());

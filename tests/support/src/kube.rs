@@ -145,9 +145,7 @@ impl Kube {
             k8s_bin("kube-apiserver", "KUBE_APISERVER"),
             k8s_bin("kubectl", "KUBECTL"),
         );
-        for ip in [NODE_IP, COREDNS_IP] {
-            ns.run(&["ip", "addr", "add", &format!("{ip}/32"), "dev", "lo"]);
-        }
+        ns.add_to_lo(&[NODE_IP, COREDNS_IP]);
 
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
@@ -297,6 +295,15 @@ impl Kube {
     /// the status a kubelet would write: Running, with `ips` as its
     /// `podIPs` (the first its `podIP`). There is no kubelet: the status
     /// is written through the status subresource.
+    /// The `[kubernetes]` section of a nodens on `node` that watches this
+    /// API server (its pods on `node`).
+    pub fn pod_watch(&self, node: &str) -> String {
+        format!(
+            "[kubernetes]\nkubeconfig = \"{}\"\nnode_name = \"{node}\"\n",
+            self.kubeconfig.display()
+        )
+    }
+
     pub fn create_pod(&self, namespace: &str, name: &str, ips: &[&str], node: &str, spec: &str) {
         self.create(&format!(
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {namespace}}}\n\

@@ -77,6 +77,14 @@ impl Netns {
         ["ip", "netns", "exec", &self.name]
     }
 
+    /// Puts each IPv4 address of `ips` on the namespace's `lo` (as a /32),
+    /// for a server or a client to bind.
+    pub fn add_to_lo(&self, ips: &[&str]) {
+        for ip in ips {
+            self.run(&["ip", "addr", "add", &format!("{ip}/32"), "dev", "lo"]);
+        }
+    }
+
     /// Runs `args` inside the namespace; panics if it fails.
     pub fn run(&self, args: &[&str]) -> String {
         run_ok(
