@@ -66,6 +66,14 @@ fn wait_write(nodens: &Nodens) {
     });
 }
 
+/// `nodens_cache_snapshot_file_loads_total{result}`.
+fn file_loads(nodens: &Nodens, result: &str) -> f64 {
+    nodens.metric(
+        "nodens_cache_snapshot_file_loads_total",
+        &[("result", result)],
+    )
+}
+
 /// A SIGKILLed nodens restarted with the same file answers the names from
 /// its cache: no query reaches CoreDNS, and each TTL is less by at least
 /// the time since the first answer (the time no process ran included). An
@@ -112,13 +120,7 @@ fn a_killed_nodens_restarts_warm_from_its_file() {
     assert_eq!(short.a(), vec![ipv4("192.0.2.2")]);
     core.sync_log();
     assert_eq!(core.count_queries("short.test.", "A"), 2);
-    assert_eq!(
-        second.metric(
-            "nodens_cache_snapshot_file_loads_total",
-            &[("result", "success")]
-        ),
-        1.0
-    );
+    assert_eq!(file_loads(&second, "success"), 1.0);
     assert!(
         second.metric(
             "nodens_cache_snapshot_records_total",
@@ -166,13 +168,7 @@ fn starts_cold(toml: &str, core: &CoreDns, why: &str) {
         l.contains("cache file refused")
     });
     assert!(line.contains(why), "{why:?} not in {line:?}");
-    assert_eq!(
-        n.metric(
-            "nodens_cache_snapshot_file_loads_total",
-            &[("result", "failure")]
-        ),
-        1.0
-    );
+    assert_eq!(file_loads(&n, "failure"), 1.0);
     let r = udp_query(n.dns, &Q::new("www.test.", Rt::A));
     assert_eq!(r.a(), vec![ipv4("192.0.2.1")]);
     core.sync_log();
@@ -209,13 +205,7 @@ fn a_bad_cache_file_is_refused_and_nodens_starts_cold() {
     assert_eq!(r.a(), vec![ipv4("192.0.2.1")]);
     core.sync_log();
     assert_eq!(core.count_queries("www.test.", "A"), 1);
-    assert_eq!(
-        warm.metric(
-            "nodens_cache_snapshot_file_loads_total",
-            &[("result", "success")]
-        ),
-        1.0
-    );
+    assert_eq!(file_loads(&warm, "success"), 1.0);
     drop(warm);
 
     let mut damaged = good.clone();
@@ -416,11 +406,5 @@ fn run_as_its_own_uid_the_directory_is_made_private_and_the_file_read() {
     for i in 0..NAMES {
         assert_eq!(core.count_queries(&name(i), "A"), 1, "{}", name(i));
     }
-    assert_eq!(
-        second.metric(
-            "nodens_cache_snapshot_file_loads_total",
-            &[("result", "success")]
-        ),
-        1.0
-    );
+    assert_eq!(file_loads(&second, "success"), 1.0);
 }
