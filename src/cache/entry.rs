@@ -421,14 +421,8 @@ fn offsets(stored: &[u8]) -> impl Iterator<Item = usize> + '_ {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::testing::POLICY;
     use crate::wire::{query, response};
-
-    const POLICY: TtlPolicy = TtlPolicy {
-        min_ttl: 0,
-        max_ttl: 3600,
-        negative_max_ttl: 1800,
-        failure_ttl: 5,
-    };
 
     /// Response: www.t. A 1.2.3.4 TTL 300, glue-like additional A TTL 100, OPT.
     fn upstream() -> Vec<u8> {

@@ -18,6 +18,8 @@ pub(crate) mod metrics;
 mod prefetch_gain;
 pub(crate) mod snapshot;
 pub(crate) mod snapshot_file;
+#[cfg(test)]
+mod testing;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -512,21 +512,12 @@ pub(crate) fn write_bounded(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::testing::{POLICY, every_name, key};
     use crate::cache::{Freshness, Lookup};
     use crate::wire::read_u32;
 
-    const POLICY: TtlPolicy = TtlPolicy {
-        min_ttl: 0,
-        max_ttl: 3600,
-        negative_max_ttl: 1800,
-        failure_ttl: 5,
-    };
     const HOST: &[u8] = b"\x04host\x07example\x00";
     const OTHER: &[u8] = b"\x05other\x07example\x00";
-
-    fn every_name(_: &[u8]) -> Option<TtlPolicy> {
-        Some(POLICY)
-    }
 
     fn rules(now: Instant) -> Rules<'static> {
         Rules {
@@ -616,15 +607,6 @@ mod tests {
         let cache = Cache::new(1 << 20);
         let loaded = read(&cache, now, rules, &mut stream(records).as_slice());
         (cache, loaded)
-    }
-
-    fn key(name: &[u8]) -> KeyRef<'_> {
-        KeyRef {
-            name,
-            qtype: 1,
-            qclass: 1,
-            flags: 0,
-        }
     }
 
     /// The reply a client asking `name` A gets from `cache`, if any.

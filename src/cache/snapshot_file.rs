@@ -267,18 +267,11 @@ fn write_new(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::key::KeyRef;
-    use crate::cache::{Entry, Lookup, TtlPolicy};
+    use crate::cache::testing::{POLICY, every_name, key};
+    use crate::cache::{Entry, Lookup};
     use crate::wire::response;
     use std::os::unix::fs::PermissionsExt;
     use std::sync::Arc;
-
-    const POLICY: TtlPolicy = TtlPolicy {
-        min_ttl: 0,
-        max_ttl: 3600,
-        negative_max_ttl: 1800,
-        failure_ttl: 5,
-    };
 
     fn name(i: usize) -> Vec<u8> {
         let label = format!("host{i}");
@@ -297,15 +290,6 @@ mod tests {
         m
     }
 
-    fn key(name: &[u8]) -> KeyRef<'_> {
-        KeyRef {
-            name,
-            qtype: 1,
-            qclass: 1,
-            flags: 0,
-        }
-    }
-
     fn filled(count: usize, ttl: u32) -> Cache {
         let cache = Cache::new(1 << 30);
         let now = Instant::now();
@@ -319,10 +303,6 @@ mod tests {
             );
         }
         cache
-    }
-
-    fn every_name(_: &[u8]) -> Option<TtlPolicy> {
-        Some(POLICY)
     }
 
     fn load(opened: &Opened, age: Duration) -> (Cache, snapshot::Loaded) {
