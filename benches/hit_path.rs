@@ -54,7 +54,7 @@ fn name(i: u32) -> Vec<u8> {
 fn entry_for(wire_name: &[u8]) -> Arc<Entry> {
     let msg = upstream_answer(wire_name);
     let layout = response::layout(&msg).unwrap();
-    Arc::new(Entry::from_response(&msg, &layout, &POLICY, Instant::now()))
+    Arc::new(Entry::from_response(&msg, &layout, &POLICY, Instant::now()).unwrap())
 }
 
 fn steps(c: &mut Criterion) {

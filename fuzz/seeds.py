@@ -360,6 +360,8 @@ resolvs = {
 FIXTURES = os.path.join(HERE, "..", "tests", "fixtures", "corefile")
 corefiles = {}
 for fixture in sorted(os.listdir(FIXTURES)):
+    if not fixture.endswith(".Corefile"):
+        continue  # installers/: the converter's tests', not seeds
     with open(os.path.join(FIXTURES, fixture), "rb") as f:
         corefiles[fixture.removesuffix(".Corefile")] = f.read()
 corefiles["syntax_mix"] = (
@@ -448,6 +450,31 @@ handover_lists = {
 }
 
 
+# rewrite_answers: 1 byte of dns64 parameters, the first answer's length, the first
+# answer (to a.b.up., written back to a.b.fuzz.; or dns64's AAAA answer), the A answer.
+def rebuild_input(params, first, a=b""):
+    return bytes([params]) + struct.pack(">H", len(first)) + first + a
+
+
+def addresses(qname, count):
+    return [rr(ptr(12), 1, 300, bytes([10, i >> 16, (i >> 8) & 255, i & 255])) for i in range(count)]
+
+
+rebuild_inputs = {
+    "rewrite_two_a": rebuild_input(5, response("a.b.up", 1, 0x8180, addresses("a.b.up", 2))),
+    "rewrite_cname_chain": rebuild_input(5, response("a.b.up", 1, 0x8180, [
+        rr(ptr(12), 5, 60, name("c.d.up")), rr(name("c.d.up"), 1, 60, b"\xc0\x00\x02\x01")])),
+    "dns64_nodata_and_40_a": rebuild_input(
+        3, response("a.b.fuzz", 28, 0x8180), response("a.b.fuzz", 1, 0x8180, addresses("a.b.fuzz", 40))),
+    # 1,850 A records (about 30 KB): AAAA records of 28 bytes each fit 65,535.
+    "dns64_1850_a": rebuild_input(
+        5, response("a.b.fuzz", 28, 0x8180), response("a.b.fuzz", 1, 0x8180, addresses("a.b.fuzz", 1850))),
+    # 2,400: they do not; SERVFAIL.
+    "dns64_2400_a": rebuild_input(
+        0x85, response("a.b.fuzz", 28, 0x8180), response("a.b.fuzz", 1, 0x8180, addresses("a.b.fuzz", 2400))),
+}
+
+
 def write(target, items):
     d = os.path.join(CORPUS, target)
     os.makedirs(d, exist_ok=True)
@@ -465,3 +492,4 @@ write("response_walk", {"regression_" + k: v for k, v in regressions.items()})
 write("corefile_convert", corefiles)
 write("snapshot_read", snapshots)
 write("handover_names", handover_lists)
+write("rewrite_answers", rebuild_inputs)

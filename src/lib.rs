@@ -66,3 +66,4 @@ pub use listen::handover::{Named as HandedName, parse_names as parse_handover_na
 pub use listen::{Handled, ListenerInfo, Proto, Service};
 pub use search::Rule;
 pub use serve::Shared;
+pub use upstream::rules::fuzz_rebuild;

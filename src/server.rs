@@ -53,6 +53,11 @@ impl Telemetry {
     /// `cache_server`: the `server` label of the cache-wide series.
     pub fn register(cache_server: String) -> Telemetry {
         let registry = Registry::new();
+        // Process-wide counters, bumped where no registry reaches.
+        registry.adopt(&crate::rewrite::TOO_LONG);
+        registry.adopt(&crate::liveness::health::PANICS);
+        registry.adopt(&crate::liveness::health::RESTARTS);
+        registry.adopt_gauge(&crate::liveness::health::DEAD);
         Telemetry {
             serve: Arc::new(ServeMetrics::register(&registry)),
             upstream: Arc::new(UpstreamMetrics::register(&registry)),

@@ -172,7 +172,7 @@ fn hits_allocate_nothing(more: &str) {
             let packet = client_query(name, edns);
             let q = query::parse(&packet).unwrap();
             let mut buf: NameBuf = [0; 255];
-            let entry = Entry::from_response(&msg, &layout, &POLICY, Instant::now());
+            let entry = Entry::from_response(&msg, &layout, &POLICY, Instant::now()).unwrap();
             shared
                 .cache()
                 .insert(KeyRef::from_query(&q, &mut buf).to_owned(), Arc::new(entry));

@@ -57,7 +57,7 @@ fn run(params: &[u8], msg: &[u8]) {
         failure_ttl: 5,
     };
     let now = Instant::now();
-    let entry = Entry::from_response(msg, &layout, &policy, now);
+    let entry = Entry::from_response(msg, &layout, &policy, now).expect("layout's message fits");
 
     let edns = client & 1 != 0;
     let mut packet = vec![

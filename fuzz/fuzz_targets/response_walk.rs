@@ -179,7 +179,8 @@ fn run(params: &[u8], msg: &[u8]) {
         failure_ttl: FAILURE_TTL[(policy_bits >> 7) as usize],
     };
     let t0 = Instant::now();
-    let entry = Entry::from_response(msg, &layout, &policy, t0);
+    // `layout` accepts only what an entry can hold.
+    let entry = Entry::from_response(msg, &layout, &policy, t0).expect("layout's message fits");
     let expected_kind = match layout.rcode {
         0 if layout.answer_count > 0 => Kind::Success,
         0 | 3 => Kind::Denial,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::wire::build::push_opt;
 use crate::wire::query::Query;
 use crate::wire::response::{Layout, Section, sane_ttl};
-use crate::wire::{HEADER_LEN, flag, rcode, read_u16, read_u32, write_u16, write_u32};
+use crate::wire::{HEADER_LEN, MAX_MESSAGE, flag, rcode, read_u16, read_u32, write_u16, write_u32};
 
 /// Memory an entry costs beyond its own bytes: the `Arc` header (16), two
 /// heap allocations' size-class rounding (the entry's bytes, the key's
@@ -120,10 +120,20 @@ impl Entry {
         self.speculative.load(Ordering::Relaxed) && self.speculative.swap(false, Ordering::Relaxed)
     }
 
-    /// Prepares an upstream response for the cache. Returns the entry and
-    /// whether it may be cached at all (a zero lifetime still answers the
-    /// clients that waited for it).
-    pub fn from_response(msg: &[u8], layout: &Layout, policy: &TtlPolicy, now: Instant) -> Entry {
+    /// Prepares an upstream response for the cache (a zero lifetime still
+    /// answers the clients that waited for it, see [`Entry::is_cacheable`]).
+    /// `None` when `layout` does not describe a message an entry can hold:
+    /// longer than 65,535 bytes, or an offset outside it. Every offset is
+    /// checked here, once, so that rendering can trust them.
+    pub fn from_response(
+        msg: &[u8],
+        layout: &Layout,
+        policy: &TtlPolicy,
+        now: Instant,
+    ) -> Option<Entry> {
+        if msg.len() > MAX_MESSAGE || layout.end > msg.len() || layout.end < HEADER_LEN {
+            return None;
+        }
         let kind = match layout.rcode {
             rcode::NOERROR if layout.answer_count > 0 => Kind::Success,
             rcode::NOERROR | rcode::NXDOMAIN => Kind::Denial,
@@ -136,6 +146,9 @@ impl Entry {
             Some(opt) if opt.end == layout.end => (opt.start, Some(read_u16(msg, 10) - 1)),
             Some(_) => (layout.additional_start, Some(0)),
         };
+        if wire_len < layout.question_end {
+            return None;
+        }
         let kept = || layout.ttls.iter().filter(|(at, _)| *at + 4 <= wire_len);
         // One allocation of the final size: the message, then the offsets
         // of its TTL fields (see `Entry::new`).
@@ -167,8 +180,9 @@ impl Entry {
                 Kind::Denial | Kind::Failure => ttl.min(lifetime),
             };
             write_u32(&mut bytes, *at, clamped);
-            // After the message, its offset (a message is at most 65,535 bytes).
-            bytes.extend((*at as u16).to_be_bytes());
+            // After the message, its offset: below `wire_len`, checked above
+            // to be at most 65,535 (and again by `Entry::new`).
+            bytes.extend(u16::try_from(*at).ok()?.to_be_bytes());
         }
         let additional_start = layout.additional_start.min(wire_len);
         Entry::new(
@@ -186,6 +200,8 @@ impl Entry {
     /// A synthesised failure (no upstream answered): header and question
     /// of the query with SERVFAIL, cached for `ttl` seconds.
     pub fn failure(question: &[u8], ttl: u32, now: Instant) -> Entry {
+        // A question is a name (255 bytes at most) and four: it always fits.
+        let question = if question.len() <= 259 { question } else { &[] };
         let mut wire = vec![
             0,
             0,
@@ -201,6 +217,9 @@ impl Entry {
             0,
         ];
         wire.extend_from_slice(question);
+        if question.is_empty() {
+            write_u16(&mut wire, 4, 0);
+        }
         let end = wire.len();
         Entry::new(
             Kind::Failure,
@@ -212,10 +231,14 @@ impl Entry {
             ttl,
             now,
         )
+        .expect("a header and one question fit an entry")
     }
 
     /// `bytes` holds the message (its first `wire_len` bytes), then the
-    /// offset of each of its TTL fields, two bytes each.
+    /// offset of each of its TTL fields, two bytes each. `None` unless the
+    /// message is at most 65,535 bytes, `question_end <= additional_start
+    /// <= wire_len`, and every TTL field lies whole after the question:
+    /// [`Entry::render`] trusts these without checking again.
     #[allow(clippy::too_many_arguments)]
     fn new(
         kind: Kind,
@@ -226,8 +249,18 @@ impl Entry {
         additional_start: usize,
         ttl: u32,
         now: Instant,
-    ) -> Entry {
-        Entry {
+    ) -> Option<Entry> {
+        let fits = wire_len <= MAX_MESSAGE
+            && wire_len <= bytes.len()
+            && (bytes.len() - wire_len) % 2 == 0
+            && HEADER_LEN <= question_end
+            && question_end <= additional_start
+            && additional_start <= wire_len
+            && offsets(&bytes[wire_len..]).all(|at| at >= question_end && at + 4 <= wire_len);
+        if !fits {
+            return None;
+        }
+        Some(Entry {
             kind,
             rcode,
             bytes: bytes.into_boxed_slice(),
@@ -241,7 +274,7 @@ impl Entry {
             prefetch_started: AtomicBool::new(false),
             speculative: AtomicBool::new(false),
             holdable: AtomicBool::new(false),
-        }
+        })
     }
 
     /// Bytes this entry occupies, for the cache's weight: its own size, its
@@ -448,7 +481,7 @@ mod tests {
         let msg = upstream();
         let layout = response::layout(&msg).unwrap();
         let t0 = Instant::now();
-        let e = Entry::from_response(&msg, &layout, &POLICY, t0);
+        let e = Entry::from_response(&msg, &layout, &POLICY, t0).unwrap();
         assert_eq!(e.kind, Kind::Success);
         assert_eq!(e.original_ttl, 300);
         for edns in [false, true] {
@@ -478,7 +511,7 @@ mod tests {
         let msg = upstream();
         let layout = response::layout(&msg).unwrap();
         let t0 = Instant::now();
-        let e = Entry::from_response(&msg, &layout, &POLICY, t0);
+        let e = Entry::from_response(&msg, &layout, &POLICY, t0).unwrap();
         let p = client_query(true);
         let q = query::parse(&p).unwrap();
         let mut out = Vec::new();
@@ -499,7 +532,7 @@ mod tests {
     fn render_truncates_to_limit() {
         let msg = upstream();
         let layout = response::layout(&msg).unwrap();
-        let e = Entry::from_response(&msg, &layout, &POLICY, Instant::now());
+        let e = Entry::from_response(&msg, &layout, &POLICY, Instant::now()).unwrap();
         let p = client_query(false);
         let q = query::parse(&p).unwrap();
         let mut out = Vec::new();
@@ -528,7 +561,7 @@ mod tests {
             0, 1, 0, 1, 0xc0, 12, 0, 1, 0, 1, 0, 0, 1, 0x2c, 0, 4, 192, 0, 2, 1,
         ]);
         let layout = response::layout(&msg).unwrap();
-        let entry = Entry::from_response(&msg, &layout, &POLICY, Instant::now());
+        let entry = Entry::from_response(&msg, &layout, &POLICY, Instant::now()).unwrap();
         let key = crate::cache::KeyRef {
             name,
             qtype: 1,
@@ -537,6 +570,32 @@ mod tests {
         };
         assert_eq!(key.to_owned().weight() + entry.weight(), 250);
         assert!(std::mem::size_of::<Entry>() <= 56);
+    }
+
+    /// An entry holds its offsets in two bytes: a layout of a longer
+    /// message, or one whose offsets lie outside the message, makes none
+    /// (before, the offsets wrapped and the first render panicked).
+    #[test]
+    fn offsets_that_do_not_fit_make_no_entry() {
+        let msg = upstream();
+        let layout = response::layout(&msg).unwrap();
+        let now = Instant::now();
+        let mut long = msg.clone();
+        long.resize(70_000, 0);
+        let mut beyond = layout.clone();
+        beyond.end = long.len();
+        assert!(Entry::from_response(&long, &beyond, &POLICY, now).is_none());
+        // A TTL field in the header: patching it would write the counts.
+        let mut ttl_in_header = layout.clone();
+        ttl_in_header.ttls.push((4, Section::Answer));
+        assert!(Entry::from_response(&msg, &ttl_in_header, &POLICY, now).is_none());
+        let mut question_outside = layout.clone();
+        question_outside.question_end = msg.len() + 1;
+        assert!(Entry::from_response(&msg, &question_outside, &POLICY, now).is_none());
+        assert_eq!(
+            response::layout(&long),
+            Err(response::ResponseError::TooLong)
+        );
     }
 
     #[test]
@@ -548,7 +607,7 @@ mod tests {
             max_ttl: 250,
             ..POLICY
         };
-        let e = Entry::from_response(&msg, &layout, &policy, Instant::now());
+        let e = Entry::from_response(&msg, &layout, &policy, Instant::now()).unwrap();
         assert_eq!(e.original_ttl, 250);
     }
 }

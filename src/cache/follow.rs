@@ -526,9 +526,7 @@ mod tests {
             negative_max_ttl: 3600,
             failure_ttl: 5,
         };
-        Arc::new(crate::cache::Entry::from_response(
-            &m, &layout, &policy, now,
-        ))
+        Arc::new(crate::cache::Entry::from_response(&m, &layout, &policy, now).unwrap())
     }
 
     #[test]

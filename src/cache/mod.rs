@@ -231,7 +231,7 @@ mod tests {
             negative_max_ttl: 3600,
             failure_ttl: 5,
         };
-        Arc::new(Entry::from_response(&m, &layout, &policy, now))
+        Arc::new(Entry::from_response(&m, &layout, &policy, now).unwrap())
     }
 
     fn name_of(prefix: u8, i: u32) -> Vec<u8> {

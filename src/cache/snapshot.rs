@@ -321,7 +321,8 @@ fn decode(
     // past any lifetime.
     let age = r.age.checked_add(added_age).ok_or(Refusal::Expired)?;
     let stored_at = now.checked_sub(age).ok_or(Refusal::Expired)?;
-    let entry = Entry::from_response(r.wire, &layout, &policy, stored_at);
+    let entry =
+        Entry::from_response(r.wire, &layout, &policy, stored_at).ok_or(Refusal::BadWalk)?;
     if !entry.is_cacheable() || !entry.is_servable_stale(now, rules.stale_max_age) {
         return Err(Refusal::Expired);
     }
@@ -651,7 +652,7 @@ mod tests {
             let layout = response::layout(&msg).unwrap();
             from.insert(
                 key(name).in_view(view).to_owned(),
-                Arc::new(Entry::from_response(&msg, &layout, &POLICY, now)),
+                Arc::new(Entry::from_response(&msg, &layout, &POLICY, now).unwrap()),
             );
         }
         let mut written = Vec::new();
@@ -677,7 +678,7 @@ mod tests {
         let from = Cache::new(1 << 20);
         from.insert(
             key(HOST).to_owned(),
-            Arc::new(Entry::from_response(&msg, &layout, &POLICY, now)),
+            Arc::new(Entry::from_response(&msg, &layout, &POLICY, now).unwrap()),
         );
 
         let mut bytes = Vec::new();

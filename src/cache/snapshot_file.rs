@@ -299,7 +299,7 @@ mod tests {
             let layout = response::layout(&msg).unwrap();
             cache.insert(
                 key(&n).to_owned(),
-                Arc::new(Entry::from_response(&msg, &layout, &POLICY, now)),
+                Arc::new(Entry::from_response(&msg, &layout, &POLICY, now).unwrap()),
             );
         }
         cache

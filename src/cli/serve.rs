@@ -41,6 +41,8 @@ pub(super) fn run(args: ServeArgs) -> Result<Outcome, Failure> {
         supervised,
         heartbeat_fd,
     } = args;
+    // Every panic is counted and shows in /health and the metrics.
+    nodens::liveness::health::count_panics();
     // First, before any program is started: the pipe is made close-on-exec.
     let heartbeat = heartbeat_fd
         .map(Heartbeat::adopt)

@@ -47,7 +47,7 @@ impl Role {
 
     fn router(self, state: Arc<HttpState>) -> Router {
         let probes = Router::new()
-            .route("/health", get(|| async { "OK\n" }))
+            .route("/health", get(health_page))
             .route("/ready", get(ready_page));
         let app = match self {
             Role::Metrics => probes.route("/metrics", get(metrics_page)),
@@ -64,6 +64,19 @@ async fn metrics_page(
         [("content-type", "text/plain; version=0.0.4")],
         (state.metrics)(),
     )
+}
+
+/// `OK` while every serving thread runs (restarts after a panic are
+/// listed, and pass); 503 once one is dead, so that the kubelet restarts
+/// nodens rather than let a share of the node's queries go unread.
+async fn health_page() -> (StatusCode, String) {
+    let health = crate::liveness::health::health();
+    let status = if health.ok() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, health.page())
 }
 
 async fn ready_page(State(state): State<Arc<HttpState>>) -> (StatusCode, &'static str) {

@@ -116,6 +116,13 @@ pub(crate) async fn accept_loop<S: Service>(
         let (service2, info, stop) = (service.clone(), info.clone(), stop.clone());
         let (open, per_client, metrics) = (open.clone(), per_client.clone(), metrics.clone());
         service.tasks().spawn_query(async move {
+            // Given back however the task ends, a panic included: a
+            // connection that panicked must not keep its client's slot.
+            let _held = Held {
+                metrics: metrics.clone(),
+                per_client,
+                client,
+            };
             metrics.tcp_connections.inc();
             let busy = move || {
                 let in_use = Semaphore::MAX_PERMITS - open.available_permits();
@@ -125,10 +132,22 @@ pub(crate) async fn accept_loop<S: Service>(
             if let Some(reason) = reason {
                 metrics.closed(reason);
             }
-            metrics.tcp_connections.dec();
-            per_client.remove(client);
             drop(permit);
         });
+    }
+}
+
+/// A connection's hold on the counts, given back when its task ends.
+struct Held {
+    metrics: Arc<ListenMetrics>,
+    per_client: Arc<PerClient>,
+    client: IpAddr,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.metrics.tcp_connections.dec();
+        self.per_client.remove(self.client);
     }
 }
 
@@ -245,7 +264,14 @@ async fn sleep_until_some(deadline: Option<Instant>) {
 async fn write_replies(mut writer: OwnedWriteHalf, mut outbox: mpsc::Receiver<Vec<u8>>) {
     let mut framed = Vec::new();
     while let Some(reply) = outbox.recv().await {
-        framing::frame(&reply, &mut framed);
+        if !framing::frame(&reply, &mut framed) {
+            // Nothing the request path builds is this long (`wire::MAX_MESSAGE`).
+            tracing::error!(
+                len = reply.len(),
+                "a reply longer than 65,535 bytes was not sent"
+            );
+            continue;
+        }
         match tokio::time::timeout(WRITE_TIMEOUT, writer.write_all(&framed)).await {
             Ok(Ok(())) => {}
             _ => return,

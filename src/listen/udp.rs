@@ -21,6 +21,7 @@
 
 use std::future::Future;
 use std::net::{SocketAddr, UdpSocket};
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,6 +35,7 @@ use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use super::batch::{BATCH, Destination, RecvBatch, SendBatch, enable_destination_info};
 use super::{Handled, ListenerInfo, Proto, Service};
+use crate::liveness::health::DeadIfUnwound;
 
 /// How often a worker blocked in `recvmmsg` checks whether it should stop.
 const STOP_POLL: Duration = Duration::from_millis(100);
@@ -48,6 +50,11 @@ pub(crate) struct UdpWorkers {
     /// A second descriptor for each worker's socket, to hand the sockets
     /// to the process that takes over (`handover`).
     sockets: Vec<UdpSocket>,
+    /// Each worker's progress counter, held here as well as by the worker:
+    /// a worker whose thread ended reads as stalled (its socket is still in
+    /// the `SO_REUSEPORT` group, taking its share of the queries), not as
+    /// a loop that is gone. Dropped when the listener stops.
+    _progress: Vec<Arc<crate::liveness::Progress>>,
 }
 
 fn bind(addr: SocketAddr) -> std::io::Result<UdpSocket> {
@@ -79,6 +86,7 @@ impl UdpWorkers {
     ) -> std::io::Result<UdpWorkers> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut sockets = Vec::new();
+        let mut progress = Vec::new();
         for i in 0..workers.max(1).max(inherited.len()) {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -107,11 +115,16 @@ impl UdpWorkers {
                 alive: service.tasks().token(),
                 progress: crate::liveness::register(format!("udp {addr} #{i}")),
             };
+            progress.push(worker.progress.clone());
             std::thread::Builder::new()
                 .name(format!("udp-{i}"))
                 .spawn(move || worker.run())?;
         }
-        Ok(UdpWorkers { stop, sockets })
+        Ok(UdpWorkers {
+            stop,
+            sockets,
+            _progress: progress,
+        })
     }
 
     /// The workers' sockets, for a handover.
@@ -197,6 +210,7 @@ impl Pending {
 impl<S: Service> Worker<S> {
     fn run(self) {
         crate::privileges::drop_all_in_this_thread();
+        let _dead_if_unwound = DeadIfUnwound(self.progress.clone());
         let _entered = self.runtime.enter();
         let mut received = RecvBatch::new(self.wildcard);
         let mut replies = SendBatch::default();
@@ -205,22 +219,28 @@ impl<S: Service> Worker<S> {
         // its progress shows; one timer for the worker's life.
         let mut turn = tokio::time::interval(STOP_POLL);
         turn.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-        while !self.stop.load(Ordering::Relaxed) {
-            self.progress.bump();
-            if pending.is_empty() {
-                self.serve_blocking(&mut received, &mut replies, &mut pending);
-            } else {
-                self.runtime.block_on(self.serve_with_misses(
-                    &mut received,
-                    &mut replies,
-                    &mut pending,
-                    &mut turn,
-                ));
+        // A panic on the request path (a bug) costs the batch and the
+        // misses in flight of this worker, never the worker: it is
+        // counted, logged, and the loop starts again on the same socket.
+        while let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            self.serve(&mut received, &mut replies, &mut pending, &mut turn)
+        })) {
+            self.progress.restarted();
+            if let Some(suppressed) = RESTART_LOG.allow() {
+                tracing::error!(
+                    worker = %self.info.server,
+                    panic = panic_message(&panic),
+                    suppressed,
+                    "UDP worker panicked: serving again (its batch and misses in flight are lost)"
+                );
             }
+            pending = Pending::default();
+            replies.clear();
         }
         // Stopped reading: answer what is in flight, then close. The
         // drain is bounded by the misses' own timeouts; it is no longer a
         // serving loop.
+        drop(_dead_if_unwound);
         drop(self.progress);
         self.runtime.block_on(async {
             while let Some(reply) = pending.next().await {
@@ -229,6 +249,25 @@ impl<S: Service> Worker<S> {
             }
         });
         drop(self.alive);
+    }
+
+    /// The serving loop, until the worker is told to stop.
+    fn serve(
+        &self,
+        received: &mut RecvBatch,
+        replies: &mut SendBatch,
+        pending: &mut Pending,
+        turn: &mut tokio::time::Interval,
+    ) {
+        while !self.stop.load(Ordering::Relaxed) {
+            self.progress.bump();
+            if pending.is_empty() {
+                self.serve_blocking(received, replies, pending);
+            } else {
+                self.runtime
+                    .block_on(self.serve_with_misses(received, replies, pending, turn));
+            }
+        }
     }
 
     /// One batch, waiting for it in `recvmmsg`.
@@ -328,6 +367,8 @@ impl<S: Service> Worker<S> {
             let Some((packet, peer, local)) = received.get(i) else {
                 continue;
             };
+            #[cfg(debug_assertions)]
+            test_panic::on(packet);
             match self
                 .service
                 .handle(packet, peer, &self.info, Proto::Udp, replies.next_buffer())
@@ -343,6 +384,43 @@ impl<S: Service> Worker<S> {
                     }));
                 }
             }
+        }
+    }
+}
+
+/// One log line a second at most for workers that panic again and again.
+static RESTART_LOG: std::sync::LazyLock<crate::log_limit::LogLimiter> =
+    std::sync::LazyLock::new(|| crate::log_limit::LogLimiter::new(Duration::from_secs(1)));
+
+/// A panic's message, when it has one.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
+/// Debug builds only (the tests' binary): a query whose name is
+/// `$NODENS_TEST_PANIC_QNAME` (wire form, lower case) panics the worker, so
+/// that the tests can show what clients lose to a worker's bug. Release
+/// builds have no such name.
+#[cfg(debug_assertions)]
+mod test_panic {
+    use std::sync::LazyLock;
+
+    static NAME: LazyLock<Option<Vec<u8>>> = LazyLock::new(|| {
+        let text = std::env::var("NODENS_TEST_PANIC_QNAME").ok()?;
+        crate::wire::name::from_text(&text).ok()
+    });
+
+    pub(super) fn on(packet: &[u8]) {
+        let Some(name) = NAME.as_deref() else {
+            return;
+        };
+        if packet.len() >= 12 + name.len() && packet[12..12 + name.len()].eq_ignore_ascii_case(name)
+        {
+            panic!("NODENS_TEST_PANIC_QNAME asked");
         }
     }
 }

@@ -90,6 +90,17 @@ impl Registry {
         c
     }
 
+    /// Registers a process-wide counter kept outside any registry (one
+    /// a module bumps where no registry reaches).
+    pub(crate) fn adopt(&self, counter: &IntCounter) {
+        self.add(Box::new(counter.clone()));
+    }
+
+    /// Registers a process-wide gauge kept outside any registry.
+    pub(crate) fn adopt_gauge(&self, gauge: &IntGauge) {
+        self.add(Box::new(gauge.clone()));
+    }
+
     /// A gauge without labels.
     pub fn gauge(&self, name: &str, help: &str) -> IntGauge {
         let g = IntGauge::new(name, help).expect("valid metric");

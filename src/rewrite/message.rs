@@ -5,7 +5,7 @@
 //! decompressed, any other RDATA is copied as it is.
 
 use crate::wire::name::{self, MAX_NAME_LEN};
-use crate::wire::{HEADER_LEN, rdata, read_u16, read_u32, rtype};
+use crate::wire::{HEADER_LEN, MAX_MESSAGE, rdata, read_u16, read_u32, rtype};
 
 /// One resource record, names uncompressed.
 #[derive(Debug, Clone)]
@@ -51,24 +51,39 @@ impl Message {
         })
     }
 
-    /// The message in wire form, uncompressed.
-    pub(crate) fn encode(&self) -> Vec<u8> {
+    /// The message in wire form; `None` when it would be longer than a
+    /// DNS message can be (65,535 bytes), which an upstream answer of a few
+    /// thousand records, legal over TCP, becomes once rewritten or
+    /// synthesized. An owner name that is the question's name (any letter
+    /// case aside, as CoreDNS's compression matches it) points at the
+    /// question, as the answers of every server do: a dns64 AAAA record is
+    /// then 28 bytes, as CoreDNS's are, and what fits there fits here.
+    /// Every other name is written out whole.
+    pub(crate) fn encode(&self) -> Option<Vec<u8>> {
+        let question_name = &self.question[..self.question.len().saturating_sub(4)];
         let mut out = Vec::with_capacity(512);
         out.extend_from_slice(&self.id_flags);
         out.extend(1u16.to_be_bytes());
         for section in &self.sections {
-            out.extend((section.len() as u16).to_be_bytes());
+            out.extend(u16::try_from(section.len()).ok()?.to_be_bytes());
         }
         out.extend_from_slice(&self.question);
         for record in self.sections.iter().flatten() {
-            out.extend_from_slice(&record.owner);
+            if record.owner.len() > 1 && record.owner.eq_ignore_ascii_case(question_name) {
+                out.extend([0xc0, HEADER_LEN as u8]);
+            } else {
+                out.extend_from_slice(&record.owner);
+            }
             out.extend(record.rtype.to_be_bytes());
             out.extend(record.class.to_be_bytes());
             out.extend(record.ttl.to_be_bytes());
-            out.extend((record.rdata.len() as u16).to_be_bytes());
+            out.extend(u16::try_from(record.rdata.len()).ok()?.to_be_bytes());
             out.extend_from_slice(&record.rdata);
+            if out.len() > MAX_MESSAGE {
+                return None;
+            }
         }
-        out
+        Some(out)
     }
 
     pub(crate) fn rcode(&self) -> u16 {
@@ -206,6 +221,30 @@ mod tests {
         assert!(wire_from_text(&format!("{}.", "a".repeat(64))).is_none());
     }
 
+    /// 2,500 AAAA records of the question's name: 70,000 bytes written
+    /// out whole, 70,000 + 12 + question with pointers: too long either way,
+    /// so no message. 2,000 fit (56,000 bytes with pointers).
+    #[test]
+    fn a_message_longer_than_65535_bytes_is_not_built() {
+        let question = b"\x04host\x07example\x00\x00\x1c\x00\x01".to_vec();
+        let record = Record {
+            owner: b"\x04HOST\x07example\x00".to_vec(),
+            rtype: rtype::AAAA,
+            class: 1,
+            ttl: 60,
+            rdata: vec![0x20; 16],
+        };
+        let message = |n: usize| Message {
+            id_flags: [0, 1, 0x81, 0x80],
+            question: question.clone(),
+            sections: [vec![record.clone(); n], vec![], vec![]],
+        };
+        let fits = message(2_000).encode().unwrap();
+        assert_eq!(fits.len(), 12 + question.len() + 2_000 * 28);
+        assert!(crate::wire::response::layout(&fits).is_ok());
+        assert!(message(2_500).encode().is_none());
+    }
+
     #[test]
     fn a_compressed_answer_comes_back_uncompressed() {
         // www.example.org. CNAME web.example.org. (compressed), A 192.0.2.1
@@ -242,7 +281,7 @@ mod tests {
             name::to_text(&parsed.sections[0][1].owner),
             "web.example.org."
         );
-        let again = Message::parse(&parsed.encode()).unwrap();
+        let again = Message::parse(&parsed.encode().unwrap()).unwrap();
         assert_eq!(again.sections[0][1].rdata, vec![192, 0, 2, 1]);
     }
 }

@@ -547,9 +547,14 @@ impl Shared {
                 Lookup::Stale(_) | Lookup::Held(_) => true,
                 Lookup::Miss => false,
             };
-            match forwarded {
-                Some(f) => {
-                    let entry = Arc::new(Entry::from_response(&f.msg, &f.layout, &zone.ttl, now));
+            // An answer an entry cannot hold (`Entry::from_response`: none
+            // reaches here, `response::layout` refuses them) is no answer.
+            let prepared = forwarded
+                .as_ref()
+                .and_then(|f| Entry::from_response(&f.msg, &f.layout, &zone.ttl, now));
+            match forwarded.zip(prepared) {
+                Some((f, entry)) => {
+                    let entry = Arc::new(entry);
                     // An answer for a name the API just changed may predate
                     // the change: neither stored nor learned from.
                     let settled = self

@@ -77,8 +77,61 @@ pub(crate) async fn forward_with_rules(
     }
     let a_key = Key::from_parts(key.name(), rtype::A, class::IN, key.flags());
     let a = ask(zone, rules, &a_key, deadline).await?;
-    let synthesized = dns64.synthesize(&parsed, Message::parse(&a.msg)?);
-    finish(synthesized.encode(), a.received)
+    finish(synthesized(dns64, &parsed, &a.msg)?, a.received)
+}
+
+/// The dns64 answer made of the AAAA answer `aaaa` and the A answer `a`:
+/// `None` when `a` is not a message, `Some(None)` when the synthesis would
+/// be longer than a DNS message.
+fn synthesized(dns64: &Dns64, aaaa: &Message, a: &[u8]) -> Option<Option<Vec<u8>>> {
+    Some(dns64.synthesize(aaaa, Message::parse(a)?).encode())
+}
+
+/// The upstream's `answer` to the rewritten question, with the client's
+/// `question` and its names written back: `None` when it is not a
+/// message, `Some(None)` when the result would be longer than one.
+fn written_back(
+    answer: &[u8],
+    question: Vec<u8>,
+    rewritten: &Rewritten,
+) -> Option<Option<Vec<u8>>> {
+    let mut msg = Message::parse(answer)?;
+    msg.question = question;
+    write_back(&mut msg, rewritten);
+    Some(msg.encode())
+}
+
+/// For the `rewrite_answers` fuzz target: what the rules make of arbitrary
+/// upstream answers, as a miss would ask. `answer` is the upstream's answer
+/// to `a.b.up.` for the client's `a.b.fuzz. A` (a suffix rule with `answer
+/// auto`, whose write-back makes every name two bytes longer), and, with
+/// `a`, the AAAA and A answers of a dns64 synthesis whose prefix length
+/// and `translate_all` come from `params`. Each is `None` when the rules
+/// make no answer of it (SERVFAIL), else the message the cache is offered.
+pub fn fuzz_rebuild(params: u8, answer: &[u8], a: &[u8]) -> [Option<Vec<u8>>; 2] {
+    use crate::rewrite::{NameMatch, Next, Rewrites, Rule};
+    let rules = Rewrites(vec![Rule::Name {
+        matcher: NameMatch::Suffix(".fuzz.".into()),
+        to: ".up.".into(),
+        auto: true,
+        answers: Vec::new(),
+        next: Next::Stop,
+    }]);
+    let rewritten = rules
+        .apply("a.b.fuzz.", rtype::A, class::IN)
+        .expect("the suffix rule matches");
+    let question = [&b"\x01a\x01b\x04fuzz\x00"[..], &[0, 1, 0, 1]].concat();
+    let back = written_back(answer, question, &rewritten).flatten();
+    let dns64 = Dns64 {
+        prefix: "64:ff9b::".parse().expect("an IPv6 prefix"),
+        prefix_len: [32, 40, 48, 56, 64, 96][usize::from(params % 6)],
+        translate_all: params & 0x80 != 0,
+    };
+    let synthesis = Message::parse(answer)
+        .filter(|aaaa| dns64.wanted(aaaa))
+        .and_then(|aaaa| synthesized(&dns64, &aaaa, a))
+        .flatten();
+    [back, synthesis]
 }
 
 /// One question to the zone's upstreams, rewritten if a rule says so.
@@ -105,10 +158,8 @@ async fn ask(zone: &Zone, rules: &ZoneRules, key: &Key, deadline: Instant) -> Op
     }
     let sent = Key::from_parts(&wire, rewritten.qtype, rewritten.qclass, key.flags());
     let answer = forward(zone, &sent, deadline).await?;
-    let mut msg = Message::parse(&answer.msg)?;
-    msg.question = key.question();
-    write_back(&mut msg, &rewritten);
-    finish(msg.encode(), answer.received)
+    let msg = written_back(&answer.msg, key.question(), &rewritten)?;
+    finish(msg, answer.received)
 }
 
 /// The answer's names mapped back as the rules that matched say: owner
@@ -134,7 +185,21 @@ fn write_back(msg: &mut Message, rewritten: &Rewritten) {
     }
 }
 
-fn finish(msg: Vec<u8>, received: std::time::Instant) -> Option<Forwarded> {
+/// The rebuilt answer, or `None` (SERVFAIL to the client, as for no answer)
+/// when it would not be a DNS message: longer than 65,535 bytes. CoreDNS,
+/// whose answers compress the same owner names, writes nothing back over
+/// TCP then (miekg/dns refuses to send it); a clear error is better.
+fn finish(msg: Option<Vec<u8>>, received: std::time::Instant) -> Option<Forwarded> {
+    let Some(msg) = msg else {
+        crate::rewrite::TOO_LONG.inc();
+        if let Some(suppressed) = TOO_LONG_LOG.allow() {
+            tracing::warn!(
+                suppressed,
+                "a rewritten or dns64 answer would be longer than 65,535 bytes: SERVFAIL"
+            );
+        }
+        return None;
+    };
     let layout = response::layout(&msg).ok()?;
     Some(Forwarded {
         msg,
@@ -142,6 +207,12 @@ fn finish(msg: Vec<u8>, received: std::time::Instant) -> Option<Forwarded> {
         received,
     })
 }
+
+/// One warning a minute at most for answers too long to rebuild.
+static TOO_LONG_LOG: std::sync::LazyLock<crate::log_limit::LogLimiter> =
+    std::sync::LazyLock::new(|| {
+        crate::log_limit::LogLimiter::new(std::time::Duration::from_secs(60))
+    });
 
 #[cfg(test)]
 mod tests {

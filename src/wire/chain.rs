@@ -23,6 +23,8 @@ pub enum ChainError {
     Name(#[from] NameError),
     #[error("target reply is malformed")]
     Malformed,
+    #[error("the reply would be longer than 65,535 bytes")]
+    TooLong,
 }
 
 /// Writes into `out` the reply to `query` whose answer is
@@ -74,7 +76,12 @@ pub fn cname_reply(
     out.extend(query.id.to_be_bytes());
     out.extend(flags.to_be_bytes());
     out.extend(1u16.to_be_bytes());
-    out.extend((counts[0] + 1).to_be_bytes());
+    out.extend(
+        counts[0]
+            .checked_add(1)
+            .ok_or(ChainError::TooLong)?
+            .to_be_bytes(),
+    );
     out.extend(counts[1].to_be_bytes());
     out.extend(counts[2].to_be_bytes());
     out.extend_from_slice(query.question());
@@ -88,6 +95,12 @@ pub fn cname_reply(
     out.extend_from_slice(&target_name);
     let records_at = out.len();
     out.extend_from_slice(&records);
+    // Names written out whole make a reply longer than its target: one
+    // that would not be a DNS message is an error, not a wrapped length.
+    if out.len() > super::MAX_MESSAGE {
+        out.clear();
+        return Err(ChainError::TooLong);
+    }
 
     let opt_len = if query.edns.is_some() { 11 } else { 0 };
     if out.len() + opt_len > limit {

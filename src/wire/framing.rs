@@ -14,11 +14,17 @@ pub fn take_frame(pending: &mut Vec<u8>) -> Option<Vec<u8>> {
     Some(frame)
 }
 
-/// `msg` behind its length, ready to write.
-pub fn frame(msg: &[u8], out: &mut Vec<u8>) {
+/// `msg` behind its length, ready to write; false (and `out` empty) for a
+/// message longer than two bytes can say, which is not sent at all rather
+/// than sent with a wrapped length.
+pub fn frame(msg: &[u8], out: &mut Vec<u8>) -> bool {
     out.clear();
-    out.extend((msg.len() as u16).to_be_bytes());
+    let Ok(len) = u16::try_from(msg.len()) else {
+        return false;
+    };
+    out.extend(len.to_be_bytes());
     out.extend_from_slice(msg);
+    true
 }
 
 #[cfg(test)]
@@ -34,7 +40,9 @@ mod tests {
         assert_eq!(take_frame(&mut p), Some(vec![9, 8]));
         assert!(p.is_empty());
         let mut out = Vec::new();
-        frame(&[7, 7], &mut out);
+        assert!(frame(&[7, 7], &mut out));
         assert_eq!(out, vec![0, 2, 7, 7]);
+        assert!(!frame(&vec![0; 65_536], &mut out));
+        assert!(out.is_empty());
     }
 }

@@ -15,6 +15,10 @@ pub mod response;
 pub(crate) mod soa;
 
 pub const HEADER_LEN: usize = 12;
+/// The largest DNS message there is (RFC 1035 4.2.2: a TCP message's
+/// length is two bytes). Nothing nodens builds, caches, loads or sends is
+/// longer: offsets into a message are stored as `u16`.
+pub const MAX_MESSAGE: usize = 65_535;
 
 /// Record types nodens treats specially.
 pub mod rtype {

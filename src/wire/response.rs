@@ -7,7 +7,7 @@ use std::ops::Range;
 use smallvec::SmallVec;
 use thiserror::Error;
 
-use super::{HEADER_LEN, flag, name, rdata, read_u16, read_u32, rtype};
+use super::{HEADER_LEN, MAX_MESSAGE, flag, name, rdata, read_u16, read_u32, rtype};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 pub enum ResponseError {
@@ -23,6 +23,8 @@ pub enum ResponseError {
     CaseMismatch,
     #[error("malformed record")]
     Malformed,
+    #[error("longer than 65,535 bytes")]
+    TooLong,
 }
 
 /// Where things are in a response; offsets into the message.
@@ -181,6 +183,11 @@ pub fn restore_owner_case(msg: &mut [u8], sent: &[u8], asked: &[u8]) {
 
 /// Walks every record of a response that [`check_answers`] accepted.
 pub fn layout(msg: &[u8]) -> Result<Layout, ResponseError> {
+    // Every offset of a layout fits the two bytes a cache entry keeps it
+    // in: a longer message is no message (only one built here could be).
+    if msg.len() > MAX_MESSAGE {
+        return Err(ResponseError::TooLong);
+    }
     let question_end =
         name::parse_uncompressed(msg, HEADER_LEN).map_err(|_| ResponseError::Malformed)? + 4;
     if question_end > msg.len() {

@@ -88,8 +88,12 @@ fn more_directives(upstream: SocketAddr) -> String {
 }
 
 fn start_with(block_of: fn(SocketAddr) -> String) -> Pair {
+    start_with_records(block_of, RECORDS)
+}
+
+fn start_with_records(block_of: fn(SocketAddr) -> String, records: &str) -> Pair {
     let net = Net::alloc();
-    let upstream = CoreDns::start(net.upstream(0), &[("up.", zone_file("up.", RECORDS))]);
+    let upstream = CoreDns::start(net.upstream(0), &[("up.", zone_file("up.", records))]);
     let block = block_of(upstream.addr);
     let reference = CoreDns::start_with_blocks(
         net.upstream(1),
@@ -398,4 +402,80 @@ fn a_rewriting_zone_makes_no_namespace_check_or_local_nxdomain() {
     }
     let r = p.same("x.y.gone.svc.cluster.local.", Rt::A);
     assert_eq!(r.rcode(), rcode::NXDOMAIN);
+}
+
+/// `count` A records of `<label>.up.`, each a different address.
+fn many_addresses(label: &str, count: usize) -> String {
+    (0..count)
+        .map(|i| {
+            format!(
+                "{label} 30 IN A 10.{}.{}.{}\n",
+                i >> 16,
+                (i >> 8) & 255,
+                i & 255
+            )
+        })
+        .collect()
+}
+
+/// An upstream answer of 1,850 A records (about 30 KB over TCP, legal)
+/// turned into AAAA records: written out whole, 98 KB, whose lengths and
+/// offsets wrapped in the cache entry and whose first render panicked the
+/// UDP worker; every worker died on its first hit for the name. Now the
+/// owner names point at the question as CoreDNS's do, the answer is the
+/// one CoreDNS gives (all 1,850 over TCP, TC over UDP), and an answer that
+/// would not fit 65,535 bytes even so (2,400 records) is SERVFAIL, counted,
+/// where CoreDNS writes nothing back over TCP.
+#[test]
+fn a_dns64_answer_of_thousands_of_records_fits_or_fails_and_no_worker_dies() {
+    needs!(Need::CoreDns);
+    let name = "thousands-of-addresses.up.";
+    let huge = "even-more-thousands-of-addresses.up.";
+    let records = format!(
+        "{RECORDS}\n{}{}",
+        many_addresses(name.trim_end_matches(".up."), 1_850),
+        many_addresses(huge.trim_end_matches(".up."), 2_400)
+    );
+    let p = start_with_records(directives, &records);
+    let want = ask(p.reference.addr, name, Rt::AAAA, true);
+    assert_eq!(
+        want.answers_of(Rt::AAAA).len(),
+        1_850,
+        "CoreDNS's synthesis"
+    );
+    // Over UDP first, as a pod asks: the miss, then hits of the entry.
+    for i in 0..40 {
+        let got = udp_query_timeout(
+            p.nodens.dns,
+            &Q::new(name, Rt::AAAA),
+            Duration::from_secs(3),
+        )
+        .unwrap_or_else(|| panic!("UDP query {i} for {name} AAAA unanswered"));
+        let want = ask(p.reference.addr, name, Rt::AAAA, false);
+        assert_eq!(
+            (got.rcode(), got.tc()),
+            (want.rcode(), want.tc()),
+            "query {i}"
+        );
+    }
+    let got = ask(p.nodens.dns, name, Rt::AAAA, true);
+    assert_eq!(got.rcode(), rcode::NOERROR);
+    assert_eq!(got.answer_set(), want.answer_set());
+    // Past 65,535 bytes: a clear error, over both transports, every time.
+    for tcp in [true, false] {
+        for _ in 0..5 {
+            let got = ask(p.nodens.dns, huge, Rt::AAAA, tcp);
+            assert_eq!(got.rcode(), rcode::SERVFAIL, "{huge} AAAA, tcp {tcp}");
+        }
+    }
+    assert!(p.nodens.metric("nodens_rewrite_too_long_total", &[]) >= 1.0);
+    // Every worker still reads its share of the queries.
+    for i in 0..40 {
+        let q = Q::new("v4only.up.", Rt::A);
+        let got = udp_query_timeout(p.nodens.dns, &q, Duration::from_secs(2))
+            .unwrap_or_else(|| panic!("UDP query {i} after the large answers unanswered"));
+        assert_eq!(got.a(), [ipv4("192.0.2.4")]);
+    }
+    assert_eq!(p.nodens.metric("nodens_panics_total", &[]), 0.0);
+    assert_eq!(p.nodens.metric("nodens_worker_restarts_total", &[]), 0.0);
 }

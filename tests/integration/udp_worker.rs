@@ -112,3 +112,57 @@ fn concurrent_misses_on_one_worker() {
     }
     assert_eq!(core.count_queries("n7.test.", "A"), 1);
 }
+
+/// A worker's bug must cost the query that met it, not the worker: before,
+/// a panicking worker thread ended with its socket still in the
+/// `SO_REUSEPORT` group (the listener keeps a descriptor for the handover),
+/// so the kernel went on steering its share of every client's flows into a
+/// buffer nobody read, and /health said OK. The debug build's test trigger
+/// (`NODENS_TEST_PANIC_QNAME`) panics the worker that reads the name; each
+/// query comes from a new socket, so the kernel spreads them over both
+/// workers, and every one of 300 queries after the panics is answered.
+#[test]
+fn a_worker_that_panics_serves_again_and_health_says_so() {
+    needs!(Need::CoreDns);
+    let net = Net::alloc();
+    let core = CoreDns::test_zone(net.upstream(0), "");
+    let cfg = Cfg::new(&net)
+        .workers(2)
+        .zone(Zone::new("test.", &[core.addr]));
+    let mut nodens = Nodens::launch(
+        &cfg.to_toml(),
+        &["env", "NODENS_TEST_PANIC_QNAME=boom.test."],
+    );
+    nodens.wait_ready();
+    let http = nodens.http.unwrap();
+    assert_eq!(
+        http_get(http, "/health").unwrap(),
+        (200, "OK\n".to_string())
+    );
+    let www = Q::new("www.test.", Rt::A);
+    assert_eq!(udp_query(nodens.dns, &www).a(), vec![ipv4("192.0.2.1")]);
+
+    // Twenty panics from twenty source ports: both workers meet some.
+    let boom = Q::new("boom.test.", Rt::A);
+    for _ in 0..20 {
+        assert!(udp_query_timeout(nodens.dns, &boom, Duration::from_millis(200)).is_none());
+    }
+    let restarts = nodens.wait_metric("nodens_worker_restarts_total", &[], 20.0);
+    assert_eq!(restarts, 20.0, "one restart a panic");
+    assert!(nodens.metric("nodens_panics_total", &[]) >= 20.0);
+
+    let mut lost = 0;
+    for _ in 0..300 {
+        match udp_query_timeout(nodens.dns, &www, Duration::from_secs(2)) {
+            Some(r) => assert_eq!(r.a(), vec![ipv4("192.0.2.1")]),
+            None => lost += 1,
+        }
+    }
+    assert_eq!(lost, 0, "queries lost to the workers that panicked");
+    let (status, page) = http_get(http, "/health").unwrap();
+    assert_eq!(status, 200, "{page}");
+    let named = format!("restarted: udp {} #", nodens.dns);
+    assert!(page.contains(&named), "{page}");
+    assert!(page.contains("panics: 20"), "{page}");
+    nodens.assert_alive();
+}

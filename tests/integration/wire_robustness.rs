@@ -135,7 +135,8 @@ fn mutated_responses_never_panic_and_render_well_formed() {
             continue;
         };
         cached += 1;
-        let entry = Entry::from_response(&m, &layout, &POLICY, now);
+        let entry = Entry::from_response(&m, &layout, &POLICY, now)
+            .expect("a message `layout` accepts fits an entry");
         for (freshness, limit) in [
             (Freshness::Fresh, Some(512)),
             (Freshness::Stale { ttl: 30 }, None),

@@ -17,9 +17,11 @@
 //! returns) stops its counter, and the report names it. A stopped process
 //! writes nothing at all.
 
+pub mod health;
+
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -45,6 +47,10 @@ pub struct Progress {
     count: AtomicU64,
     /// The count at the heartbeat's last look; [`UNSEEN`] before the first.
     seen: AtomicU64,
+    /// Times the loop panicked and was started again (`health`).
+    restarts: AtomicU64,
+    /// The loop's thread ended while it should serve (`health`).
+    dead: AtomicBool,
 }
 
 /// `seen` of a counter the heartbeat has not looked at yet.
@@ -58,7 +64,9 @@ impl Progress {
 }
 
 /// The loops that serve. A loop registers when it starts and is forgotten
-/// when it drops its [`Progress`] (a listener stopped on reload or handover).
+/// when its [`Progress`] is dropped: the listener that started it holds it
+/// too, so a loop whose thread died is not forgotten but stalled, until its
+/// listener stops (on reload or handover).
 #[derive(Debug, Default)]
 pub struct Registry {
     loops: Mutex<Vec<Weak<Progress>>>,
@@ -86,6 +94,8 @@ impl Registry {
             name,
             count: AtomicU64::new(0),
             seen: AtomicU64::new(UNSEEN),
+            restarts: AtomicU64::new(0),
+            dead: AtomicBool::new(false),
         });
         self.lock().push(Arc::downgrade(&progress));
         progress
@@ -93,6 +103,11 @@ impl Registry {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Weak<Progress>>> {
         crate::lock::lock(&self.loops)
+    }
+
+    /// The loops registered and not forgotten.
+    fn live(&self) -> Vec<Arc<Progress>> {
+        self.lock().iter().filter_map(Weak::upgrade).collect()
     }
 
     /// The names of the live loops whose counter did not move since the
