@@ -280,6 +280,7 @@ impl Server {
         // event or the other timer must not put a repair or a poll off.
         let mut next_repair = Instant::now() + self.repair_interval();
         let mut next_poll = Instant::now() + self.kube_dns_interval();
+        let mut next_http_bind = Instant::now() + crate::http::BIND_RETRY;
         loop {
             tokio::select! {
                 _ = hup.recv() => self.reload().await,
@@ -299,6 +300,15 @@ impl Server {
                 () = tokio::time::sleep_until(next_poll.into()), if self.config.kube_dns.is_some() => {
                     self.poll_kube_dns().await;
                     next_poll = Instant::now() + self.kube_dns_interval();
+                }
+                // An HTTP address another process held at start: DNS is
+                // served meanwhile, the address tried again.
+                () = tokio::time::sleep_until(next_http_bind.into()), if self.http.has_missing() && !self.handed_over => {
+                    next_http_bind = Instant::now() + crate::http::BIND_RETRY;
+                    let plan = self.config.http;
+                    if let Err(e) = self.apply_http(&plan) {
+                        tracing::error!("HTTP servers: {e:#}");
+                    }
                 }
                 // Node repairs run here, on the main thread: the one that keeps
                 // CAP_NET_ADMIN when node setup is on (see `privileges`).

@@ -12,6 +12,7 @@ pub struct HttpMetrics {
     connections: Gauges<ListenerLabels<'static>>,
     refused: Counters<ListenerLabels<'static>>,
     header_timeouts: Counters<ListenerLabels<'static>>,
+    bind_failures: Counters<ListenerLabels<'static>>,
 }
 
 impl HttpMetrics {
@@ -29,6 +30,10 @@ impl HttpMetrics {
                 "nodens_http_header_timeouts_total",
                 "HTTP connections closed because no whole request head came within metrics.header_timeout.",
             ),
+            bind_failures: r.counters(
+                "nodens_http_bind_failures_total",
+                "Attempts to bind an HTTP server's address that failed (taken by another process); DNS is served meanwhile and the address tried again.",
+            ),
         }
     }
 
@@ -42,5 +47,9 @@ impl HttpMetrics {
 
     pub(super) fn header_timeouts(&self, listener: &str) -> prometheus::IntCounter {
         self.header_timeouts.get(&ListenerLabels { listener })
+    }
+
+    pub(super) fn bind_failed(&self, listener: &str) {
+        self.bind_failures.get(&ListenerLabels { listener }).inc();
     }
 }

@@ -18,7 +18,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 
 pub(crate) use metrics::HttpMetrics;
-pub(crate) use servers::HttpServers;
+pub(crate) use servers::{BIND_RETRY, HttpServers};
 
 /// What the endpoints read.
 pub(crate) struct HttpState {

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use tokio_util::sync::CancellationToken;
 
 use super::serve::{self, Bounds, Counters};
@@ -28,13 +28,22 @@ struct Running {
 #[derive(Default)]
 pub(crate) struct HttpServers {
     running: Vec<Running>,
+    /// Addresses the configuration asks for that could not be bound (taken
+    /// by another process): retried by [`HttpServers::retry`].
+    missing: Vec<(SocketAddr, Role)>,
 }
+
+/// How often an address that could not be bound is tried again.
+pub(crate) const BIND_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl HttpServers {
     /// Makes the running servers what `plan` asks. A new address takes the
-    /// previous process's socket (`inherited`) or is bound; one that cannot
-    /// be is an error and changes nothing. Changed bounds restart a server
-    /// on its own socket (no rebind, no refused connection).
+    /// previous process's socket (`inherited`) or is bound. One that cannot
+    /// be bound (any local user can take a port in the seconds between a
+    /// crash and the restart) does not stop DNS: it is logged, counted,
+    /// and tried again every [`BIND_RETRY`] (`retry`). Changed bounds
+    /// restart a server on its own socket (no rebind, no refused
+    /// connection).
     pub(crate) fn apply(
         &mut self,
         plan: &HttpPlan,
@@ -52,16 +61,30 @@ impl HttpServers {
             .into_iter()
             .filter_map(|(addr, role)| Some((addr?, role)))
             .collect();
-        // Bind every new address first: a failure leaves all as it was.
         let mut sockets = Vec::new();
+        let mut missing = Vec::new();
         for &(addr, role) in &wanted {
             let kept = self.running.iter().find(|r| r.addr == addr);
             let socket = match kept {
                 Some(r) => r.socket.try_clone()?,
                 None => match inherited(addr) {
                     Some(socket) => socket,
-                    None => std::net::TcpListener::bind(addr)
-                        .with_context(|| format!("cannot serve {} on {addr}", describe(role)))?,
+                    None => match std::net::TcpListener::bind(addr) {
+                        Ok(socket) => socket,
+                        Err(e) => {
+                            let first = !self.missing.contains(&(addr, role));
+                            metrics.bind_failed(role.label());
+                            if first {
+                                tracing::error!(
+                                    %addr,
+                                    "cannot serve {}: {e}; DNS is served without it, and the address is tried again every {BIND_RETRY:?}",
+                                    describe(role)
+                                );
+                            }
+                            missing.push((addr, role));
+                            continue;
+                        }
+                    },
                 },
             };
             sockets.push((addr, role, socket));
@@ -74,7 +97,12 @@ impl HttpServers {
                 continue;
             }
             match start(addr, role, bounds, socket, &state, metrics, upkeep) {
-                Ok(r) => started.push(r),
+                Ok(r) => {
+                    if self.missing.contains(&(addr, role)) {
+                        tracing::info!(%addr, "bound at last: serving {}", describe(role));
+                    }
+                    started.push(r);
+                }
                 Err(e) => {
                     started.iter().for_each(|r| r.stop.cancel());
                     self.running.append(&mut kept);
@@ -86,7 +114,13 @@ impl HttpServers {
         next.append(&mut started);
         self.stop();
         self.running = next;
+        self.missing = missing;
         Ok(())
+    }
+
+    /// Whether an address the configuration asks for is not served yet.
+    pub(crate) fn has_missing(&self) -> bool {
+        !self.missing.is_empty()
     }
 
     /// Each server's address and listening socket, for the handover.
@@ -94,7 +128,8 @@ impl HttpServers {
         self.running.iter().map(|r| (r.addr, r.socket.as_raw_fd()))
     }
 
-    /// Stops every server (each connection finishes the answer it writes).
+    /// Stops every server (each connection finishes the answer it writes);
+    /// a later `apply` starts them again.
     pub(crate) fn stop(&mut self) {
         for r in self.running.drain(..) {
             r.stop.cancel();

@@ -329,3 +329,73 @@ fn a_reload_starts_the_probe_server_and_changes_the_bounds() {
     assert!(refused >= 1.0, "no refusal counted");
     nodens.assert_alive();
 }
+
+/// Holds `HOST PORT` for HOLD seconds, as any local user can in the seconds
+/// between a crash and the kubelet's restart: `python3 -c SQUAT_PY HOST
+/// PORT HOLD`; prints `bound` once it listens.
+const SQUAT_PY: &str = r#"
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+s.bind((sys.argv[1], int(sys.argv[2])))
+s.listen(8)
+print("bound", flush=True)
+time.sleep(float(sys.argv[3]))
+"#;
+
+/// A squatter on the metrics and probe ports before nodens starts: before,
+/// nodens set up, failed to bind, exited, and the pod crash-looped with the
+/// node left without DNS. Now DNS is served at once, the failure is logged
+/// and counted, and both HTTP servers start once the ports are free.
+#[test]
+fn squatted_http_ports_do_not_stop_dns() {
+    needs!(Need::Tool("python3"), Need::CoreDns);
+    let net = Net::alloc();
+    let core = CoreDns::test_zone(net.upstream(0), "");
+    let probes = net.other(1, 9254);
+    let mut squatters: Vec<Proc> = [net.metrics(), probes]
+        .iter()
+        .map(|addr| {
+            let mut cmd = Command::new("python3");
+            cmd.args([
+                "-c",
+                SQUAT_PY,
+                &addr.ip().to_string(),
+                &addr.port().to_string(),
+                "30",
+            ]);
+            let mut p = Proc::spawn(&format!("squatter {addr}"), cmd);
+            p.wait_for_line(0, secs(10), "the squatter bound", |l| l == "bound");
+            p
+        })
+        .collect();
+    let cfg = Cfg::new(&net)
+        .log_level("info")
+        .metrics_option("probe_listen", &format!("\"{probes}\""))
+        .zone(Zone::new("test.", &[core.addr]));
+    let mut nodens = Nodens::launch(&cfg.to_toml(), &[]);
+    let www = Q::new("www.test.", Rt::A);
+    let answered = wait_until(secs(20), "DNS answered beside the squatters", || {
+        udp_query_timeout(nodens.dns, &www, ms(500))
+    });
+    assert_eq!(answered.a(), vec![ipv4("192.0.2.1")]);
+    nodens
+        .proc
+        .wait_for_line(0, secs(5), "the bind failure logged", |l| {
+            l.contains("cannot serve") && l.contains(&net.metrics().to_string())
+        });
+    for squatter in &mut squatters {
+        squatter.kill();
+    }
+    wait_until(secs(10), "/health once the ports are free", || {
+        (http_get(probes, "/health").ok()?.0 == 200).then_some(())
+    });
+    nodens.wait_ready();
+    assert!(nodens.metric("nodens_http_bind_failures_total", &[("listener", "probes")]) >= 1.0);
+    assert!(
+        nodens.metric(
+            "nodens_http_bind_failures_total",
+            &[("listener", "metrics")]
+        ) >= 1.0
+    );
+    nodens.assert_alive();
+}
