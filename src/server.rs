@@ -42,6 +42,8 @@ pub struct Telemetry {
     pub node: Arc<NodeMetrics>,
     pub kubernetes: Arc<KubeMetrics>,
     pub reloads: Counters<ResultLabels<'static>>,
+    /// Inputs others edit that a start skipped (`Config::load_to_start`).
+    pub skipped_inputs: prometheus::IntCounter,
     pub workers: IntGauge,
     pub control: Arc<crate::control::ControlMetrics>,
     pub(crate) workloads: crate::workloads::WorkloadMetrics,
@@ -71,6 +73,10 @@ impl Telemetry {
                 "Configuration reloads (SIGHUP), by result.",
             ),
             workers: registry.gauge("nodens_workers", "Worker threads serving queries."),
+            skipped_inputs: registry.counter(
+                "nodens_config_inputs_skipped_total",
+                "Inputs other parties edit (the kube-dns ConfigMap, hosts files) that were bad at start and skipped: nodens served without them.",
+            ),
             control: Arc::new(crate::control::ControlMetrics::register(&registry)),
             workloads: crate::workloads::WorkloadMetrics::register(&registry),
             warm: Arc::new(crate::warm::WarmMetrics::register(&registry)),
@@ -147,6 +153,10 @@ impl Server {
     ) -> Result<Server> {
         let telemetry = Arc::new(Telemetry::register(format!("dns://{}", config.listen[0])));
         telemetry.workers.set(workers as i64);
+        for skipped in &config.skipped {
+            tracing::error!("configuration: skipped at start: {skipped}");
+            telemetry.skipped_inputs.inc();
+        }
         let shared = Arc::new(Shared::new(
             &config,
             telemetry.serve.clone(),

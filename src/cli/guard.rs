@@ -14,7 +14,9 @@ use super::run_as::run_as;
 
 /// Runs until SIGTERM or SIGINT; its status is the guard's.
 pub(super) async fn run(path: &Path) -> anyhow::Result<Outcome> {
-    let config = Config::load(path)?;
+    // A bad kube-dns ConfigMap or hosts file (edited by others, and of
+    // no use to the guard) must not stop it.
+    let config = Config::load_to_start(path)?;
     let _log = logging::init(&config.log);
     let Some(plan) = &config.node else {
         anyhow::bail!(

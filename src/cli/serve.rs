@@ -49,7 +49,7 @@ pub(super) fn run(args: ServeArgs) -> Result<Outcome, Failure> {
         .transpose()
         .map_err(Failure::new)?;
     let config = match &path {
-        Some(p) => Config::load(p).map_err(Failure::new)?,
+        Some(p) => Config::load_to_start(p).map_err(Failure::new)?,
         None => Config::defaults().map_err(|e| Failure::new(format!("built-in defaults: {e}")))?,
     };
     let log = logging::init(&config.log);

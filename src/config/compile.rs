@@ -109,6 +109,7 @@ impl File {
         let budget = self.budget.compile()?;
         Ok(Config {
             listen: s.listen.iter().map(|a| a.get_ref().0).collect(),
+            skipped: self.skipped.take(),
             workers: s.workers,
             server: ServerSettings {
                 max_udp_payload: s.max_udp_payload,

@@ -32,6 +32,14 @@ pub struct File {
     pub budget: super::budget::BudgetConfig,
     /// dnstap over Frame Streams (`[dnstap]`); absent: off.
     pub dnstap: Option<super::dnstap::DnstapConfig>,
+    /// Set for a start (`Config::load_to_start`): an input another party
+    /// edits (the kube-dns ConfigMap, a hosts file) that is bad is skipped,
+    /// not an error, and said in `skipped`.
+    #[serde(skip)]
+    pub(super) lenient: bool,
+    /// What a lenient compile skipped, and why.
+    #[serde(skip)]
+    pub(super) skipped: std::cell::RefCell<Vec<String>>,
 }
 
 /// How nodens reaches the Kubernetes API, for the features that read it

@@ -188,7 +188,23 @@ impl File {
         };
         let dir = dir.get_ref();
         let seen = read_both(dir).map_err(fail)?;
-        let data = parse(dir, &seen).map_err(fail)?;
+        let data = match parse(dir, &seen) {
+            Ok(data) => data,
+            Err(why) if self.lenient => {
+                // At a start: the zones of the file alone, and the poll
+                // reloads once the files change.
+                self.skipped.borrow_mut().push(format!(
+                    "kubernetes.kube_dns_config {}: {why}; serving without its stub domains and upstream nameservers until it changes",
+                    dir.display()
+                ));
+                return Ok(Some(KubeDnsSource {
+                    dir: dir.clone(),
+                    interval: k.kube_dns_config_interval,
+                    seen,
+                }));
+            }
+            Err(why) => return Err(fail(why)),
+        };
         let own = super::views::OwnAddresses::read();
         for (zone, servers) in data.stub_domains {
             if zones.iter().any(|z| z.name == zone) {

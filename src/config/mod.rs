@@ -59,6 +59,9 @@ pub use zone_cache::{CachePolicy, ZoneCacheConfig};
 pub struct Config {
     /// DNS listen addresses, UDP and TCP on each.
     pub listen: Vec<SocketAddr>,
+    /// Inputs other parties edit that a start skipped, and why
+    /// ([`Config::load_to_start`]); always empty from a strict load.
+    pub skipped: Vec<String>,
     /// Worker threads asked for; 0: from the CPU quota and affinity.
     pub workers: usize,
     pub server: ServerSettings,
@@ -295,6 +298,31 @@ impl Config {
             message: format!("cannot read: {e}"),
         })?;
         Config::parse(&text).map_err(|mut e| {
+            e.file = Some(path.to_owned());
+            e
+        })
+    }
+
+    /// [`Config::load`] for a start of the server or of the fail-open
+    /// guard: what other parties edit (the kube-dns ConfigMap, hosts files)
+    /// must not keep DNS from starting, so a bad one is skipped (its zones
+    /// or records left out until it reads well, which the server's poll
+    /// and reloads pick up) and named in [`Config::skipped`]. Everything
+    /// of the file itself is checked as strictly as ever; a reload stays
+    /// strict (a bad input then keeps the running configuration).
+    pub fn load_to_start(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: Some(path.to_owned()),
+            position: None,
+            message: format!("cannot read: {e}"),
+        })?;
+        let mut file = File::parse(&text).map_err(|mut e| {
+            e.file = Some(path.to_owned());
+            e
+        })?;
+        file.lenient = true;
+        file.compile().map_err(|invalid| {
+            let mut e = error_at(&text, invalid);
             e.file = Some(path.to_owned());
             e
         })

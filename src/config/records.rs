@@ -195,8 +195,18 @@ impl File {
             .files
             .iter()
             .map(|f| {
-                let (data, stamp) = hosts::read_file(f.get_ref(), &zones, h.reverse)
-                    .map_err(|why| Invalid::At(f.span(), why))?;
+                let (data, stamp) = match hosts::read_file(f.get_ref(), &zones, h.reverse) {
+                    Ok(read) => read,
+                    // At a start: no records from it; its reload (a new
+                    // stamp) or a SIGHUP reads it again.
+                    Err(why) if self.lenient => {
+                        self.skipped
+                            .borrow_mut()
+                            .push(format!("{why}; no records from it until it reads well"));
+                        (hosts::HostsData::default(), None)
+                    }
+                    Err(why) => return Err(Invalid::At(f.span(), why)),
+                };
                 Ok((f.get_ref().clone(), Arc::new(data), stamp))
             })
             .collect::<Result<Vec<_>, Invalid>>()?;

@@ -12,7 +12,8 @@
 //!   nodens answers at that limit, from 64 source ports, for 60 s, while a
 //!   client asks a cached name every 50 ms. The server must be degraded,
 //!   not killed: same process at the end, node setup in place throughout,
-//!   cache kept, hits answered every second.
+//!   cache kept, hits answered throughout (no 5 s without one, a tenth
+//!   at least).
 //! - The stuck worker: one of two UDP workers stopped for good (a ptrace
 //!   stop of that thread only; the process and its other threads run on).
 //!   The queries the kernel hashes to its socket go unanswered, so the
@@ -323,9 +324,21 @@ fn a_flood_degrades_the_server_and_never_gets_it_killed() {
         "client: {} of {asked} hits answered; latency p50 {p50:?}, p99 {p99:?}",
         answers.len()
     );
-    let silent_seconds: Vec<u64> = (0..FLOOD.as_secs())
-        .filter(|&s| !answers.iter().any(|&(at, _)| at.as_secs() == s))
-        .collect();
+    // The longest stretch of the flood without an answered hit. At three
+    // times capacity about one hit in three is answered (the kernel drops
+    // the rest with the flood), so a second without one happens on a slow
+    // machine (seen: 2 of 60, 370 of 1,200 answered); five in a row, at 20
+    // hits a second, do not, unless the server stops answering.
+    let mut times: Vec<Duration> = answers.iter().map(|&(at, _)| at).collect();
+    times.sort();
+    let longest_silence = std::iter::once(Duration::ZERO)
+        .chain(times.iter().copied())
+        .chain(std::iter::once(FLOOD))
+        .collect::<Vec<_>>()
+        .windows(2)
+        .map(|w| w[1].saturating_sub(w[0]))
+        .max()
+        .unwrap_or(FLOOD);
 
     assert!(
         !said.contains("killing it"),
@@ -348,8 +361,13 @@ fn a_flood_degrades_the_server_and_never_gets_it_killed() {
         flood_sent - flood_done
     );
     assert!(
-        silent_seconds.is_empty(),
-        "no hit was answered in seconds {silent_seconds:?} of the flood"
+        longest_silence < Duration::from_secs(5),
+        "no hit was answered for {longest_silence:?} of the flood"
+    );
+    assert!(
+        answers.len() as u32 * 10 >= asked,
+        "{} of {asked} hits answered: under a tenth",
+        answers.len()
     );
     assert!(lab.answered(), "not answered after the flood");
 }

@@ -404,3 +404,90 @@ fn kube_dns_upstream_nameservers_replace_the_roots() {
         (first.count_queries(&name, "A") == 1).then_some(())
     });
 }
+
+/// What others edit must not stop a start: a kube-dns ConfigMap that is no
+/// JSON and a hosts file that is no hosts file, both written before nodens
+/// starts. Before, each was a configuration error: nodens (and the
+/// fail-open guard, which loads the same file) exited and the pod
+/// crash-looped. Now nodens serves the file's own zones, says what it
+/// skipped (log and metric), and follows both once they are fixed.
+#[test]
+fn a_bad_configmap_or_hosts_file_at_start_is_skipped_and_nodens_serves() {
+    needs!(Need::CoreDns);
+    let net = Net::alloc();
+    let root = CoreDns::start(
+        net.upstream(0),
+        &[(
+            "acme.local.",
+            zone_file("acme.local.", "* 300 IN A 192.0.2.100"),
+        )],
+    );
+    let stub = CoreDns::start(
+        net.upstream(1),
+        &[(
+            "acme.local.",
+            zone_file("acme.local.", "* 300 IN A 192.0.2.200"),
+        )],
+    );
+    let mut cm = ConfigMapDir::new();
+    cm.write(&[("stubDomains", r#"{"acme.local": ["#)]);
+    let hosts = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(hosts.path(), "not-an-address www.hosts.example\n").unwrap();
+    let cfg = Cfg::new(&net)
+        .log_level("info")
+        .zone(Zone::new(".", &[root.addr]))
+        .raw(&format!(
+            "[kubernetes]\nkube_dns_config = \"{}\"\nkube_dns_config_interval = \"200ms\"\n",
+            cm.path().display()
+        ));
+    let toml = cfg.to_toml().replacen(
+        "[[zone]]\n",
+        &format!(
+            "[[zone]]\nhosts = {{ files = [\"{}\"], zones = [\"hosts.example\"], reload = \"200ms\" }}\n",
+            hosts.path().display()
+        ),
+        1,
+    );
+    let mut nodens = Nodens::launch(&toml, &[]);
+    nodens.wait_ready();
+    let mut n = 0;
+    let mut answer = || {
+        n += 1;
+        udp_query(nodens.dns, &Q::new(&format!("h{n}.acme.local."), Rt::A)).a()
+    };
+    assert_eq!(
+        answer(),
+        vec![ipv4("192.0.2.100")],
+        "the file's own zones serve"
+    );
+    assert_eq!(
+        nodens.metric("nodens_config_inputs_skipped_total", &[]),
+        2.0
+    );
+    let lines = nodens.proc.lines().join("\n");
+    assert!(
+        lines.contains("kube_dns_config") && lines.contains("skipped at start"),
+        "{lines}"
+    );
+    assert!(
+        lines.contains(&hosts.path().display().to_string()),
+        "{lines}"
+    );
+    // Fixed: the hosts file is read again (its own reload), and the
+    // ConfigMap's change reloads the configuration (strict, as every
+    // reload: it would fail, keeping the running zones, while the hosts
+    // file was still bad).
+    std::fs::write(hosts.path(), "192.0.2.7 www.hosts.example\n").unwrap();
+    wait_until(secs(10), "the fixed hosts file read", || {
+        let r = udp_query(nodens.dns, &Q::new("www.hosts.example.", Rt::A));
+        (r.a() == vec![ipv4("192.0.2.7")]).then_some(())
+    });
+    cm.write(&[(
+        "stubDomains",
+        &format!(r#"{{"acme.local": ["{}"]}}"#, stub.addr),
+    )]);
+    wait_until(secs(5), "the fixed ConfigMap followed", || {
+        (answer() == vec![ipv4("192.0.2.200")]).then_some(())
+    });
+    nodens.assert_alive();
+}
