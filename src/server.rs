@@ -118,6 +118,9 @@ pub struct Server {
     /// The Kubernetes API watches: zones' upstreams from EndpointSlices,
     /// the namespaces.
     watches: Watches,
+    /// Other processes' sockets on the listening addresses, at the last
+    /// check (`check_sockets`).
+    strangers: Vec<crate::listen::reuseport::Stranger>,
     /// The kube-dns ConfigMap's files, read every `kube_dns_config_interval`.
     kube_dns_poll: crate::config::KubeDnsPoll,
     /// Writes the cache to the node's disk now and then (`warm`).
@@ -192,6 +195,7 @@ impl Server {
             presence: None,
             watches,
             kube_dns_poll: crate::config::KubeDnsPoll::default(),
+            strangers: Vec::new(),
             warm: crate::warm::Writer::default(),
         };
         let predecessor = match &config.server.handover_socket {
@@ -249,6 +253,9 @@ impl Server {
         // The interface first: the listeners bind to the addresses it holds.
         server.apply_node(&config).await?;
         server.apply_listeners(&config.listen)?;
+        // A socket that was there before ours (a squatter in the seconds
+        // of a restart) is found at once.
+        server.check_sockets();
         server.apply_http(&config.http)?;
         server
             .watches
@@ -291,6 +298,7 @@ impl Server {
         let mut next_repair = Instant::now() + self.repair_interval();
         let mut next_poll = Instant::now() + self.kube_dns_interval();
         let mut next_http_bind = Instant::now() + crate::http::BIND_RETRY;
+        let mut next_socket_check = Instant::now() + crate::listen::reuseport::CHECK_EVERY;
         loop {
             tokio::select! {
                 _ = hup.recv() => self.reload().await,
@@ -320,6 +328,10 @@ impl Server {
                         tracing::error!("HTTP servers: {e:#}");
                     }
                 }
+                () = tokio::time::sleep_until(next_socket_check.into()), if !self.handed_over => {
+                    next_socket_check = Instant::now() + crate::listen::reuseport::CHECK_EVERY;
+                    self.check_sockets();
+                }
                 // Node repairs run here, on the main thread: the one that keeps
                 // CAP_NET_ADMIN when node setup is on (see `privileges`).
                 () = tokio::time::sleep_until(next_repair.into()), if self.node.is_some() => {
@@ -346,6 +358,30 @@ impl Server {
         }
         self.shutdown().await;
         Ok(())
+    }
+
+    /// Looks for other processes' sockets on the listening addresses
+    /// (`listen::reuseport`): each new one is logged and counted, all are
+    /// listed in /health while they stay.
+    fn check_sockets(&mut self) {
+        let mut found = Vec::new();
+        let ours: Vec<u64> = self.listeners.values().flat_map(|l| l.inodes()).collect();
+        for listener in self.listeners.values() {
+            match listener.strangers(&ours) {
+                Ok(strangers) => found.extend(strangers),
+                Err(e) => tracing::debug!(addr = %listener.addr, "cannot list the sockets: {e}"),
+            }
+        }
+        let metrics = &self.telemetry.listen;
+        for stranger in found.iter().filter(|s| !self.strangers.contains(s)) {
+            metrics.strangers_seen.inc();
+            tracing::error!(
+                "{stranger} is not nodens's: another process joined a listening address (it receives no query: nodens's sockets alone are selected); find it and stop it"
+            );
+        }
+        metrics.strangers.set(found.len() as i64);
+        crate::liveness::health::set_strangers(found.iter().map(ToString::to_string).collect());
+        self.strangers = found;
     }
 
     /// Re-reads the configuration file. An invalid file changes nothing.

@@ -9,6 +9,8 @@ pub struct ListenMetrics {
     pub tcp_rejected: IntCounter,
     pub tcp_closed: Counters<ReasonLabels<'static>>,
     pub handovers_refused: IntCounter,
+    pub strangers: IntGauge,
+    pub strangers_seen: IntCounter,
 }
 
 impl ListenMetrics {
@@ -25,6 +27,14 @@ impl ListenMetrics {
             tcp_rejected: r.counter(
                 "nodens_tcp_client_rejected_total",
                 "Client TCP connections closed at once because tcp_max_connections were open.",
+            ),
+            strangers: r.gauge(
+                "nodens_reuseport_strangers",
+                "UDP sockets of other processes on a listening address and port, at the last check (every 2 s): they receive nothing, but someone tries to.",
+            ),
+            strangers_seen: r.counter(
+                "nodens_reuseport_strangers_total",
+                "UDP sockets of other processes found on a listening address and port.",
             ),
             tcp_closed: r.counters(
                 "nodens_tcp_client_closed_total",

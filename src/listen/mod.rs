@@ -9,6 +9,7 @@
 mod batch;
 pub(crate) mod handover;
 pub(crate) mod metrics;
+pub(crate) mod reuseport;
 pub(crate) mod tcp;
 pub(crate) mod udp;
 
@@ -174,6 +175,24 @@ impl Listener {
             .collect();
         all.push((name(handover::Kind::Tcp), self.tcp.as_raw_fd()));
         all
+    }
+
+    /// The sockets on this listener's address and port that are not
+    /// nodens's (`ours`: every listener's socket inodes), after attaching
+    /// the selector again (a member may have replaced it): the server's
+    /// check every [`reuseport::CHECK_EVERY`].
+    pub(crate) fn strangers(&self, ours: &[u64]) -> std::io::Result<Vec<reuseport::Stranger>> {
+        self.udp.select_ours(self.addr);
+        reuseport::strangers(self.addr, ours)
+    }
+
+    /// The inodes of this listener's UDP sockets.
+    pub(crate) fn inodes(&self) -> Vec<u64> {
+        self.udp
+            .sockets()
+            .iter()
+            .filter_map(|s| reuseport::inode(s).ok())
+            .collect()
     }
 
     /// Stops reading new queries; queries in flight still get their answers.

@@ -120,11 +120,24 @@ impl UdpWorkers {
                 .name(format!("udp-{i}"))
                 .spawn(move || worker.run())?;
         }
-        Ok(UdpWorkers {
+        let workers = UdpWorkers {
             stop,
             sockets,
             _progress: progress,
-        })
+        };
+        workers.select_ours(addr);
+        Ok(workers)
+    }
+
+    /// Makes the kernel deliver only to these workers' sockets, whoever
+    /// else joins their group (`reuseport`). A kernel that refuses the
+    /// program still serves, without that defence: logged.
+    pub(crate) fn select_ours(&self, addr: SocketAddr) {
+        if let Some(first) = self.sockets.first()
+            && let Err(e) = super::reuseport::attach_selector(first, self.sockets.len())
+        {
+            tracing::warn!(%addr, "cannot attach the reuseport selector: {e}; another socket of nodens's uid could take a share of the queries");
+        }
     }
 
     /// The workers' sockets, for a handover.

@@ -93,6 +93,15 @@ impl Progress {
     }
 }
 
+/// Sockets of other processes on nodens's listening addresses, as the
+/// server's last check found them (`listen::reuseport`).
+static STRANGERS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Records what the server's last check of its sockets found.
+pub(crate) fn set_strangers(found: Vec<String>) {
+    *crate::lock::lock(&STRANGERS) = found;
+}
+
 /// The serving loops as `/health` reports them.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Health {
@@ -102,6 +111,9 @@ pub struct Health {
     /// Loops that panicked and serve again, with how many times.
     pub restarted: Vec<(String, u64)>,
     pub panics: u64,
+    /// Other processes' sockets on a listening address: they receive
+    /// nothing (the selector), but someone is trying.
+    pub strangers: Vec<String>,
 }
 
 impl Health {
@@ -122,6 +134,9 @@ impl Health {
         if self.panics > 0 {
             page.push_str(&format!("panics: {}\n", self.panics));
         }
+        for stranger in &self.strangers {
+            page.push_str(&format!("stranger: {stranger}\n"));
+        }
         page
     }
 }
@@ -131,6 +146,7 @@ pub fn health() -> Health {
     let loops = REGISTRY.live();
     let mut health = Health {
         panics: PANICS.get(),
+        strangers: crate::lock::lock(&STRANGERS).clone(),
         ..Health::default()
     };
     for p in loops {

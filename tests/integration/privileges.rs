@@ -94,13 +94,17 @@ fn status_query(id: u16) -> [u8; 12] {
 }
 
 #[test]
-fn no_root_process_can_join_the_sockets_of_a_nodens_that_runs_as_its_own_uid() {
+fn no_other_process_receives_the_queries_of_a_nodens_that_runs_as_its_own_uid() {
     needs!(Need::Root, Need::Tool("ip"));
     // nodens on 169.254.20.10:53 (its node address), started as root and
-    // running as a uid of its own, as the chart runs it. Another root
-    // process on the host network binds the same address and port with
-    // SO_REUSEPORT, which the kernel allows only for the uid that made the
-    // group: it must get no query, and nodens must answer every one.
+    // running as a uid of its own, as the chart runs it. Two other root
+    // processes on the host network bind the same address and port with
+    // SO_REUSEPORT. The kernel admits a socket to the group only for the
+    // uid that made it: the first, as root, is refused; the second makes
+    // its sockets with nodens's uid as its filesystem uid (setfsuid), and
+    // is admitted. Neither may get a query (nodens's reuseport selector
+    // picks only its own sockets), nodens must answer every one, and it
+    // must name the stranger (log, metric, /health).
     const UID: u32 = 64999;
     let ns = Netns::create("reuse");
     ns.run(&["ip", "addr", "add", "169.254.20.10/32", "dev", "lo"]);
@@ -121,8 +125,16 @@ fn no_root_process_can_join_the_sockets_of_a_nodens_that_runs_as_its_own_uid() {
         "{uids}"
     );
 
-    let mut thief = intruder(&ns.exec(), None, "reuseport", &["169.254.20.10", "53"]);
-    thief.wait_for_line(0, secs(10), "the attempt on TCP", |l| l.contains("tcp "));
+    let mut root = intruder(&ns.exec(), None, "reuseport", &["169.254.20.10", "53"]);
+    root.wait_for_line(0, secs(10), "the attempt on TCP", |l| l.contains("tcp "));
+    let uid = UID.to_string();
+    let mut fsuid = intruder(
+        &ns.exec(),
+        None,
+        "reuseport",
+        &["169.254.20.10", "53", &uid],
+    );
+    fsuid.wait_for_line(0, secs(10), "the attempt on TCP", |l| l.contains("tcp "));
     let answered = in_netns(&ns.name, || {
         (0..300u16)
             .filter(|&id| {
@@ -136,17 +148,41 @@ fn no_root_process_can_join_the_sockets_of_a_nodens_that_runs_as_its_own_uid() {
             })
             .count()
     });
-    let said = thief.lines();
-    let stolen = said.iter().filter(|l| l.starts_with("received")).count();
-    eprintln!("300 queries: {answered} answered by nodens, {stolen} received by the other process");
-    assert!(
-        said.iter().any(|l| l.starts_with("udp refused")),
-        "{said:#?}"
+    let stolen = |said: &[String]| said.iter().filter(|l| l.starts_with("received")).count();
+    let (by_root, by_fsuid) = (root.lines(), fsuid.lines());
+    eprintln!(
+        "300 queries: {answered} answered by nodens, {} and {} received by the others",
+        stolen(&by_root),
+        stolen(&by_fsuid)
     );
     assert!(
-        said.iter().any(|l| l.starts_with("tcp refused")),
-        "{said:#?}"
+        by_root.iter().any(|l| l.starts_with("udp refused")),
+        "{by_root:#?}"
     );
-    assert_eq!(stolen, 0, "{said:#?}");
+    assert!(
+        by_root.iter().any(|l| l.starts_with("tcp refused")),
+        "{by_root:#?}"
+    );
+    assert!(
+        by_fsuid.iter().any(|l| l == &format!("fsuid {UID}")),
+        "{by_fsuid:#?}"
+    );
+    assert!(
+        by_fsuid.iter().any(|l| l.starts_with("tcp refused")),
+        "{by_fsuid:#?}"
+    );
+    assert_eq!(stolen(&by_root), 0, "{by_root:#?}");
+    assert_eq!(stolen(&by_fsuid), 0, "{by_fsuid:#?}");
     assert_eq!(answered, 300);
+    // The kernel let the second in: found within a check or two, and named.
+    assert!(by_fsuid.iter().any(|l| l == "udp joined"), "{by_fsuid:#?}");
+    let seen = in_netns(&ns.name, || {
+        nodens.wait_metric("nodens_reuseport_strangers_total", &[], 1.0)
+    });
+    assert_eq!(seen, 1.0);
+    let (_, page) = in_netns(&ns.name, || http_get(nodens.http.unwrap(), "/health")).unwrap();
+    assert!(
+        page.contains("stranger: a UDP socket of uid 64999 on 169.254.20.10:53"),
+        "{page}"
+    );
 }
