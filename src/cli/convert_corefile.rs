@@ -39,7 +39,7 @@ pub(super) struct ConvertArgs {
     #[arg(long, value_name = "PATH")]
     handover_socket: Option<PathBuf>,
     /// Also write what the Helm chart's pods expect of a configOverride: the
-    /// handover socket (/run/nodens/handover.sock), run_as_user = 65532 and
+    /// handover socket (/run/nodens/handover.sock), run_as_user = 65353 and
     /// the probe server on 127.0.0.1:9254.
     #[arg(long)]
     for_chart: bool,

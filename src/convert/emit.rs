@@ -88,7 +88,7 @@ fn dnstap(w: &mut String, plan: &Plan) {
 /// What the Helm chart's pods expect of a `configOverride` (its defaults):
 /// the handover socket on its state hostPath, its uid, its probe server.
 const CHART_HANDOVER_SOCKET: &str = "/run/nodens/handover.sock";
-const CHART_UID: u32 = 65532;
+const CHART_UID: u32 = 65353;
 const CHART_PROBE_LISTEN: &str = "127.0.0.1:9254";
 
 fn server(w: &mut String, plan: &Plan, options: &Options) {

@@ -496,7 +496,7 @@ fn for_the_chart_the_conversion_carries_what_its_pods_expect() {
         t["server"]["handover_socket"].as_str(),
         Some("/run/nodens/handover.sock")
     );
-    assert_eq!(t["server"]["run_as_user"].as_integer(), Some(65532));
+    assert_eq!(t["server"]["run_as_user"].as_integer(), Some(65353));
     assert_eq!(
         t["metrics"]["probe_listen"].as_str(),
         Some("127.0.0.1:9254")
