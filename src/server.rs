@@ -386,6 +386,9 @@ impl Server {
 
     /// Re-reads the configuration file. An invalid file changes nothing.
     async fn reload(&mut self) {
+        // A query log file is opened again, valid file or not (an outside
+        // rotation moved it away and sent SIGHUP).
+        crate::querylog::REOPEN.fetch_add(1, Ordering::Relaxed);
         if self.handed_over {
             tracing::info!("SIGHUP: handed over to a new process; nothing to reload");
             return;

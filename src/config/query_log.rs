@@ -8,6 +8,9 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Deserializer};
 
+/// The least `max_size` taken (a smaller one is raised to it).
+pub(crate) const MIN_MAX_SIZE: u64 = 64 * 1024;
+
 /// `[query_log]`: the sink every zone's lines go to.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -21,6 +24,9 @@ pub struct QueryLogConfig {
     /// The classes logged for queries that reach no zone: refused by the
     /// allow list, malformed, or in no zone. Empty (the default): none.
     pub unzoned: Vec<Class>,
+    /// A file output's size at most: past it the file is renamed to
+    /// `<output>.1` (replacing the last one) and a new one started.
+    pub max_size: bytesize::ByteSize,
 }
 
 impl Default for QueryLogConfig {
@@ -30,6 +36,7 @@ impl Default for QueryLogConfig {
             format: QueryLogFormat::Text,
             queue: QueueSize(16_384),
             unzoned: Vec::new(),
+            max_size: bytesize::ByteSize::mib(100),
         }
     }
 }
@@ -183,6 +190,9 @@ pub struct QueryLogPlan {
     pub queue: usize,
     /// What is logged of the queries that reach no zone.
     pub unzoned: Option<ZoneLogPlan>,
+    /// A file output's size at most, in bytes (at least [`MIN_MAX_SIZE`]:
+    /// a write of the writer's, a few KiB, always fits a new file).
+    pub max_size: u64,
 }
 
 impl QueryLogConfig {
@@ -196,6 +206,7 @@ impl QueryLogConfig {
                 classes,
                 threshold: 1 << 32,
             }),
+            max_size: self.max_size.as_u64().max(MIN_MAX_SIZE),
         }
     }
 }

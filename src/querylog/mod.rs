@@ -25,6 +25,7 @@ use arc_swap::{ArcSwapOption, Guard};
 use prometheus::IntCounter;
 
 pub(crate) use record::{Answered, Source};
+pub(crate) use writer::REOPEN;
 
 use crate::config::{Config, QueryLogPlan, ZoneLogPlan};
 use crate::listen::Proto;
@@ -155,7 +156,7 @@ impl Hub {
     }
 
     fn start(&self, plan: &QueryLogPlan) -> std::io::Result<Sink> {
-        let output = writer::Output::open(&plan.output)?;
+        let output = writer::Output::open(&plan.output, plan.max_size)?;
         let (queue, receiver) = std::sync::mpsc::sync_channel(plan.queue);
         let (format, clients) = (plan.format, self.clients.clone());
         let counts = writer::Counts {

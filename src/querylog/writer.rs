@@ -4,7 +4,9 @@
 //! path); when the queue is empty it flushes and naps for [`NAP`].
 
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::Duration;
 
@@ -30,20 +32,41 @@ pub(super) enum Output {
     /// the server's own log lines whole beside ours.
     Stdout,
     Stderr,
-    File(std::fs::File),
+    File(LogFile),
 }
 
+/// A query log file: nodens's alone (mode 0600, no symlink followed, a
+/// regular file of nodens's uid), capped in size with one rotated file
+/// beside it, and opened again after a SIGHUP (for an outside rotation).
+pub(super) struct LogFile {
+    path: PathBuf,
+    file: std::fs::File,
+    written: u64,
+    max_size: u64,
+    /// The reopen generation the file was opened at ([`REOPEN`]).
+    generation: u64,
+}
+
+/// Bumped at each SIGHUP: the writer opens its file again (the path may
+/// have been rotated away by logrotate or an operator).
+pub(crate) static REOPEN: AtomicU64 = AtomicU64::new(0);
+
 impl Output {
-    pub(super) fn open(output: &QueryLogOutput) -> std::io::Result<Output> {
+    pub(super) fn open(output: &QueryLogOutput, max_size: u64) -> std::io::Result<Output> {
         Ok(match output {
             QueryLogOutput::Stdout => Output::Stdout,
             QueryLogOutput::Stderr => Output::Stderr,
-            QueryLogOutput::File(path) => Output::File(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)?,
-            ),
+            QueryLogOutput::File(path) => {
+                let generation = REOPEN.load(Ordering::Relaxed);
+                let (file, written) = open_private(path)?;
+                Output::File(LogFile {
+                    path: path.clone(),
+                    file,
+                    written,
+                    max_size,
+                    generation,
+                })
+            }
         })
     }
 
@@ -51,9 +74,78 @@ impl Output {
         match self {
             Output::Stdout => std::io::stdout().lock().write_all(bytes),
             Output::Stderr => std::io::stderr().lock().write_all(bytes),
-            Output::File(f) => f.write_all(bytes),
+            Output::File(f) => f.write(bytes),
         }
     }
+}
+
+impl LogFile {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        let generation = REOPEN.load(Ordering::Relaxed);
+        if generation != self.generation {
+            self.generation = generation;
+            (self.file, self.written) = open_private(&self.path)?;
+        }
+        if self.written > 0
+            && self.written + bytes.len() as u64 > self.max_size
+            && self.file.metadata()?.file_type().is_file()
+        {
+            let mut rotated = self.path.clone().into_os_string();
+            rotated.push(".1");
+            std::fs::rename(&self.path, &rotated)?;
+            (self.file, self.written) = open_private(&self.path)?;
+        }
+        self.file.write_all(bytes)?;
+        self.written += bytes.len() as u64;
+        Ok(())
+    }
+}
+
+/// Opens `path` to append, created mode 0600; refuses a symlink (any
+/// process that can write the directory could point it at a file of
+/// nodens's to be overwritten) and anything but a regular file of our
+/// own uid; a file of ours open to others is made 0600. Returns the file
+/// and its length.
+fn open_private(path: &Path) -> std::io::Result<(std::fs::File, u64)> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("{} (a symlink is not followed): {e}", path.display()),
+            )
+        })?;
+    let meta = file.metadata()?;
+    let refused = |why: String| {
+        std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("{}: {why}", path.display()),
+        )
+    };
+    if meta.file_type().is_char_device() {
+        // /dev/null and the like: written as it is, never rotated.
+        return Ok((file, 0));
+    }
+    if !meta.file_type().is_file() {
+        return Err(refused("not a regular file or a character device".into()));
+    }
+    // SAFETY: geteuid has no preconditions.
+    let own = unsafe { libc::geteuid() };
+    if meta.uid() != own {
+        return Err(refused(format!(
+            "belongs to uid {}, not nodens's {own}",
+            meta.uid()
+        )));
+    }
+    if meta.mode() & 0o077 != 0 {
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok((file, meta.len()))
 }
 
 /// The writer's counters.
