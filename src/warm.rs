@@ -89,7 +89,13 @@ impl WarmMetrics {
 /// counted.
 fn write_now(shared: &Shared, metrics: &WarmMetrics, plan: &SnapshotPlan, stale: Duration) {
     let started = Instant::now();
-    let result = snapshot_file::write(&plan.file, &shared.cache, stale, plan.max_size);
+    let result = snapshot_file::write(
+        &plan.file,
+        &shared.cache,
+        stale,
+        plan.max_size,
+        plan.identity,
+    );
     let took = started.elapsed();
     metrics.wrote(&result, took);
     match result {
@@ -208,11 +214,20 @@ pub(crate) fn load_at_start(
         .fold(cache.stale_max_age, Duration::max);
     // No entry outlives the largest TTL a zone keeps plus its stale window.
     let horizon = longest_stale + Duration::from_secs(longest_ttl.into());
-    let opened = snapshot_file::open(&plan.file, plan.max_size).and_then(|o| {
-        o.map(|o| o.age(SystemTime::now(), horizon).map(|age| (o, age)))
-            .transpose()
+    // No bigger than the cache it fills: a snapshot of a cache of this
+    // capacity is smaller (an entry weighs more than its bytes).
+    let max_size = plan.max_size.min(cache.capacity.saturating_add(64 << 10));
+    let opened = snapshot_file::open(&plan.file, max_size, plan.identity).and_then(|o| {
+        o.map(|o| match o.age(SystemTime::now(), horizon) {
+            Ok(age) => Ok((o, age)),
+            Err(e) => {
+                o.finish();
+                Err(e)
+            }
+        })
+        .transpose()
     });
-    let (opened, age) = match opened {
+    let (mut opened, age) = match opened {
         Ok(Some(found)) => found,
         Ok(None) => {
             tracing::info!(%file, "cache file: none yet; starting cold");
@@ -232,13 +247,14 @@ pub(crate) fn load_at_start(
         max_records: snapshot::max_records(cache.capacity),
         deadline: now + snapshot::LOAD_TIME,
     };
-    let loaded = snapshot::read_aged(
-        &shared.cache,
-        now,
-        age,
-        &rules,
-        &mut opened.stream.as_slice(),
-    );
+    let loaded = match opened.stream() {
+        Ok(mut stream) => snapshot::read_aged(&shared.cache, now, age, &rules, &mut stream),
+        Err(e) => {
+            tracing::warn!(%file, "cache file: cannot read it: {e}; starting cold");
+            snapshot::Loaded::default()
+        }
+    };
+    opened.finish();
     gauges.snapshot_read(&loaded);
     metrics.loads.get(&ResultLabels { result: "success" }).inc();
     tracing::info!(

@@ -90,6 +90,25 @@ pub(super) fn at_or_below(zone: &str, domain: &str) -> bool {
             .is_some_and(|head| head.ends_with('.'))
 }
 
+/// The cache file's identity of `zones`: a hash (two CRC-32s, stable
+/// across versions and processes) of each zone's name and configured
+/// upstreams, sorted.
+fn identity(zones: &[ZonePlan]) -> u64 {
+    let mut lines: Vec<String> = zones
+        .iter()
+        .map(|z| {
+            let mut upstreams: Vec<String> = z.upstreams.iter().map(ToString::to_string).collect();
+            upstreams.sort();
+            format!("{} {}\n", z.name, upstreams.join(","))
+        })
+        .collect();
+    lines.sort();
+    let text = lines.concat();
+    let high = crc32fast::hash(text.as_bytes());
+    let low = crc32fast::hash(format!("nodens {text}").as_bytes());
+    (u64::from(high) << 32) | u64::from(low)
+}
+
 fn secs(d: Duration) -> u32 {
     d.as_secs().min(u32::MAX.into()) as u32
 }
@@ -159,6 +178,7 @@ impl File {
                         file,
                         interval: self.cache.snapshot_interval,
                         max_size: self.cache.snapshot_max_size.as_u64(),
+                        identity: identity(&zones),
                     }),
             },
             http: self.compile_http()?,

@@ -191,6 +191,10 @@ pub struct SnapshotPlan {
     pub file: PathBuf,
     pub interval: Duration,
     pub max_size: u64,
+    /// What the cached answers were asked of: a hash of every zone's name
+    /// and configured upstreams (the cluster domain among them). A file
+    /// written for another is refused (`cache::snapshot_file`).
+    pub identity: u64,
 }
 
 #[derive(Debug, Clone)]

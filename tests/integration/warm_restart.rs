@@ -221,9 +221,22 @@ fn a_bad_cache_file_is_refused_and_nodens_starts_cold() {
     starts_cold(&toml, &core, "not a nodens cache file");
 
     let mut newer = good.clone();
-    newer[4..8].copy_from_slice(&2u32.to_be_bytes());
+    newer[4..8].copy_from_slice(&3u32.to_be_bytes());
     put(&file, &newer);
-    starts_cold(&toml, &core, "format version 2");
+    starts_cold(&toml, &core, "format version 3");
+
+    // Written for other zones or upstreams (its identity, bytes 28..36).
+    let mut other = good.clone();
+    other[28] ^= 0x01;
+    put(&file, &other);
+    starts_cold(&toml, &core, "written for other zones or upstreams");
+
+    // A start killed while it read the file (the OOM killer) left it set
+    // aside: the next start does not read it again, and starts cold.
+    put(&dir.path().join("cache.snap.loading"), &good);
+    std::fs::remove_file(&file).unwrap();
+    starts_cold(&toml, &core, "killed while reading it");
+    assert!(!dir.path().join("cache.snap.loading").exists());
 
     // Written an hour from now: the clock went back since.
     let mut future = good.clone();
