@@ -35,6 +35,11 @@ pub struct DnstapConfig {
     /// and counted, the query goes on.
     #[serde(default = "default_queue")]
     pub queue: DnstapQueue,
+    /// A Unix socket's reader may run as root, as nodens's uid, or as this
+    /// uid (a collector of its own); any other peer is refused: whoever
+    /// can listen at the path would read every query of the node.
+    #[serde(default)]
+    pub reader_uid: Option<u32>,
 }
 
 fn default_version() -> String {
@@ -122,6 +127,7 @@ pub struct DnstapPlan {
     pub forwarder: bool,
     pub full: bool,
     pub queue: usize,
+    pub reader_uid: Option<u32>,
 }
 
 impl DnstapConfig {
@@ -138,6 +144,7 @@ impl DnstapConfig {
             client: self.client,
             forwarder: self.forwarder,
             full: self.full,
+            reader_uid: self.reader_uid,
             queue: self.queue.0,
         }
     }

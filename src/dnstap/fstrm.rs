@@ -35,9 +35,13 @@ enum Stream {
 }
 
 impl Stream {
-    fn connect(socket: &DnstapSocket, timeout: Duration) -> io::Result<Stream> {
+    fn connect(
+        socket: &DnstapSocket,
+        timeout: Duration,
+        reader_uid: Option<u32>,
+    ) -> io::Result<Stream> {
         let stream = match socket {
-            DnstapSocket::Unix(path) => Stream::Unix(UnixStream::connect(path)?),
+            DnstapSocket::Unix(path) => Stream::Unix(connect_unix(path, timeout, reader_uid)?),
             DnstapSocket::Tcp(addr) => {
                 let s = TcpStream::connect_timeout(addr, timeout)?;
                 s.set_nodelay(true)?;
@@ -65,6 +69,35 @@ impl Stream {
     }
 }
 
+/// Connects to the Unix socket at `path` within `timeout` (a listener
+/// that never accepts fills its backlog, and a blocking connect would then
+/// wedge the writer), and checks who listens: root, nodens's uid or
+/// `reader_uid`, no one else.
+fn connect_unix(
+    path: &std::path::Path,
+    timeout: Duration,
+    reader_uid: Option<u32>,
+) -> io::Result<UnixStream> {
+    let socket = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
+    socket.connect_timeout(&socket2::SockAddr::unix(path)?, timeout)?;
+    let stream: UnixStream = socket.into();
+    let creds = nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
+        .map_err(io::Error::from)?;
+    let own = crate::trust::own_uid();
+    if creds.uid() != 0 && creds.uid() != own && Some(creds.uid()) != reader_uid {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "the reader at {} (pid {}) runs as uid {}, not root, nodens's uid {own} or dnstap.reader_uid",
+                path.display(),
+                creds.pid(),
+                creds.uid()
+            ),
+        ));
+    }
+    Ok(stream)
+}
+
 trait ReadWrite: Read + Write {}
 impl<T: Read + Write> ReadWrite for T {}
 
@@ -72,8 +105,12 @@ impl Writer {
     /// Connects and shakes hands. `timeout` bounds each read and write,
     /// here and after: a reader that stops reading for that long is
     /// dropped (and reconnected to later).
-    pub(super) fn connect(socket: &DnstapSocket, timeout: Duration) -> io::Result<Writer> {
-        let mut stream = Stream::connect(socket, timeout)?;
+    pub(super) fn connect(
+        socket: &DnstapSocket,
+        timeout: Duration,
+        reader_uid: Option<u32>,
+    ) -> io::Result<Writer> {
+        let mut stream = Stream::connect(socket, timeout, reader_uid)?;
         let io = stream.io();
         io.write_all(&control(READY, true))?;
         let (kind, types) = read_control(io)?;

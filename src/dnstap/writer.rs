@@ -137,7 +137,7 @@ impl Link<'_> {
         if now < self.next_try {
             return false;
         }
-        match Writer::connect(&self.plan.socket, IO_TIMEOUT) {
+        match Writer::connect(&self.plan.socket, IO_TIMEOUT, self.plan.reader_uid) {
             Ok(writer) => {
                 if self.connected_before {
                     self.counters.reconnects.inc();
@@ -149,7 +149,13 @@ impl Link<'_> {
                 true
             }
             Err(e) => {
-                tracing::debug!(socket = %self.plan.socket, "dnstap: no reader: {e}");
+                if e.kind() == std::io::ErrorKind::PermissionDenied {
+                    // Someone listens who must not read the node's queries:
+                    // said at each try (they back off to MAX_PAUSE).
+                    tracing::warn!(socket = %self.plan.socket, "dnstap: reader refused: {e}");
+                } else {
+                    tracing::debug!(socket = %self.plan.socket, "dnstap: no reader: {e}");
+                }
                 self.next_try = Instant::now() + self.pause;
                 self.pause = (self.pause * 2).min(MAX_PAUSE);
                 false

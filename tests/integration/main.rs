@@ -22,6 +22,7 @@ mod control;
 mod convert_corefile;
 mod differential;
 mod dnstap;
+mod dnstap_peer;
 mod doctor;
 mod doctor_node;
 mod endpoint_discovery;
