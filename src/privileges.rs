@@ -13,8 +13,8 @@
 //!   runs that keep the interface and rules in place (done on that thread).
 //!
 //! The fail-open supervisor (`node/supervisor.rs`), a process of its own,
-//! keeps `CAP_NET_ADMIN`, `CAP_NET_RAW` and `CAP_KILL` once it has started
-//! the server: what its withdraw and its signals to the server need.
+//! keeps `CAP_NET_ADMIN` and `CAP_NET_RAW` once it has started the server:
+//! what its withdraw needs (it signals a server of its own uid).
 //!
 //! Threads share one address space, so this is a bound on what a thread
 //! is allowed by the kernel, not isolation between them: the container's

@@ -45,13 +45,10 @@ use crate::liveness::{Report, Reports};
 const SILENCE: Duration = Duration::from_secs(1);
 
 /// What the supervisor keeps once the server runs: `CAP_NET_ADMIN` and
-/// `CAP_NET_RAW` for the withdraw (netlink, `nft`, `iptables`), `CAP_KILL`
-/// to signal a server that runs under another uid.
-const KEEP: [Capability; 3] = [
-    Capability::CAP_NET_ADMIN,
-    Capability::CAP_NET_RAW,
-    Capability::CAP_KILL,
-];
+/// `CAP_NET_RAW` for the withdraw (netlink, `nft`, `iptables`). Not
+/// `CAP_KILL`: the server it signals runs as its own uid (both switch to
+/// `run_as_user`, or both stay root), which kill(2) allows without it.
+const KEEP: [Capability; 2] = [Capability::CAP_NET_ADMIN, Capability::CAP_NET_RAW];
 
 /// What the `nft` and `iptables` of a withdraw get: handed on through the
 /// ambient set when the supervisor runs as a uid of its own
