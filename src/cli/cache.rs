@@ -93,11 +93,48 @@ fn print_entry(e: &CachedEntry, with_records: bool) {
     }
     println!(
         "{} {} {} {} {} ttl={}s age={}s{flags}",
-        e.name, e.class, e.qtype, e.kind, e.state, e.ttl_left, e.age
+        printable(&e.name),
+        e.class,
+        e.qtype,
+        e.kind,
+        e.state,
+        e.ttl_left,
+        e.age
     );
     if with_records {
         for r in &e.records {
-            println!("    {r}");
+            println!("    {}", printable(r));
         }
+    }
+}
+
+/// `text` with every control character written as a `\DDD` escape, as
+/// DNS presentation format writes an unprintable byte: a cached name or
+/// TXT record comes from whoever answered upstream, and must not reach the
+/// operator's terminal as an escape sequence (cursor moves, a cleared
+/// screen, a fake line).
+pub(super) fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            let mut buf = [0u8; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("\\{b:03}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(
+            super::printable("a\u{1b}[2J\u{7}b\u{85}c é"),
+            "a\\027[2J\\007b\\194\\133c é"
+        );
     }
 }

@@ -293,3 +293,25 @@ fn a_process_that_is_not_nodens_s_uid_is_refused() {
     );
     assert_eq!(nodens.metric("nodens_control_refused_total", &[]), 1.0);
 }
+
+/// What an upstream answers reaches the operator's terminal through `nodens
+/// cache show`: a TXT record carrying an escape sequence (clear the screen)
+/// is printed with the escape written out, never as the control bytes.
+#[test]
+fn cache_show_writes_control_characters_out() {
+    needs!(Need::CoreDns);
+    let net = Net::alloc();
+    let core = CoreDns::test_zone(net.upstream(0), "evil 60 IN TXT \"\\027[2Jowned\\007\"");
+    let dir = private_dir();
+    let nodens = nodens_with_control(&net, core.addr, dir.path(), 1);
+    let reply = udp_query(nodens.dns, &Q::new("evil.test.", Rt::TXT));
+    assert_eq!(reply.rcode(), rcode::NOERROR);
+    assert!(reply.raw.contains(&0x1b), "the upstream's TXT carries ESC");
+    let shown = cache_cli(&dir.path().join("control.sock"), &["show", "evil.test."]);
+    assert!(shown.contains("owned"), "{shown}");
+    assert!(
+        !shown.chars().any(|c| c.is_control() && c != '\n'),
+        "control characters reached the terminal: {shown:?}"
+    );
+    assert!(shown.contains("\\027[2J"), "{shown}");
+}
