@@ -643,7 +643,10 @@ impl Server {
             Arc::new(HttpState {
                 metrics: Box::new(move || {
                     telemetry.cache.observe(&shared.cache.stats());
-                    if let Some(workloads) = &shared.settings.load().workloads {
+                    let settings = shared.settings.load();
+                    if let Some(workloads) = &settings.workloads
+                        && settings.workload_metrics
+                    {
                         telemetry.workloads.publish(
                             workloads,
                             &shared.search.clients,

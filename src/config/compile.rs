@@ -161,6 +161,7 @@ impl File {
                     .map(|uid| (uid, s.run_as_group.unwrap_or(uid))),
                 control_socket: s.control_socket.clone(),
                 workload_counters: s.workload_counters,
+                workload_metrics: s.workload_metrics,
             },
             cache: CacheSettings {
                 capacity: self.cache.capacity.as_u64(),

@@ -322,6 +322,10 @@ pub struct ServerConfig {
     /// Count queries, hits and answer codes per client workload, for
     /// `nodens top` and the top-K `nodens_workload_*` metrics.
     pub workload_counters: bool,
+    /// Publish the top-K `nodens_workload_*` series on /metrics: off by
+    /// default, as whoever reaches the metrics port (any pod, on the node
+    /// IP) would read which pods of the node ask most.
+    pub workload_metrics: bool,
 }
 
 impl Default for ServerConfig {
@@ -351,6 +355,7 @@ impl Default for ServerConfig {
             lameduck: Duration::ZERO,
             control_socket: None,
             workload_counters: false,
+            workload_metrics: false,
         }
     }
 }

@@ -135,6 +135,8 @@ pub struct ServerSettings {
     pub control_socket: Option<PathBuf>,
     /// Per-workload counters (`[server] workload_counters`).
     pub workload_counters: bool,
+    /// Their top-K series on /metrics (`[server] workload_metrics`).
+    pub workload_metrics: bool,
 }
 
 /// The client TCP bounds (see docs/security.md).

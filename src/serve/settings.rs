@@ -39,6 +39,8 @@ pub(crate) struct Settings {
     /// The per-workload counters (`[server] workload_counters`); `None`:
     /// off. Kept across reloads while on.
     pub workloads: Option<Arc<crate::workloads::Workloads>>,
+    /// Publish their top-K series on /metrics (`[server] workload_metrics`).
+    pub workload_metrics: bool,
     /// dnstap output (`[dnstap]`); `None`: off.
     pub dnstap: Option<crate::config::DnstapPlan>,
 }
@@ -86,6 +88,7 @@ impl Settings {
                     None => Arc::new(crate::workloads::Workloads::new(domain)),
                 }
             }),
+            workload_metrics: config.server.workload_metrics,
             dnstap: config.dnstap.clone(),
         }
     }

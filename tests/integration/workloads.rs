@@ -71,6 +71,7 @@ impl Lab {
         let toml = Cfg::new(&net)
             .server_option("control_socket", &format!("\"{}\"", socket.display()))
             .server_option("workload_counters", "true")
+            .server_option("workload_metrics", "true")
             .zone(Zone::new(
                 ".",
                 &[SocketAddr::new(UPSTREAM.parse().unwrap(), 53)],
@@ -327,6 +328,7 @@ fn the_top_k_family_holds_its_bound_under_10000_clients() {
     let core = CoreDns::test_zone(net.upstream(0), "");
     let cfg = Cfg::new(&net)
         .server_option("workload_counters", "true")
+        .server_option("workload_metrics", "true")
         .zone(Zone::new(".", &[core.addr]));
     let mut nodens = Nodens::start(&cfg);
     nodens.wait_ready();

@@ -120,6 +120,9 @@ control_socket = "/run/nodens/control.sock"
 {{- end }}
 {{- if .Values.server.workloadCounters }}
 workload_counters = true
+{{- if .Values.server.workloadMetrics }}
+workload_metrics = true
+{{- end }}
 {{- end }}
 {{- with .Values.server.runAsUser }}
 run_as_user = {{ . | int }}
