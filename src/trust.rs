@@ -88,6 +88,47 @@ fn check_owned(path: &Path, meta: &std::fs::Metadata, forbidden: u32) -> io::Res
     Ok(())
 }
 
+/// Directories that other programs of the node use: nodens must never
+/// take one over (chown it, make it 0700) for a socket or a file of its
+/// own. `None` for a directory nodens may make its own; else why not.
+pub fn shared_dir(dir: &Path) -> Option<String> {
+    const SHARED: [&str; 22] = [
+        "/",
+        "/bin",
+        "/boot",
+        "/dev",
+        "/etc",
+        "/home",
+        "/lib",
+        "/mnt",
+        "/opt",
+        "/proc",
+        "/root",
+        "/run",
+        "/sbin",
+        "/srv",
+        "/sys",
+        "/tmp",
+        "/usr",
+        "/var",
+        "/var/lib",
+        "/var/run",
+        "/var/tmp",
+        "/usr/local",
+    ];
+    let text = dir.to_string_lossy();
+    let trimmed = text.trim_end_matches('/');
+    let normal = if trimmed.is_empty() { "/" } else { trimmed };
+    if dir.as_os_str().is_empty() || !dir.is_absolute() {
+        return Some(format!("`{}` is not an absolute directory", dir.display()));
+    }
+    SHARED.contains(&normal).then(|| {
+        format!(
+            "{normal} is a directory other programs share: nodens would make it its own (owner, mode 0700); give the socket or file a directory of its own, such as {normal}/nodens"
+        )
+    })
+}
+
 /// Creates `dir` if missing and gives it to `owner`, mode 0700. Only a
 /// directory that belongs to root or to `owner` already is taken (a
 /// hostPath the kubelet created is root's); one that another uid owns, or a
@@ -96,6 +137,9 @@ fn check_owned(path: &Path, meta: &std::fs::Metadata, forbidden: u32) -> io::Res
 /// that root may not change without `CAP_FOWNER` (the directory is already
 /// `owner`'s) is set by [`make_private`] after the switch.
 pub fn prepare_dir(dir: &Path, owner: (u32, u32)) -> io::Result<()> {
+    if let Some(why) = shared_dir(dir) {
+        return Err(refused(why));
+    }
     match std::fs::create_dir(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -128,6 +172,9 @@ pub fn prepare_dir(dir: &Path, owner: (u32, u32)) -> io::Result<()> {
 
 /// Makes `dir`, which is ours, mode 0700, and checks it ([`check_dir`]).
 pub fn make_private(dir: &Path) -> io::Result<()> {
+    if let Some(why) = shared_dir(dir) {
+        return Err(refused(why));
+    }
     let meta = std::fs::symlink_metadata(dir)?;
     if meta.file_type().is_dir() && meta.uid() == own_uid() && meta.mode() & 0o7777 != 0o700 {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;

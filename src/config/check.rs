@@ -36,10 +36,44 @@ impl File {
     /// The first rule the file breaks, if any.
     pub(super) fn check(&self) -> Result<(), Invalid> {
         self.check_server()?;
+        self.check_private_dirs()?;
         self.check_cache()?;
         self.check_node()?;
         self.check_cluster()?;
         self.check_zones()
+    }
+
+    /// The directories nodens makes its own (owner, mode 0700): the
+    /// sockets', the cache file's, the state directory. One that other
+    /// programs share (`/run`, `/var/lib`) is refused, never taken over.
+    fn check_private_dirs(&self) -> Result<(), Invalid> {
+        let parent = |p: &std::path::Path| p.parent().map(std::path::Path::to_path_buf);
+        let dirs: [(&[&'static str], Option<std::path::PathBuf>); 4] = [
+            (
+                &["server", "handover_socket"],
+                self.server.handover_socket.as_deref().and_then(parent),
+            ),
+            (
+                &["server", "control_socket"],
+                self.server.control_socket.as_deref().and_then(parent),
+            ),
+            (
+                &["cache", "snapshot_file"],
+                self.cache.snapshot_file.as_deref().and_then(parent),
+            ),
+            (
+                &["node", "state_dir"],
+                self.node.setup.then(|| self.node.state_dir.clone()),
+            ),
+        ];
+        for (path, dir) in dirs {
+            if let Some(dir) = dir
+                && let Some(why) = crate::trust::shared_dir(&dir)
+            {
+                return Err(key(path, format!("{}: {why}", path.join("."))));
+            }
+        }
+        Ok(())
     }
 
     fn check_cluster(&self) -> Result<(), Invalid> {

@@ -438,6 +438,25 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_directory_is_never_taken_for_a_socket_or_file() {
+        for (text, line) in [
+            ("[server]\ncontrol_socket = \"/run/control.sock\"\n", 2),
+            ("[server]\nhandover_socket = \"/tmp/h.sock\"\n", 2),
+            ("[cache]\nsnapshot_file = \"/var/lib/cache.snap\"\n", 2),
+        ] {
+            let e = Config::parse(text).unwrap_err();
+            assert_eq!(e.position.map(|p| p.0), Some(line), "{e}");
+            assert!(e.message.contains("other programs share"), "{e}");
+        }
+        let e = Config::parse("[node]\nsetup = true\nstate_dir = \"/run\"\n").unwrap_err();
+        assert!(
+            e.message.contains("node.state_dir: /run is a directory"),
+            "{e}"
+        );
+        Config::parse("[server]\ncontrol_socket = \"/run/nodens/control.sock\"\n").unwrap();
+    }
+
+    #[test]
     fn autopath_takes_the_node_name() {
         let c = Config::parse("[cluster]\nautopath = true\n[kubernetes]\nnode_name = \"n1\"\n")
             .unwrap();
