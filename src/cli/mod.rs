@@ -13,6 +13,7 @@ mod convert_corefile;
 mod doctor;
 mod guard;
 mod node;
+mod probe;
 mod querygen;
 mod report;
 mod run_as;
@@ -74,6 +75,9 @@ enum Command {
     /// A running nodens's busiest workloads, live: queries a second, cache
     /// hits, NXDOMAIN and SERVFAIL, search-list expansions, names asked.
     Top(top::TopArgs),
+    /// The kubelet's probes over the control socket: exit 0 when healthy
+    /// (every serving thread runs) or ready (serving, not draining).
+    Probe(probe::ProbeArgs),
 }
 
 /// Parses the command line, runs the command, reports how it ended.
@@ -88,6 +92,7 @@ pub(crate) fn run() -> ExitCode {
         Command::Trace(args) => trace::run(args),
         Command::Cache(args) => cache::run(args),
         Command::Top(args) => top::run(args),
+        Command::Probe(args) => probe::run(args),
     };
     report::report(outcome)
 }

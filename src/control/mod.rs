@@ -33,7 +33,7 @@ use std::time::Duration;
 pub use crate::workloads::{Rates, TopView, Workload};
 pub use client::{Client, connect};
 pub use metrics::ControlMetrics;
-pub use protocol::{CachedEntry, FlushScope, Reply, Request};
+pub use protocol::{CachedEntry, FlushScope, ProbeKind, Reply, Request};
 
 use crate::log_limit::LogLimiter;
 use crate::serve::Shared;
@@ -175,6 +175,23 @@ fn serve(stream: UnixStream, context: &Context) {
         Request::Top { limit } => {
             context.metrics.request("top");
             top::run(&context.shared, *limit, &mut out)
+        }
+        Request::Probe { what } => {
+            context.metrics.request("probe");
+            let (ok, page) = match what {
+                ProbeKind::Health => {
+                    let health = crate::liveness::health::health();
+                    (health.ok(), health.page())
+                }
+                ProbeKind::Ready => {
+                    let ready = context.shared.ready.load(Ordering::Relaxed);
+                    (
+                        ready,
+                        if ready { "OK\n" } else { "not ready\n" }.to_string(),
+                    )
+                }
+            };
+            write_reply(&mut out, &Reply::Probe { ok, page })
         }
     };
     let _ = result.and_then(|()| out.flush());

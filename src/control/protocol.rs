@@ -30,6 +30,18 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         limit: Option<usize>,
     },
+    /// The kubelet's probes (`nodens probe`): whether every serving thread
+    /// runs (`/health`), or whether nodens serves and is not draining
+    /// (`/ready`). Over the socket, no TCP port anyone could take or fill.
+    Probe { what: ProbeKind },
+}
+
+/// What a probe asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProbeKind {
+    Health,
+    Ready,
 }
 
 /// What a flush drops.
@@ -64,6 +76,9 @@ pub enum Reply {
     Flushed { scope: String, entries: usize },
     /// The reply to `top`.
     Top(crate::workloads::TopView),
+    /// The reply to a probe: its verdict, and the page `/health` or
+    /// `/ready` would show.
+    Probe { ok: bool, page: String },
     /// The request was refused or failed; nothing was done.
     Error(String),
 }

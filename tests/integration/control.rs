@@ -315,3 +315,46 @@ fn cache_show_writes_control_characters_out() {
     );
     assert!(shown.contains("\\027[2J"), "{shown}");
 }
+
+/// The kubelet's exec probes over the control socket: no TCP port that
+/// another process could take or fill. Healthy and ready while nodens
+/// serves; the health page names a worker restarted after a panic.
+#[test]
+fn probes_over_the_control_socket() {
+    needs!(Need::CoreDns);
+    let net = Net::alloc();
+    let core = CoreDns::test_zone(net.upstream(0), "");
+    let dir = private_dir();
+    let cfg = Cfg::new(&net)
+        .server_option(
+            "control_socket",
+            &format!("\"{}\"", dir.path().join("control.sock").display()),
+        )
+        .zone(Zone::new(".", &[core.addr]));
+    let mut nodens = Nodens::launch(
+        &cfg.to_toml(),
+        &["env", "NODENS_TEST_PANIC_QNAME=boom.test."],
+    );
+    nodens.wait_ready();
+    let probe = |what: &str| {
+        let out = Command::new(nodens_bin())
+            .args(["probe", what, "--socket"])
+            .arg(dir.path().join("control.sock"))
+            .output()
+            .expect("nodens probe runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    assert_eq!(probe("health"), (Some(0), "OK\n".to_string()));
+    assert_eq!(probe("ready"), (Some(0), "OK\n".to_string()));
+    assert!(udp_query_timeout(nodens.dns, &Q::new("boom.test.", Rt::A), ms(300)).is_none());
+    nodens.wait_metric("nodens_worker_restarts_total", &[], 1.0);
+    let (code, page) = probe("health");
+    assert_eq!(code, Some(0), "{page}");
+    assert!(page.contains("restarted: udp"), "{page}");
+    // No nodens there: the probe fails.
+    drop(nodens);
+    assert_eq!(probe("health").0, Some(1));
+}

@@ -150,11 +150,13 @@ listen = {{ include "nodens.hostPort" (list "127.0.0.1" .Values.metrics.port) | 
 {{- else }}
 listen = {{ include "nodens.hostPort" (list .Values.metrics.address .Values.metrics.port) | toJson }}
 {{- end }}
+{{- if eq .Values.metrics.probes "http" }}
 {{- if include "nodens.podNetwork" . }}
 # The kubelet probes a pod at its IP.
 probe_listen = {{ include "nodens.hostPort" (list "0.0.0.0" .Values.metrics.probePort) | toJson }}
 {{- else }}
 probe_listen = {{ include "nodens.hostPort" (list "127.0.0.1" .Values.metrics.probePort) | toJson }}
+{{- end }}
 {{- end }}
 max_connections = {{ .Values.metrics.maxConnections | int }}
 header_timeout = {{ .Values.metrics.headerTimeout | toJson }}
