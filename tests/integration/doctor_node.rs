@@ -37,7 +37,7 @@
 //! 8. `cpu_quota_against_threads`: nodens with 16 workers in a cgroup with
 //!    a 0.1 CPU quota: `cpu-quota-threads` naming its pid.
 //!
-//! Needs root (panics without it, unless NODENS_ALLOW_SKIP_ROOT=1 skips it).
+//! Needs root (`needs!(Need::Root)`: fails without it, unless NODENS_ALLOW_SKIP=1).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -8,8 +8,8 @@
 //!   floored, at least 1: `taskset -c 0` gives 1; a cgroup with a 25m CPU
 //!   quota gives 1 (needs root); with no limit it is the machine's count.
 //!
-//! Root tests panic unless run as root, or are skipped with
-//! NODENS_ALLOW_SKIP_ROOT=1.
+//! Each test declares what it needs (`needs!`): root, `taskset`; without
+//! it a test fails, unless NODENS_ALLOW_SKIP=1.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -197,7 +197,7 @@ fn own_cgroup_cpu_limit() -> Option<usize> {
 
 #[test]
 fn taskset_one_cpu_gives_one_worker() {
-    tool("taskset");
+    needs!(Need::Tool("taskset"));
     let net = Net::alloc();
     let mut nodens = Nodens::launch(&auto_workers_config(&net), &["taskset", "-c", "0"]);
     assert_eq!(

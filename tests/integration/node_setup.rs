@@ -53,7 +53,7 @@
 //!    an address set up by someone else, writes no rule, and leaves that
 //!    interface alone on exit.
 //!
-//! Needs root (panics without it, unless NODENS_ALLOW_SKIP_ROOT=1 skips it).
+//! Needs root (`needs!(Need::Root)`: fails without it, unless NODENS_ALLOW_SKIP=1).
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -27,7 +27,7 @@
 //!    UDP at once (< 0.5 s); CoreDNS logged it over UDP, nodens opened no
 //!    TCP connection.
 //!
-//! Needs root (panics without it, unless NODENS_ALLOW_SKIP_ROOT=1 skips it).
+//! Needs root (`needs!(Need::Root)`: fails without it, unless NODENS_ALLOW_SKIP=1).
 //! No packet leaves the namespace's loopback.
 
 use std::time::Duration;
