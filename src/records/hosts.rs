@@ -129,6 +129,25 @@ fn canonical(ip: IpAddr) -> IpAddr {
 
 /// Reads and parses a hosts file. A file that does not exist is empty
 /// (CoreDNS warns and serves nothing from it until it appears).
+/// The largest hosts file read: a file another party writes must not take
+/// nodens's memory (a big cluster's generated hosts file is a few MiB).
+pub(crate) const MAX_HOSTS_FILE: u64 = 16 << 20;
+
+/// Reads `path` as text, at most [`MAX_HOSTS_FILE`] bytes (the file may
+/// grow between the size check and the read); a FIFO does not block the
+/// open.
+fn read_bounded(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let mut text = String::new();
+    file.take(MAX_HOSTS_FILE).read_to_string(&mut text)?;
+    Ok(text)
+}
+
 pub(crate) fn read_file(
     path: &Path,
     zones: &[Box<[u8]>],
@@ -142,8 +161,17 @@ pub(crate) fn read_file(
         }
         Err(e) => return Err(format!("hosts file {}: {e}", path.display())),
     };
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("hosts file {}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!("hosts file {}: not a regular file", path.display()));
+    }
+    if meta.len() > MAX_HOSTS_FILE {
+        return Err(format!(
+            "hosts file {}: {} bytes, more than the {MAX_HOSTS_FILE} read",
+            path.display(),
+            meta.len()
+        ));
+    }
+    let text = read_bounded(path).map_err(|e| format!("hosts file {}: {e}", path.display()))?;
     let data = HostsData::parse(&text, zones, reverse).map_err(|e| {
         format!(
             "hosts file {} line {}: {}",
@@ -195,6 +223,24 @@ mod tests {
 
     fn root() -> Vec<Box<[u8]>> {
         vec![Box::from(&[0u8][..])]
+    }
+
+    /// A file past the bound is refused before it is read; a FIFO (which
+    /// would block a plain open) is no regular file.
+    #[test]
+    fn a_file_too_large_or_not_regular_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("hosts");
+        let file = std::fs::File::create(&big).unwrap();
+        file.set_len(MAX_HOSTS_FILE + 1).unwrap();
+        let why = read_file(&big, &root(), true).unwrap_err();
+        assert!(why.contains("more than"), "{why}");
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo reads a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let why = read_file(&fifo, &root(), true).unwrap_err();
+        assert!(why.contains("not a regular file"), "{why}");
     }
 
     #[test]

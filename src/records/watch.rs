@@ -1,8 +1,10 @@
 //! Hosts files followed while nodens runs: every `reload` interval each
 //! file's mtime, size and inode are compared with the last read, and a
 //! changed file is read again (CoreDNS's `hosts` polls the same way, every
-//! 5 s by default). A file that cannot be read or parsed keeps its last
-//! good records, with one log line until it is good again.
+//! 5 s by default), on a blocking thread, never more than
+//! `hosts::MAX_HOSTS_FILE` bytes. A file that cannot be read or parsed (or
+//! is too large) keeps its last good records, with one log line until it is
+//! good again.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
@@ -96,8 +98,16 @@ pub(crate) fn follow(
             let Some(sources) = weak.upgrade() else {
                 return;
             };
-            for source in sources.iter() {
-                source.check(&zones, reverse);
+            // File I/O off the runtime's threads: a slow or huge file
+            // (read to a bound) must not hold up the main loop.
+            let zones = zones.clone();
+            let checked = tokio::task::spawn_blocking(move || {
+                for source in sources.iter() {
+                    source.check(&zones, reverse);
+                }
+            });
+            if let Err(e) = checked.await {
+                tracing::error!("hosts files: the check failed: {e}");
             }
         }
     });
