@@ -111,7 +111,7 @@ fn upstream(name: &[u8], nxdomain: bool) -> Vec<u8> {
 
 #[test]
 fn cache_hits_allocate_nothing() {
-    hits_allocate_nothing("");
+    hits_allocate_nothing("", &[]);
 }
 
 /// With the zone's query log on: a record taken and queued for every hit,
@@ -119,7 +119,16 @@ fn cache_hits_allocate_nothing() {
 /// them dropped and counted. Neither allocates on the request path.
 #[test]
 fn cache_hits_with_the_query_log_on_allocate_nothing() {
-    hits_allocate_nothing("[zone.query_log]\n[query_log]\noutput = \"/dev/null\"\nqueue = 64\n");
+    hits_allocate_nothing(
+        "[zone.query_log]\n[query_log]\noutput = \"/dev/null\"\nqueue = 64\n",
+        &[(
+            &[
+                "nodens_query_log_written_total",
+                "nodens_query_log_dropped_total",
+            ],
+            1,
+        )],
+    );
 }
 
 /// With dnstap on and no reader listening (the writer empties the queue,
@@ -128,14 +137,23 @@ fn cache_hits_with_the_query_log_on_allocate_nothing() {
 /// allocates on the request path.
 #[test]
 fn cache_hits_with_dnstap_on_allocate_nothing() {
-    hits_allocate_nothing("[dnstap]\nsocket = \"unix:/nonexistent/dnstap.sock\"\nqueue = 64\n");
+    hits_allocate_nothing(
+        "[dnstap]\nsocket = \"unix:/nonexistent/dnstap.sock\"\nqueue = 64\n",
+        &[(
+            &["nodens_dnstap_sent_total", "nodens_dnstap_dropped_total"],
+            2,
+        )],
+    );
 }
 
 /// Budgets on (`[budget]`) at a rate no query reaches: the client's
 /// bucket is updated on every hit.
 #[test]
 fn cache_hits_with_budgets_on_allocate_nothing() {
-    hits_allocate_nothing("[budget]\nqueries_per_second = 1000000000\nmisses_in_flight = 10\n");
+    hits_allocate_nothing(
+        "[budget]\nqueries_per_second = 1000000000\nmisses_in_flight = 10\n",
+        &[],
+    );
 }
 
 /// Budgets on at one query a second: after the warm-up every query is
@@ -143,12 +161,18 @@ fn cache_hits_with_budgets_on_allocate_nothing() {
 /// the first excess (in the warm-up). The cheap path allocates nothing.
 #[test]
 fn queries_over_budget_allocate_nothing() {
-    hits_allocate_nothing("[budget]\nqueries_per_second = 1\nburst = 1\naction = \"refuse\"\n");
+    hits_allocate_nothing(
+        "[budget]\nqueries_per_second = 1\nburst = 1\naction = \"refuse\"\n",
+        &[],
+    );
 }
 
 /// Hits of positive and negative entries, with and without EDNS, over UDP
 /// and TCP, with `more` appended to the configuration (after its zone).
-fn hits_allocate_nothing(more: &str) {
+/// Each of `offered` names counters whose sum must reach that many records
+/// a reply (written or dropped, each counted): what the hits were offered
+/// to, so a sink that is never offered a record fails the test.
+fn hits_allocate_nothing(more: &str, offered: &[(&[&str], usize)]) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
@@ -157,7 +181,8 @@ fn hits_allocate_nothing(more: &str) {
     ))
     .unwrap();
     let _main = runtime.enter();
-    let shared = Arc::new(Shared::standalone(&config));
+    let (shared, metrics) = Shared::standalone_with_metrics(&config);
+    let shared = Arc::new(shared);
     let info = ListenerInfo::new("127.0.0.1:1053".parse().unwrap());
 
     let cases: [(&[u8], bool); 2] = [
@@ -214,6 +239,28 @@ fn hits_allocate_nothing(more: &str) {
         allocated, 0,
         "{allocated} allocations in {replies} cache hits"
     );
+    for (names, per_reply) in offered {
+        // The warm-up's replies count too; the writer counts what it took
+        // off the queue a moment later.
+        let want = (replies + 2 * packets.len()) * per_reply;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let text = metrics();
+            let counted: f64 = text
+                .lines()
+                .filter(|l| names.iter().any(|n| l.starts_with(n)))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum();
+            if counted >= want as f64 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{names:?} counted {counted} records, {want} were offered"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
 }
 
 #[test]

@@ -126,13 +126,20 @@ impl Shared {
     /// A request path with a registry of its own, for benchmarks and tests
     /// that drive [`Service::handle`] directly. Call inside a runtime.
     pub fn standalone(config: &Config) -> Shared {
+        Shared::standalone_with_metrics(config).0
+    }
+
+    /// [`Shared::standalone`], and what its metrics say (the Prometheus
+    /// text), for tests that must see a count move.
+    pub fn standalone_with_metrics(config: &Config) -> (Shared, impl Fn() -> String) {
         let registry = Registry::new();
         let upstream = Arc::new(UpstreamMetrics::register(&registry));
-        Shared::new(
+        let shared = Shared::new(
             config,
             Arc::new(ServeMetrics::register(&registry)),
             &upstream,
-        )
+        );
+        (shared, move || registry.encode())
     }
 
     /// The cache, for benchmarks and tests that fill it before they query.

@@ -412,6 +412,26 @@ const NOBODY: u32 = 65534;
 
 /// The file of nodens's claim on the node setup of `node` (a claim is per
 /// network namespace: named after its inode).
+/// The pids holding a `flock` on the file at `path` (`/proc/locks`).
+fn lock_holders(path: &str) -> Vec<i32> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Vec::new();
+    };
+    let ino = meta.ino().to_string();
+    std::fs::read_to_string("/proc/locks")
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            // "1: FLOCK  ADVISORY  WRITE 1234 00:2a:123456 0 EOF"
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (pid, dev_ino) = (f.get(4)?, f.get(5)?);
+            (f.get(1) == Some(&"FLOCK") && dev_ino.rsplit(':').next() == Some(&ino))
+                .then(|| pid.parse().ok())?
+        })
+        .collect()
+}
+
 fn claim_file(node: &Netns) -> String {
     use std::os::unix::fs::MetadataExt;
     let netns = std::fs::metadata(format!("/var/run/netns/{}", node.name))
@@ -511,16 +531,22 @@ fn a_squatter_during_a_rolling_update_cannot_stop_the_node_failing_open() {
             l.contains("handover: took over")
         });
     assert!(old.terminate().success());
-    // The new server claims once the old one is gone.
-    std::thread::sleep(Duration::from_millis(500));
-    assert!(
-        !squatter
-            .lines()
-            .iter()
-            .any(|l| l.contains("holding the claim")),
-        "the squatter holds the claim: {:#?}",
-        squatter.lines()
-    );
+    // The new server claims once the old one is gone: watched until it
+    // holds the lock (never the squatter, at any look), not one look
+    // after a fixed sleep.
+    let server = lab.server_pid();
+    let claim = claim_file(&lab.node);
+    wait_until(secs(10), "the new server holding the claim", || {
+        assert!(
+            !squatter
+                .lines()
+                .iter()
+                .any(|l| l.contains("holding the claim")),
+            "the squatter holds the claim: {:#?}",
+            squatter.lines()
+        );
+        (lock_holders(&claim) == [server]).then_some(())
+    });
     let gap = lab
         .gap_after(libc::SIGKILL)
         .unwrap_or_else(|| panic!("no answer within 6 s after SIGKILL: {:#?}", lab.debug()));
