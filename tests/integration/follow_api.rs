@@ -568,6 +568,10 @@ fn answers_are_held_past_their_ttl_only_while_the_watch_is_current() {
     in_netns(&lab.ns.name, || lab.follow.assert_alive());
 }
 
+/// The chart's `cache.prefetchMinHits`: the lab below runs with prefetch on,
+/// as the chart does, so a prefetch cannot hold an old answer either.
+const CHART_PREFETCH_MIN_HITS: u32 = 3;
+
 /// kubeadm's Corefile caches the `kubernetes` plugin's answers (`cache
 /// 30`): after a change the cluster DNS itself gives the old answer until
 /// its cached copy expires, and no node cache asking it can be fresher.
@@ -583,9 +587,13 @@ fn an_old_answer_from_the_cluster_dns_cache_is_never_held() {
     );
     const TTL: u64 = 5;
     let hold = "follow_api = true\nhold_past_ttl = \"5m\"\n";
-    let mut lab = Lab::start_with("cached", hold, cluster_zone, 0, |ns, kube| {
-        KubeDns::start_cached(ns, kube, TTL as u32)
-    });
+    let mut lab = Lab::start_with(
+        "cached",
+        hold,
+        cluster_zone,
+        CHART_PREFETCH_MIN_HITS,
+        |ns, kube| KubeDns::start_cached(ns, kube, TTL as u32),
+    );
     let follow = lab.follow.dns;
     lab.kube.create(&service("cached", "10.96.0.50", 80));
     let cached = name("cached");
