@@ -27,6 +27,23 @@ pub struct Client {
 /// Checks the socket at `path` (becoming its owner first when run as
 /// root) and returns a client for it.
 pub fn connect(path: &Path) -> anyhow::Result<Client> {
+    // Root in nodens's container has no CAP_DAC_OVERRIDE (`kubectl exec`,
+    // the kubelet's exec probes): it cannot look inside nodens's private
+    // directory. Its owner, read from outside, is whom to become first.
+    if crate::trust::own_uid() == 0
+        && let Some(dir) = path.parent()
+        && let Ok(dir_meta) = std::fs::symlink_metadata(dir)
+        && dir_meta.is_dir()
+        && dir_meta.uid() != 0
+    {
+        crate::privileges::become_user(dir_meta.uid(), dir_meta.gid(), &[]).with_context(|| {
+            format!(
+                "becoming uid {} (the owner of {})",
+                dir_meta.uid(),
+                dir.display()
+            )
+        })?;
+    }
     let meta = std::fs::symlink_metadata(path).with_context(|| {
         format!(
             "{}: is nodens running with `[server] control_socket` set here?",

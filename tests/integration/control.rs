@@ -358,3 +358,53 @@ fn probes_over_the_control_socket() {
     drop(nodens);
     assert_eq!(probe("health").0, Some(1));
 }
+
+/// As the chart runs it: nodens started as root with the container's
+/// capabilities, switched to a uid of its own, its control socket in a
+/// directory only that uid may enter. `kubectl exec` and the kubelet's exec
+/// probes run the command line as root with the same capabilities, which do
+/// not include reading another uid's private directory: the command line
+/// becomes the directory's owner before it looks inside. (Before, every
+/// probe failed with `Permission denied` and the pod was restarted in a
+/// loop.)
+#[test]
+fn root_without_dac_override_reaches_the_control_socket_of_nodens_s_uid() {
+    needs!(Need::Root, Need::CoreDns, Need::Tool("setpriv"));
+    use std::os::unix::fs::PermissionsExt;
+    const UID: u32 = 64998;
+    let net = Net::alloc();
+    let core = CoreDns::test_zone(net.upstream(0), "");
+    let (bin_dir, bin) = world_runnable_nodens();
+    let run = bin_dir.path().join("run");
+    let socket = run.join("control.sock");
+    let cfg = Cfg::new(&net)
+        .server_option("run_as_user", &UID.to_string())
+        .server_option("control_socket", &format!("\"{}\"", socket.display()))
+        .zone(Zone::new(".", &[core.addr]));
+    let mut nodens = Nodens::launch_bin(&cfg.to_toml(), &AS_THE_CHART_RUNS_IT, &bin);
+    nodens.wait_ready();
+    let mode = std::fs::metadata(&run).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "the socket's directory is private");
+    let as_the_kubelet_execs = |args: &[&str]| {
+        let out = Command::new("setpriv")
+            .args(AS_THE_CHART_RUNS_IT[1..].iter())
+            .arg(&bin)
+            .args(args)
+            .arg("--socket")
+            .arg(&socket)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (code, said) = as_the_kubelet_execs(&["probe", "health"]);
+    assert_eq!(code, Some(0), "{said}");
+    let (code, said) = as_the_kubelet_execs(&["probe", "ready"]);
+    assert_eq!(code, Some(0), "{said}");
+    let (code, said) = as_the_kubelet_execs(&["cache", "dump"]);
+    assert_eq!(code, Some(0), "{said}");
+    nodens.assert_alive();
+}
