@@ -4,6 +4,7 @@
 //! upstream must not hold up hits or other misses, and the worker must go
 //! back to plain blocking receives (and keep answering) once it is done.
 
+use std::net::{SocketAddr, UdpSocket};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -126,9 +127,12 @@ fn a_worker_that_panics_serves_again_and_health_says_so() {
     needs!(Need::CoreDns);
     let net = Net::alloc();
     let core = CoreDns::test_zone(net.upstream(0), "");
+    let silent = Silent::bind(net.silent(0));
     let cfg = Cfg::new(&net)
         .workers(2)
-        .zone(Zone::new("test.", &[core.addr]));
+        .query_timeout(secs(3))
+        .zone(Zone::new("test.", &[core.addr]))
+        .zone(Zone::new("slow.", &[silent.addr]).upstream_timeout(secs(3)));
     let mut nodens = Nodens::launch(
         &cfg.to_toml(),
         &["env", "NODENS_TEST_PANIC_QNAME=boom.test."],
@@ -142,9 +146,16 @@ fn a_worker_that_panics_serves_again_and_health_says_so() {
     let www = Q::new("www.test.", Rt::A);
     assert_eq!(udp_query(nodens.dns, &www).a(), vec![ipv4("192.0.2.1")]);
 
-    // Twenty panics from twenty source ports: both workers meet some.
+    // Twenty panics from twenty source ports: both workers meet some, and
+    // each while a miss waits on the silent upstream (the worker's event
+    // loop runs: the panic unwinds out of it).
     let boom = Q::new("boom.test.", Rt::A);
-    for _ in 0..20 {
+    let slow = UdpSocket::bind(SocketAddr::new(net.ip(60), 0)).unwrap();
+    for i in 0..20 {
+        let _ = slow.send_to(
+            &Q::new(&format!("m{i}.slow."), Rt::A).to_bytes(),
+            nodens.dns,
+        );
         assert!(udp_query_timeout(nodens.dns, &boom, Duration::from_millis(200)).is_none());
     }
     let mut lost = 0;
