@@ -86,8 +86,10 @@ fn dnstap(w: &mut String, plan: &Plan) {
 }
 
 /// What the Helm chart's pods expect of a `configOverride` (its defaults):
-/// the handover socket on its state hostPath, its uid, its probe server.
+/// the handover socket on its state hostPath, its uid, the control socket
+/// its exec probes ask, its probe server (for `metrics.probes: http`).
 const CHART_HANDOVER_SOCKET: &str = "/run/nodens/handover.sock";
+const CHART_CONTROL_SOCKET: &str = "/run/nodens/control.sock";
 const CHART_UID: u32 = 65353;
 const CHART_PROBE_LISTEN: &str = "127.0.0.1:9254";
 
@@ -109,6 +111,11 @@ fn server(w: &mut String, plan: &Plan, options: &Options) {
         let _ = writeln!(
             w,
             "run_as_user = {CHART_UID}   # the chart's server.runAsUser (docs/security.md)"
+        );
+        let _ = writeln!(
+            w,
+            "control_socket = {}   # the chart's probes (nodens probe), nodens cache and top",
+            quote(CHART_CONTROL_SOCKET)
         );
     }
     if let Some(n) = plan.max_misses_in_flight {
@@ -212,7 +219,7 @@ fn metrics(w: &mut String, plan: &Plan, options: &Options) {
 fn chart_probes(w: &mut String) {
     let _ = writeln!(
         w,
-        "probe_listen = {}   # the chart's probes (metrics.probePort)",
+        "probe_listen = {}   # the chart's probes with metrics.probes: http",
         quote(CHART_PROBE_LISTEN)
     );
 }

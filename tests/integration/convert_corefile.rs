@@ -498,6 +498,11 @@ fn for_the_chart_the_conversion_carries_what_its_pods_expect() {
     );
     assert_eq!(t["server"]["run_as_user"].as_integer(), Some(65353));
     assert_eq!(
+        t["server"]["control_socket"].as_str(),
+        Some("/run/nodens/control.sock"),
+        "where the chart's exec probes ask"
+    );
+    assert_eq!(
         t["metrics"]["probe_listen"].as_str(),
         Some("127.0.0.1:9254")
     );
