@@ -13,9 +13,13 @@ use nodens::stub::querygen::{self, Options};
 use nodens::stub::{Family, Stub, StubConfig, walk};
 use support::*;
 
+/// `timeout:5`: CoreDNS logs a query when it answers, so on a loaded machine
+/// an answer later than a 1 s timeout was logged after the resolver's next
+/// question (seen in CI: `c.proj.internal` after `google.internal`); with 5 s
+/// the resolver waits, and the log's order is the order asked.
 const RESOLV_CONF: &str = "search team-a.svc.cluster.local svc.cluster.local cluster.local c.proj.internal google.internal\n\
      nameserver 127.0.0.1\n\
-     options ndots:5 timeout:1 attempts:1\n";
+     options ndots:5 timeout:5 attempts:1\n";
 
 /// Every name not in a zone below is NXDOMAIN (the root zone answers).
 fn zones() -> Vec<(&'static str, String)> {
