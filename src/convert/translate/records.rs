@@ -168,6 +168,25 @@ pub(super) fn template(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
         let _ = writeln!(t, "zones = {}", quoted_list(&zones));
     }
     let mut authority = false;
+    // A key given on several lines: CoreDNS appends the lists (`match`,
+    // `answer`, `additional`, `authority`) and keeps the last `rcode` and
+    // `fallthrough`; each is written once, in the order first seen.
+    let mut keys: Vec<(&str, String)> = Vec::new();
+    let mut set = |key: &'static str, value: String, append: bool| match keys
+        .iter_mut()
+        .find(|(k, _)| *k == key)
+    {
+        Some((_, v)) if append => {
+            let (old, new) = (v.trim_end_matches(']'), value.trim_start_matches('['));
+            *v = if old.ends_with('[') || new.starts_with(']') {
+                format!("{old}{new}")
+            } else {
+                format!("{old}, {new}")
+            };
+        }
+        Some((_, v)) => *v = value,
+        None => keys.push((key, value)),
+    };
     for option in d.block.iter().flatten() {
         let oline = option.line();
         let oargs: Vec<String> = option.arg_texts().iter().map(|a| a.to_string()).collect();
@@ -181,7 +200,7 @@ pub(super) fn template(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
                     );
                     return;
                 }
-                let _ = writeln!(t, "match = {}", quoted_list(&oargs));
+                set("match", quoted_list(&oargs), true);
             }
             "answer" | "additional" | "authority" => {
                 if let Some(bad) = oargs.iter().find(|r| RecordText::compile(r).is_err()) {
@@ -198,10 +217,15 @@ pub(super) fn template(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
                     );
                 }
                 authority |= key == "authority";
-                let _ = writeln!(t, "{key} = {}", quoted_list(&oargs));
+                let key = match key {
+                    "answer" => "answer",
+                    "additional" => "additional",
+                    _ => "authority",
+                };
+                set(key, quoted_list(&oargs), true);
             }
             "rcode" => {
-                let _ = writeln!(t, "rcode = {}", quote(oargs.first().map_or("NOERROR", String::as_str)));
+                set("rcode", quote(oargs.first().map_or("NOERROR", String::as_str)), false);
             }
             "fallthrough" if not_a_name(oargs.iter().map(String::as_str)).is_some() => {
                 plan.untranslated.add(
@@ -211,7 +235,7 @@ pub(super) fn template(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
             }
             "fallthrough" => {
                 let refs: Vec<&str> = oargs.iter().map(String::as_str).collect();
-                let _ = writeln!(t, "fallthrough = {}", fallthrough(&refs));
+                set("fallthrough", fallthrough(&refs), false);
             }
             "upstream" => {}
             _ => plan.untranslated.add(
@@ -219,6 +243,9 @@ pub(super) fn template(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
                 format!("template `{key}`: not translated (nodens adds no EDNS error to a template's answer)"),
             ),
         }
+    }
+    for (key, value) in keys {
+        let _ = writeln!(t, "{key} = {value}");
     }
     if !authority {
         t.push_str("authority = []   # none, as CoreDNS (unset: nodens adds an SOA)\n");
@@ -302,6 +329,19 @@ mod tests {
                 .iter()
                 .any(|n| n.lines == [4] && n.message.contains("10.0.0.300"))
         );
+    }
+
+    /// Found by the corefile_convert fuzz target: a key on two lines of a
+    /// template was written twice, a duplicate key the check refused.
+    /// CoreDNS appends the lists and keeps the last `rcode`; so does this.
+    #[test]
+    fn a_template_key_on_two_lines_is_written_once() {
+        let text = ".:53 {\n  bind 127.0.0.1\n  template IN A example.org {\n    match ^a\\.\n    match ^b\\.\n    answer \"{{ .Name }} 60 IN A 10.0.0.1\"\n    answer \"{{ .Name }} 60 IN A 10.0.0.2\"\n    rcode SERVFAIL\n    rcode NXDOMAIN\n  }\n  forward . 10.0.0.10\n}\n";
+        let c = ok(text);
+        let t = &zone(&c)["template"][0];
+        assert_eq!(t["match"].as_array().map(Vec::len), Some(2));
+        assert_eq!(t["answer"].as_array().map(Vec::len), Some(2));
+        assert_eq!(t["rcode"].as_str(), Some("NXDOMAIN"));
     }
 
     #[test]
