@@ -298,15 +298,7 @@ impl Config {
 
     /// Reads, checks and compiles a configuration file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            file: Some(path.to_owned()),
-            position: None,
-            message: format!("cannot read: {e}"),
-        })?;
-        Config::parse(&text).map_err(|mut e| {
-            e.file = Some(path.to_owned());
-            e
-        })
+        Config::load_from(path, false)
     }
 
     /// [`Config::load`] for a start of the server or of the fail-open
@@ -317,21 +309,25 @@ impl Config {
     /// of the file itself is checked as strictly as ever; a reload stays
     /// strict (a bad input then keeps the running configuration).
     pub fn load_to_start(path: &Path) -> Result<Config, ConfigError> {
+        Config::load_from(path, true)
+    }
+
+    /// Reads, parses, checks and compiles the file at `path`; `lenient`:
+    /// see [`Config::load_to_start`]. Every error names the file.
+    fn load_from(path: &Path, lenient: bool) -> Result<Config, ConfigError> {
+        let named = |mut e: ConfigError| {
+            e.file = Some(path.to_owned());
+            e
+        };
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
             file: Some(path.to_owned()),
             position: None,
             message: format!("cannot read: {e}"),
         })?;
-        let mut file = File::parse(&text).map_err(|mut e| {
-            e.file = Some(path.to_owned());
-            e
-        })?;
-        file.lenient = true;
-        file.compile().map_err(|invalid| {
-            let mut e = error_at(&text, invalid);
-            e.file = Some(path.to_owned());
-            e
-        })
+        let mut file = File::parse(&text).map_err(named)?;
+        file.lenient = lenient;
+        file.compile()
+            .map_err(|invalid| named(error_at(&text, invalid)))
     }
 
     /// Parses, checks and compiles configuration text; compiling reads the
