@@ -11,6 +11,8 @@ pub(crate) mod handover;
 pub(crate) mod metrics;
 pub(crate) mod reuseport;
 pub(crate) mod tcp;
+#[cfg(debug_assertions)]
+mod test_panic;
 pub(crate) mod udp;
 
 use std::future::Future;
@@ -108,6 +110,22 @@ pub trait Service: Send + Sync + Sized + 'static {
     fn tasks(&self) -> &Tasks;
 }
 
+/// One log line a second at most for serving loops that panic again and
+/// again.
+static RESTART_LOG: std::sync::LazyLock<crate::log_limit::LogLimiter> =
+    std::sync::LazyLock::new(|| {
+        crate::log_limit::LogLimiter::new(std::time::Duration::from_secs(1))
+    });
+
+/// A panic's message, when it has one.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
 /// The UDP and TCP side of one address.
 pub(crate) struct Listener {
     pub addr: SocketAddr,
@@ -115,6 +133,9 @@ pub(crate) struct Listener {
     /// A second descriptor of the TCP listening socket, for a handover.
     tcp: std::net::TcpListener,
     tcp_stop: CancellationToken,
+    /// The TCP acceptor's progress, held here as well as by the acceptor:
+    /// an acceptor that ended while the listener serves reads as stalled.
+    _acceptor: Arc<crate::liveness::Progress>,
 }
 
 impl Listener {
@@ -139,17 +160,14 @@ impl Listener {
         let tcp_copy = tcp_listener.try_clone()?;
         let udp = udp::UdpWorkers::start(addr, workers, inherited_udp, service, &info)?;
         let tcp_stop = CancellationToken::new();
-        let upkeep = service.tasks().upkeep();
-        let tcp_listener = {
-            let _main = upkeep.enter();
-            tokio::net::TcpListener::from_std(tcp_listener)?
-        };
-        upkeep.spawn(tcp::accept_loop(
+        let acceptor = crate::liveness::register(format!("tcp {addr}"));
+        service.tasks().upkeep().spawn(tcp::accept(
             tcp_listener,
             service.clone(),
             info,
             metrics.clone(),
             tcp_stop.clone(),
+            acceptor.clone(),
         ));
         tracing::info!(%addr, workers, "listening on UDP and TCP");
         Ok(Listener {
@@ -157,6 +175,7 @@ impl Listener {
             udp,
             tcp: tcp_copy,
             tcp_stop,
+            _acceptor: acceptor,
         })
     }
 

@@ -27,11 +27,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Handled, ListenMetrics, ListenerInfo, Proto, Service};
+use crate::liveness::Progress;
+use crate::liveness::health::DeadIfUnwound;
 use crate::wire::framing::{self, take_frame};
 
 /// A reply that cannot be written within this long means a client that
 /// stopped reading; the connection is closed.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often an idle acceptor bumps its progress (a UDP worker's pace).
+const TURN: Duration = Duration::from_millis(100);
 
 pub(crate) fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
@@ -72,18 +76,75 @@ impl PerClient {
     }
 }
 
-pub(crate) async fn accept_loop<S: Service>(
+/// Accepts connections on `listener` until `stop`. A panic of the accept
+/// loop (a bug) must not leave the listening socket open with nobody
+/// accepting (the listener keeps a descriptor for the handover, so the
+/// kernel would go on completing handshakes into a backlog nobody reads):
+/// it is counted, logged, and the loop starts again on the same socket.
+/// A panic of one connection ends that connection only (its task's).
+pub(crate) async fn accept<S: Service>(
+    listener: std::net::TcpListener,
+    service: Arc<S>,
+    info: Arc<ListenerInfo<S::PerListener>>,
+    metrics: Arc<ListenMetrics>,
+    stop: CancellationToken,
+    progress: Arc<Progress>,
+) {
+    let mark = DeadIfUnwound(progress.clone());
+    loop {
+        let socket = match listener.try_clone().and_then(TcpListener::from_std) {
+            Ok(socket) => socket,
+            Err(e) => {
+                tracing::error!(addr = %info.addr, error = %e, "TCP acceptor lost its socket");
+                progress.mark_dead();
+                return;
+            }
+        };
+        let run = tokio::spawn(accept_loop(
+            socket,
+            service.clone(),
+            info.clone(),
+            metrics.clone(),
+            stop.clone(),
+            progress.clone(),
+        ));
+        match run.await {
+            Err(e) if e.is_panic() => {
+                progress.restarted();
+                if let Some(suppressed) = super::RESTART_LOG.allow() {
+                    tracing::error!(
+                        addr = %info.addr,
+                        panic = super::panic_message(&e.into_panic()),
+                        suppressed,
+                        "TCP acceptor panicked: accepting again"
+                    );
+                }
+            }
+            // Stopped, or the runtime shuts down.
+            _ => break,
+        }
+    }
+    drop(mark);
+}
+
+async fn accept_loop<S: Service>(
     listener: TcpListener,
     service: Arc<S>,
     info: Arc<ListenerInfo<S::PerListener>>,
     metrics: Arc<ListenMetrics>,
     stop: CancellationToken,
+    progress: Arc<Progress>,
 ) {
     let open = Arc::new(Semaphore::new(Semaphore::MAX_PERMITS));
     let per_client = Arc::new(PerClient::default());
+    // An idle acceptor turns too, so that the heartbeat sees it alive.
+    let mut turn = tokio::time::interval(TURN);
+    turn.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
+        progress.bump();
         let accepted = tokio::select! {
             _ = stop.cancelled() => return,
+            _ = turn.tick() => continue,
             accepted = listener.accept() => accepted,
         };
         let (stream, peer) = match accepted {
@@ -95,6 +156,8 @@ pub(crate) async fn accept_loop<S: Service>(
                 continue;
             }
         };
+        #[cfg(debug_assertions)]
+        super::test_panic::on_accept(peer.ip());
         let limits = service.tcp_limits();
         let in_use = Semaphore::MAX_PERMITS - open.available_permits();
         if in_use >= limits.max_connections {
@@ -174,6 +237,8 @@ async fn serve_connection<S: Service>(
     let mut closed_by_us = None;
     'connection: loop {
         while let Some(query) = take_frame(&mut pending) {
+            #[cfg(debug_assertions)]
+            super::test_panic::on_query(&query);
             // At the in-flight cap, wait here: we read nothing more until a slot frees up.
             let slot = tokio::select! {
                 _ = stop.cancelled() => break 'connection,

@@ -239,10 +239,10 @@ impl<S: Service> Worker<S> {
             self.serve(&mut received, &mut replies, &mut pending, &mut turn)
         })) {
             self.progress.restarted();
-            if let Some(suppressed) = RESTART_LOG.allow() {
+            if let Some(suppressed) = super::RESTART_LOG.allow() {
                 tracing::error!(
                     worker = %self.info.server,
-                    panic = panic_message(&panic),
+                    panic = super::panic_message(&panic),
                     suppressed,
                     "UDP worker panicked: serving again (its batch and misses in flight are lost)"
                 );
@@ -381,7 +381,7 @@ impl<S: Service> Worker<S> {
                 continue;
             };
             #[cfg(debug_assertions)]
-            test_panic::on(packet);
+            super::test_panic::on_query(packet);
             match self
                 .service
                 .handle(packet, peer, &self.info, Proto::Udp, replies.next_buffer())
@@ -397,43 +397,6 @@ impl<S: Service> Worker<S> {
                     }));
                 }
             }
-        }
-    }
-}
-
-/// One log line a second at most for workers that panic again and again.
-static RESTART_LOG: std::sync::LazyLock<crate::log_limit::LogLimiter> =
-    std::sync::LazyLock::new(|| crate::log_limit::LogLimiter::new(Duration::from_secs(1)));
-
-/// A panic's message, when it has one.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
-    panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(no message)")
-}
-
-/// Debug builds only (the tests' binary): a query whose name is
-/// `$NODENS_TEST_PANIC_QNAME` (wire form, lower case) panics the worker, so
-/// that the tests can show what clients lose to a worker's bug. Release
-/// builds have no such name.
-#[cfg(debug_assertions)]
-mod test_panic {
-    use std::sync::LazyLock;
-
-    static NAME: LazyLock<Option<Vec<u8>>> = LazyLock::new(|| {
-        let text = std::env::var("NODENS_TEST_PANIC_QNAME").ok()?;
-        crate::wire::name::from_text(&text).ok()
-    });
-
-    pub(super) fn on(packet: &[u8]) {
-        let Some(name) = NAME.as_deref() else {
-            return;
-        };
-        if packet.len() >= 12 + name.len() && packet[12..12 + name.len()].eq_ignore_ascii_case(name)
-        {
-            panic!("NODENS_TEST_PANIC_QNAME asked");
         }
     }
 }

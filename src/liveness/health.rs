@@ -32,7 +32,7 @@ pub(crate) static PANICS: LazyLock<IntCounter> = LazyLock::new(|| {
 pub(crate) static RESTARTS: LazyLock<IntCounter> = LazyLock::new(|| {
     IntCounter::new(
         "nodens_worker_restarts_total",
-        "UDP workers that panicked and were started again on the same socket.",
+        "Serving loops (UDP workers, TCP acceptors) that panicked and were started again on the same socket.",
     )
     .expect("valid metric")
 });

@@ -3,6 +3,8 @@
 //! query goes through the same thread, so a miss waiting on a silent
 //! upstream must not hold up hits or other misses, and the worker must go
 //! back to plain blocking receives (and keep answering) once it is done.
+//! And what a panic on the request path costs: the query that met it, over
+//! UDP and over TCP.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::thread;
@@ -174,5 +176,66 @@ fn a_worker_that_panics_serves_again_and_health_says_so() {
     let named = format!("restarted: udp {} #", nodens.dns);
     assert!(page.contains(&named), "{page}");
     assert!(page.contains("panics: 20"), "{page}");
+    nodens.assert_alive();
+}
+
+/// The TCP side of the same promise. A connection whose query meets a bug
+/// loses that connection only; an acceptor that panics accepts again on the
+/// same socket. Before, the acceptor was a task that a panic ended for
+/// good while the listener's second descriptor kept the socket listening:
+/// the kernel went on completing handshakes into a backlog nobody read, so
+/// every TCP client of the address hung. The debug build's triggers panic a
+/// connection on `boom.test.` and the acceptor on a connection from one
+/// address of the test's range.
+#[test]
+fn a_tcp_acceptor_or_connection_that_panics_costs_only_itself() {
+    needs!(Need::CoreDns);
+    let net = Net::alloc();
+    let core = CoreDns::test_zone(net.upstream(0), "");
+    let cfg = Cfg::new(&net).zone(Zone::new("test.", &[core.addr]));
+    let breaker = net.ip(61);
+    let mut nodens = Nodens::launch(
+        &cfg.to_toml(),
+        &[
+            "env",
+            "NODENS_TEST_PANIC_QNAME=boom.test.",
+            &format!("NODENS_TEST_PANIC_ACCEPT_FROM={breaker}"),
+        ],
+    );
+    nodens.wait_ready();
+    let http = nodens.http.unwrap();
+    let www = Q::new("www.test.", Rt::A);
+    assert_eq!(tcp_query(nodens.dns, &www).a(), vec![ipv4("192.0.2.1")]);
+
+    // Five connections panic on their query: each loses its connection.
+    let boom = Q::new("boom.test.", Rt::A);
+    for _ in 0..5 {
+        assert!(tcp_query_timeout(nodens.dns, &boom, Duration::from_secs(2)).is_none());
+    }
+    // Five connections from the breaker panic the acceptor that takes them.
+    for _ in 0..5 {
+        if let Some(mut c) = Tcp::connect_from(breaker, nodens.dns) {
+            let _ = c.send(&www.to_bytes());
+            assert!(
+                !matches!(c.recv(Duration::from_secs(2)), TcpRead::Msg(_)),
+                "the breaker's connection was served"
+            );
+        }
+    }
+    let mut lost = 0;
+    for _ in 0..100 {
+        match tcp_query_timeout(nodens.dns, &www, Duration::from_secs(2)) {
+            Some(r) => assert_eq!(r.a(), vec![ipv4("192.0.2.1")]),
+            None => lost += 1,
+        }
+    }
+    assert_eq!(lost, 0, "TCP queries of 100 lost after the panics");
+    let restarts = nodens.wait_metric("nodens_worker_restarts_total", &[], 5.0);
+    assert_eq!(restarts, 5.0, "one acceptor restart a breaker connection");
+    assert!(nodens.metric("nodens_panics_total", &[]) >= 10.0);
+    let (status, page) = http_get(http, "/health").unwrap();
+    assert_eq!(status, 200, "{page}");
+    let named = format!("restarted: tcp {} (5 times)", nodens.dns);
+    assert!(page.contains(&named), "{page}");
     nodens.assert_alive();
 }

@@ -329,6 +329,26 @@ impl Tcp {
         }
     }
 
+    /// A connection from `source` (an address of the test's own range), or
+    /// None when the server refuses or does not accept within 2 s.
+    pub fn connect_from(source: std::net::IpAddr, server: SocketAddr) -> Option<Tcp> {
+        use socket2::{Domain, Socket, Type};
+        let socket = Socket::new(Domain::for_address(server), Type::STREAM, None).ok()?;
+        socket.bind(&SocketAddr::new(source, 0).into()).ok()?;
+        socket
+            .connect_timeout(&server.into(), Duration::from_secs(2))
+            .ok()?;
+        let stream: TcpStream = socket.into();
+        stream.set_nodelay(true).ok()?;
+        stream
+            .set_write_timeout(Some(Duration::from_secs(5)))
+            .ok()?;
+        Some(Tcp {
+            stream,
+            buf: Vec::new(),
+        })
+    }
+
     /// Sends one framed message.
     pub fn send(&mut self, msg: &[u8]) -> std::io::Result<()> {
         let mut framed = (msg.len() as u16).to_be_bytes().to_vec();
