@@ -55,6 +55,7 @@ mod search;
 mod serve;
 mod tasks;
 mod upstream;
+mod vocab;
 mod warm;
 mod workloads;
 

@@ -7,17 +7,8 @@
 use std::ops::Range;
 
 use super::file::File;
-use super::position::Step::{self, Key};
-
-/// A broken rule: where (a span of the text, or a path into it) and what.
-pub(super) enum Invalid {
-    At(Range<usize>, String),
-    Key(Vec<Step<'static>>, String),
-}
-
-pub(super) fn key(path: &[&'static str], message: impl Into<String>) -> Invalid {
-    Invalid::Key(path.iter().map(|k| Key(k)).collect(), message.into())
-}
+pub(super) use crate::vocab::{Invalid, key};
+use crate::vocab::position::Step::{self, Key};
 
 /// An error at a value's span, or at its key when the value is a default.
 fn at_or_key(span: Range<usize>, path: &[&'static str], message: &str) -> Invalid {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::check::Invalid;
 use super::file::{File, ZoneConfig};
-use super::values::ZoneName;
+use crate::vocab::values::ZoneName;
 use super::{
     CacheSettings, Config, LogSettings, NodePlan, RateLimit, ServerSettings, TcpLimits,
     UpstreamSettings, ZonePlan, resolv_conf,

@@ -11,7 +11,7 @@ use ipnet::IpNet;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::values::{DnsAddr, HttpListen, LogFilter, ZoneName};
+use crate::vocab::values::{DnsAddr, HttpListen, LogFilter, ZoneName};
 
 /// The whole file, as written (an empty file is all defaults).
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -27,11 +27,11 @@ pub struct File {
     #[serde(rename = "zone")]
     pub zones: Vec<ZoneConfig>,
     /// The query log's sink (`[query_log]`); each zone says what it logs.
-    pub query_log: super::query_log::QueryLogConfig,
+    pub query_log: crate::querylog::config::QueryLogConfig,
     /// Per-namespace query and miss budgets (`[budget]`); off by default.
     pub budget: super::budget::BudgetConfig,
     /// dnstap over Frame Streams (`[dnstap]`); absent: off.
-    pub dnstap: Option<super::dnstap::DnstapConfig>,
+    pub dnstap: Option<crate::dnstap::config::DnstapConfig>,
     /// Set for a start (`Config::load_to_start`): an input another party
     /// edits (the kube-dns ConfigMap, a hosts file) that is bad is skipped,
     /// not an error, and said in `skipped`.
@@ -553,7 +553,7 @@ pub struct ZoneConfig {
     pub dns64: Option<super::zone_rules::Dns64Config>,
     /// The zone's query log (`[zone.query_log]`); none: not logged.
     #[serde(default)]
-    pub query_log: Option<super::query_log::ZoneQueryLogConfig>,
+    pub query_log: Option<crate::querylog::config::ZoneQueryLogConfig>,
     /// Answer AAAA questions from pods of this node that hold no IPv6
     /// address with NODATA, without asking (the node's pod watch).
     #[serde(default)]

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use super::check::{Invalid, key};
 use super::file::{File, Policy, Transport, ZoneConfig};
-use super::values::DnsAddr;
+use crate::vocab::values::DnsAddr;
 use super::{UpstreamSettings, ZonePlan};
 use crate::cache::TtlPolicy;
 use crate::wire::name;

@@ -13,15 +13,11 @@
 mod budget;
 mod check;
 mod compile;
-mod dnstap;
 mod file;
 mod http;
 mod kube_dns;
-mod position;
-mod query_log;
 mod records;
 pub(crate) mod resolv_conf;
-mod values;
 pub(crate) mod views;
 mod zone_cache;
 mod zone_rules;
@@ -36,21 +32,22 @@ use ipnet::IpNet;
 use crate::cache::TtlPolicy;
 pub use budget::{BudgetAction, BudgetConfig, BudgetLimits, BudgetPlan, NamespaceBudgetConfig};
 use check::Invalid;
-pub use dnstap::{DnstapConfig, DnstapPlan, DnstapQueue, DnstapSocket};
+pub use crate::dnstap::config::{DnstapConfig, DnstapPlan, DnstapQueue, DnstapSocket};
 pub use file::{
     Backend, CacheConfig, File, LinkKind, LogConfig, LogFormat, MetricsConfig, NodeConfig, Policy,
     PoolConfig, ServerConfig, Transport, ZoneConfig,
 };
 pub use kube_dns::{KubeDnsPoll, KubeDnsSource};
-use position::Document;
+use crate::vocab::position::Document;
 pub use records::{FallthroughConfig, HostsConfig, RecordsPlan, TemplateConfig};
 
-pub use query_log::{
+pub use crate::querylog::config::{
     Class as QueryLogClass, QueryLogConfig, QueryLogFormat, QueryLogOutput, QueryLogPlan,
     ZoneLogPlan, ZoneQueryLogConfig,
 };
 pub use resolv_conf::{ResolvConfError, nameservers as resolv_conf_nameservers};
-pub use values::{BadValue, DnsAddr, HttpListen, LogFilter, ZoneName};
+pub use crate::listen::TcpLimits;
+pub use crate::vocab::{BadValue, DnsAddr, HttpListen, LogFilter, ZoneName};
 pub use zone_cache::{CachePolicy, ZoneCacheConfig};
 
 /// The configuration in force: what `nodens serve` runs with, compiled
@@ -137,16 +134,6 @@ pub struct ServerSettings {
     pub workload_counters: bool,
     /// Their top-K series on /metrics (`[server] workload_metrics`).
     pub workload_metrics: bool,
-}
-
-/// The client TCP bounds (see docs/security.md).
-#[derive(Debug, Clone, Copy)]
-pub struct TcpLimits {
-    pub idle_timeout: Duration,
-    pub read_timeout: Duration,
-    pub max_connections: usize,
-    pub max_connections_per_client: usize,
-    pub max_inflight: usize,
 }
 
 /// The HTTP servers and their bounds (`[metrics]`, docs/security.md).
@@ -343,7 +330,7 @@ impl File {
     pub fn parse(text: &str) -> Result<File, ConfigError> {
         let mut file: File = toml::from_str(text).map_err(|e| ConfigError {
             file: None,
-            position: e.span().map(|s| position::line_col(text, s.start)),
+            position: e.span().map(|s| crate::vocab::position::line_col(text, s.start)),
             message: e.message().trim_end().to_string(),
         })?;
         if file.zones.is_empty() {
@@ -575,10 +562,10 @@ mod tests {
 
     #[test]
     fn a_key_left_out_is_located_through_its_table() {
-        use position::Step::{Index, Key};
+        use crate::vocab::position::Step::{Index, Key};
         let text = "[server]\nworkers = 1\n\n[[zone]]\nname = \"a\"\n";
         let doc = Document::new(text);
-        let at = |path: &[position::Step<'_>]| doc.locate(path).map(|s| doc.line_col(s.start).0);
+        let at = |path: &[crate::vocab::position::Step<'_>]| doc.locate(path).map(|s| doc.line_col(s.start).0);
         assert_eq!(at(&[Key("server"), Key("query_timeout")]), Some(1));
         assert_eq!(at(&[Key("zone"), Index(0), Key("resolv_conf")]), Some(4));
         assert_eq!(at(&[Key("cache"), Key("capacity")]), None);

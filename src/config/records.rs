@@ -13,8 +13,8 @@ use toml::Spanned;
 
 use super::check::Invalid;
 use super::file::{File, ZoneConfig};
-use super::position::Step::{Index, Key};
-use super::values::ZoneName;
+use crate::vocab::position::Step::{Index, Key};
+use crate::vocab::values::ZoneName;
 use crate::records::template::{RecordText, Template};
 use crate::records::{Fallthrough, HostsPlan, Plan, hosts, rr};
 use crate::wire::{name, rcode};

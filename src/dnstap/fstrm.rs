@@ -10,7 +10,7 @@ use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use crate::config::DnstapSocket;
+use super::config::DnstapSocket;
 
 /// dnstap's content type.
 pub(super) const CONTENT_TYPE: &[u8] = b"protobuf:dnstap.Dnstap";

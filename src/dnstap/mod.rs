@@ -17,6 +17,7 @@
 //! `upstream::forward` through a process-wide slot, [`forwarded`]: the
 //! miss path pays one `ArcSwap` load (per upstream answer) when it is empty.
 
+pub(crate) mod config;
 mod fstrm;
 mod proto;
 mod record;
@@ -31,7 +32,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwapOption;
 use prometheus::IntCounter;
 
-use crate::config::DnstapPlan;
+use super::config::DnstapPlan;
 use crate::listen::Proto;
 use crate::metrics::{ReasonLabels, Registry};
 use crate::querylog::Answered;

@@ -17,7 +17,7 @@ use super::Counters;
 use super::fstrm::{self, Writer};
 use super::proto::{self, Dnstap, Message, MessageType};
 use super::record::{Record, Side};
-use crate::config::DnstapPlan;
+use super::config::DnstapPlan;
 use crate::listen::Proto;
 use crate::search::Clients;
 

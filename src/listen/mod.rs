@@ -18,13 +18,23 @@ pub(crate) mod udp;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::config::TcpLimits;
 use crate::metrics::LabelValue;
 use crate::tasks::Tasks;
 pub(crate) use metrics::ListenMetrics;
+
+/// The client TCP bounds (see docs/security.md).
+#[derive(Debug, Clone, Copy)]
+pub struct TcpLimits {
+    pub idle_timeout: Duration,
+    pub read_timeout: Duration,
+    pub max_connections: usize,
+    pub max_connections_per_client: usize,
+    pub max_inflight: usize,
+}
 
 /// The transport a query came over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,7 +124,7 @@ pub trait Service: Send + Sync + Sized + 'static {
 /// again.
 static RESTART_LOG: std::sync::LazyLock<crate::log_limit::LogLimiter> =
     std::sync::LazyLock::new(|| {
-        crate::log_limit::LogLimiter::new(std::time::Duration::from_secs(1))
+        crate::log_limit::LogLimiter::new(Duration::from_secs(1))
     });
 
 /// A panic's message, when it has one.

@@ -7,7 +7,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use super::record::Record;
-use crate::config::QueryLogFormat;
+use super::config::QueryLogFormat;
 use crate::listen::Proto;
 use crate::wire::{QTYPE_LABELS, flag, name, rcode_name};
 

@@ -14,6 +14,7 @@
 //! reload; the old one's thread ends once the last query of the old
 //! settings is written.
 
+pub(crate) mod config;
 mod format;
 mod record;
 mod writer;
@@ -27,7 +28,7 @@ use prometheus::IntCounter;
 pub(crate) use record::{Answered, Source};
 pub(crate) use writer::REOPEN;
 
-use crate::config::{Config, QueryLogPlan, ZoneLogPlan};
+use config::{QueryLogPlan, ZoneLogPlan};
 use crate::listen::Proto;
 use crate::search::Clients;
 use record::{Record, class_bit};
@@ -41,11 +42,9 @@ pub(crate) struct Plans {
 }
 
 impl Plans {
-    pub(crate) fn of(config: &Config) -> Plans {
-        Plans {
-            sink: config.query_log.clone(),
-            zones: config.zones.iter().map(|z| z.query_log).collect(),
-        }
+    /// The sink's plan and each zone's, by zone index.
+    pub(crate) fn new(sink: QueryLogPlan, zones: Vec<Option<ZoneLogPlan>>) -> Plans {
+        Plans { sink, zones }
     }
 
     /// Whether the replies to queries that reach no zone are logged.

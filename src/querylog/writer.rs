@@ -14,7 +14,7 @@ use prometheus::IntCounter;
 
 use super::format::{self, Clock, Pod};
 use super::record::Record;
-use crate::config::{QueryLogFormat, QueryLogOutput};
+use super::config::{QueryLogFormat, QueryLogOutput};
 use crate::search::Clients;
 
 /// How long the writer naps when the queue is empty: the latency of a line,

@@ -76,7 +76,10 @@ impl Settings {
             cluster: config.cluster.clone(),
             identity: config.server.identity.then(Identity::of_this_node),
             records: crate::records::Stage::build(&config.zones, upkeep),
-            query_log: crate::querylog::Plans::of(config),
+            query_log: crate::querylog::Plans::new(
+                config.query_log.clone(),
+                config.zones.iter().map(|z| z.query_log).collect(),
+            ),
             budgets: config.budget.as_ref().map(|p| Arc::new(Budgets::new(p))),
             workloads: config.server.workload_counters.then(|| {
                 let domain = config.cluster.domain();

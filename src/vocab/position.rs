@@ -8,20 +8,20 @@ use toml::de::{DeTable, DeValue};
 
 /// One step of a path into the document: a table key or an array index.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Step<'a> {
+pub(crate) enum Step<'a> {
     Key(&'a str),
     Index(usize),
 }
 
 /// The file text with its parse tree; no tree if the text does not parse
 /// (then nothing is located, and errors carry no position).
-pub(super) struct Document<'t> {
+pub(crate) struct Document<'t> {
     text: &'t str,
     root: Option<Spanned<DeTable<'t>>>,
 }
 
 impl<'t> Document<'t> {
-    pub(super) fn new(text: &'t str) -> Document<'t> {
+    pub(crate) fn new(text: &'t str) -> Document<'t> {
         Document {
             text,
             root: DeTable::parse(text).ok(),
@@ -31,7 +31,7 @@ impl<'t> Document<'t> {
     /// The span of the deepest step of `path` that the file has: the key
     /// itself if written, else its table (a value left at its default is
     /// pointed at through the table it would live in).
-    pub(super) fn locate(&self, path: &[Step<'_>]) -> Option<Range<usize>> {
+    pub(crate) fn locate(&self, path: &[Step<'_>]) -> Option<Range<usize>> {
         let root = self.root.as_ref()?;
         let mut found = None;
         let mut table = root.get_ref();
@@ -67,13 +67,13 @@ impl<'t> Document<'t> {
     }
 
     /// 1-based line and column of a byte offset.
-    pub(super) fn line_col(&self, offset: usize) -> (usize, usize) {
+    pub(crate) fn line_col(&self, offset: usize) -> (usize, usize) {
         line_col(self.text, offset)
     }
 }
 
 /// 1-based line and column of a byte offset in `text`.
-pub(super) fn line_col(text: &str, offset: usize) -> (usize, usize) {
+pub(crate) fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
     let line = before.matches('\n').count() + 1;
     let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
