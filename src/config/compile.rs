@@ -128,7 +128,7 @@ impl File {
         let budget = self.budget.compile()?;
         Ok(Config {
             listen: s.listen.iter().map(|a| a.get_ref().0).collect(),
-            skipped: self.skipped.take(),
+            skipped: self.inputs.take_skipped(),
             workers: s.workers,
             server: ServerSettings {
                 max_udp_payload: s.max_udp_payload,
@@ -349,7 +349,17 @@ impl File {
                 port: e.port.clone(),
             }),
             cache,
-            records: self.compile_records(index, z)?,
+            records: crate::records::config::compile(
+                index,
+                crate::records::config::Zone {
+                    name: z.name.get_ref(),
+                    hosts: z.hosts.as_ref(),
+                    templates: &z.template,
+                    local: z.local,
+                    whoami: z.whoami,
+                },
+                &self.inputs,
+            )?,
             listen: z.listen.iter().map(|a| a.get_ref().0).collect(),
             rules: self.compile_zone_rules(z)?,
             query_log: z.query_log.as_ref().and_then(|q| q.compile()),

@@ -11,6 +11,7 @@ use ipnet::IpNet;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::upstream::PoolConfig;
 use crate::vocab::values::{DnsAddr, HttpListen, LogFilter, ZoneName};
 
 /// The whole file, as written (an empty file is all defaults).
@@ -32,14 +33,11 @@ pub struct File {
     pub budget: super::budget::BudgetConfig,
     /// dnstap over Frame Streams (`[dnstap]`); absent: off.
     pub dnstap: Option<crate::dnstap::config::DnstapConfig>,
-    /// Set for a start (`Config::load_to_start`): an input another party
-    /// edits (the kube-dns ConfigMap, a hosts file) that is bad is skipped,
-    /// not an error, and said in `skipped`.
+    /// Lenient for a start (`Config::load_to_start`): an input another
+    /// party edits (the kube-dns ConfigMap, a hosts file) that is bad is
+    /// skipped, not an error, and said.
     #[serde(skip)]
-    pub(super) lenient: bool,
-    /// What a lenient compile skipped, and why.
-    #[serde(skip)]
-    pub(super) skipped: std::cell::RefCell<Vec<String>>,
+    pub(super) inputs: crate::vocab::Inputs,
 }
 
 /// How nodens reaches the Kubernetes API, for the features that read it
@@ -527,9 +525,9 @@ pub struct ZoneConfig {
     /// (`[[zone.template]]`) and the RFC 6761 names (`local`), answered
     /// before the cache (`records`).
     #[serde(default)]
-    pub hosts: Option<super::records::HostsConfig>,
+    pub hosts: Option<crate::records::config::HostsConfig>,
     #[serde(default)]
-    pub template: Vec<super::records::TemplateConfig>,
+    pub template: Vec<crate::records::config::TemplateConfig>,
     #[serde(default)]
     pub local: bool,
     /// Answer every question left with the client's address and port
@@ -572,43 +570,6 @@ pub enum Transport {
     /// UDP, and the same query over TCP if UDP gets no answer within half
     /// the upstream timeout (a datagram lost to a conntrack race, say).
     TcpFallbackOnTimeout,
-}
-
-/// Limits of the TCP connection pool to one upstream address.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct PoolConfig {
-    /// Open connections at most, dialling ones included.
-    pub max_connections: usize,
-    /// Queries in flight on one connection (RFC 7766 pipelining); 1 for
-    /// servers that answer one query at a time, in order (dnsmasq).
-    pub max_inflight: usize,
-    /// A connection that has carried this many queries is retired; 0: no limit.
-    pub max_queries_per_connection: u64,
-    #[serde(with = "humantime_serde")]
-    pub connect_timeout: Duration,
-    /// A connection with nothing in flight for this long is closed, at that moment.
-    #[serde(with = "humantime_serde")]
-    pub idle_timeout: Duration,
-    /// Queries that may wait for a connection when all are busy; more fail at once.
-    pub max_queue: usize,
-    /// How long a query may wait in the queue before it fails.
-    #[serde(with = "humantime_serde")]
-    pub max_queue_wait: Duration,
-}
-
-impl Default for PoolConfig {
-    fn default() -> Self {
-        PoolConfig {
-            max_connections: 4,
-            max_inflight: 1,
-            max_queries_per_connection: 0,
-            connect_timeout: Duration::from_secs(1),
-            idle_timeout: Duration::from_secs(10),
-            max_queue: 256,
-            max_queue_wait: Duration::from_secs(1),
-        }
-    }
 }
 
 fn default_max_fails() -> u32 {

@@ -190,10 +190,10 @@ impl File {
         let seen = read_both(dir).map_err(fail)?;
         let data = match parse(dir, &seen) {
             Ok(data) => data,
-            Err(why) if self.lenient => {
+            Err(why) if self.inputs.lenient() => {
                 // At a start: the zones of the file alone, and the poll
                 // reloads once the files change.
-                self.skipped.borrow_mut().push(format!(
+                self.inputs.skip(format!(
                     "kubernetes.kube_dns_config {}: {why}; serving without its stub domains and upstream nameservers until it changes",
                     dir.display()
                 ));

@@ -16,7 +16,6 @@ mod compile;
 mod file;
 mod http;
 mod kube_dns;
-mod records;
 pub(crate) mod resolv_conf;
 pub(crate) mod views;
 mod zone_cache;
@@ -35,11 +34,11 @@ use check::Invalid;
 pub use crate::dnstap::config::{DnstapConfig, DnstapPlan, DnstapQueue, DnstapSocket};
 pub use file::{
     Backend, CacheConfig, File, LinkKind, LogConfig, LogFormat, MetricsConfig, NodeConfig, Policy,
-    PoolConfig, ServerConfig, Transport, ZoneConfig,
+    ServerConfig, Transport, ZoneConfig,
 };
 pub use kube_dns::{KubeDnsPoll, KubeDnsSource};
 use crate::vocab::position::Document;
-pub use records::{FallthroughConfig, HostsConfig, RecordsPlan, TemplateConfig};
+pub use crate::records::config::{FallthroughConfig, HostsConfig, RecordsPlan, TemplateConfig};
 
 pub use crate::querylog::config::{
     Class as QueryLogClass, QueryLogConfig, QueryLogFormat, QueryLogOutput, QueryLogPlan,
@@ -47,6 +46,7 @@ pub use crate::querylog::config::{
 };
 pub use resolv_conf::{ResolvConfError, nameservers as resolv_conf_nameservers};
 pub use crate::listen::TcpLimits;
+pub use crate::upstream::PoolConfig;
 pub use crate::vocab::{BadValue, DnsAddr, HttpListen, LogFilter, ZoneName};
 pub use zone_cache::{CachePolicy, ZoneCacheConfig};
 
@@ -312,7 +312,7 @@ impl Config {
             message: format!("cannot read: {e}"),
         })?;
         let mut file = File::parse(&text).map_err(named)?;
-        file.lenient = lenient;
+        file.inputs = crate::vocab::Inputs::new(lenient);
         file.compile()
             .map_err(|invalid| named(error_at(&text, invalid)))
     }

@@ -12,6 +12,7 @@
 //! `None`); with some, a zone without any pays an index and a branch.
 
 pub(crate) mod hosts;
+pub(crate) mod config;
 mod local;
 mod reply;
 pub(crate) mod rr;
@@ -29,7 +30,7 @@ use reply::{Owner, Reply, Section};
 use template::{Outcome, Template};
 use watch::Source;
 
-use crate::config::ZonePlan;
+use config::RecordsPlan;
 use crate::search::names::suffix_at;
 use crate::tasks::Upkeep;
 use crate::wire::query::Query;
@@ -103,14 +104,14 @@ pub(crate) struct Stage {
 impl Stage {
     /// The stage for `zones`; `None` when no zone has local answers. Starts
     /// following the hosts files (until the stage is dropped).
-    pub(crate) fn build(zones: &[ZonePlan], upkeep: &Upkeep) -> Option<Stage> {
-        if zones.iter().all(|z| z.records.is_none()) {
+    pub(crate) fn build(zones: &[Option<&RecordsPlan>], upkeep: &Upkeep) -> Option<Stage> {
+        if zones.iter().all(Option::is_none) {
             return None;
         }
         let zones = zones
             .iter()
             .map(|z| {
-                let plan = z.records.as_ref()?.0.clone();
+                let plan = z.as_ref()?.0.clone();
                 let files: Vec<Source> = plan
                     .hosts
                     .iter()

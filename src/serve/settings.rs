@@ -75,7 +75,14 @@ impl Settings {
             tcp: config.server.tcp,
             cluster: config.cluster.clone(),
             identity: config.server.identity.then(Identity::of_this_node),
-            records: crate::records::Stage::build(&config.zones, upkeep),
+            records: crate::records::Stage::build(
+                &config
+                    .zones
+                    .iter()
+                    .map(|z| z.records.as_ref())
+                    .collect::<Vec<_>>(),
+                upkeep,
+            ),
             query_log: crate::querylog::Plans::new(
                 config.query_log.clone(),
                 config.zones.iter().map(|z| z.query_log).collect(),

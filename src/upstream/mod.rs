@@ -10,6 +10,8 @@ pub(crate) mod rules;
 pub(crate) mod udp;
 mod views;
 
+pub use pool::PoolConfig;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -4,9 +4,11 @@
 //! feature's configuration section builds on it, and `config` assembles the
 //! sections, so neither the features nor this module import `config`.
 
+pub(crate) mod inputs;
 pub(crate) mod invalid;
 pub(crate) mod position;
 pub(crate) mod values;
 
+pub(crate) use inputs::Inputs;
 pub(crate) use invalid::{Invalid, key};
 pub use values::{BadValue, DnsAddr, HttpListen, LogFilter, ZoneName};

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use prometheus::{Histogram, IntCounter, IntGauge};
 
-use crate::config::PoolConfig;
+use super::config::PoolConfig;
 use crate::upstream::metrics::{StateLabels, ToLabels, ToReasonLabels, UpstreamMetrics};
 
 /// The handles of one pool's series, resolved when the pool is made.

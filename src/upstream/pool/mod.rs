@@ -27,12 +27,13 @@ use prometheus::IntGauge;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, timeout_at};
 
+mod config;
 mod connection;
 mod metrics;
 
 use super::ExchangeError;
 use super::metrics::UpstreamMetrics;
-use crate::config::PoolConfig;
+pub use config::PoolConfig;
 use crate::tasks::Upkeep;
 use metrics::PoolMetrics;
 

@@ -11,12 +11,11 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::check::Invalid;
-use super::file::{File, ZoneConfig};
+use super::template::{RecordText, Template};
+use super::{Fallthrough, HostsPlan, Plan, hosts, rr};
 use crate::vocab::position::Step::{Index, Key};
 use crate::vocab::values::ZoneName;
-use crate::records::template::{RecordText, Template};
-use crate::records::{Fallthrough, HostsPlan, Plan, hosts, rr};
+use crate::vocab::{Inputs, Invalid};
 use crate::wire::{name, rcode};
 
 /// `[zone.hosts]`: records from hosts-file lines (CoreDNS's `hosts`).
@@ -137,103 +136,109 @@ fn rcode_of(text: &str) -> Option<u16> {
     })
 }
 
-impl File {
-    /// Compiles zone `index`'s local answers; `None` when it has none.
-    pub(super) fn compile_records(
-        &self,
-        index: usize,
-        z: &ZoneConfig,
-    ) -> Result<Option<RecordsPlan>, Invalid> {
-        if z.hosts.is_none() && z.template.is_empty() && !z.local && !z.whoami {
-            return Ok(None);
-        }
-        let own = vec![wire(z.name.get_ref())];
-        let hosts = z
-            .hosts
-            .as_ref()
-            .map(|h| self.compile_hosts(index, h, &own))
-            .transpose()?;
-        let templates = z
-            .template
-            .iter()
-            .enumerate()
-            .map(|(j, t)| compile_template(index, j, t, z))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Some(RecordsPlan(Arc::new(Plan {
-            local: z.local,
-            templates,
-            hosts,
-            whoami: z.whoami,
-        }))))
-    }
+/// What of a zone's section (`[[zone]]` number `index`) its local answers
+/// are compiled from.
+pub(crate) struct Zone<'a> {
+    pub name: &'a ZoneName,
+    pub hosts: Option<&'a HostsConfig>,
+    pub templates: &'a [TemplateConfig],
+    pub local: bool,
+    pub whoami: bool,
+}
 
-    fn compile_hosts(
-        &self,
-        index: usize,
-        h: &HostsConfig,
-        own: &[Box<[u8]>],
-    ) -> Result<HostsPlan, Invalid> {
-        let zones: Vec<Box<[u8]>> = if h.zones.is_empty() {
-            own.to_vec()
-        } else {
-            h.zones.iter().map(wire).collect()
-        };
-        let ttl = h.ttl.as_secs();
-        if ttl == 0 || ttl > u64::from(u32::MAX) {
-            return Err(self.hosts_error(index, "ttl", "hosts.ttl: between 1s and 2^32-1 s"));
-        }
-        let mut inline = String::new();
-        for e in &h.entries {
-            inline.push_str(e.get_ref());
-            inline.push('\n');
-        }
-        let inline = hosts::HostsData::parse(&inline, &zones, h.reverse).map_err(|e| {
-            let span = h.entries[e.line - 1].span();
-            Invalid::At(span, format!("hosts.entries: {}", e.message))
-        })?;
-        let files = h
-            .files
-            .iter()
-            .map(|f| {
-                let (data, stamp) = match hosts::read_file(f.get_ref(), &zones, h.reverse) {
-                    Ok(read) => read,
-                    // At a start: no records from it; its reload (a new
-                    // stamp) or a SIGHUP reads it again.
-                    Err(why) if self.lenient => {
-                        self.skipped
-                            .borrow_mut()
-                            .push(format!("{why}; no records from it until it reads well"));
-                        (hosts::HostsData::default(), None)
-                    }
-                    Err(why) => return Err(Invalid::At(f.span(), why)),
-                };
-                Ok((f.get_ref().clone(), Arc::new(data), stamp))
-            })
-            .collect::<Result<Vec<_>, Invalid>>()?;
-        Ok(HostsPlan {
-            zones,
-            ttl: ttl as u32,
-            reverse: h.reverse,
-            reload: h.reload,
-            fallthrough: fallthrough(&h.fallthrough),
-            inline,
-            files,
+/// Compiles zone `index`'s local answers; `None` when it has none. Reads
+/// its hosts files (a bad one is skipped at a start: `inputs`).
+pub(crate) fn compile(
+    index: usize,
+    z: Zone<'_>,
+    inputs: &Inputs,
+) -> Result<Option<RecordsPlan>, Invalid> {
+    if z.hosts.is_none() && z.templates.is_empty() && !z.local && !z.whoami {
+        return Ok(None);
+    }
+    let own = vec![wire(z.name)];
+    let hosts = z
+        .hosts
+        .map(|h| compile_hosts(index, h, &own, inputs))
+        .transpose()?;
+    let templates = z
+        .templates
+        .iter()
+        .enumerate()
+        .map(|(j, t)| compile_template(index, j, t, z.name))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Some(RecordsPlan(Arc::new(Plan {
+        local: z.local,
+        templates,
+        hosts,
+        whoami: z.whoami,
+    }))))
+}
+
+fn compile_hosts(
+    index: usize,
+    h: &HostsConfig,
+    own: &[Box<[u8]>],
+    inputs: &Inputs,
+) -> Result<HostsPlan, Invalid> {
+    let zones: Vec<Box<[u8]>> = if h.zones.is_empty() {
+        own.to_vec()
+    } else {
+        h.zones.iter().map(wire).collect()
+    };
+    let ttl = h.ttl.as_secs();
+    if ttl == 0 || ttl > u64::from(u32::MAX) {
+        return Err(hosts_error(index, "ttl", "hosts.ttl: between 1s and 2^32-1 s"));
+    }
+    let mut inline = String::new();
+    for e in &h.entries {
+        inline.push_str(e.get_ref());
+        inline.push('\n');
+    }
+    let inline = hosts::HostsData::parse(&inline, &zones, h.reverse).map_err(|e| {
+        let span = h.entries[e.line - 1].span();
+        Invalid::At(span, format!("hosts.entries: {}", e.message))
+    })?;
+    let files = h
+        .files
+        .iter()
+        .map(|f| {
+            let (data, stamp) = match hosts::read_file(f.get_ref(), &zones, h.reverse) {
+                Ok(read) => read,
+                // At a start: no records from it; its reload (a new
+                // stamp) or a SIGHUP reads it again.
+                Err(why) if inputs.lenient() => {
+                    inputs.skip(format!("{why}; no records from it until it reads well"));
+                    (hosts::HostsData::default(), None)
+                }
+                Err(why) => return Err(Invalid::At(f.span(), why)),
+            };
+            Ok((f.get_ref().clone(), Arc::new(data), stamp))
         })
-    }
+        .collect::<Result<Vec<_>, Invalid>>()?;
+    Ok(HostsPlan {
+        zones,
+        ttl: ttl as u32,
+        reverse: h.reverse,
+        reload: h.reload,
+        fallthrough: fallthrough(&h.fallthrough),
+        inline,
+        files,
+    })
+}
 
-    fn hosts_error(&self, index: usize, field: &'static str, message: &str) -> Invalid {
-        Invalid::Key(
-            vec![Key("zone"), Index(index), Key("hosts"), Key(field)],
-            message.into(),
-        )
-    }
+fn hosts_error(index: usize, field: &'static str, message: &str) -> Invalid {
+    Invalid::Key(
+        vec![Key("zone"), Index(index), Key("hosts"), Key(field)],
+        message.into(),
+    )
 }
 
 fn compile_template(
     index: usize,
     j: usize,
     t: &TemplateConfig,
-    z: &ZoneConfig,
+    zone: &ZoneName,
 ) -> Result<Template, Invalid> {
     let fail = |field: &'static str, message: String| {
         Invalid::Key(
@@ -282,7 +287,7 @@ fn compile_template(
             .collect::<Result<Vec<_>, Invalid>>()
     };
     let zones = if t.zones.is_empty() {
-        vec![z.name.get_ref().clone()]
+        vec![zone.clone()]
     } else {
         t.zones.clone()
     };
