@@ -30,7 +30,7 @@ pub struct File {
     /// The query log's sink (`[query_log]`); each zone says what it logs.
     pub query_log: crate::querylog::config::QueryLogConfig,
     /// Per-namespace query and miss budgets (`[budget]`); off by default.
-    pub budget: super::budget::BudgetConfig,
+    pub budget: crate::admission::budget::BudgetConfig,
     /// dnstap over Frame Streams (`[dnstap]`); absent: off.
     pub dnstap: Option<crate::dnstap::config::DnstapConfig>,
     /// Lenient for a start (`Config::load_to_start`): an input another

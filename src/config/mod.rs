@@ -10,7 +10,6 @@
 //! listed twice, a zero timeout, an upstream that is one of our own listen
 //! addresses).
 
-mod budget;
 mod check;
 mod compile;
 mod file;
@@ -29,7 +28,9 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use crate::cache::TtlPolicy;
-pub use budget::{BudgetAction, BudgetConfig, BudgetLimits, BudgetPlan, NamespaceBudgetConfig};
+pub use crate::admission::budget::{
+    BudgetAction, BudgetConfig, BudgetLimits, BudgetPlan, NamespaceBudgetConfig,
+};
 use check::Invalid;
 pub use crate::dnstap::config::{DnstapConfig, DnstapPlan, DnstapQueue, DnstapSocket};
 pub use file::{

@@ -25,7 +25,9 @@ use std::time::{Duration, Instant};
 
 use prometheus::IntCounter;
 
-use crate::config::{BudgetAction, BudgetLimits, BudgetPlan};
+pub(crate) mod config;
+
+pub use config::{BudgetAction, BudgetConfig, BudgetLimits, BudgetPlan, NamespaceBudgetConfig};
 use crate::log_limit::LogLimiter;
 use crate::metrics::{Counters, label_set};
 

@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::check::{Invalid, key};
+use crate::vocab::{Invalid, key};
 
 /// `[budget]` as written.
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -108,7 +108,7 @@ fn burst_of(per_second: u32, burst: Option<&Spanned<u32>>, what: &str) -> Result
 
 impl BudgetConfig {
     /// The plan, or `None` when no limit is set (budgets off).
-    pub(super) fn compile(&self) -> Result<Option<BudgetPlan>, Invalid> {
+    pub(crate) fn compile(&self) -> Result<Option<BudgetPlan>, Invalid> {
         let default = BudgetLimits {
             per_second: self.queries_per_second,
             burst: burst_of(self.queries_per_second, self.burst.as_ref(), "budget")?,
