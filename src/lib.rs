@@ -56,7 +56,6 @@ mod serve;
 mod tasks;
 mod upstream;
 mod vocab;
-mod warm;
 mod workloads;
 
 pub use cache::key::NameBuf;

@@ -48,7 +48,7 @@ pub struct Telemetry {
     pub control: Arc<crate::control::ControlMetrics>,
     pub(crate) workloads: crate::workloads::WorkloadMetrics,
     /// The cache file on the node's disk (`warm`).
-    pub warm: Arc<crate::warm::WarmMetrics>,
+    pub warm: Arc<crate::cache::warm::WarmMetrics>,
 }
 
 impl Telemetry {
@@ -79,7 +79,7 @@ impl Telemetry {
             ),
             control: Arc::new(crate::control::ControlMetrics::register(&registry)),
             workloads: crate::workloads::WorkloadMetrics::register(&registry),
-            warm: Arc::new(crate::warm::WarmMetrics::register(&registry)),
+            warm: Arc::new(crate::cache::warm::WarmMetrics::register(&registry)),
             registry,
         }
     }
@@ -124,7 +124,7 @@ pub struct Server {
     /// The kube-dns ConfigMap's files, read every `kube_dns_config_interval`.
     kube_dns_poll: crate::config::KubeDnsPoll,
     /// Writes the cache to the node's disk now and then (`warm`).
-    warm: crate::warm::Writer,
+    warm: crate::cache::warm::Writer,
 }
 
 /// How giving our sockets to a successor ended: true when it took over.
@@ -196,7 +196,7 @@ impl Server {
             watches,
             kube_dns_poll: crate::config::KubeDnsPoll::default(),
             strangers: Vec::new(),
-            warm: crate::warm::Writer::default(),
+            warm: crate::cache::warm::Writer::default(),
         };
         let predecessor = match &config.server.handover_socket {
             Some(path) => {
@@ -228,7 +228,19 @@ impl Server {
             // No handover (a first start, a crash, a reboot): the cache
             // file, if any, is the freshest cache there is.
             let (shared, telemetry) = (&server.shared, &server.telemetry);
-            crate::warm::load_at_start(shared, &telemetry.warm, &telemetry.cache, &config.cache);
+            let settings = shared.settings.load();
+            let policy = |name: &[u8]| settings.router.route(name).map(|zone| zone.ttl);
+            let zones = crate::cache::warm::Zones {
+                policy: &policy,
+                horizon: settings.router.longest_life(config.cache.stale_max_age),
+            };
+            crate::cache::warm::load_at_start(
+                &shared.cache,
+                &zones,
+                &telemetry.warm,
+                &telemetry.cache,
+                &config.cache,
+            );
         }
         if let Some(plan) = &config.node {
             if confirm.is_some() {

@@ -10,6 +10,7 @@
 //! Expired entries stay until evicted, so they can be served stale
 //! (RFC 8767) when every upstream fails.
 
+pub(crate) mod config;
 pub(crate) mod entry;
 pub(crate) mod follow;
 pub(crate) mod inspect;
@@ -20,6 +21,7 @@ pub(crate) mod snapshot;
 pub(crate) mod snapshot_file;
 #[cfg(test)]
 mod testing;
+pub(crate) mod warm;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

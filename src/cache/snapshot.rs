@@ -2,7 +2,7 @@
 //! starts warm (`listen::handover`), so a rollout over many nodes does not
 //! send every node's queries to the cluster DNS at once; and, behind a
 //! header, the cache file a process started after a crash or a reboot
-//! reads (`snapshot_file`, `crate::warm`).
+//! reads (`snapshot_file`, `cache::warm`).
 //!
 //! A stream of length-prefixed records after a 4-byte magic, ended by a
 //! zero length (the stream stays open for the handover's reply), each a

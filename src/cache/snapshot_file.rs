@@ -1,5 +1,5 @@
 //! The cache on the node's disk: a file written now and then and read at
-//! start (`crate::warm`), so a process that could not hand its cache over
+//! start (`cache::warm`), so a process that could not hand its cache over
 //! (an OOM kill, a crash, a node reboot) starts warm as a handover's does.
 //!
 //! The file is a header, then the handover's stream (`cache::snapshot`):

@@ -7,8 +7,8 @@
 use std::ops::Range;
 
 use super::file::File;
-pub(super) use crate::vocab::{Invalid, key};
 use crate::vocab::position::Step::{self, Key};
+pub(super) use crate::vocab::{Invalid, key};
 
 /// An error at a value's span, or at its key when the value is a default.
 fn at_or_key(span: Range<usize>, path: &[&'static str], message: &str) -> Invalid {
@@ -28,7 +28,7 @@ impl File {
     pub(super) fn check(&self) -> Result<(), Invalid> {
         self.check_server()?;
         self.check_private_dirs()?;
-        self.check_cache()?;
+        self.cache.check()?;
         self.check_node()?;
         self.check_cluster()?;
         self.check_zones()
@@ -172,52 +172,6 @@ impl File {
             return Err(key(
                 &["server", "allow"],
                 "server.allow: an empty list would refuse every client; leave it out for the default ranges",
-            ));
-        }
-        Ok(())
-    }
-
-    fn check_cache(&self) -> Result<(), Invalid> {
-        if self.cache.prefetch_percent > 100 {
-            return Err(key(
-                &["cache", "prefetch_percent"],
-                "cache.prefetch_percent: must be 0 to 100",
-            ));
-        }
-        self.check_cache_snapshot()
-    }
-
-    /// `[cache] snapshot_*`: an absolute file path, an interval that bounds
-    /// the disk's writes, a size that holds at least a few entries.
-    fn check_cache_snapshot(&self) -> Result<(), Invalid> {
-        let c = &self.cache;
-        if let Some(file) = &c.snapshot_file
-            && (!file.is_absolute() || file.file_name().is_none())
-        {
-            return Err(key(
-                &["cache", "snapshot_file"],
-                format!(
-                    "cache.snapshot_file: `{}` is not an absolute path to a file",
-                    file.display()
-                ),
-            ));
-        }
-        if c.snapshot_interval < crate::warm::MIN_INTERVAL {
-            return Err(key(
-                &["cache", "snapshot_interval"],
-                format!(
-                    "cache.snapshot_interval: must be at least {:?}",
-                    crate::warm::MIN_INTERVAL
-                ),
-            ));
-        }
-        if c.snapshot_max_size.as_u64() < crate::warm::MIN_SIZE {
-            return Err(key(
-                &["cache", "snapshot_max_size"],
-                format!(
-                    "cache.snapshot_max_size: must be at least {} bytes",
-                    crate::warm::MIN_SIZE
-                ),
             ));
         }
         Ok(())

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use super::check::Invalid;
 use super::file::{File, ZoneConfig};
-use crate::vocab::values::ZoneName;
 use super::{
     CacheSettings, Config, LogSettings, NodePlan, RateLimit, ServerSettings, TcpLimits,
     UpstreamSettings, ZonePlan, resolv_conf,
@@ -15,6 +14,7 @@ use super::{
 use crate::cache::TtlPolicy;
 use crate::search::rules::SearchPlan;
 use crate::search::{CloudSuffix, ClusterRules};
+use crate::vocab::values::ZoneName;
 use crate::wire::name;
 
 /// The longest `[cluster] hold_past_ttl`: an answer held longer would rest
@@ -171,16 +171,14 @@ impl File {
                 stale_answer_timeout: self.cache.stale_answer_timeout,
                 prefetch_min_hits: self.cache.prefetch_min_hits,
                 prefetch_percent: self.cache.prefetch_percent,
-                snapshot: self
-                    .cache
-                    .snapshot_file
-                    .clone()
-                    .map(|file| super::SnapshotPlan {
+                snapshot: self.cache.snapshot_file.clone().map(|file| {
+                    crate::cache::config::SnapshotPlan {
                         file,
                         interval: self.cache.snapshot_interval,
                         max_size: self.cache.snapshot_max_size.as_u64(),
                         identity: identity(&zones),
-                    }),
+                    }
+                }),
             },
             http: self.compile_http()?,
             node: self.node.setup.then(|| NodePlan {

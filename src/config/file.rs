@@ -6,7 +6,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bytesize::ByteSize;
 use ipnet::IpNet;
 use serde::Deserialize;
 use toml::Spanned;
@@ -19,7 +18,7 @@ use crate::vocab::values::{DnsAddr, HttpListen, LogFilter, ZoneName};
 #[serde(default, deny_unknown_fields)]
 pub struct File {
     pub server: ServerConfig,
-    pub cache: CacheConfig,
+    pub cache: crate::cache::config::CacheConfig,
     pub metrics: MetricsConfig,
     pub log: LogConfig,
     pub node: NodeConfig,
@@ -360,56 +359,6 @@ impl Default for ServerConfig {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct CacheConfig {
-    /// Upper bound on the bytes the cache holds (entries plus their keys).
-    pub capacity: ByteSize,
-    /// How long a failure (SERVFAIL, or no upstream answered) is cached; 0 disables.
-    #[serde(with = "humantime_serde")]
-    pub servfail_ttl: Duration,
-    /// TTL put on an expired answer served because every upstream failed (RFC 8767).
-    #[serde(with = "humantime_serde")]
-    pub stale_ttl: Duration,
-    /// How long past expiry an answer may still be served stale; 0 disables serve-stale.
-    #[serde(with = "humantime_serde")]
-    pub stale_max_age: Duration,
-    /// How long a query for an expired name waits on upstream before its
-    /// stale answer is sent, the refresh going on behind (RFC 8767's client
-    /// response timer); 0: at once (CoreDNS `serve_stale immediate`).
-    #[serde(with = "humantime_serde")]
-    pub stale_answer_timeout: Duration,
-    /// Hits an entry needs before it is refreshed ahead of expiry; 0 disables prefetch.
-    pub prefetch_min_hits: u32,
-    /// Refresh when this percentage of the original TTL or less remains.
-    pub prefetch_percent: u8,
-    /// The cache written to this file now and then and read at start, so a
-    /// crash or a reboot starts warm (`warm`); unset: off.
-    pub snapshot_file: Option<PathBuf>,
-    /// How often the file is written (at least 10 s).
-    #[serde(with = "humantime_serde")]
-    pub snapshot_interval: Duration,
-    /// The largest file written (and read): the entries past it are left out.
-    pub snapshot_max_size: ByteSize,
-}
-
-impl Default for CacheConfig {
-    fn default() -> Self {
-        CacheConfig {
-            capacity: ByteSize::mib(64),
-            servfail_ttl: Duration::from_secs(5),
-            stale_ttl: Duration::from_secs(30),
-            stale_max_age: Duration::from_secs(3600),
-            stale_answer_timeout: Duration::from_secs(1),
-            prefetch_min_hits: 3,
-            prefetch_percent: 10,
-            snapshot_file: None,
-            snapshot_interval: Duration::from_secs(60),
-            snapshot_max_size: ByteSize::mib(64),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
 pub struct MetricsConfig {
     /// Address of the HTTP server for /metrics (and /health, /ready); ""
     /// disables it. `NODENS_METRICS_LISTEN` in the environment overrides it
@@ -520,7 +469,7 @@ pub struct ZoneConfig {
     pub health_check: Duration,
     /// This zone's cache policy, each key falling back to `[cache]`.
     #[serde(default)]
-    pub cache: super::zone_cache::ZoneCacheConfig,
+    pub cache: crate::cache::config::ZoneCacheConfig,
     /// Local records (`[zone.hosts]`), synthesised answers
     /// (`[[zone.template]]`) and the RFC 6761 names (`local`), answered
     /// before the cache (`records`).

@@ -24,9 +24,9 @@ use std::time::Duration;
 
 use super::check::{Invalid, key};
 use super::file::{File, Policy, Transport, ZoneConfig};
-use crate::vocab::values::DnsAddr;
 use super::{UpstreamSettings, ZonePlan};
 use crate::cache::TtlPolicy;
+use crate::vocab::values::DnsAddr;
 use crate::wire::name;
 
 /// The file of the stub domains in the ConfigMap's directory.

@@ -17,7 +17,6 @@ mod http;
 mod kube_dns;
 pub(crate) mod resolv_conf;
 pub(crate) mod views;
-mod zone_cache;
 mod zone_rules;
 
 use std::fmt;
@@ -27,29 +26,31 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-use crate::cache::TtlPolicy;
 pub use crate::admission::budget::{
     BudgetAction, BudgetConfig, BudgetLimits, BudgetPlan, NamespaceBudgetConfig,
 };
-use check::Invalid;
+use crate::cache::TtlPolicy;
 pub use crate::dnstap::config::{DnstapConfig, DnstapPlan, DnstapQueue, DnstapSocket};
+pub use crate::records::config::{FallthroughConfig, HostsConfig, RecordsPlan, TemplateConfig};
+use crate::vocab::position::Document;
+use check::Invalid;
 pub use file::{
-    Backend, CacheConfig, File, LinkKind, LogConfig, LogFormat, MetricsConfig, NodeConfig, Policy,
-    ServerConfig, Transport, ZoneConfig,
+    Backend, File, LinkKind, LogConfig, LogFormat, MetricsConfig, NodeConfig, Policy, ServerConfig,
+    Transport, ZoneConfig,
 };
 pub use kube_dns::{KubeDnsPoll, KubeDnsSource};
-use crate::vocab::position::Document;
-pub use crate::records::config::{FallthroughConfig, HostsConfig, RecordsPlan, TemplateConfig};
 
+pub use crate::cache::config::{
+    CacheConfig, CachePolicy, CacheSettings, SnapshotPlan, ZoneCacheConfig,
+};
+pub use crate::listen::TcpLimits;
 pub use crate::querylog::config::{
     Class as QueryLogClass, QueryLogConfig, QueryLogFormat, QueryLogOutput, QueryLogPlan,
     ZoneLogPlan, ZoneQueryLogConfig,
 };
-pub use resolv_conf::{ResolvConfError, nameservers as resolv_conf_nameservers};
-pub use crate::listen::TcpLimits;
 pub use crate::upstream::PoolConfig;
 pub use crate::vocab::{BadValue, DnsAddr, HttpListen, LogFilter, ZoneName};
-pub use zone_cache::{CachePolicy, ZoneCacheConfig};
+pub use resolv_conf::{ResolvConfError, nameservers as resolv_conf_nameservers};
 
 /// The configuration in force: what `nodens serve` runs with, compiled
 /// from the file (or the built-in defaults) once per load.
@@ -155,36 +156,6 @@ pub struct HttpPlan {
 pub struct RateLimit {
     pub per_second: u32,
     pub burst: u32,
-}
-
-#[derive(Debug, Clone)]
-pub struct CacheSettings {
-    pub capacity: u64,
-    /// Seconds a failure is cached; 0: not cached.
-    pub failure_ttl: u32,
-    /// The TTL of a stale answer.
-    pub stale_ttl: u32,
-    /// How long past expiry an answer may be served stale.
-    pub stale_max_age: Duration,
-    /// How long a miss with a stale answer waits on upstream before it
-    /// gets the stale answer.
-    pub stale_answer_timeout: Duration,
-    pub prefetch_min_hits: u32,
-    pub prefetch_percent: u8,
-    /// The cache's file on the node's disk (`[cache] snapshot_file`).
-    pub snapshot: Option<SnapshotPlan>,
-}
-
-/// Where and how often the cache is written to disk (`warm`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SnapshotPlan {
-    pub file: PathBuf,
-    pub interval: Duration,
-    pub max_size: u64,
-    /// What the cached answers were asked of: a hash of every zone's name
-    /// and configured upstreams (the cluster domain among them). A file
-    /// written for another is refused (`cache::snapshot_file`).
-    pub identity: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -331,7 +302,9 @@ impl File {
     pub fn parse(text: &str) -> Result<File, ConfigError> {
         let mut file: File = toml::from_str(text).map_err(|e| ConfigError {
             file: None,
-            position: e.span().map(|s| crate::vocab::position::line_col(text, s.start)),
+            position: e
+                .span()
+                .map(|s| crate::vocab::position::line_col(text, s.start)),
             message: e.message().trim_end().to_string(),
         })?;
         if file.zones.is_empty() {
@@ -566,7 +539,9 @@ mod tests {
         use crate::vocab::position::Step::{Index, Key};
         let text = "[server]\nworkers = 1\n\n[[zone]]\nname = \"a\"\n";
         let doc = Document::new(text);
-        let at = |path: &[crate::vocab::position::Step<'_>]| doc.locate(path).map(|s| doc.line_col(s.start).0);
+        let at = |path: &[crate::vocab::position::Step<'_>]| {
+            doc.locate(path).map(|s| doc.line_col(s.start).0)
+        };
         assert_eq!(at(&[Key("server"), Key("query_timeout")]), Some(1));
         assert_eq!(at(&[Key("zone"), Index(0), Key("resolv_conf")]), Some(4));
         assert_eq!(at(&[Key("cache"), Key("capacity")]), None);

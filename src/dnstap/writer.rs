@@ -14,10 +14,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use prost::Message as _;
 
 use super::Counters;
+use super::config::DnstapPlan;
 use super::fstrm::{self, Writer};
 use super::proto::{self, Dnstap, Message, MessageType};
 use super::record::{Record, Side};
-use super::config::DnstapPlan;
 use crate::listen::Proto;
 use crate::search::Clients;
 

@@ -123,9 +123,7 @@ pub trait Service: Send + Sync + Sized + 'static {
 /// One log line a second at most for serving loops that panic again and
 /// again.
 static RESTART_LOG: std::sync::LazyLock<crate::log_limit::LogLimiter> =
-    std::sync::LazyLock::new(|| {
-        crate::log_limit::LogLimiter::new(Duration::from_secs(1))
-    });
+    std::sync::LazyLock::new(|| crate::log_limit::LogLimiter::new(Duration::from_secs(1)));
 
 /// A panic's message, when it has one.
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {

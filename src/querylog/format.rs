@@ -6,8 +6,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use super::record::Record;
 use super::config::QueryLogFormat;
+use super::record::Record;
 use crate::listen::Proto;
 use crate::wire::{QTYPE_LABELS, flag, name, rcode_name};
 

@@ -28,9 +28,9 @@ use prometheus::IntCounter;
 pub(crate) use record::{Answered, Source};
 pub(crate) use writer::REOPEN;
 
-use config::{QueryLogPlan, ZoneLogPlan};
 use crate::listen::Proto;
 use crate::search::Clients;
+use config::{QueryLogPlan, ZoneLogPlan};
 use record::{Record, class_bit};
 
 /// What the settings say about the query log: the sink and each zone's plan

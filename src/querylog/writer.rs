@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use prometheus::IntCounter;
 
+use super::config::{QueryLogFormat, QueryLogOutput};
 use super::format::{self, Clock, Pod};
 use super::record::Record;
-use super::config::{QueryLogFormat, QueryLogOutput};
 use crate::search::Clients;
 
 /// How long the writer naps when the queue is empty: the latency of a line,

@@ -188,7 +188,11 @@ fn compile_hosts(
     };
     let ttl = h.ttl.as_secs();
     if ttl == 0 || ttl > u64::from(u32::MAX) {
-        return Err(hosts_error(index, "ttl", "hosts.ttl: between 1s and 2^32-1 s"));
+        return Err(hosts_error(
+            index,
+            "ttl",
+            "hosts.ttl: between 1s and 2^32-1 s",
+        ));
     }
     let mut inline = String::new();
     for e in &h.entries {

@@ -11,8 +11,8 @@
 //! configuration without any pays one branch (`Settings::records` is
 //! `None`); with some, a zone without any pays an index and a branch.
 
-pub(crate) mod hosts;
 pub(crate) mod config;
+pub(crate) mod hosts;
 mod local;
 mod reply;
 pub(crate) mod rr;
@@ -30,11 +30,11 @@ use reply::{Owner, Reply, Section};
 use template::{Outcome, Template};
 use watch::Source;
 
-use config::RecordsPlan;
 use crate::search::names::suffix_at;
 use crate::tasks::Upkeep;
 use crate::wire::query::Query;
 use crate::wire::{class, rcode, rtype};
+use config::RecordsPlan;
 
 /// Where a name not found goes on (CoreDNS's `fallthrough [ZONES...]`).
 #[derive(Debug, Clone, PartialEq, Eq)]

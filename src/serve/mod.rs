@@ -96,6 +96,14 @@ pub struct Shared {
 /// A listener as the request path sees it: who it is, and its metric handles.
 pub(crate) type ListenerView = ListenerInfo<StatsSlot>;
 
+/// The cache of the request path, for the side services that read or
+/// write only it (the cache file's writer).
+impl AsRef<Cache> for Shared {
+    fn as_ref(&self) -> &Cache {
+        &self.cache
+    }
+}
+
 impl Shared {
     /// Call on the main runtime (see `tasks`).
     pub fn new(

@@ -308,6 +308,23 @@ impl Router {
         (0..self.tables.len()).find_map(|v| self.route_in(v as u8, folded_name))
     }
 
+    /// The longest an answer of any zone lives in the cache: its largest
+    /// TTL plus its stale window (`stale_max_age`: the global one, which a
+    /// zone may lengthen). A cache file older than that holds nothing of use.
+    pub(crate) fn longest_life(&self, stale_max_age: Duration) -> Duration {
+        let zones = self.zones();
+        let longest_ttl = zones
+            .iter()
+            .map(|z| z.ttl.max_ttl.max(z.ttl.negative_max_ttl))
+            .max()
+            .unwrap_or(0);
+        let longest_stale = zones
+            .iter()
+            .map(|z| z.cache.stale_max_age)
+            .fold(stale_max_age, Duration::max);
+        longest_stale + Duration::from_secs(longest_ttl.into())
+    }
+
     pub(crate) fn zones(&self) -> &[Arc<Zone>] {
         &self.zones
     }

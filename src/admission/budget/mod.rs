@@ -27,9 +27,9 @@ use prometheus::IntCounter;
 
 pub(crate) mod config;
 
-pub use config::{BudgetAction, BudgetConfig, BudgetLimits, BudgetPlan, NamespaceBudgetConfig};
 use crate::log_limit::LogLimiter;
 use crate::metrics::{Counters, label_set};
+pub use config::{BudgetAction, BudgetConfig, BudgetLimits, BudgetPlan, NamespaceBudgetConfig};
 
 /// Sets in the table (a power of two) and slots in a set.
 const SETS: usize = 1024;

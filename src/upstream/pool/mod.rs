@@ -33,8 +33,8 @@ mod metrics;
 
 use super::ExchangeError;
 use super::metrics::UpstreamMetrics;
-pub use config::PoolConfig;
 use crate::tasks::Upkeep;
+pub use config::PoolConfig;
 use metrics::PoolMetrics;
 
 /// How often a query is sent again after a reused connection closed under it.

@@ -18,10 +18,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use prometheus::IntGauge;
 
-use crate::cache::{snapshot, snapshot_file};
-use crate::config::{CacheSettings, SnapshotPlan};
+use super::config::{CacheSettings, SnapshotPlan};
+use super::{Cache, TtlPolicy, snapshot, snapshot_file};
 use crate::metrics::{Counters, Histograms, Registry, ResultLabels, duration_buckets};
-use crate::serve::Shared;
 use crate::tasks::Upkeep;
 
 /// The shortest `snapshot_interval`: a write is a pass over the whole cache
@@ -87,15 +86,9 @@ impl WarmMetrics {
 
 /// Writes the cache to `plan.file` now, on the calling thread; logged and
 /// counted.
-fn write_now(shared: &Shared, metrics: &WarmMetrics, plan: &SnapshotPlan, stale: Duration) {
+fn write_now(cache: &Cache, metrics: &WarmMetrics, plan: &SnapshotPlan, stale: Duration) {
     let started = Instant::now();
-    let result = snapshot_file::write(
-        &plan.file,
-        &shared.cache,
-        stale,
-        plan.max_size,
-        plan.identity,
-    );
+    let result = snapshot_file::write(&plan.file, cache, stale, plan.max_size, plan.identity);
     let took = started.elapsed();
     metrics.wrote(&result, took);
     match result {
@@ -119,6 +112,15 @@ fn write_now(shared: &Shared, metrics: &WarmMetrics, plan: &SnapshotPlan, stale:
     }
 }
 
+/// What the running zones keep, for a read of the cache file.
+pub(crate) struct Zones<'a> {
+    /// The TTL policy of a name (wire form), by the zone that answers it.
+    pub policy: &'a dyn Fn(&[u8]) -> Option<TtlPolicy>,
+    /// The longest an entry of any zone lives: no record of an older file
+    /// is of use.
+    pub horizon: Duration,
+}
+
 /// The periodic writer: one task, replaced when its settings change.
 #[derive(Default)]
 pub(crate) struct Writer {
@@ -127,11 +129,11 @@ pub(crate) struct Writer {
 
 impl Writer {
     /// Starts, restarts or stops the writer as `cache` asks (at start and
-    /// on reload).
-    pub(crate) fn apply(
+    /// on reload), writing the cache that `holder` holds.
+    pub(crate) fn apply<C: AsRef<Cache> + Send + Sync + 'static>(
         &mut self,
         cache: &CacheSettings,
-        shared: &Arc<Shared>,
+        holder: &Arc<C>,
         metrics: &Arc<WarmMetrics>,
         upkeep: &Upkeep,
     ) {
@@ -150,14 +152,14 @@ impl Writer {
         let Some((plan, stale)) = wanted else {
             return;
         };
-        let (shared, metrics, task_plan) = (shared.clone(), metrics.clone(), plan.clone());
+        let (holder, metrics, task_plan) = (holder.clone(), metrics.clone(), plan.clone());
         let task = upkeep.spawn_stoppable(async move {
             let mut next = tokio::time::Instant::now() + task_plan.interval;
             loop {
                 tokio::time::sleep_until(next).await;
-                let (shared, metrics, plan) = (shared.clone(), metrics.clone(), task_plan.clone());
+                let (holder, metrics, plan) = (holder.clone(), metrics.clone(), task_plan.clone());
                 let _ = tokio::task::spawn_blocking(move || {
-                    write_now(&shared, &metrics, &plan, stale);
+                    write_now((*holder).as_ref(), &metrics, &plan, stale);
                 })
                 .await;
                 // Never more often than the interval, however long a write took.
@@ -169,14 +171,20 @@ impl Writer {
 
     /// At a clean shutdown: stops the timer and writes once more, so a
     /// reboot's drain leaves a file as fresh as it can be.
-    pub(crate) async fn last_write(&mut self, shared: &Arc<Shared>, metrics: &Arc<WarmMetrics>) {
+    pub(crate) async fn last_write<C: AsRef<Cache> + Send + Sync + 'static>(
+        &mut self,
+        holder: &Arc<C>,
+        metrics: &Arc<WarmMetrics>,
+    ) {
         let Some((plan, stale, task)) = self.running.take() else {
             return;
         };
         task.abort();
-        let (shared, metrics) = (shared.clone(), metrics.clone());
-        let _ =
-            tokio::task::spawn_blocking(move || write_now(&shared, &metrics, &plan, stale)).await;
+        let (holder, metrics) = (holder.clone(), metrics.clone());
+        let _ = tokio::task::spawn_blocking(move || {
+            write_now((*holder).as_ref(), &metrics, &plan, stale)
+        })
+        .await;
     }
 
     /// Stops writing (the cache went to a new process, which writes its own).
@@ -191,29 +199,22 @@ impl Writer {
 /// against this process's settings as a handover's are; the wall-clock time
 /// since the write is added to every age. A file refused whole is logged
 /// and counted, and the process starts cold.
+///
+/// `zones` says what the running zones keep: each name's TTL policy, and
+/// the longest an entry of any zone lives (its largest TTL plus its stale
+/// window), past which a file is too old to read.
 pub(crate) fn load_at_start(
-    shared: &Shared,
+    into: &Cache,
+    zones: &Zones<'_>,
     metrics: &WarmMetrics,
-    gauges: &crate::cache::metrics::CacheGauges,
+    gauges: &super::metrics::CacheGauges,
     cache: &CacheSettings,
 ) {
     let Some(plan) = &cache.snapshot else {
         return;
     };
     let file = plan.file.display();
-    let settings = shared.settings.load();
-    let zones = settings.router.zones();
-    let longest_ttl = zones
-        .iter()
-        .map(|z| z.ttl.max_ttl.max(z.ttl.negative_max_ttl))
-        .max()
-        .unwrap_or(0);
-    let longest_stale = zones
-        .iter()
-        .map(|z| z.cache.stale_max_age)
-        .fold(cache.stale_max_age, Duration::max);
-    // No entry outlives the largest TTL a zone keeps plus its stale window.
-    let horizon = longest_stale + Duration::from_secs(longest_ttl.into());
+    let horizon = zones.horizon;
     // No bigger than the cache it fills: a snapshot of a cache of this
     // capacity is smaller (an entry weighs more than its bytes).
     let max_size = plan.max_size.min(cache.capacity.saturating_add(64 << 10));
@@ -239,16 +240,15 @@ pub(crate) fn load_at_start(
             return;
         }
     };
-    let policy = |name: &[u8]| settings.router.route(name).map(|zone| zone.ttl);
     let now = Instant::now();
     let rules = snapshot::Rules {
-        policy: &policy,
+        policy: zones.policy,
         stale_max_age: cache.stale_max_age,
         max_records: snapshot::max_records(cache.capacity),
         deadline: now + snapshot::LOAD_TIME,
     };
     let loaded = match opened.stream() {
-        Ok(mut stream) => snapshot::read_aged(&shared.cache, now, age, &rules, &mut stream),
+        Ok(mut stream) => snapshot::read_aged(into, now, age, &rules, &mut stream),
         Err(e) => {
             tracing::warn!(%file, "cache file: cannot read it: {e}; starting cold");
             snapshot::Loaded::default()

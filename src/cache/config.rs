@@ -1,5 +1,6 @@
-//! `[zone.cache]`: one zone's cache policy, each key falling back to
-//! `[cache]`. node-local-dns Corefiles set `cache` per server block (other
+//! The cache's configuration: `[cache]` (the capacity, the cache file,
+//! each zone's defaults) and `[zone.cache]`, one zone's cache policy, each
+//! key falling back to `[cache]`. node-local-dns Corefiles set `cache` per server block (other
 //! TTLs, `serve_stale`, `prefetch`, `servfail`, or no cache at all), so the
 //! policy is the zone's; the capacity stays one for the whole cache.
 //!
@@ -8,13 +9,144 @@
 //! has already routed to, so a per-zone policy costs the hit path nothing
 //! beyond the global one it replaces.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
+use bytesize::ByteSize;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::check::Invalid;
-use super::file::CacheConfig;
+use crate::vocab::{Invalid, key};
+
+/// `[cache]`: the cache of the whole process, and each zone's defaults.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheConfig {
+    /// Upper bound on the bytes the cache holds (entries plus their keys).
+    pub capacity: ByteSize,
+    /// How long a failure (SERVFAIL, or no upstream answered) is cached; 0 disables.
+    #[serde(with = "humantime_serde")]
+    pub servfail_ttl: Duration,
+    /// TTL put on an expired answer served because every upstream failed (RFC 8767).
+    #[serde(with = "humantime_serde")]
+    pub stale_ttl: Duration,
+    /// How long past expiry an answer may still be served stale; 0 disables serve-stale.
+    #[serde(with = "humantime_serde")]
+    pub stale_max_age: Duration,
+    /// How long a query for an expired name waits on upstream before its
+    /// stale answer is sent, the refresh going on behind (RFC 8767's client
+    /// response timer); 0: at once (CoreDNS `serve_stale immediate`).
+    #[serde(with = "humantime_serde")]
+    pub stale_answer_timeout: Duration,
+    /// Hits an entry needs before it is refreshed ahead of expiry; 0 disables prefetch.
+    pub prefetch_min_hits: u32,
+    /// Refresh when this percentage of the original TTL or less remains.
+    pub prefetch_percent: u8,
+    /// The cache written to this file now and then and read at start, so a
+    /// crash or a reboot starts warm (`warm`); unset: off.
+    pub snapshot_file: Option<PathBuf>,
+    /// How often the file is written (at least 10 s).
+    #[serde(with = "humantime_serde")]
+    pub snapshot_interval: Duration,
+    /// The largest file written (and read): the entries past it are left out.
+    pub snapshot_max_size: ByteSize,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            capacity: ByteSize::mib(64),
+            servfail_ttl: Duration::from_secs(5),
+            stale_ttl: Duration::from_secs(30),
+            stale_max_age: Duration::from_secs(3600),
+            stale_answer_timeout: Duration::from_secs(1),
+            prefetch_min_hits: 3,
+            prefetch_percent: 10,
+            snapshot_file: None,
+            snapshot_interval: Duration::from_secs(60),
+            snapshot_max_size: ByteSize::mib(64),
+        }
+    }
+}
+
+impl CacheConfig {
+    /// The first rule the section breaks, if any.
+    pub(crate) fn check(&self) -> Result<(), Invalid> {
+        if self.prefetch_percent > 100 {
+            return Err(key(
+                &["cache", "prefetch_percent"],
+                "cache.prefetch_percent: must be 0 to 100",
+            ));
+        }
+        self.check_snapshot()
+    }
+
+    /// `[cache] snapshot_*`: an absolute file path, an interval that bounds
+    /// the disk's writes, a size that holds at least a few entries.
+    fn check_snapshot(&self) -> Result<(), Invalid> {
+        let c = self;
+        if let Some(file) = &c.snapshot_file
+            && (!file.is_absolute() || file.file_name().is_none())
+        {
+            return Err(key(
+                &["cache", "snapshot_file"],
+                format!(
+                    "cache.snapshot_file: `{}` is not an absolute path to a file",
+                    file.display()
+                ),
+            ));
+        }
+        if c.snapshot_interval < super::warm::MIN_INTERVAL {
+            return Err(key(
+                &["cache", "snapshot_interval"],
+                format!(
+                    "cache.snapshot_interval: must be at least {:?}",
+                    super::warm::MIN_INTERVAL
+                ),
+            ));
+        }
+        if c.snapshot_max_size.as_u64() < super::warm::MIN_SIZE {
+            return Err(key(
+                &["cache", "snapshot_max_size"],
+                format!(
+                    "cache.snapshot_max_size: must be at least {} bytes",
+                    super::warm::MIN_SIZE
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct CacheSettings {
+    pub capacity: u64,
+    /// Seconds a failure is cached; 0: not cached.
+    pub failure_ttl: u32,
+    /// The TTL of a stale answer.
+    pub stale_ttl: u32,
+    /// How long past expiry an answer may be served stale.
+    pub stale_max_age: Duration,
+    /// How long a miss with a stale answer waits on upstream before it
+    /// gets the stale answer.
+    pub stale_answer_timeout: Duration,
+    pub prefetch_min_hits: u32,
+    pub prefetch_percent: u8,
+    /// The cache's file on the node's disk (`[cache] snapshot_file`).
+    pub snapshot: Option<SnapshotPlan>,
+}
+
+/// Where and how often the cache is written to disk (`warm`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotPlan {
+    pub file: PathBuf,
+    pub interval: Duration,
+    pub max_size: u64,
+    /// What the cached answers were asked of: a hash of every zone's name
+    /// and configured upstreams (the cluster domain among them). A file
+    /// written for another is refused (`cache::snapshot_file`).
+    pub identity: u64,
+}
 
 /// `[zone.cache]` as written: every key optional.
 #[derive(Debug, Clone, Deserialize, Default, PartialEq)]
@@ -64,8 +196,8 @@ pub struct CachePolicy {
 
 impl CachePolicy {
     /// Whether an entry of `kind` may be stored for this zone.
-    pub(crate) fn stores(&self, kind: crate::cache::Kind) -> bool {
-        use crate::cache::Kind;
+    pub(crate) fn stores(&self, kind: super::Kind) -> bool {
+        use super::Kind;
         self.enabled
             && match kind {
                 Kind::Success => self.store_success,
@@ -91,7 +223,7 @@ fn secs(d: Duration) -> u32 {
 
 impl ZoneCacheConfig {
     /// The policy: each key as written here, else as in `[cache]`.
-    pub(super) fn compile(&self, global: &CacheConfig) -> Result<CachePolicy, Invalid> {
+    pub(crate) fn compile(&self, global: &CacheConfig) -> Result<CachePolicy, Invalid> {
         let percent = match &self.prefetch_percent {
             Some(p) if *p.get_ref() > 100 => {
                 return Err(Invalid::At(
