@@ -31,10 +31,10 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwapOption;
 
 use super::{Cache, Key};
-use crate::records::hosts::reverse_address;
 use crate::wire::name::label_starts;
 use crate::wire::read_u32;
 use crate::wire::response::{Layout, Section, sane_ttl};
+use crate::wire::reverse::address as reverse_address;
 
 /// How much later than nodens the cluster DNS may see a change (both
 /// watch one API server; a watch event reaches its watchers within

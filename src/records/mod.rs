@@ -25,7 +25,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hosts::{HostsData, Stamp, reverse_address};
+use crate::wire::reverse::address as reverse_address;
+use hosts::{HostsData, Stamp};
 use reply::{Owner, Reply, Section};
 use template::{Outcome, Template};
 use watch::Source;

@@ -12,6 +12,7 @@ pub mod name;
 pub mod query;
 pub(crate) mod rdata;
 pub mod response;
+pub(crate) mod reverse;
 pub(crate) mod soa;
 
 pub const HEADER_LEN: usize = 12;
