@@ -43,6 +43,7 @@ mod cache;
 mod coalesce;
 mod dnstap;
 mod http;
+mod ifaddrs;
 mod kubernetes;
 mod listen;
 mod lock;

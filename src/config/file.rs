@@ -10,7 +10,7 @@ use ipnet::IpNet;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::upstream::PoolConfig;
+use crate::upstream::{Policy, PoolConfig, Transport};
 use crate::vocab::values::{DnsAddr, HttpListen, LogFilter, ZoneName};
 
 /// The whole file, as written (an empty file is all defaults).
@@ -507,20 +507,6 @@ pub struct ZoneConfig {
     pub no_aaaa_for_ipv4_pods: bool,
 }
 
-/// How a zone's queries travel upstream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Transport {
-    /// UDP; TCP (through the pool) only for an answer that came back truncated.
-    #[default]
-    PreferUdp,
-    /// Every query over TCP through the pool (NodeLocal DNSCache's `force_tcp`).
-    ForceTcp,
-    /// UDP, and the same query over TCP if UDP gets no answer within half
-    /// the upstream timeout (a datagram lost to a conntrack race, say).
-    TcpFallbackOnTimeout,
-}
-
 fn default_max_fails() -> u32 {
     2
 }
@@ -575,18 +561,4 @@ impl ZoneConfig {
             no_aaaa_for_ipv4_pods: false,
         }
     }
-}
-
-/// In which order a zone's upstreams are tried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Policy {
-    /// In the configured order, like resolv.conf.
-    #[default]
-    Sequential,
-    /// A random first upstream per query, then the others in order.
-    Random,
-    /// Each query starts at the next upstream in turn, then the others in
-    /// order (CoreDNS forward's `policy round_robin`).
-    RoundRobin,
 }

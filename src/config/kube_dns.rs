@@ -23,9 +23,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::check::{Invalid, key};
-use super::file::{File, Policy, Transport, ZoneConfig};
+use super::file::{File, ZoneConfig};
 use super::{UpstreamSettings, ZonePlan};
 use crate::cache::TtlPolicy;
+use crate::upstream::{Policy, Transport};
 use crate::vocab::values::DnsAddr;
 use crate::wire::name;
 

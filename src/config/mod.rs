@@ -29,14 +29,13 @@ use ipnet::IpNet;
 pub use crate::admission::budget::{
     BudgetAction, BudgetConfig, BudgetLimits, BudgetPlan, NamespaceBudgetConfig,
 };
-use crate::cache::TtlPolicy;
 pub use crate::dnstap::config::{DnstapConfig, DnstapPlan, DnstapQueue, DnstapSocket};
 pub use crate::records::config::{FallthroughConfig, HostsConfig, RecordsPlan, TemplateConfig};
 use crate::vocab::position::Document;
 use check::Invalid;
 pub use file::{
-    Backend, File, LinkKind, LogConfig, LogFormat, MetricsConfig, NodeConfig, Policy, ServerConfig,
-    Transport, ZoneConfig,
+    Backend, File, LinkKind, LogConfig, LogFormat, MetricsConfig, NodeConfig, ServerConfig,
+    ZoneConfig,
 };
 pub use kube_dns::{KubeDnsPoll, KubeDnsSource};
 
@@ -48,7 +47,9 @@ pub use crate::querylog::config::{
     Class as QueryLogClass, QueryLogConfig, QueryLogFormat, QueryLogOutput, QueryLogPlan,
     ZoneLogPlan, ZoneQueryLogConfig,
 };
-pub use crate::upstream::PoolConfig;
+pub use crate::upstream::{
+    EndpointsPlan, Policy, PoolConfig, Transport, UpstreamSettings, ZonePlan,
+};
 pub use crate::vocab::{BadValue, DnsAddr, HttpListen, LogFilter, ZoneName};
 pub use resolv_conf::{ResolvConfError, nameservers as resolv_conf_nameservers};
 
@@ -103,14 +104,6 @@ pub struct KubernetesPlan {
     pub kubeconfig: Option<PathBuf>,
     /// This node's name (`cluster.autopath`'s pod watch).
     pub node_name: Option<String>,
-}
-
-/// The Service whose ready endpoints a zone asks (`[zone.endpoints]`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct EndpointsPlan {
-    pub namespace: String,
-    pub service: String,
-    pub port: String,
 }
 
 #[derive(Debug, Clone)]
@@ -178,51 +171,6 @@ pub struct NodePlan {
     /// The listen addresses the interface holds, and whose port-53 traffic
     /// the rules take out of conntrack.
     pub addresses: Vec<SocketAddr>,
-}
-
-/// One forwarding zone, ready to be built.
-#[derive(Debug, Clone)]
-pub struct ZonePlan {
-    /// Presentation form ("cluster.local.", ".").
-    pub name: String,
-    /// The listed upstreams, or the nameservers of the zone's resolv.conf.
-    pub upstreams: Vec<SocketAddr>,
-    pub policy: Policy,
-    pub transport: Transport,
-    pub randomize_case: bool,
-    pub upstream_timeout: Duration,
-    pub ttl: TtlPolicy,
-    /// How this zone wants its upstreams run (pool, health, logs).
-    pub upstream: UpstreamSettings,
-    /// Upstreams discovered from a Service's EndpointSlices; `upstreams`
-    /// is the fallback while they are unknown.
-    pub endpoints: Option<EndpointsPlan>,
-    /// The zone's cache policy (`[zone.cache]` over `[cache]`).
-    pub cache: CachePolicy,
-    /// Answers from the configuration before the cache (`records`).
-    pub records: Option<RecordsPlan>,
-    /// The listen addresses this zone serves (a view); empty: every one.
-    pub listen: Vec<SocketAddr>,
-    /// `except`, `rewrite`, `dns64` compiled (`zone_rules.rs`); `None`: plain forwarding.
-    pub(crate) rules: Option<std::sync::Arc<crate::upstream::rules::ZoneRules>>,
-    /// What the zone's query log logs; `None`: nothing.
-    pub query_log: Option<ZoneLogPlan>,
-    /// AAAA from a pod of this node without IPv6: NODATA, not asked.
-    pub no_aaaa_for_ipv4_pods: bool,
-}
-
-/// What an upstream is built from; an upstream whose settings did not
-/// change survives a reload with its connections and health.
-#[derive(Debug, Clone, PartialEq)]
-pub struct UpstreamSettings {
-    pub pool: PoolConfig,
-    pub max_fails: u32,
-    pub health_check: Duration,
-    /// Probe over TCP (the first zone listing it forces TCP) or UDP.
-    pub probe_over_tcp: bool,
-    pub probe_timeout: Duration,
-    /// At most one log line per this interval for the upstream's errors.
-    pub log_interval: Duration,
 }
 
 /// A configuration error, with the position of the value it is about when known.

@@ -80,7 +80,7 @@ impl OwnAddresses {
     /// side of the loop check).
     pub(crate) fn read() -> OwnAddresses {
         OwnAddresses(
-            crate::doctor::node::interfaces::getifaddrs()
+            crate::ifaddrs::getifaddrs()
                 .ok()
                 .map(|links| links.into_iter().filter_map(|l| l.addr).collect()),
         )

@@ -17,9 +17,9 @@ use std::time::Instant as StdInstant;
 use rand::Rng;
 use tokio::time::Instant;
 
+use super::config::{Policy, Transport};
 use super::{ExchangeError, Upstream, Zone, case, udp};
 use crate::cache::Key;
-use crate::config::{Policy, Transport};
 use crate::listen::Proto;
 use crate::wire::response::Case;
 use crate::wire::response::{self, Layout};

@@ -2,6 +2,7 @@
 //! servers, and the transports that carry a query to one of them.
 
 pub(crate) mod case;
+pub(crate) mod config;
 pub(crate) mod forward;
 pub(crate) mod health;
 pub(crate) mod metrics;
@@ -10,6 +11,7 @@ pub(crate) mod rules;
 pub(crate) mod udp;
 mod views;
 
+pub use config::{EndpointsPlan, Policy, Transport, UpstreamSettings, ZonePlan};
 pub use pool::PoolConfig;
 
 use std::collections::HashMap;
@@ -21,8 +23,8 @@ use std::time::Duration;
 use prometheus::{Histogram, IntCounter, IntGauge};
 use thiserror::Error;
 
+use crate::cache::config::CachePolicy;
 use crate::cache::{PrefetchGain, TtlPolicy};
-use crate::config::{CachePolicy, Policy, Transport, UpstreamSettings, ZonePlan};
 use crate::log_limit::LogLimiter;
 use crate::tasks::Upkeep;
 use crate::wire::name;

@@ -9,7 +9,7 @@
 use std::net::SocketAddr;
 
 use super::MAX_VIEWS;
-use crate::config::ZonePlan;
+use super::config::ZonePlan;
 
 /// The zone indexes of each table, and each listener's table.
 pub(super) struct Views {

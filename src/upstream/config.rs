@@ -1,0 +1,96 @@
+//! What a forwarding zone is built from ([`ZonePlan`]: compiled by
+//! `config` from a `[[zone]]`), and the zone section's choices of how its
+//! upstreams are asked ([`Policy`], [`Transport`]) and run
+//! ([`UpstreamSettings`]).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::PoolConfig;
+use crate::cache::TtlPolicy;
+use crate::cache::config::CachePolicy;
+use crate::querylog::config::ZoneLogPlan;
+use crate::records::config::RecordsPlan;
+
+/// One forwarding zone, ready to be built.
+#[derive(Debug, Clone)]
+pub struct ZonePlan {
+    /// Presentation form ("cluster.local.", ".").
+    pub name: String,
+    /// The listed upstreams, or the nameservers of the zone's resolv.conf.
+    pub upstreams: Vec<SocketAddr>,
+    pub policy: Policy,
+    pub transport: Transport,
+    pub randomize_case: bool,
+    pub upstream_timeout: Duration,
+    pub ttl: TtlPolicy,
+    /// How this zone wants its upstreams run (pool, health, logs).
+    pub upstream: UpstreamSettings,
+    /// Upstreams discovered from a Service's EndpointSlices; `upstreams`
+    /// is the fallback while they are unknown.
+    pub endpoints: Option<EndpointsPlan>,
+    /// The zone's cache policy (`[zone.cache]` over `[cache]`).
+    pub cache: CachePolicy,
+    /// Answers from the configuration before the cache (`records`).
+    pub records: Option<RecordsPlan>,
+    /// The listen addresses this zone serves (a view); empty: every one.
+    pub listen: Vec<SocketAddr>,
+    /// `except`, `rewrite`, `dns64` compiled (`zone_rules.rs`); `None`: plain forwarding.
+    pub(crate) rules: Option<std::sync::Arc<super::rules::ZoneRules>>,
+    /// What the zone's query log logs; `None`: nothing.
+    pub query_log: Option<ZoneLogPlan>,
+    /// AAAA from a pod of this node without IPv6: NODATA, not asked.
+    pub no_aaaa_for_ipv4_pods: bool,
+}
+
+/// What an upstream is built from; an upstream whose settings did not
+/// change survives a reload with its connections and health.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamSettings {
+    pub pool: PoolConfig,
+    pub max_fails: u32,
+    pub health_check: Duration,
+    /// Probe over TCP (the first zone listing it forces TCP) or UDP.
+    pub probe_over_tcp: bool,
+    pub probe_timeout: Duration,
+    /// At most one log line per this interval for the upstream's errors.
+    pub log_interval: Duration,
+}
+
+/// The Service whose ready endpoints a zone asks (`[zone.endpoints]`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EndpointsPlan {
+    pub namespace: String,
+    pub service: String,
+    pub port: String,
+}
+
+/// In which order a zone's upstreams are tried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Policy {
+    /// In the configured order, like resolv.conf.
+    #[default]
+    Sequential,
+    /// A random first upstream per query, then the others in order.
+    Random,
+    /// Each query starts at the next upstream in turn, then the others in
+    /// order (CoreDNS forward's `policy round_robin`).
+    RoundRobin,
+}
+
+/// How a zone's queries travel upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Transport {
+    /// UDP; TCP (through the pool) only for an answer that came back truncated.
+    #[default]
+    PreferUdp,
+    /// Every query over TCP through the pool (NodeLocal DNSCache's `force_tcp`).
+    ForceTcp,
+    /// UDP, and the same query over TCP if UDP gets no answer within half
+    /// the upstream timeout (a datagram lost to a conntrack race, say).
+    TcpFallbackOnTimeout,
+}
