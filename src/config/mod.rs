@@ -1,9 +1,16 @@
-//! Configuration: the file's schema ([`File`], in `file.rs`), its typed
-//! values (`values.rs`), the rules it must follow (`check.rs`) and the
-//! compile step (`compile.rs`) that turns it into the [`Config`] snapshot
-//! that the server,
-//! reload and the request path read. Nothing outside this module reads the
-//! file or resolv.conf.
+//! Configuration: the file assembled from the features' sections
+//! ([`File`], in `file.rs`), the rules across sections (`check.rs`,
+//! `views.rs`), the load (the file, resolv.conf, the kube-dns ConfigMap)
+//! and the compile step (`compile.rs`) that turns it into the [`Config`]
+//! snapshot that the server, reload and the request path read.
+//!
+//! Each feature owns its section and its compile step, beside its runtime
+//! (as each CoreDNS plugin parses its own stanza): `cache/config.rs`,
+//! `upstream/config.rs` (the zone plan) and `upstream/pool/config.rs`,
+//! `records/config.rs`, `querylog/config.rs`, `dnstap/config.rs`,
+//! `admission/budget/config.rs`; the vocabulary they share (typed values,
+//! positions, the broken rule) is `vocab/`, a leaf. This module imports
+//! them, never the other way round.
 //!
 //! Errors name the file, line and column of the value they are about, both
 //! for syntax errors and for values that parse but make no sense (a zone
