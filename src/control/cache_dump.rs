@@ -5,23 +5,19 @@
 use std::io::{self, Write};
 use std::time::Instant;
 
+use super::Served;
 use super::protocol::Reply;
 use super::records::describe;
 use super::write_reply;
-use crate::serve::Shared;
 
-pub(super) fn run(shared: &Shared, out: &mut impl Write) -> io::Result<()> {
+pub(super) fn run(served: &dyn Served, out: &mut impl Write) -> io::Result<()> {
     let now = Instant::now();
-    let settings = shared.settings.load();
-    let mut all = shared.cache.entries(|_| true);
+    let mut all = served.cache().entries(|_| true);
     all.sort_by(|(a, _), (b, _)| {
         (a.name(), a.qtype(), a.view(), a.flags()).cmp(&(b.name(), b.qtype(), b.view(), b.flags()))
     });
     for (key, entry) in &all {
-        write_reply(
-            out,
-            &Reply::Entry(describe(&shared.cache, key, entry, &settings, now)),
-        )?;
+        write_reply(out, &Reply::Entry(describe(served, key, entry, now)))?;
     }
     write_reply(out, &Reply::Done { entries: all.len() })
 }

@@ -5,15 +5,15 @@
 use std::io::{self, Write};
 use std::time::Instant;
 
+use super::Served;
 use super::metrics::ControlMetrics;
 use super::protocol::{FlushScope, Reply};
 use super::records::folded;
 use super::write_reply;
 use crate::cache::inspect::Flush;
-use crate::serve::Shared;
 
 pub(super) fn run(
-    shared: &Shared,
+    served: &dyn Served,
     metrics: &ControlMetrics,
     scope: &FlushScope,
     out: &mut impl Write,
@@ -27,7 +27,7 @@ pub(super) fn run(
         Ok(f) => f,
         Err(e) => return write_reply(out, &Reply::Error(e)),
     };
-    let entries = shared.cache.flush(flush, Instant::now());
+    let entries = served.cache().flush(flush, Instant::now());
     metrics.flush(scope.label(), entries);
     tracing::info!(scope = scope.label(), entries, "cache flushed: {scope:?}");
     write_reply(

@@ -4,13 +4,13 @@
 use std::io::{self, Write};
 use std::time::Instant;
 
+use super::Served;
 use super::protocol::Reply;
 use super::records::{describe, folded};
 use super::write_reply;
-use crate::serve::Shared;
 
 pub(super) fn run(
-    shared: &Shared,
+    served: &dyn Served,
     name: &str,
     qtype: Option<&str>,
     out: &mut impl Write,
@@ -25,16 +25,12 @@ pub(super) fn run(
         Some(Err(t)) => return write_reply(out, &Reply::Error(format!("unknown type {t:?}"))),
     };
     let now = Instant::now();
-    let settings = shared.settings.load();
-    let mut found = shared
-        .cache
+    let mut found = served
+        .cache()
         .entries(|key| key.name() == &*wire && qtype.is_none_or(|t| key.qtype() == t));
     found.sort_by_key(|(key, _)| (key.qtype(), key.view(), key.flags()));
     for (key, entry) in &found {
-        write_reply(
-            out,
-            &Reply::Entry(describe(&shared.cache, key, entry, &settings, now)),
-        )?;
+        write_reply(out, &Reply::Entry(describe(served, key, entry, now)))?;
     }
     write_reply(
         out,

@@ -36,7 +36,6 @@ pub use metrics::ControlMetrics;
 pub use protocol::{CachedEntry, FlushScope, ProbeKind, Reply, Request};
 
 use crate::log_limit::LogLimiter;
-use crate::serve::Shared;
 use protocol::MAX_REQUEST;
 
 /// Clients served at once; one more is told to come back later.
@@ -50,9 +49,24 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// How long the accepting thread waits for a refused client's request.
 const DISCARD_TIME: Duration = Duration::from_millis(200);
 
+/// What the control channel reads of the running server, and nothing more
+/// of the request path: the cache, the stale window each name's zone gives
+/// (as the hit path judges it), the per-workload view and readiness. The
+/// server implements it over the request path's state.
+pub(crate) trait Served: Send + Sync + 'static {
+    fn cache(&self) -> &crate::cache::Cache;
+    /// The stale window of the zone that answers `name` (folded wire) in
+    /// `view`; zero when no zone does.
+    fn stale_window(&self, view: u8, name: &[u8]) -> Duration;
+    /// The node's workloads, busiest first, at most `limit`; `None` while
+    /// the workload counters are off.
+    fn top(&self, limit: usize) -> Option<TopView>;
+    fn ready(&self) -> bool;
+}
+
 /// What the commands act on.
 struct Context {
-    shared: Arc<Shared>,
+    shared: Arc<dyn Served>,
     metrics: Arc<ControlMetrics>,
     clients: AtomicUsize,
     refusals: LogLimiter,
@@ -62,9 +76,9 @@ struct Context {
 /// serves the control channel on a thread of its own for as long as the
 /// process lives. A handover's new process binds the path anew; this
 /// one's listener then serves nobody.
-pub fn listen(
+pub(crate) fn listen(
     path: &Path,
-    shared: Arc<Shared>,
+    shared: Arc<dyn Served>,
     metrics: Arc<ControlMetrics>,
 ) -> anyhow::Result<()> {
     let listener = crate::trust::listen_private(path)?;
@@ -162,19 +176,19 @@ fn serve(stream: UnixStream, context: &Context) {
     let result = match &request {
         Request::CacheShow { name, qtype } => {
             context.metrics.request("cache-show");
-            cache_show::run(&context.shared, name, qtype.as_deref(), &mut out)
+            cache_show::run(&*context.shared, name, qtype.as_deref(), &mut out)
         }
         Request::CacheFlush { scope } => {
             context.metrics.request("cache-flush");
-            cache_flush::run(&context.shared, &context.metrics, scope, &mut out)
+            cache_flush::run(&*context.shared, &context.metrics, scope, &mut out)
         }
         Request::CacheDump => {
             context.metrics.request("cache-dump");
-            cache_dump::run(&context.shared, &mut out)
+            cache_dump::run(&*context.shared, &mut out)
         }
         Request::Top { limit } => {
             context.metrics.request("top");
-            top::run(&context.shared, *limit, &mut out)
+            top::run(&*context.shared, *limit, &mut out)
         }
         Request::Probe { what } => {
             context.metrics.request("probe");
@@ -184,7 +198,7 @@ fn serve(stream: UnixStream, context: &Context) {
                     (health.ok(), health.page())
                 }
                 ProbeKind::Ready => {
-                    let ready = context.shared.ready.load(Ordering::Relaxed);
+                    let ready = context.shared.ready();
                     (
                         ready,
                         if ready { "OK\n" } else { "not ready\n" }.to_string(),

@@ -1,29 +1,20 @@
 //! A cached entry in the words an operator reads: its question, state and
 //! records in presentation format (hickory-proto's, the text `dig` prints).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use hickory_proto::op::{Message, ResponseCode};
 use hickory_proto::rr::{DNSClass, RecordType};
 
+use super::Served;
 use super::protocol::CachedEntry;
-use crate::cache::{Cache, Entry, Key, Kind};
-use crate::serve::Settings;
+use crate::cache::{Entry, Key, Kind};
 
 /// `entry`, stored under `key`, as it stands at `now`.
-pub(super) fn describe(
-    cache: &Cache,
-    key: &Key,
-    entry: &Entry,
-    settings: &Settings,
-    now: Instant,
-) -> CachedEntry {
+pub(super) fn describe(served: &dyn Served, key: &Key, entry: &Entry, now: Instant) -> CachedEntry {
     // The window the zone serving this name gives stale answers, as the
     // hit path would judge it.
-    let stale_max_age = settings
-        .router
-        .route_in(key.view(), key.name())
-        .map_or(Duration::ZERO, |zone| zone.cache.stale_max_age);
+    let stale_max_age = served.stale_window(key.view(), key.name());
     let parts = entry.parts(now);
     let age = parts.age.as_secs();
     let kind = match (parts.kind, parts.rcode) {
@@ -63,7 +54,11 @@ pub(super) fn describe(
         checking_disabled: key.checking_disabled(),
         kind: kind.into(),
         rcode: ResponseCode::from(0, parts.rcode as u8).to_string(),
-        state: cache.state_of(entry, now, stale_max_age).label().into(),
+        state: served
+            .cache()
+            .state_of(entry, now, stale_max_age)
+            .label()
+            .into(),
         ttl_left: entry.remaining(now).as_secs(),
         age,
         records,

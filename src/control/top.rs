@@ -3,15 +3,19 @@
 
 use std::io::{self, Write};
 
+use super::Served;
 use super::protocol::Reply;
 use super::write_reply;
-use crate::serve::Shared;
 
 /// Workloads sent when the client names no limit: every slot of the table.
 const ALL: usize = 1024;
 
-pub(super) fn run(shared: &Shared, limit: Option<usize>, out: &mut impl Write) -> io::Result<()> {
-    let Some(workloads) = shared.settings.load().workloads.clone() else {
+pub(super) fn run(
+    served: &dyn Served,
+    limit: Option<usize>,
+    out: &mut impl Write,
+) -> io::Result<()> {
+    let Some(view) = served.top(limit.unwrap_or(ALL).min(ALL)) else {
         return write_reply(
             out,
             &Reply::Error(
@@ -19,6 +23,5 @@ pub(super) fn run(shared: &Shared, limit: Option<usize>, out: &mut impl Write) -
             ),
         );
     };
-    let view = workloads.view(&shared.search.clients, limit.unwrap_or(ALL).min(ALL));
     write_reply(out, &Reply::Top(view))
 }
