@@ -33,7 +33,16 @@ use kube::runtime::watcher;
 use super::metrics::{KubeMetrics, WatchLabels};
 use super::watch::{Follower, follow};
 use crate::cache::follow::{Coverage, Purge};
-use crate::serve::Shared;
+
+/// What a change of the API acts on: the cache (its coverage, its hold,
+/// the entries a change purges) and the denials the local stage learned.
+/// The request path's state implements it (`serve/follow.rs`).
+pub(crate) trait Followed: Send + Sync + 'static {
+    fn cache(&self) -> &crate::cache::Cache;
+    /// Drops what `purge` covers from the cache and from the learned
+    /// denials; returns the cache entries dropped.
+    fn purge(&self, purge: &Purge) -> usize;
+}
 
 /// The label Kubernetes puts on a Service's EndpointSlices.
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -156,7 +165,7 @@ fn slice_view(s: &EndpointSlice) -> SliceView {
 /// What the watches know, kept by the server across restarts of the
 /// watch (an outage, a reload), so a new list is compared with the last.
 pub(crate) struct FollowState {
-    shared: Arc<Shared>,
+    shared: Arc<dyn Followed>,
     metrics: Arc<KubeMetrics>,
     inner: Mutex<Inner>,
 }
@@ -177,11 +186,11 @@ impl FollowState {
     /// marked holdable by an earlier watch are forgotten: what changed
     /// between the two is not known.
     pub(crate) fn new(
-        shared: Arc<Shared>,
+        shared: Arc<dyn Followed>,
         metrics: Arc<KubeMetrics>,
         domain: &[u8],
     ) -> FollowState {
-        shared.cache.forget_holdable();
+        shared.cache().forget_holdable();
         FollowState {
             shared,
             metrics,
@@ -210,14 +219,14 @@ impl FollowState {
         let mut inner = crate::lock::lock(&self.inner);
         inner.services_current = false;
         inner.slices_current = false;
-        self.shared.cache.set_hold(Duration::ZERO);
-        self.shared.cache.set_coverage(None, Instant::now());
+        self.shared.cache().set_hold(Duration::ZERO);
+        self.shared.cache().set_coverage(None, Instant::now());
     }
 
     fn apply_hold(&self, inner: &Inner) {
         let current = inner.services_current && inner.slices_current;
         let hold = if current { inner.hold } else { Duration::ZERO };
-        self.shared.cache.set_hold(hold);
+        self.shared.cache().set_hold(hold);
     }
 
     fn service_node(svc_zone: &[u8], namespace: &str, name: &str) -> Box<[u8]> {
@@ -245,7 +254,7 @@ impl FollowState {
             return;
         }
         let started = Instant::now();
-        let entries = self.shared.purge_followed(purge);
+        let entries = self.shared.purge(purge);
         let names = purge.nodes.len() + purge.exact.len() + purge.addresses.len();
         self.metrics.purged_names.inc_by(names as u64);
         self.metrics.purged_entries.inc_by(entries as u64);
@@ -322,7 +331,7 @@ impl FollowState {
     /// then holding, if both watches are current.
     fn updated(&self, inner: &mut Inner, purge: &Purge, current: impl FnOnce(&mut Inner)) {
         self.shared
-            .cache
+            .cache()
             .set_coverage(Some(Arc::new(Self::coverage(inner))), Instant::now());
         self.purge(purge);
         current(inner);

@@ -61,7 +61,7 @@ pub(crate) struct Watches {
     /// The request path, whose cache the Service and EndpointSlice watch
     /// keeps (`[cluster] follow_api`), what that watch knows (kept across
     /// its restarts) and, while it runs, the watch.
-    shared: std::sync::Arc<crate::serve::Shared>,
+    shared: std::sync::Arc<dyn follow::Followed>,
     follow_state: Option<std::sync::Arc<follow::FollowState>>,
     follow_watch: Option<tokio::task::AbortHandle>,
 }
@@ -71,7 +71,7 @@ impl Watches {
         metrics: std::sync::Arc<metrics::KubeMetrics>,
         namespaces: std::sync::Arc<Namespaces>,
         clients: std::sync::Arc<Clients>,
-        shared: std::sync::Arc<crate::serve::Shared>,
+        shared: std::sync::Arc<dyn follow::Followed>,
     ) -> Watches {
         let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
         Watches {

@@ -4,10 +4,14 @@
 use super::Shared;
 use crate::cache::follow::Purge;
 
-impl Shared {
+impl crate::kubernetes::follow::Followed for Shared {
+    fn cache(&self) -> &crate::cache::Cache {
+        &self.cache
+    }
+
     /// Drops what `purge` covers from the cache and from the denied nodes
     /// the local stage answers from; returns the cache entries dropped.
-    pub(crate) fn purge_followed(&self, purge: &Purge) -> usize {
+    fn purge(&self, purge: &Purge) -> usize {
         let dropped = self.cache.purge(purge, std::time::Instant::now());
         self.search.learned.forget(purge);
         dropped
