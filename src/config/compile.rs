@@ -180,7 +180,11 @@ impl File {
                     }
                 }),
             },
-            http: self.compile_http()?,
+            http: self.metrics.compile(
+                std::env::var(crate::http::config::METRICS_LISTEN_ENV)
+                    .ok()
+                    .as_deref(),
+            )?,
             node: self.node.setup.then(|| NodePlan {
                 interface: self.node.interface.clone(),
                 link_kind: self.node.link_kind,

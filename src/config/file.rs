@@ -11,7 +11,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::upstream::{Policy, PoolConfig, Transport};
-use crate::vocab::values::{DnsAddr, HttpListen, LogFilter, ZoneName};
+use crate::vocab::values::{DnsAddr, LogFilter, ZoneName};
 
 /// The whole file, as written (an empty file is all defaults).
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -19,7 +19,7 @@ use crate::vocab::values::{DnsAddr, HttpListen, LogFilter, ZoneName};
 pub struct File {
     pub server: ServerConfig,
     pub cache: crate::cache::config::CacheConfig,
-    pub metrics: MetricsConfig,
+    pub metrics: crate::http::config::MetricsConfig,
     pub log: LogConfig,
     pub node: NodeConfig,
     pub cluster: ClusterConfig,
@@ -353,37 +353,6 @@ impl Default for ServerConfig {
             control_socket: None,
             workload_counters: false,
             workload_metrics: false,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct MetricsConfig {
-    /// Address of the HTTP server for /metrics (and /health, /ready); ""
-    /// disables it. `NODENS_METRICS_LISTEN` in the environment overrides it
-    /// (the chart's per-node address: one ConfigMap serves every node).
-    pub listen: HttpListen,
-    /// A second HTTP server with /health and /ready only, for the kubelet's
-    /// probes: on loopback, out of reach of whoever can reach `listen`;
-    /// "" (the default): none.
-    pub probe_listen: HttpListen,
-    /// Open connections per HTTP server; one more is accepted and closed at
-    /// once, so waiting clients do not fill the kernel's backlog.
-    pub max_connections: usize,
-    /// A connection that has not sent a whole request head this long after
-    /// it opened, or after its previous answer (keep-alive), is closed.
-    #[serde(with = "humantime_serde")]
-    pub header_timeout: Duration,
-}
-
-impl Default for MetricsConfig {
-    fn default() -> Self {
-        MetricsConfig {
-            listen: HttpListen(Some(([127, 0, 0, 1], 9253).into())),
-            probe_listen: HttpListen(None),
-            max_connections: 32,
-            header_timeout: Duration::from_secs(5),
         }
     }
 }

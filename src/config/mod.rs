@@ -20,7 +20,6 @@
 mod check;
 mod compile;
 mod file;
-mod http;
 mod kube_dns;
 pub(crate) mod resolv_conf;
 pub(crate) mod views;
@@ -41,14 +40,14 @@ pub use crate::records::config::{FallthroughConfig, HostsConfig, RecordsPlan, Te
 use crate::vocab::position::Document;
 use check::Invalid;
 pub use file::{
-    Backend, File, LinkKind, LogConfig, LogFormat, MetricsConfig, NodeConfig, ServerConfig,
-    ZoneConfig,
+    Backend, File, LinkKind, LogConfig, LogFormat, NodeConfig, ServerConfig, ZoneConfig,
 };
 pub use kube_dns::{KubeDnsPoll, KubeDnsSource};
 
 pub use crate::cache::config::{
     CacheConfig, CachePolicy, CacheSettings, SnapshotPlan, ZoneCacheConfig,
 };
+pub use crate::http::config::{HttpPlan, MetricsConfig};
 pub use crate::listen::TcpLimits;
 pub use crate::querylog::config::{
     Class as QueryLogClass, QueryLogConfig, QueryLogFormat, QueryLogOutput, QueryLogPlan,
@@ -136,19 +135,6 @@ pub struct ServerSettings {
     pub workload_counters: bool,
     /// Their top-K series on /metrics (`[server] workload_metrics`).
     pub workload_metrics: bool,
-}
-
-/// The HTTP servers and their bounds (`[metrics]`, docs/security.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HttpPlan {
-    /// /metrics, /health and /ready, if any.
-    pub metrics: Option<SocketAddr>,
-    /// /health and /ready alone (the kubelet's probes), if any.
-    pub probes: Option<SocketAddr>,
-    /// Open connections per server.
-    pub max_connections: usize,
-    /// For a whole request head, from the connection's start or its last answer.
-    pub header_timeout: Duration,
 }
 
 /// The per-client token bucket.

@@ -5,6 +5,7 @@
 //! kubelet). Each is bounded ([`serve`]): whoever can reach the metrics
 //! port cannot take the probes down with it (docs/security.md).
 
+pub(crate) mod config;
 pub(crate) mod metrics;
 mod serve;
 mod servers;

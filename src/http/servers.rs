@@ -9,9 +9,9 @@ use std::sync::Arc;
 use anyhow::Result;
 use tokio_util::sync::CancellationToken;
 
+use super::config::HttpPlan;
 use super::serve::{self, Bounds, Counters};
 use super::{HttpMetrics, HttpState, Role};
-use crate::config::HttpPlan;
 use crate::tasks::Upkeep;
 
 /// One server: its socket (a second descriptor of what its accept loop
