@@ -1,10 +1,15 @@
-//! Structured logs on stderr, text or JSON, with a level that SIGHUP can change.
+//! Structured logs on stderr, text or JSON, with a level that SIGHUP can
+//! change; their section (`[log]`).
 
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Registry, reload};
 
-use crate::config::{LogFilter, LogFormat, LogSettings};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::vocab::LogFilter;
 
 /// Changes the log filter of the running process.
 pub struct LogHandle(reload::Handle<EnvFilter, Registry>);
@@ -40,4 +45,41 @@ pub fn init(config: &LogSettings) -> LogHandle {
             .init(),
     }
     LogHandle(handle)
+}
+
+/// `[log]`, as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// A tracing filter: "info", "debug", "nodens=debug,warn", ...
+    pub level: LogFilter,
+    pub format: LogFormat,
+    /// At most one log line per upstream per this interval for upstream errors;
+    /// the rest are counted and the count is logged with the next line.
+    #[serde(with = "humantime_serde")]
+    pub upstream_error_interval: Duration,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            level: "info".parse().expect("a valid filter"),
+            format: LogFormat::Text,
+            upstream_error_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The logs asked for.
+#[derive(Debug, Clone)]
+pub struct LogSettings {
+    pub level: LogFilter,
+    pub format: LogFormat,
 }

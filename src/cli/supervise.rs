@@ -21,7 +21,10 @@ pub(super) fn run(config: &Config, path: &Path, keep_rules: bool) -> Result<Outc
         .map_err(|e| {
             Failure::new(format!("cannot start the supervisor's runtime: {e}")).logged()
         })?;
+    let plan = config.node.as_ref().ok_or_else(|| {
+        Failure::new("the fail-open supervisor needs `[node] setup = true`".to_string())
+    })?;
     Ok(Outcome::Exited(
-        runtime.block_on(node::supervise(config, path, keep_rules)),
+        runtime.block_on(node::supervise(plan, path, keep_rules)),
     ))
 }

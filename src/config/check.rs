@@ -29,7 +29,7 @@ impl File {
         self.check_server()?;
         self.check_private_dirs()?;
         self.cache.check()?;
-        self.check_node()?;
+        self.node.check(&self.node_addresses())?;
         self.check_cluster()?;
         self.check_zones()
     }
@@ -172,35 +172,6 @@ impl File {
             return Err(key(
                 &["server", "allow"],
                 "server.allow: an empty list would refuse every client; leave it out for the default ranges",
-            ));
-        }
-        Ok(())
-    }
-
-    fn check_node(&self) -> Result<(), Invalid> {
-        let node = &self.node;
-        if !node.setup {
-            return Ok(());
-        }
-        let name = &node.interface;
-        if name.is_empty() || name.len() > 15 || name.contains(['/', ' ', '\t']) {
-            return Err(key(
-                &["node", "interface"],
-                format!(
-                    "node.interface: `{name}` is not an interface name (1 to 15 characters, no `/` or space)"
-                ),
-            ));
-        }
-        if node.reconcile_interval.is_zero() {
-            return Err(key(
-                &["node", "reconcile_interval"],
-                "node.reconcile_interval: must be more than 0",
-            ));
-        }
-        if self.node_addresses().is_empty() {
-            return Err(key(
-                &["node", "setup"],
-                "node.setup: no listen address to hold (loopback and 0.0.0.0/:: are not put on the interface)",
             ));
         }
         Ok(())

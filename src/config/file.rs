@@ -11,7 +11,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::upstream::{Policy, PoolConfig, Transport};
-use crate::vocab::values::{DnsAddr, LogFilter, ZoneName};
+use crate::vocab::values::{DnsAddr, ZoneName};
 
 /// The whole file, as written (an empty file is all defaults).
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -20,8 +20,8 @@ pub struct File {
     pub server: ServerConfig,
     pub cache: crate::cache::config::CacheConfig,
     pub metrics: crate::http::config::MetricsConfig,
-    pub log: LogConfig,
-    pub node: NodeConfig,
+    pub log: crate::logging::LogConfig,
+    pub node: crate::node::config::NodeConfig,
     pub cluster: ClusterConfig,
     pub kubernetes: KubernetesConfig,
     #[serde(rename = "zone")]
@@ -185,69 +185,6 @@ pub struct CloudSuffixConfig {
     pub max_labels: Spanned<usize>,
 }
 
-/// How nodens sits on the node: an interface holding the listen addresses
-/// and the rules that keep their DNS out of conntrack (docs/node.md).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct NodeConfig {
-    /// `nodens serve` creates the interface and the rules at start.
-    pub setup: bool,
-    /// The interface that holds the listen addresses.
-    pub interface: String,
-    pub link_kind: LinkKind,
-    pub backend: Backend,
-    /// How often the interface and rules are checked and repaired.
-    #[serde(with = "humantime_serde")]
-    pub reconcile_interval: Duration,
-    /// Leave the interface and rules in place on exit (for a handover).
-    pub keep_on_exit: bool,
-    /// Run the server under a small supervisor process that withdraws the
-    /// interface and rules when the server dies or stops answering, so the
-    /// pods' queries to the cluster DNS Service IP reach the cluster DNS.
-    pub fail_open: bool,
-    /// The directory of the claim on the node setup (`claim-<interface>`):
-    /// private to nodens's uid (mode 0700), mounted by nodens's containers
-    /// only (docs/security.md).
-    pub state_dir: PathBuf,
-}
-
-impl Default for NodeConfig {
-    fn default() -> Self {
-        NodeConfig {
-            setup: false,
-            interface: "nodelocaldns".into(),
-            link_kind: LinkKind::Auto,
-            backend: Backend::Auto,
-            reconcile_interval: Duration::from_secs(10),
-            keep_on_exit: false,
-            fail_open: true,
-            state_dir: PathBuf::from("/run/nodens"),
-        }
-    }
-}
-
-/// The kind of link that holds the addresses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LinkKind {
-    /// `dummy`, as NodeLocal DNSCache uses; `ifb` where the kernel has no dummy.
-    Auto,
-    Dummy,
-    /// An intermediate functional block: holds addresses like a dummy.
-    Ifb,
-}
-
-/// Which firewall interface writes the rules.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Backend {
-    /// The one kube-proxy's own rules are in; with no trace of it,
-    /// nftables when `nft` works, iptables otherwise.
-    Auto,
-    Nftables,
-    Iptables,
-}
-
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
@@ -355,35 +292,6 @@ impl Default for ServerConfig {
             workload_metrics: false,
         }
     }
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct LogConfig {
-    /// A tracing filter: "info", "debug", "nodens=debug,warn", ...
-    pub level: LogFilter,
-    pub format: LogFormat,
-    /// At most one log line per upstream per this interval for upstream errors;
-    /// the rest are counted and the count is logged with the next line.
-    #[serde(with = "humantime_serde")]
-    pub upstream_error_interval: Duration,
-}
-
-impl Default for LogConfig {
-    fn default() -> Self {
-        LogConfig {
-            level: "info".parse().expect("a valid filter"),
-            format: LogFormat::Text,
-            upstream_error_interval: Duration::from_secs(10),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LogFormat {
-    Text,
-    Json,
 }
 
 /// One forwarding zone: queries at or below `name` go to `upstreams`.

@@ -8,7 +8,8 @@
 //! (as each CoreDNS plugin parses its own stanza): `cache/config.rs`,
 //! `upstream/config.rs` (the zone plan) and `upstream/pool/config.rs`,
 //! `records/config.rs`, `querylog/config.rs`, `dnstap/config.rs`,
-//! `admission/budget/config.rs`; the vocabulary they share (typed values,
+//! `admission/budget/config.rs`, `http/config.rs`, `node/config.rs`,
+//! `logging.rs`; the vocabulary they share (typed values,
 //! positions, the broken rule) is `vocab/`, a leaf. This module imports
 //! them, never the other way round.
 //!
@@ -39,9 +40,7 @@ pub use crate::dnstap::config::{DnstapConfig, DnstapPlan, DnstapQueue, DnstapSoc
 pub use crate::records::config::{FallthroughConfig, HostsConfig, RecordsPlan, TemplateConfig};
 use crate::vocab::position::Document;
 use check::Invalid;
-pub use file::{
-    Backend, File, LinkKind, LogConfig, LogFormat, NodeConfig, ServerConfig, ZoneConfig,
-};
+pub use file::{File, ServerConfig, ZoneConfig};
 pub use kube_dns::{KubeDnsPoll, KubeDnsSource};
 
 pub use crate::cache::config::{
@@ -49,6 +48,8 @@ pub use crate::cache::config::{
 };
 pub use crate::http::config::{HttpPlan, MetricsConfig};
 pub use crate::listen::TcpLimits;
+pub use crate::logging::{LogConfig, LogFormat, LogSettings};
+pub use crate::node::config::{Backend, LinkKind, NodeConfig, NodePlan};
 pub use crate::querylog::config::{
     Class as QueryLogClass, QueryLogConfig, QueryLogFormat, QueryLogOutput, QueryLogPlan,
     ZoneLogPlan, ZoneQueryLogConfig,
@@ -142,28 +143,6 @@ pub struct ServerSettings {
 pub struct RateLimit {
     pub per_second: u32,
     pub burst: u32,
-}
-
-#[derive(Debug, Clone)]
-pub struct LogSettings {
-    pub level: LogFilter,
-    pub format: LogFormat,
-}
-
-/// What `[node]` asks for (see `node`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct NodePlan {
-    pub interface: String,
-    pub link_kind: LinkKind,
-    pub backend: Backend,
-    pub reconcile_interval: Duration,
-    pub keep_on_exit: bool,
-    pub fail_open: bool,
-    /// Where the claim on the node setup lives (`node::presence`).
-    pub state_dir: PathBuf,
-    /// The listen addresses the interface holds, and whose port-53 traffic
-    /// the rules take out of conntrack.
-    pub addresses: Vec<SocketAddr>,
 }
 
 /// A configuration error, with the position of the value it is about when known.

@@ -21,10 +21,10 @@ use std::process::ExitCode;
 
 use tokio::signal::unix::{SignalKind, signal};
 
+use super::config::NodePlan;
 use super::link;
 use super::presence::Presence;
 use super::probe::{PROBE_EVERY, answers};
-use crate::config::NodePlan;
 
 /// Probes in a row that a holder of the claim may leave unanswered before
 /// the guard asks for a withdraw (which then gives the holder

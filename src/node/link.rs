@@ -9,7 +9,7 @@ use rtnetlink::packet_route::address::{AddressAttribute, AddressMessage};
 use rtnetlink::packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
 use rtnetlink::{Handle, LinkDummy, LinkIfb, LinkUnspec};
 
-use crate::config::LinkKind;
+use super::config::LinkKind;
 
 /// What the link looks like now.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

@@ -3,6 +3,7 @@
 //! of conntrack, set up at start, repaired while running, removed on exit
 //! (docs/node.md).
 
+pub(crate) mod config;
 pub(crate) mod guard;
 pub(crate) mod iptables;
 pub(crate) mod link;
@@ -18,7 +19,7 @@ pub use supervisor::supervise;
 
 use std::sync::Arc;
 
-use crate::config::{Backend, NodePlan};
+use config::{Backend, NodePlan};
 use metrics::{BackendLabels, NodeMetrics, WhatLabels};
 use rules::Rule;
 

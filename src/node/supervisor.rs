@@ -37,7 +37,7 @@ use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
-use crate::config::Config;
+use super::config::NodePlan;
 use crate::liveness::{Report, Reports};
 
 /// How long without a beat, once the first one has come, makes a hang: four
@@ -117,11 +117,9 @@ impl Heard {
 
 /// Runs `nodens serve --supervised` as a child and watches it (see the
 /// module docs). Returns the server's exit code.
-pub async fn supervise(config: &Config, path: &Path, keep_rules: bool) -> ExitCode {
-    let plan = config
-        .node
-        .clone()
-        .expect("supervised only with node setup");
+/// `plan`: the node setup of the configuration at `path`.
+pub async fn supervise(plan: &NodePlan, path: &Path, keep_rules: bool) -> ExitCode {
+    let plan = plan.clone();
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => {
