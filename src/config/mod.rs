@@ -47,6 +47,7 @@ pub use crate::cache::config::{
     CacheConfig, CachePolicy, CacheSettings, SnapshotPlan, ZoneCacheConfig,
 };
 pub use crate::http::config::{HttpPlan, MetricsConfig};
+pub use crate::kubernetes::{FollowApiPlan, KubernetesPlan};
 pub use crate::listen::TcpLimits;
 pub use crate::logging::{LogConfig, LogFormat, LogSettings};
 pub use crate::node::config::{Backend, LinkKind, NodeConfig, NodePlan};
@@ -94,23 +95,6 @@ pub struct Config {
     pub follow_api: Option<FollowApiPlan>,
     /// dnstap output (`[dnstap]`); `None`: off.
     pub dnstap: Option<DnstapPlan>,
-}
-
-/// Cached cluster answers follow the API (`[cluster] follow_api`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FollowApiPlan {
-    /// How long past its TTL a covered answer may be served while the
-    /// watch is current (zero: not at all).
-    pub hold_past_ttl: Duration,
-}
-
-/// How to reach the Kubernetes API (`[kubernetes]`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KubernetesPlan {
-    /// None: in-cluster, then `$KUBECONFIG` / `~/.kube/config`.
-    pub kubeconfig: Option<PathBuf>,
-    /// This node's name (`cluster.autopath`'s pod watch).
-    pub node_name: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -165,6 +149,28 @@ impl fmt::Display for ConfigError {
             write!(f, " ")?;
         }
         write!(f, "{}", self.message)
+    }
+}
+
+impl Config {
+    /// The watches of the Kubernetes API this configuration needs, and
+    /// what each feature behind them asks.
+    pub(crate) fn kubernetes_wanted(&self) -> crate::kubernetes::Wanted<'_> {
+        let search = self.cluster.search();
+        crate::kubernetes::Wanted {
+            api: self.kubernetes.as_ref(),
+            endpoints: self
+                .zones
+                .iter()
+                .filter_map(|z| z.endpoints.as_ref())
+                .collect(),
+            namespaces: search.namespaces_from_api,
+            pods_needed: search.autopath
+                || self.budget.is_some()
+                || self.zones.iter().any(|z| z.no_aaaa_for_ipv4_pods),
+            pods_of_use: self.server.workload_counters,
+            follow_api: self.follow_api.map(|plan| (plan, self.cluster.domain())),
+        }
     }
 }
 

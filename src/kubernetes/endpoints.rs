@@ -21,7 +21,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::metrics::{KubeMetrics, WatchLabels};
 use super::watch::{Follower, follow};
-use crate::config::EndpointsPlan;
+use crate::upstream::EndpointsPlan;
 
 /// The label Kubernetes puts on a Service's EndpointSlices.
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";

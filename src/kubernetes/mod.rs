@@ -4,6 +4,7 @@
 //! reads; when the API cannot be reached, each feature falls back to what
 //! the configuration file says (the ClusterIP for upstreams).
 
+pub(crate) mod config;
 pub(crate) mod endpoints;
 pub(crate) mod follow;
 pub(crate) mod metrics;
@@ -12,15 +13,17 @@ mod pod_view;
 pub(crate) mod pods;
 mod watch;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 
 use anyhow::{Context, Result};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
-use crate::config::{Config, EndpointsPlan, KubernetesPlan, Policy};
 use crate::search::{Clients, Namespaces};
 use crate::tasks::Upkeep;
+use crate::upstream::{EndpointsPlan, Policy, ZonePlan};
+pub(crate) use config::Wanted;
+pub use config::{FollowApiPlan, KubernetesPlan};
 
 /// A client for the API: from the configured kubeconfig, else in-cluster
 /// (the pod's service account), else `$KUBECONFIG` / `~/.kube/config`.
@@ -91,17 +94,14 @@ impl Watches {
         }
     }
 
-    /// Runs a watch for each Service the zones of `config` discover from,
-    /// and of the namespaces if `[cluster]` asks, and no other. Without an
-    /// API client the zones keep their configured upstreams and nothing is
-    /// denied from the namespaces (logged): DNS is served either way.
-    pub(crate) async fn watch_for(&mut self, config: &Config, upkeep: &Upkeep) {
-        let wanted: HashSet<&EndpointsPlan> = config
-            .zones
-            .iter()
-            .filter_map(|z| z.endpoints.as_ref())
-            .collect();
-        let plan = config.kubernetes.as_ref();
+    /// Runs the watches `want` asks for (a watch for each Service zones
+    /// discover from, of the namespaces, of the node's pods, of the
+    /// Services and EndpointSlices) and no other. Without an API client the
+    /// zones keep their configured upstreams and nothing is denied from the
+    /// namespaces (logged): DNS is served either way.
+    pub(crate) async fn watch_for(&mut self, want: &Wanted<'_>, upkeep: &Upkeep) {
+        let wanted = &want.endpoints;
+        let plan = want.api;
         if self.client.as_ref().map(|(p, _)| p) != plan {
             // Another API (or none): every watch starts over.
             self.client = None;
@@ -119,19 +119,17 @@ impl Watches {
             }
         }
         self.stop_where(|p| !wanted.contains(p));
-        let namespaces_wanted = config.cluster.search().namespaces_from_api;
+        let namespaces_wanted = want.namespaces;
         if !namespaces_wanted || self.client.is_none() {
             self.stop_namespaces();
         }
         // The node's pods: for autopath, the budgets, the zones that
         // answer IPv4-only pods' AAAA from the A (`no_aaaa_for_ipv4_pods`),
         // and the workload counters' pod names.
-        let pods_users = config.cluster.search().autopath
-            || config.budget.is_some()
-            || config.zones.iter().any(|z| z.no_aaaa_for_ipv4_pods);
+        let pods_users = want.pods_needed;
         // The workload counters name pods when the watch runs, and count
         // by address without it: no error when it cannot.
-        let pods_wanted = (pods_users || config.server.workload_counters)
+        let pods_wanted = (pods_users || want.pods_of_use)
             .then(|| plan.and_then(|p| p.node_name.clone()))
             .flatten();
         if pods_users && pods_wanted.is_none() && self.pod_watch.is_none() {
@@ -144,13 +142,12 @@ impl Watches {
         if pods_wanted.is_none() || self.client.is_none() {
             self.stop_pods();
         }
-        if config.follow_api.is_none() || self.client.is_none() {
+        if want.follow_api.is_none() || self.client.is_none() {
             self.stop_follow();
         }
-        if let Some(follow_api) = config.follow_api
+        if let Some((follow_api, domain)) = want.follow_api
             && self.client.is_some()
         {
-            let domain = config.cluster.domain();
             if self
                 .follow_state
                 .as_ref()
@@ -197,7 +194,7 @@ impl Watches {
             );
             self.pod_watch = Some(upkeep.spawn_stoppable(task));
         }
-        for plan in wanted {
+        for &plan in wanted {
             if !self.watches.contains_key(plan) {
                 let task = endpoints::watch(
                     client.clone(),
@@ -274,12 +271,11 @@ impl Watches {
         true
     }
 
-    /// `config` with each discovering zone asking its Service's ready
+    /// Each discovering zone of `zones` made to ask its Service's ready
     /// endpoints, in random order (which pod is first means nothing), where
     /// they are known.
-    pub(crate) fn apply(&self, config: &Config) -> Config {
-        let mut config = config.clone();
-        for zone in &mut config.zones {
+    pub(crate) fn apply(&self, zones: &mut [ZonePlan]) {
+        for zone in zones {
             let found = zone.endpoints.as_ref().and_then(|p| self.found.get(p));
             if let Some(found) = found {
                 zone.upstreams = found.clone();
@@ -291,6 +287,5 @@ impl Watches {
                 self.metrics.discovered_upstreams.get(&labels).set(n as i64);
             }
         }
-        config
     }
 }

@@ -51,8 +51,10 @@ impl Server {
         if self.handed_over || !self.watches.record(found) {
             return;
         }
+        let mut config = self.config.clone();
+        self.watches.apply(&mut config.zones);
         let settings = Settings::build(
-            &self.watches.apply(&self.config),
+            &config,
             &self.telemetry.upstream,
             self.shared.tasks.upkeep(),
             Some(&self.shared.settings.load()),
@@ -64,10 +66,12 @@ impl Server {
     pub(super) async fn try_reload(&mut self, path: &Path) -> Result<()> {
         let config = Config::load(path)?;
         self.watches
-            .watch_for(&config, self.shared.tasks.upkeep())
+            .watch_for(&config.kubernetes_wanted(), self.shared.tasks.upkeep())
             .await;
+        let mut discovered = config.clone();
+        self.watches.apply(&mut discovered.zones);
         let settings = Settings::build(
-            &self.watches.apply(&config),
+            &discovered,
             &self.telemetry.upstream,
             self.shared.tasks.upkeep(),
             Some(&self.shared.settings.load()),

@@ -132,7 +132,7 @@ impl Server {
         server.apply_http(&config.http)?;
         server
             .watches
-            .watch_for(&config, server.shared.tasks.upkeep())
+            .watch_for(&config.kubernetes_wanted(), server.shared.tasks.upkeep())
             .await;
         if let Some(path) = &config.server.handover_socket {
             server.handover = Some(listen_for_successor(path)?);
