@@ -61,11 +61,9 @@ use futures_util::future::Either;
 use crate::cache::key::NameBuf;
 use crate::cache::{Cache, KeyRef};
 use crate::coalesce::Coalescer;
-use crate::config::{Config, TcpLimits};
+use crate::listen::TcpLimits;
 use crate::listen::{Handled, ListenerInfo, Proto, Service};
-use crate::metrics::Registry;
 use crate::tasks::Tasks;
-use crate::upstream::metrics::UpstreamMetrics;
 use crate::wire::{build, query, rtype};
 pub(crate) use autopath::AutopathJob;
 use metrics::ServeMetrics;
@@ -105,21 +103,17 @@ impl AsRef<Cache> for Shared {
 }
 
 impl Shared {
+    /// The request path with `settings` and a cache of `capacity` bytes.
     /// Call on the main runtime (see `tasks`).
-    pub fn new(
-        config: &Config,
-        metrics: Arc<ServeMetrics>,
-        upstream_metrics: &Arc<UpstreamMetrics>,
-    ) -> Shared {
+    pub(crate) fn new(settings: Settings, capacity: u64, metrics: Arc<ServeMetrics>) -> Shared {
         let tasks = Tasks::on_current_runtime();
-        let settings = Settings::build(config, upstream_metrics, tasks.upkeep(), None);
         let search = search::SearchState::default();
         let query_log =
             crate::querylog::Hub::new(search.clients.clone(), metrics.query_log_counters());
         let dnstap = crate::dnstap::Hub::new(search.clients.clone(), metrics.dnstap.clone());
         Shared {
             settings: ArcSwap::from_pointee(settings),
-            cache: Cache::new(config.cache.capacity),
+            cache: Cache::new(capacity),
             coalescer: Coalescer::default(),
             search,
             metrics,
@@ -129,25 +123,6 @@ impl Shared {
             query_log,
             dnstap,
         }
-    }
-
-    /// A request path with a registry of its own, for benchmarks and tests
-    /// that drive [`Service::handle`] directly. Call inside a runtime.
-    pub fn standalone(config: &Config) -> Shared {
-        Shared::standalone_with_metrics(config).0
-    }
-
-    /// [`Shared::standalone`], and what its metrics say (the Prometheus
-    /// text), for tests that must see a count move.
-    pub fn standalone_with_metrics(config: &Config) -> (Shared, impl Fn() -> String) {
-        let registry = Registry::new();
-        let upstream = Arc::new(UpstreamMetrics::register(&registry));
-        let shared = Shared::new(
-            config,
-            Arc::new(ServeMetrics::register(&registry)),
-            &upstream,
-        );
-        (shared, move || registry.encode())
     }
 
     /// The cache, for benchmarks and tests that fill it before they query.

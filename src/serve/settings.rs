@@ -1,16 +1,15 @@
 //! The request path's view of the configuration, replaced whole on reload
-//! so that a query sees one consistent version from start to end.
+//! so that a query sees one consistent version from start to end. Built
+//! from a configuration in one place: `server/settings.rs`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::admission::{Acl, Budgets, RateLimiter};
-use crate::config::{Config, TcpLimits};
+use crate::listen::TcpLimits;
 use crate::search::ClusterRules;
-use crate::tasks::Upkeep;
 use crate::upstream::Router;
-use crate::upstream::metrics::UpstreamMetrics;
 
 use super::identity::Identity;
 
@@ -42,64 +41,13 @@ pub(crate) struct Settings {
     /// Publish their top-K series on /metrics (`[server] workload_metrics`).
     pub workload_metrics: bool,
     /// dnstap output (`[dnstap]`); `None`: off.
-    pub dnstap: Option<crate::config::DnstapPlan>,
+    pub dnstap: Option<crate::dnstap::config::DnstapPlan>,
 }
 
 impl Settings {
-    /// Builds the settings for `config`; `previous` lets unchanged upstreams
-    /// keep their connections and health across a reload.
-    pub(crate) fn build(
-        config: &Config,
-        metrics: &Arc<UpstreamMetrics>,
-        upkeep: &Upkeep,
-        previous: Option<&Settings>,
-    ) -> Settings {
+    /// A new generation number, for settings built anew.
+    pub(crate) fn next_generation() -> u64 {
         static GENERATION: AtomicU64 = AtomicU64::new(0);
-        Settings {
-            generation: GENERATION.fetch_add(1, Ordering::Relaxed),
-            router: Router::build(
-                &config.zones,
-                &config.listen,
-                metrics,
-                upkeep,
-                previous.map(|p| &p.router),
-            ),
-            acl: Acl::new(&config.server.allow),
-            rate_limit: config
-                .server
-                .rate_limit
-                .map(|r| RateLimiter::new(r.per_second, r.burst)),
-            max_udp_payload: config.server.max_udp_payload,
-            query_timeout: config.server.query_timeout,
-            max_misses_in_flight: config.server.max_misses_in_flight,
-            tcp: config.server.tcp,
-            cluster: config.cluster.clone(),
-            identity: config.server.identity.then(Identity::of_this_node),
-            records: crate::records::Stage::build(
-                &config
-                    .zones
-                    .iter()
-                    .map(|z| z.records.as_ref())
-                    .collect::<Vec<_>>(),
-                upkeep,
-            ),
-            query_log: crate::querylog::Plans::new(
-                config.query_log.clone(),
-                config.zones.iter().map(|z| z.query_log).collect(),
-            ),
-            budgets: config.budget.as_ref().map(|p| Arc::new(Budgets::new(p))),
-            workloads: config.server.workload_counters.then(|| {
-                let domain = config.cluster.domain();
-                match previous.and_then(|p| p.workloads.clone()) {
-                    Some(kept) => {
-                        kept.set_cluster_domain(domain);
-                        kept
-                    }
-                    None => Arc::new(crate::workloads::Workloads::new(domain)),
-                }
-            }),
-            workload_metrics: config.server.workload_metrics,
-            dnstap: config.dnstap.clone(),
-        }
+        GENERATION.fetch_add(1, Ordering::Relaxed)
     }
 }

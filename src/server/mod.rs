@@ -5,7 +5,9 @@
 
 mod reload;
 mod served;
+mod settings;
 mod shutdown;
+mod standalone;
 mod start;
 mod successor;
 mod telemetry;
@@ -40,8 +42,8 @@ use crate::metrics::{Counters, Registry, ResultLabels};
 use crate::node::Node;
 use crate::node::metrics::NodeMetrics;
 use crate::node::presence::{self, Presence};
+use crate::serve::Shared;
 use crate::serve::metrics::ServeMetrics;
-use crate::serve::{Settings, Shared};
 use crate::upstream::metrics::UpstreamMetrics;
 
 pub struct Server {

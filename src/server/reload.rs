@@ -53,7 +53,7 @@ impl Server {
         }
         let mut config = self.config.clone();
         self.watches.apply(&mut config.zones);
-        let settings = Settings::build(
+        let settings = settings::build(
             &config,
             &self.telemetry.upstream,
             self.shared.tasks.upkeep(),
@@ -70,7 +70,7 @@ impl Server {
             .await;
         let mut discovered = config.clone();
         self.watches.apply(&mut discovered.zones);
-        let settings = Settings::build(
+        let settings = settings::build(
             &discovered,
             &self.telemetry.upstream,
             self.shared.tasks.upkeep(),

@@ -21,10 +21,16 @@ impl Server {
             tracing::error!("configuration: skipped at start: {skipped}");
             telemetry.skipped_inputs.inc();
         }
-        let shared = Arc::new(Shared::new(
+        let settings = settings::build(
             &config,
-            telemetry.serve.clone(),
             &telemetry.upstream,
+            &crate::tasks::Upkeep::current(),
+            None,
+        );
+        let shared = Arc::new(Shared::new(
+            settings,
+            config.cache.capacity,
+            telemetry.serve.clone(),
         ));
         log_zones(&shared);
         shared
