@@ -9,25 +9,21 @@
 //! renderer writes it. Every stale reply, the one at the bound on misses in
 //! flight included, is written and counted by [`serve_stale`].
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures_util::FutureExt;
 
+use super::fetch::Start;
 use super::hit::Request;
 use super::stats::{ListenerStats, ZoneStats};
 use super::{Job, Settings, Shared, reply_limit};
-use crate::cache::follow::{self, Settled};
-use crate::cache::{Entry, Freshness, Key, Kind, Lookup};
-use crate::coalesce::Role;
+use crate::cache::{Entry, Freshness, Key, Kind};
 use crate::listen::{Handled, Proto};
 use crate::querylog::{Answered, Source};
 use crate::upstream::Zone;
-use crate::upstream::forward::forward;
-use crate::upstream::rules::forward_with_rules;
 use crate::wire::query::{OwnedQuery, Query};
 use crate::wire::{build, ede, rcode};
 
@@ -49,22 +45,6 @@ impl Drop for MissTicket {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
-}
-
-/// What a fetch knows of the cache when it starts.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Start {
-    /// The caller's lookup may be old: an identical fetch may have finished
-    /// since (a speculation and the client it works ahead of, a miss that
-    /// waited for a namespace check). The cache is looked at again and a
-    /// fresh answer there is used, not asked again.
-    LookAgain,
-    /// The caller found nothing fresh in this same turn of its event loop.
-    /// Looking again would cost two cache lookups (3 % of a miss) for
-    /// a race of microseconds whose loss is one redundant upstream query.
-    JustLookedUp,
-    /// A prefetch: asks whatever the cache holds.
-    Refresh,
 }
 
 /// A cache miss, owned so it can move to a task.
@@ -440,159 +420,71 @@ impl Shared {
         };
         stats.reply(job.proto, code, from_cache, out.len(), seconds, answered);
     }
-
-    /// Asks upstream for `key` (or joins the identical query in flight) and
-    /// stores the result. `None` when no upstream gave a usable answer; a
-    /// failure entry is then cached so the next queries fail fast (RFC 9520),
-    /// unless a stale entry is there to be served instead.
-    ///
-    /// This and the other wrappers below are not `async fn`s: each layer
-    /// would keep its own copy of the arguments in every miss's future.
-    pub(super) fn fetch<'a>(
-        self: &'a Arc<Self>,
-        key: &'a Key,
-        zone: &'a Arc<Zone>,
-        settings: &'a Settings,
-        deadline: Instant,
-    ) -> impl Future<Output = Option<Arc<Entry>>> + Send + 'a {
-        self.fetch_or_refresh(key, zone, settings, deadline, Start::LookAgain)
-            .map(|(entry, _)| entry)
-    }
-
-    /// [`Shared::fetch`] of an entry still fresh (a prefetch): asks upstream
-    /// whatever the cache holds, and returns what it stored.
-    pub(super) fn refresh<'a>(
-        self: &'a Arc<Self>,
-        key: &'a Key,
-        zone: &'a Arc<Zone>,
-        settings: &'a Settings,
-        deadline: Instant,
-    ) -> impl Future<Output = Option<Arc<Entry>>> + Send + 'a {
-        self.fetch_or_refresh(key, zone, settings, deadline, Start::Refresh)
-            .map(|(entry, _)| entry)
-    }
-
-    /// [`Shared::fetch`], and whether this call asked upstream (leader)
-    /// or joined a fetch already in flight (follower).
-    pub(super) fn fetch_as<'a>(
-        self: &'a Arc<Self>,
-        key: &'a Key,
-        zone: &'a Arc<Zone>,
-        settings: &'a Settings,
-        deadline: Instant,
-    ) -> impl Future<Output = (Option<Arc<Entry>>, Role)> + Send + 'a {
-        self.fetch_or_refresh(key, zone, settings, deadline, Start::LookAgain)
-    }
-
-    async fn fetch_or_refresh(
-        self: &Arc<Self>,
-        key: &Key,
-        zone: &Arc<Zone>,
-        settings: &Settings,
-        deadline: Instant,
-        start: Start,
-    ) -> (Option<Arc<Entry>>, Role) {
-        // Boxed: an async fn keeps the future it is given and the one it
-        // awaits apart, and this one is the bulk of a miss (the upstream
-        // exchange); inline, every miss in flight would carry it twice.
-        let ask = self.ask_upstream(key, zone, settings, deadline, start);
-        let (outcome, role) = self.coalescer.run(key, deadline, Box::pin(ask)).await;
-        if role == Role::Follower {
-            self.metrics.coalesced.inc();
-        }
-        (outcome, role)
-    }
-
-    /// The upstream exchange of a fetch that leads (no identical one in
-    /// flight): ask, store, and learn what the answer teaches. The future
-    /// [`Shared::fetch_or_refresh`] boxes, so it stays within 1,024 bytes.
-    // Not an `async fn`: that one keeps its arguments twice (as given and
-    // as its body's locals), 32 bytes more in a box that is 960 and must
-    // stay within 1,024.
-    #[allow(clippy::manual_async_fn)]
-    fn ask_upstream<'a>(
-        self: &'a Arc<Self>,
-        key: &'a Key,
-        zone: &'a Arc<Zone>,
-        settings: &'a Settings,
-        deadline: Instant,
-        start: Start,
-    ) -> impl Future<Output = Option<Arc<Entry>>> + Send + 'a {
-        async move {
-            let policy = &zone.cache;
-            if start == Start::LookAgain
-                && policy.enabled
-                && let Lookup::Fresh(e) | Lookup::Held(e) =
-                    self.cache
-                        .lookup(&key.as_ref(), Instant::now(), Duration::ZERO)
-                && e.kind != Kind::Failure
-            {
-                return Some(e);
-            }
-            // Since when the answer may be older (`cache::follow`).
-            let asked = Instant::now();
-            // A zone with rules (rewrite, dns64, except) asks through them;
-            // boxed, that rare path takes no room in every miss's future.
-            let forwarded = match &zone.rules {
-                None => forward(zone, key, deadline.into()).await,
-                Some(rules) => {
-                    Box::pin(forward_with_rules(zone, rules, key, deadline.into())).await
-                }
-            };
-            let now = forwarded.as_ref().map_or_else(Instant::now, |f| f.received);
-            // A failure never replaces an answer that can still be served,
-            // fresh (a prefetch that failed) or stale.
-            let has_usable = || match self.cache.lookup(&key.as_ref(), now, policy.stale_window()) {
-                Lookup::Fresh(e) => e.kind != Kind::Failure,
-                Lookup::Stale(_) | Lookup::Held(_) => true,
-                Lookup::Miss => false,
-            };
-            // An answer an entry cannot hold (`Entry::from_response`: none
-            // reaches here, `response::layout` refuses them) is no answer.
-            let prepared = forwarded
-                .as_ref()
-                .and_then(|f| Entry::from_response(&f.msg, &f.layout, &zone.ttl, now));
-            match forwarded.zip(prepared) {
-                Some((f, entry)) => {
-                    let entry = Arc::new(entry);
-                    // An answer for a name the API just changed may predate
-                    // the change: neither stored nor learned from.
-                    let settled = self
-                        .cache
-                        .settled(key, asked, || follow::received_ttl(&f.msg, &f.layout));
-                    if settled != Settled::No {
-                        self.learn(&settings.cluster, key, zone, &entry, (&f.msg, &f.layout));
-                    }
-                    if settled != Settled::No
-                        && policy.stores(entry.kind)
-                        && (entry.kind != Kind::Failure || !has_usable())
-                    {
-                        // Names a `rewrite` or multicluster block answers
-                        // (`[cluster] exceptions`) are not the watch's.
-                        // An answer that may come from the cluster DNS's
-                        // cache of before a change is not held.
-                        if settled == Settled::Yes
-                            && self.cache.holds(key.name())
-                            && !settings.cluster.excepted(key.name())
-                        {
-                            entry.mark_holdable();
-                        }
-                        self.cache.insert(key.clone(), entry.clone());
-                    }
-                    Some(entry)
-                }
-                None => {
-                    if policy.stores(Kind::Failure) && !has_usable() {
-                        let failure = Entry::failure(&key.question(), policy.failure_ttl, now);
-                        self.cache.insert(key.clone(), Arc::new(failure));
-                    }
-                    None
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]
-#[path = "miss_tests.rs"]
-mod tests;
+mod tests {
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use super::Start;
+    use crate::config::Config;
+    use crate::listen::{Handled, ListenerInfo, Proto, Service};
+    use crate::serve::{Job, Shared};
+
+    /// A query for `host.example.com. A`, recursion desired, no EDNS.
+    fn query() -> Vec<u8> {
+        let mut packet = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+        packet.extend_from_slice(b"\x04host\x07example\x03com\x00");
+        packet.extend_from_slice(&[0, 1, 0, 1]);
+        packet
+    }
+
+    /// A box of up to 1,024 bytes takes mimalloc's small-block path; a
+    /// larger one costs about 200 instructions more per miss (decision 50).
+    /// A miss boxes two futures: the one its listener awaits (`resolve`'s,
+    /// inside the listener's own box or task) and its upstream exchange
+    /// (`ask_upstream`'s, boxed by `fetch_or_refresh`). The comments on
+    /// "every miss's future" in serve/miss.rs, serve/search.rs,
+    /// serve/mod.rs and upstream/forward.rs say how they are kept small.
+    #[test]
+    fn the_miss_futures_fit_in_1024_bytes() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let _main = runtime.enter();
+        let config =
+            Config::parse("[[zone]]\nname = \".\"\nupstreams = [\"127.0.0.1:9\"]\n").unwrap();
+        let shared = Arc::new(Shared::standalone(&config));
+        let info = ListenerInfo::new("127.0.0.1:1053".parse().unwrap());
+        let client = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 5353);
+        let mut out = Vec::new();
+        let Handled::Upstream(Job::Miss(miss)) =
+            shared.handle(&query(), client, &info, Proto::Udp, &mut out)
+        else {
+            panic!("a new name in an empty cache is a miss job");
+        };
+        let deadline = Instant::now();
+        let ask = shared.ask_upstream(
+            &miss.key,
+            &miss.zone,
+            &miss.settings,
+            deadline,
+            Start::LookAgain,
+        );
+        let ask_size = std::mem::size_of_val(&ask);
+        drop(ask);
+        let resolve = shared.resolve(Job::Miss(miss), &info, &mut out);
+        let resolve_size = std::mem::size_of_val(&resolve);
+        eprintln!("a miss's futures: resolve {resolve_size} bytes, ask_upstream {ask_size} bytes");
+        for (name, size) in [("resolve", resolve_size), ("ask_upstream", ask_size)] {
+            assert!(
+                size <= 1024,
+                "the miss's {name} future is {size} bytes, over 1,024: see decision 50 \
+                 and the comments on every miss's future (serve/miss.rs, serve/search.rs, \
+                 serve/mod.rs, upstream/forward.rs)"
+            );
+        }
+    }
+}

@@ -34,6 +34,7 @@ mod aaaa;
 mod admit;
 mod autopath;
 mod budget;
+mod fetch;
 mod follow;
 mod hit;
 pub(crate) mod identity;
