@@ -57,10 +57,10 @@ pub(super) fn run(args: CacheArgs) -> Result<Outcome, Failure> {
         },
         CacheAction::Dump => Request::CacheDump,
     };
-    let client = control::connect(&args.socket).map_err(|e| Failure::new(format!("{e:#}")))?;
+    let client = control::connect(&args.socket).map_err(|e| Failure::new(e.describe()))?;
     let replies = client
         .ask(&request)
-        .map_err(|e| Failure::new(format!("{e:#}")))?;
+        .map_err(|e| Failure::new(e.describe()))?;
     let detailed = matches!(request, Request::CacheShow { .. });
     for reply in &replies {
         if args.json {

@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 pub use crate::workloads::{Rates, TopView, Workload};
-pub use client::{Client, connect};
+pub use client::{Client, ClientError, connect};
 pub use metrics::ControlMetrics;
 pub use protocol::{CachedEntry, FlushScope, ProbeKind, Reply, Request};
 
@@ -80,7 +80,7 @@ pub(crate) fn listen(
     path: &Path,
     shared: Arc<dyn Served>,
     metrics: Arc<ControlMetrics>,
-) -> anyhow::Result<()> {
+) -> std::io::Result<()> {
     let listener = crate::trust::listen_private(path)?;
     let context = Arc::new(Context {
         shared,

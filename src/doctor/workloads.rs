@@ -29,22 +29,10 @@ pub(crate) fn check(socket: &ControlSocket) -> Option<(Vec<String>, Vec<Finding>
     let view = match asked.map(|r| r.into_iter().next()) {
         Ok(Some(Reply::Top(view))) => view,
         Ok(other) => return Some(unread(path, format!("unexpected reply {other:?}"))),
-        Err(e) if !socket.named && nobody_listens(&e) => return None,
-        Err(e) => return Some(unread(path, format!("{e:#}"))),
+        Err(e) if !socket.named && e.nobody_listens() => return None,
+        Err(e) => return Some(unread(path, e.describe())),
     };
     Some(analyse(&view))
-}
-
-/// The error of a socket file without a listener (or without a file).
-fn nobody_listens(e: &anyhow::Error) -> bool {
-    e.chain()
-        .filter_map(|c| c.downcast_ref::<std::io::Error>())
-        .any(|io| {
-            matches!(
-                io.kind(),
-                std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound
-            )
-        })
 }
 
 fn unread(path: &Path, why: String) -> (Vec<String>, Vec<Finding>) {

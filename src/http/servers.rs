@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
-use anyhow::Result;
+use std::io::Result;
 use tokio_util::sync::CancellationToken;
 
 use super::config::HttpPlan;

@@ -16,7 +16,6 @@ mod watch;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use anyhow::{Context, Result};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use crate::search::{Clients, Namespaces};
@@ -25,22 +24,46 @@ use crate::upstream::{EndpointsPlan, Policy, ZonePlan};
 pub(crate) use config::Wanted;
 pub use config::{FollowApiPlan, KubernetesPlan};
 
+/// Why no client for the API could be made. Each says its cause in its
+/// message (it is logged as one line).
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("reading kubeconfig {}: {error}", path.display())]
+    Read {
+        path: std::path::PathBuf,
+        error: kube::config::KubeconfigError,
+    },
+    #[error("kubeconfig {}: {error}", path.display())]
+    Kubeconfig {
+        path: std::path::PathBuf,
+        error: kube::config::KubeconfigError,
+    },
+    #[error("no Kubernetes API: neither in a cluster nor a kubeconfig: {0}")]
+    NoApi(kube::config::InferConfigError),
+    #[error("Kubernetes API client: {0}")]
+    Client(kube::Error),
+}
+
 /// A client for the API: from the configured kubeconfig, else in-cluster
 /// (the pod's service account), else `$KUBECONFIG` / `~/.kube/config`.
-pub async fn client(plan: &KubernetesPlan) -> Result<kube::Client> {
+pub async fn client(plan: &KubernetesPlan) -> Result<kube::Client, ClientError> {
     let config = match &plan.kubeconfig {
         Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            let file =
+                kube::config::Kubeconfig::read_from(path).map_err(|error| ClientError::Read {
+                    path: path.clone(),
+                    error,
+                })?;
             kube::Config::from_custom_kubeconfig(file, &Default::default())
                 .await
-                .with_context(|| format!("kubeconfig {}", path.display()))?
+                .map_err(|error| ClientError::Kubeconfig {
+                    path: path.clone(),
+                    error,
+                })?
         }
-        None => kube::Config::infer()
-            .await
-            .context("no Kubernetes API: neither in a cluster nor a kubeconfig")?,
+        None => kube::Config::infer().await.map_err(ClientError::NoApi)?,
     };
-    kube::Client::try_from(config).context("Kubernetes API client")
+    kube::Client::try_from(config).map_err(ClientError::Client)
 }
 
 /// The server's side of the watches: which run, what the EndpointSlice

@@ -168,13 +168,15 @@ impl Server {
             })
         };
         let inherited = &mut self.inherited;
-        self.http.apply(
-            plan,
-            |addr| inherited.take_http(addr),
-            state,
-            &self.telemetry.http,
-            self.shared.tasks.upkeep(),
-        )
+        self.http
+            .apply(
+                plan,
+                |addr| inherited.take_http(addr),
+                state,
+                &self.telemetry.http,
+                self.shared.tasks.upkeep(),
+            )
+            .context("the HTTP servers")
     }
 
     /// Sets up the node as `config` asks, if that changed: the interface
