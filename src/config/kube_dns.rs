@@ -61,7 +61,7 @@ impl KubeDnsSource {
 /// every poll, while the running zones stay.
 #[derive(Debug, Default)]
 pub struct KubeDnsPoll {
-    last_tried: Option<Result<[Option<Vec<u8>>; 2], String>>,
+    last_tried: Option<Result<[Option<Vec<u8>>; 2], BadKubeDns>>,
 }
 
 impl KubeDnsPoll {
@@ -77,6 +77,22 @@ impl KubeDnsPoll {
     }
 }
 
+/// Why the ConfigMap's files cannot be used: which file, and what is wrong
+/// with it (an I/O error kept as its text, so that two polls compare).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {what}", path.display())]
+struct BadKubeDns {
+    path: PathBuf,
+    what: String,
+}
+
+fn bad(path: &Path, what: impl Into<String>) -> BadKubeDns {
+    BadKubeDns {
+        path: path.to_owned(),
+        what: what.into(),
+    }
+}
+
 /// What the two files say.
 struct KubeDnsData {
     /// Zone name (presentation form) and its servers, sorted by name.
@@ -86,31 +102,31 @@ struct KubeDnsData {
 
 /// Both files' bytes; a file that does not exist is `None` (a ConfigMap
 /// without that key).
-fn read_both(dir: &Path) -> Result<[Option<Vec<u8>>; 2], String> {
+fn read_both(dir: &Path) -> Result<[Option<Vec<u8>>; 2], BadKubeDns> {
     let read = |file: &str| {
         let path = dir.join(file);
         match std::fs::read(&path) {
             Ok(bytes) => Ok(Some(bytes)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(format!("{}: {e}", path.display())),
+            Err(e) => Err(bad(&path, e.to_string())),
         }
     };
     if !dir.is_dir() {
-        return Err(format!("{}: not a directory", dir.display()));
+        return Err(bad(dir, "not a directory"));
     }
     Ok([read(STUB_DOMAINS)?, read(UPSTREAM_NAMESERVERS)?])
 }
 
-fn server(text: &str, file: &Path) -> Result<SocketAddr, String> {
+fn server(text: &str, file: &Path) -> Result<SocketAddr, BadKubeDns> {
     text.parse::<DnsAddr>()
         .map(|a| a.0)
-        .map_err(|e| format!("{}: {}", file.display(), e.0))
+        .map_err(|e| bad(file, e.0))
 }
 
-fn parse(dir: &Path, bytes: &[Option<Vec<u8>>; 2]) -> Result<KubeDnsData, String> {
+fn parse(dir: &Path, bytes: &[Option<Vec<u8>>; 2]) -> Result<KubeDnsData, BadKubeDns> {
     let stub_path = dir.join(STUB_DOMAINS);
     let upstream_path = dir.join(UPSTREAM_NAMESERVERS);
-    let json_error = |path: &Path, e: serde_json::Error| format!("{}: {e}", path.display());
+    let json_error = |path: &Path, e: serde_json::Error| bad(path, e.to_string());
     let stubs: BTreeMap<String, Vec<String>> = match &bytes[0] {
         Some(b) if !b.trim_ascii().is_empty() => {
             serde_json::from_slice(b).map_err(|e| json_error(&stub_path, e))?
@@ -124,25 +140,25 @@ fn parse(dir: &Path, bytes: &[Option<Vec<u8>>; 2]) -> Result<KubeDnsData, String
         _ => Vec::new(),
     };
     if upstreams.len() > MAX_UPSTREAM_NAMESERVERS {
-        return Err(format!(
-            "{}: at most {MAX_UPSTREAM_NAMESERVERS} upstream nameservers (kube-dns's limit)",
-            upstream_path.display()
+        return Err(bad(
+            &upstream_path,
+            format!("at most {MAX_UPSTREAM_NAMESERVERS} upstream nameservers (kube-dns's limit)"),
         ));
     }
     let mut stub_domains = Vec::new();
     for (domain, servers) in stubs {
         let zone = name::normalize_zone(&domain)
-            .map_err(|e| format!("{}: stub domain `{domain}`: {}", stub_path.display(), e.0))?;
+            .map_err(|e| bad(&stub_path, format!("stub domain `{domain}`: {}", e.0)))?;
         if zone == "." {
-            return Err(format!(
-                "{}: the root cannot be a stub domain (upstreamNameservers sets its servers)",
-                stub_path.display()
+            return Err(bad(
+                &stub_path,
+                "the root cannot be a stub domain (upstreamNameservers sets its servers)",
             ));
         }
         if servers.is_empty() {
-            return Err(format!(
-                "{}: stub domain `{domain}` lists no server",
-                stub_path.display()
+            return Err(bad(
+                &stub_path,
+                format!("stub domain `{domain}` lists no server"),
             ));
         }
         let servers = servers
@@ -150,9 +166,9 @@ fn parse(dir: &Path, bytes: &[Option<Vec<u8>>; 2]) -> Result<KubeDnsData, String
             .map(|s| server(s, &stub_path))
             .collect::<Result<Vec<_>, _>>()?;
         if stub_domains.iter().any(|(z, _)| *z == zone) {
-            return Err(format!(
-                "{}: stub domain `{domain}` given twice",
-                stub_path.display()
+            return Err(bad(
+                &stub_path,
+                format!("stub domain `{domain}` given twice"),
             ));
         }
         stub_domains.push((zone, servers));
@@ -179,7 +195,7 @@ impl File {
         let Some(dir) = &k.kube_dns_config else {
             return Ok(None);
         };
-        let fail = |why: String| {
+        let fail = |why: &dyn std::fmt::Display| {
             let message = format!("kubernetes.kube_dns_config: {why}");
             if dir.span().is_empty() {
                 key(&["kubernetes", "kube_dns_config"], message)
@@ -188,7 +204,7 @@ impl File {
             }
         };
         let dir = dir.get_ref();
-        let seen = read_both(dir).map_err(fail)?;
+        let seen = read_both(dir).map_err(|why| fail(&why))?;
         let data = match parse(dir, &seen) {
             Ok(data) => data,
             Err(why) if self.inputs.lenient() => {
@@ -204,17 +220,17 @@ impl File {
                     seen,
                 }));
             }
-            Err(why) => return Err(fail(why)),
+            Err(why) => return Err(fail(&why)),
         };
         let own = super::views::OwnAddresses::read();
         for (zone, servers) in data.stub_domains {
             if zones.iter().any(|z| z.name == zone) {
-                return Err(fail(format!(
+                return Err(fail(&format!(
                     "stub domain {zone} is also a [[zone]] of this file (node-cache's Corefile would define it twice)"
                 )));
             }
             if let Some(own) = servers.iter().find(|a| self.listens_on(&own, **a)) {
-                return Err(fail(format!(
+                return Err(fail(&format!(
                     "stub domain {zone}: {own} is one of the listen addresses, a forwarding loop"
                 )));
             }
@@ -226,7 +242,7 @@ impl File {
                 .iter()
                 .find(|a| self.listens_on(&own, **a))
             {
-                return Err(fail(format!(
+                return Err(fail(&format!(
                     "upstream nameserver {looping} is one of the listen addresses, a forwarding loop"
                 )));
             }

@@ -134,8 +134,8 @@ mod tests {
         assert!(unknown.loops(&any, addr("10.96.0.10:53")));
     }
 
-    fn check(text: &str) -> Result<crate::config::Config, String> {
-        crate::config::Config::parse(text).map_err(|e| e.to_string())
+    fn check(text: &str) -> Result<crate::config::Config, crate::config::ConfigError> {
+        crate::config::Config::parse(text)
     }
 
     const LISTEN: &str = "[server]\nlisten = [\"127.0.0.1:1053\", \"127.0.0.2:1053\"]\n";
@@ -156,7 +156,7 @@ mod tests {
             "{LISTEN}[[zone]]\nname = \".\"\nupstreams = [\"127.0.0.1:5300\"]\nlisten = [\"127.0.0.1:1053\"]\n\
              [[zone]]\nname = \".\"\nupstreams = [\"127.0.0.1:5301\"]\n"
         );
-        let e = check(&text).unwrap_err();
+        let e = check(&text).unwrap_err().to_string();
         assert!(
             e.starts_with("8:") && e.contains("same listen address"),
             "{e}"
@@ -169,7 +169,7 @@ mod tests {
             "{LISTEN}[[zone]]\nname = \".\"\nupstreams = [\"127.0.0.1:5300\"]\n\
              listen = [\"127.0.0.3:1053\"]\n"
         );
-        let e = check(&text).unwrap_err();
+        let e = check(&text).unwrap_err().to_string();
         assert!(
             e.starts_with("6:") && e.contains("not one of server.listen"),
             "{e}"

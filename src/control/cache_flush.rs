@@ -25,7 +25,7 @@ pub(super) fn run(
     };
     let flush = match flush {
         Ok(f) => f,
-        Err(e) => return write_reply(out, &Reply::Error(e)),
+        Err(e) => return write_reply(out, &Reply::Error(e.to_string())),
     };
     let entries = served.cache().flush(flush, Instant::now());
     metrics.flush(scope.label(), entries);

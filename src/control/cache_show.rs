@@ -17,7 +17,7 @@ pub(super) fn run(
 ) -> io::Result<()> {
     let wire = match folded(name) {
         Ok(w) => w,
-        Err(e) => return write_reply(out, &Reply::Error(e)),
+        Err(e) => return write_reply(out, &Reply::Error(e.to_string())),
     };
     let qtype = match qtype.map(|t| crate::records::rr::type_code(t).ok_or(t)) {
         None => None,

@@ -149,6 +149,17 @@ fn discard_request(stream: &UnixStream) {
     }
 }
 
+/// Why a client's request was not read.
+#[derive(Debug, thiserror::Error)]
+enum BadRequest {
+    #[error("a request is at most {MAX_REQUEST} bytes")]
+    TooLong,
+    #[error("{0}")]
+    Json(serde_json::Error),
+    #[error("{0}")]
+    Read(std::io::Error),
+}
+
 /// Reads the one request of a trusted client and answers it.
 fn serve(stream: UnixStream, context: &Context) {
     let _ = stream.set_read_timeout(Some(READ_TIMEOUT));
@@ -159,11 +170,9 @@ fn serve(stream: UnixStream, context: &Context) {
     let read = BufReader::new(reader.take(MAX_REQUEST as u64 + 1)).read_line(&mut line);
     let mut out = std::io::BufWriter::new(stream);
     let request = match read {
-        Ok(_) if line.len() > MAX_REQUEST => {
-            Err(format!("a request is at most {MAX_REQUEST} bytes"))
-        }
-        Ok(_) => serde_json::from_str::<Request>(line.trim_end()).map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
+        Ok(_) if line.len() > MAX_REQUEST => Err(BadRequest::TooLong),
+        Ok(_) => serde_json::from_str::<Request>(line.trim_end()).map_err(BadRequest::Json),
+        Err(e) => Err(BadRequest::Read(e)),
     };
     let request = match request {
         Ok(r) => r,

@@ -65,10 +65,21 @@ pub(super) fn describe(served: &dyn Served, key: &Key, entry: &Entry, now: Insta
     }
 }
 
+/// A name an operator typed that is none.
+#[derive(Debug, thiserror::Error)]
+#[error("{name:?}: {error}")]
+pub(super) struct NotAName {
+    name: String,
+    error: crate::wire::name::BadName,
+}
+
 /// A name as an operator types it (`Example.COM`, with or without the
 /// final dot) in the cache's form: lower-case wire.
-pub(super) fn folded(name: &str) -> Result<Box<[u8]>, String> {
-    let mut wire = crate::wire::name::from_text(name).map_err(|e| format!("{name:?}: {e}"))?;
+pub(super) fn folded(name: &str) -> Result<Box<[u8]>, NotAName> {
+    let mut wire = crate::wire::name::from_text(name).map_err(|error| NotAName {
+        name: name.to_string(),
+        error,
+    })?;
     wire.make_ascii_lowercase();
     Ok(wire.into_boxed_slice())
 }

@@ -129,7 +129,7 @@ pub(crate) fn parse_importing(
             )));
         };
         let mut lines = Vec::new();
-        for path in super::import::files(dir, pattern).map_err(fail)? {
+        for path in super::import::files(dir, pattern).map_err(|e| fail(e.to_string()))? {
             let text = std::fs::read_to_string(&path).map_err(|e| {
                 fail(format!(
                     "import {pattern}: cannot read {}: {e}",

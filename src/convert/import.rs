@@ -150,10 +150,19 @@ fn inline(
     Ok(())
 }
 
+/// A directory an import's pattern names that cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[error("import {pattern}: cannot read {}: {error}", dir.display())]
+pub(super) struct UnreadDir {
+    pattern: String,
+    dir: PathBuf,
+    error: std::io::Error,
+}
+
 /// The files `pattern` names, relative to `dir`: the file itself, or with
 /// a `*` or `?` in its file name, every file of its directory that matches
 /// (none is no error, as in CoreDNS), in name order.
-pub(super) fn files(dir: &Path, pattern: &str) -> Result<Vec<PathBuf>, String> {
+pub(super) fn files(dir: &Path, pattern: &str) -> Result<Vec<PathBuf>, UnreadDir> {
     let path = dir.join(pattern);
     let name = path
         .file_name()
@@ -168,11 +177,12 @@ pub(super) fn files(dir: &Path, pattern: &str) -> Result<Vec<PathBuf>, String> {
     let entries = match std::fs::read_dir(parent) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => {
-            return Err(format!(
-                "import {pattern}: cannot read {}: {e}",
-                parent.display()
-            ));
+        Err(error) => {
+            return Err(UnreadDir {
+                pattern: pattern.to_string(),
+                dir: parent.to_owned(),
+                error,
+            });
         }
     };
     let mut found: Vec<PathBuf> = entries

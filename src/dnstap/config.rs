@@ -70,15 +70,16 @@ impl std::fmt::Display for DnstapSocket {
     }
 }
 
+/// A `dnstap.socket` that is none of the forms nodens reads.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("dnstap.socket: \"unix:/path\" or \"tcp:address:port\" (an IP address), not {0:?}")]
+pub(crate) struct BadSocket(String);
+
 impl DnstapSocket {
     /// "unix:/path", "unix:///path", "/path", "tcp:1.2.3.4:6000" or
     /// "tcp://1.2.3.4:6000".
-    pub(crate) fn parse(s: &str) -> Result<DnstapSocket, String> {
-        let bad = || {
-            format!(
-                "dnstap.socket: \"unix:/path\" or \"tcp:address:port\" (an IP address), not {s:?}"
-            )
-        };
+    pub(crate) fn parse(s: &str) -> Result<DnstapSocket, BadSocket> {
+        let bad = || BadSocket(s.to_string());
         if let Some(rest) = s.strip_prefix("tcp:") {
             let rest = rest.strip_prefix("//").unwrap_or(rest);
             return rest.parse().map(DnstapSocket::Tcp).map_err(|_| bad());

@@ -215,7 +215,7 @@ fn compile_hosts(
                     inputs.skip(format!("{why}; no records from it until it reads well"));
                     (hosts::HostsData::default(), None)
                 }
-                Err(why) => return Err(Invalid::At(f.span(), why)),
+                Err(why) => return Err(Invalid::At(f.span(), why.to_string())),
             };
             Ok((f.get_ref().clone(), Arc::new(data), stamp))
         })
@@ -278,13 +278,13 @@ fn compile_template(
     let records = |field: &'static str, list: &[String]| {
         list.iter()
             .map(|text| {
-                let compiled = RecordText::compile(text).map_err(|e| fail(field, e))?;
+                let compiled = RecordText::compile(text).map_err(|e| fail(field, e.to_string()))?;
                 // The record with every field filled in must be one nodens can write.
                 let sample = text
                     .replace("{{ .Name }}", "a.example.")
                     .replace("{{ .Zone }}", "example.");
                 if !sample.contains("{{") {
-                    rr::parse(&sample).map_err(|e| fail(field, e))?;
+                    rr::parse(&sample).map_err(|e| fail(field, e.to_string()))?;
                 }
                 Ok(compiled)
             })

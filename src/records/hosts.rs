@@ -148,38 +148,50 @@ fn read_bounded(path: &Path) -> std::io::Result<String> {
     Ok(text)
 }
 
+/// Why a hosts file gives no records: the file, and what is wrong with it
+/// (an I/O error kept as its text, so that two polls compare).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("hosts file {}{what}", path.display())]
+pub(crate) struct BadHostsFile {
+    path: std::path::PathBuf,
+    what: String,
+}
+
+fn bad(path: &Path, what: String) -> BadHostsFile {
+    BadHostsFile {
+        path: path.to_owned(),
+        what,
+    }
+}
+
 pub(crate) fn read_file(
     path: &Path,
     zones: &[Box<[u8]>],
     reverse: bool,
-) -> Result<(HostsData, Option<Stamp>), String> {
+) -> Result<(HostsData, Option<Stamp>), BadHostsFile> {
     let meta = match std::fs::metadata(path) {
         Ok(meta) => meta,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             tracing::warn!(path = %path.display(), "hosts file does not exist (yet): no records from it until it does");
             return Ok((HostsData::default(), None));
         }
-        Err(e) => return Err(format!("hosts file {}: {e}", path.display())),
+        Err(e) => return Err(bad(path, format!(": {e}"))),
     };
     if !meta.is_file() {
-        return Err(format!("hosts file {}: not a regular file", path.display()));
+        return Err(bad(path, ": not a regular file".into()));
     }
     if meta.len() > MAX_HOSTS_FILE {
-        return Err(format!(
-            "hosts file {}: {} bytes, more than the {MAX_HOSTS_FILE} read",
-            path.display(),
-            meta.len()
+        return Err(bad(
+            path,
+            format!(
+                ": {} bytes, more than the {MAX_HOSTS_FILE} read",
+                meta.len()
+            ),
         ));
     }
-    let text = read_bounded(path).map_err(|e| format!("hosts file {}: {e}", path.display()))?;
-    let data = HostsData::parse(&text, zones, reverse).map_err(|e| {
-        format!(
-            "hosts file {} line {}: {}",
-            path.display(),
-            e.line,
-            e.message
-        )
-    })?;
+    let text = read_bounded(path).map_err(|e| bad(path, format!(": {e}")))?;
+    let data = HostsData::parse(&text, zones, reverse)
+        .map_err(|e| bad(path, format!(" line {}: {}", e.line, e.message)))?;
     Ok((data, Some(Stamp::of(&meta))))
 }
 
@@ -200,13 +212,13 @@ mod tests {
         let file = std::fs::File::create(&big).unwrap();
         file.set_len(MAX_HOSTS_FILE + 1).unwrap();
         let why = read_file(&big, &root(), true).unwrap_err();
-        assert!(why.contains("more than"), "{why}");
+        assert!(why.to_string().contains("more than"), "{why}");
         let fifo = dir.path().join("fifo");
         let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
         // SAFETY: mkfifo reads a NUL-terminated path that outlives the call.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         let why = read_file(&fifo, &root(), true).unwrap_err();
-        assert!(why.contains("not a regular file"), "{why}");
+        assert!(why.to_string().contains("not a regular file"), "{why}");
     }
 
     #[test]

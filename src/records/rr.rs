@@ -21,8 +21,40 @@ pub(crate) struct Rr {
 
 const DEFAULT_TTL: u32 = 3600;
 
+/// Why a record's text is not one nodens can write.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum BadRecord {
+    #[error("`{0}`: a quote is not closed")]
+    OpenQuote(String),
+    #[error("record `{text}`: {why}")]
+    Field { text: String, why: BadField },
+}
+
+/// What is wrong in a record's fields.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum BadField {
+    #[error("empty")]
+    Empty,
+    #[error("no type")]
+    NoType,
+    #[error("TTL `{0}`")]
+    Ttl(String),
+    #[error("`{0}` is not a type nodens can answer with")]
+    UnknownType(String),
+    #[error("{0} missing")]
+    Missing(&'static str),
+    #[error("{what} `{text}` is not a number in range")]
+    NotANumber { what: &'static str, text: String },
+    #[error("{0}")]
+    Name(#[from] name::BadName),
+    #[error("no text")]
+    NoText,
+    #[error("a string longer than 255 bytes")]
+    LongString,
+}
+
 /// The fields of `text`: runs of non-space, or "quoted strings" (quotes off).
-fn fields(text: &str) -> Result<Vec<String>, String> {
+fn fields(text: &str) -> Result<Vec<String>, BadRecord> {
     let mut out = Vec::new();
     let mut chars = text.chars().peekable();
     while let Some(&c) = chars.peek() {
@@ -38,7 +70,7 @@ fn fields(text: &str) -> Result<Vec<String>, String> {
                     Some('"') => break,
                     Some('\\') => field.extend(chars.next()),
                     Some(c) => field.push(c),
-                    None => return Err(format!("`{text}`: a quote is not closed")),
+                    None => return Err(BadRecord::OpenQuote(text.to_string())),
                 }
             }
         } else {
@@ -83,36 +115,41 @@ pub(crate) fn class_code(text: &str) -> Option<u16> {
     })
 }
 
-fn wire_name(text: &str) -> Result<Vec<u8>, String> {
+fn wire_name(text: &str) -> Result<Vec<u8>, BadField> {
     if text == "." {
         return Ok(vec![0]);
     }
-    name::from_text(text).map_err(|e| e.0)
+    Ok(name::from_text(text)?)
 }
 
-fn number<T: std::str::FromStr>(text: Option<&String>, what: &str) -> Result<T, String> {
-    let text = text.ok_or_else(|| format!("{what} missing"))?;
-    text.parse()
-        .map_err(|_| format!("{what} `{text}` is not a number in range"))
+fn number<T: std::str::FromStr>(text: Option<&String>, what: &'static str) -> Result<T, BadField> {
+    let text = text.ok_or(BadField::Missing(what))?;
+    text.parse().map_err(|_| BadField::NotANumber {
+        what,
+        text: text.clone(),
+    })
 }
 
 /// Parses one record.
-pub(crate) fn parse(text: &str) -> Result<Rr, String> {
+pub(crate) fn parse(text: &str) -> Result<Rr, BadRecord> {
     let f = fields(text)?;
-    let bad = |why: String| format!("record `{text}`: {why}");
-    let owner = wire_name(f.first().ok_or_else(|| bad("empty".into()))?).map_err(bad)?;
+    let bad = |why: BadField| BadRecord::Field {
+        text: text.to_string(),
+        why,
+    };
+    let owner = wire_name(f.first().ok_or_else(|| bad(BadField::Empty))?).map_err(bad)?;
     let mut ttl = None;
     let mut rclass = None;
     let mut at = 1;
     let rtype = loop {
         let Some(word) = f.get(at) else {
-            return Err(bad("no type".into()));
+            return Err(bad(BadField::NoType));
         };
         at += 1;
         if ttl.is_none() && word.bytes().all(|b| b.is_ascii_digit()) {
             ttl = Some(
                 word.parse::<u32>()
-                    .map_err(|_| bad(format!("TTL `{word}`")))?,
+                    .map_err(|_| bad(BadField::Ttl(word.clone())))?,
             );
         } else if rclass.is_none()
             && let Some(c) = class_code(word)
@@ -121,9 +158,7 @@ pub(crate) fn parse(text: &str) -> Result<Rr, String> {
         } else if let Some(t) = type_code(word) {
             break t;
         } else {
-            return Err(bad(format!(
-                "`{word}` is not a type nodens can answer with"
-            )));
+            return Err(bad(BadField::UnknownType(word.clone())));
         }
     };
     let rest = &f[at..];
@@ -139,13 +174,13 @@ pub(crate) fn parse(text: &str) -> Result<Rr, String> {
             rdata.extend(ip.octets());
         }
         rtype::CNAME | rtype::NS | rtype::PTR => {
-            let target = arg(0).ok_or_else(|| bad("target missing".into()))?;
+            let target = arg(0).ok_or_else(|| bad(BadField::Missing("target")))?;
             rdata = wire_name(target).map_err(bad)?;
         }
         rtype::MX => {
             let preference: u16 = number(arg(0), "preference").map_err(bad)?;
             rdata.extend(preference.to_be_bytes());
-            let target = arg(1).ok_or_else(|| bad("exchange missing".into()))?;
+            let target = arg(1).ok_or_else(|| bad(BadField::Missing("exchange")))?;
             rdata.extend(wire_name(target).map_err(bad)?);
         }
         rtype::SRV => {
@@ -153,16 +188,16 @@ pub(crate) fn parse(text: &str) -> Result<Rr, String> {
                 let n: u16 = number(arg(i), what).map_err(bad)?;
                 rdata.extend(n.to_be_bytes());
             }
-            let target = arg(3).ok_or_else(|| bad("target missing".into()))?;
+            let target = arg(3).ok_or_else(|| bad(BadField::Missing("target")))?;
             rdata.extend(wire_name(target).map_err(bad)?);
         }
         rtype::TXT => {
             if rest.is_empty() {
-                return Err(bad("no text".into()));
+                return Err(bad(BadField::NoText));
             }
             for s in rest {
                 if s.len() > 255 {
-                    return Err(bad("a string longer than 255 bytes".into()));
+                    return Err(bad(BadField::LongString));
                 }
                 rdata.push(s.len() as u8);
                 rdata.extend(s.as_bytes());
@@ -170,7 +205,7 @@ pub(crate) fn parse(text: &str) -> Result<Rr, String> {
         }
         rtype::SOA => {
             for i in 0..2 {
-                let n = arg(i).ok_or_else(|| bad("SOA names missing".into()))?;
+                let n = arg(i).ok_or_else(|| bad(BadField::Missing("SOA names")))?;
                 rdata.extend(wire_name(n).map_err(bad)?);
             }
             for (i, what) in ["serial", "refresh", "retry", "expire", "minimum"]

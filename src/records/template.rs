@@ -30,6 +30,17 @@ enum Piece {
     Group(String),
 }
 
+/// Why a record template is not one nodens can fill in.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum BadTemplate {
+    #[error("`{0}`: `{{{{` is not closed")]
+    Open(String),
+    #[error(
+        "`{text}`: `{{{{ {action} }}}}` is not a field nodens fills in (.Name, .Zone, .Class, .Type, .Regex, .Remote, index .Match N, .Group.NAME)"
+    )]
+    Field { text: String, action: String },
+}
+
 /// A record to write, with its fields still to fill in.
 #[derive(Debug, Clone)]
 pub(crate) struct RecordText {
@@ -38,7 +49,7 @@ pub(crate) struct RecordText {
 
 impl RecordText {
     /// Compiles `text`; the record is checked now with sample values.
-    pub(crate) fn compile(text: &str) -> Result<RecordText, String> {
+    pub(crate) fn compile(text: &str) -> Result<RecordText, BadTemplate> {
         let mut pieces = Vec::new();
         let mut rest = text;
         while let Some(open) = rest.find("{{") {
@@ -48,13 +59,14 @@ impl RecordText {
             let after = &rest[open + 2..];
             let close = after
                 .find("}}")
-                .ok_or_else(|| format!("`{text}`: `{{{{` is not closed"))?;
+                .ok_or_else(|| BadTemplate::Open(text.to_string()))?;
             let action = after[..close]
                 .trim_start_matches('-')
                 .trim_end_matches('-')
                 .trim();
-            pieces.push(action_piece(action).ok_or_else(|| {
-                format!("`{text}`: `{{{{ {action} }}}}` is not a field nodens fills in (.Name, .Zone, .Class, .Type, .Regex, .Remote, index .Match N, .Group.NAME)")
+            pieces.push(action_piece(action).ok_or_else(|| BadTemplate::Field {
+                text: text.to_string(),
+                action: action.to_string(),
             })?);
             rest = &after[close + 2..];
         }
@@ -164,7 +176,7 @@ pub(crate) enum Outcome {
     /// The regex did not match and there is no fallthrough: SERVFAIL.
     Fail,
     /// A record did not render into a valid one: SERVFAIL (logged).
-    Broken(String),
+    Broken(rr::BadRecord),
 }
 
 /// The SOA nodens writes for an answer without records when the rule
@@ -254,7 +266,7 @@ impl Template {
             captures: regex.captures(text),
             names: regex,
         };
-        let render = |list: &[RecordText]| -> Result<Vec<Rr>, String> {
+        let render = |list: &[RecordText]| -> Result<Vec<Rr>, rr::BadRecord> {
             list.iter().map(|r| rr::parse(&r.render(&data))).collect()
         };
         let answer = match render(&self.answer) {

@@ -66,6 +66,7 @@ impl Source {
                 state.stamp = Some(stamp);
             }
             Err(why) => {
+                let why = why.to_string();
                 if state.failing.as_ref() != Some(&why) {
                     tracing::warn!("{why}; its last records stay in force");
                     state.failing = Some(why);

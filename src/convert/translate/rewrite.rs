@@ -39,45 +39,51 @@ pub(super) fn rewrite(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
     }
 }
 
+/// Why a rule has no nodens equivalent, in words for the operator (listed
+/// among what was not translated).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(super) struct NoEquivalent(String);
+
 /// The `[[zone.rewrite]]` body of one rule, or why there is none.
-fn rule(words: &[String]) -> Result<String, String> {
+fn rule(words: &[String]) -> Result<String, NoEquivalent> {
     let (next, rest) = match words.first().map(|w| w.to_ascii_lowercase()).as_deref() {
         Some("continue") => ("continue = true\n", &words[1..]),
         Some("stop") => ("", &words[1..]),
         _ => ("", words),
     };
     let Some((field, args)) = rest.split_first() else {
-        return Err("no rule".into());
+        return Err(NoEquivalent("no rule".into()));
     };
     let mut toml = String::new();
     match field.to_ascii_lowercase().as_str() {
         "name" => name_rule(args, &mut toml)?,
         kind @ ("type" | "class") => {
             let [from, to] = args else {
-                return Err(format!("{kind} rules take two arguments"));
+                return Err(NoEquivalent(format!("{kind} rules take two arguments")));
             };
             let _ = writeln!(toml, "field = \"{kind}\"\nfrom = {}\nto = {}", quote(from), quote(to));
         }
-        "edns0" => return Err("sets an EDNS0 option of the query sent upstream; nodens has no equivalent".into()),
-        "ttl" => return Err("sets the TTL of the matching answers; nodens clamps a zone's TTLs with min_ttl / max_ttl".into()),
-        "rcode" => return Err("changes the response code of the matching answers; nodens has no equivalent".into()),
-        "cname" => return Err("rewrites CNAME targets and asks for the new target; nodens has no equivalent".into()),
-        other => return Err(format!("the `{other}` rule has no nodens equivalent")),
+        "edns0" => return Err(NoEquivalent("sets an EDNS0 option of the query sent upstream; nodens has no equivalent".into())),
+        "ttl" => return Err(NoEquivalent("sets the TTL of the matching answers; nodens clamps a zone's TTLs with min_ttl / max_ttl".into())),
+        "rcode" => return Err(NoEquivalent("changes the response code of the matching answers; nodens has no equivalent".into())),
+        "cname" => return Err(NoEquivalent("rewrites CNAME targets and asks for the new target; nodens has no equivalent".into())),
+        other => return Err(NoEquivalent(format!("the `{other}` rule has no nodens equivalent"))),
     }
     toml.push_str(next);
     Ok(toml)
 }
 
 /// `name [MATCH] FROM TO [answer ...]`.
-fn name_rule(args: &[String], toml: &mut String) -> Result<(), String> {
+fn name_rule(args: &[String], toml: &mut String) -> Result<(), NoEquivalent> {
     let (matching, from, to, answers) = match args {
         [from, to] => ("exact", from, to, &[][..]),
         [kind, from, to, answers @ ..] => (kind.as_str(), from, to, answers),
-        _ => return Err("too few arguments for a name rule".into()),
+        _ => return Err(NoEquivalent("too few arguments for a name rule".into())),
     };
     let matching = matching.to_ascii_lowercase();
     if !["exact", "prefix", "suffix", "substring", "regex"].contains(&matching.as_str()) {
-        return Err(format!("unknown match type `{matching}`"));
+        return Err(NoEquivalent(format!("unknown match type `{matching}`")));
     }
     if matching == "regex" {
         check_regex(from)?;
@@ -92,7 +98,7 @@ fn name_rule(args: &[String], toml: &mut String) -> Result<(), String> {
         if answers[i] == "answer" {
             i += 1;
         } else if i == 0 {
-            return Err("too many arguments for a name rule".into());
+            return Err(NoEquivalent("too many arguments for a name rule".into()));
         }
         match answers.get(i).map(String::as_str) {
             Some("auto") => {
@@ -101,7 +107,7 @@ fn name_rule(args: &[String], toml: &mut String) -> Result<(), String> {
             }
             Some(kind @ ("name" | "value")) => {
                 let (Some(f), Some(t)) = (answers.get(i + 1), answers.get(i + 2)) else {
-                    return Err(format!("answer {kind} takes two arguments"));
+                    return Err(NoEquivalent(format!("answer {kind} takes two arguments")));
                 };
                 check_regex(f)?;
                 let entry = format!("{{ from = {}, to = {} }}", quote(f), quote(t));
@@ -112,7 +118,12 @@ fn name_rule(args: &[String], toml: &mut String) -> Result<(), String> {
                 }
                 i += 3;
             }
-            other => return Err(format!("unknown answer rule `{}`", other.unwrap_or(""))),
+            other => {
+                return Err(NoEquivalent(format!(
+                    "unknown answer rule `{}`",
+                    other.unwrap_or("")
+                )));
+            }
         }
     }
     for (key, list) in [("answer_name", names), ("answer_value", values)] {
@@ -125,18 +136,18 @@ fn name_rule(args: &[String], toml: &mut String) -> Result<(), String> {
 
 /// Whether nodens compiles the rule (its types, classes, groups): a
 /// rule it would refuse is listed, not written.
-fn compiles(body: &str) -> Result<(), String> {
+fn compiles(body: &str) -> Result<(), NoEquivalent> {
     let text =
         format!("[[zone]]\nname = \".\"\nupstreams = [\"127.0.0.1:9\"]\n[[zone.rewrite]]\n{body}");
     crate::config::Config::parse(&text)
         .map(drop)
-        .map_err(|e| e.message)
+        .map_err(|e| NoEquivalent(e.message))
 }
 
-fn check_regex(text: &str) -> Result<(), String> {
+fn check_regex(text: &str) -> Result<(), NoEquivalent> {
     Regex::new(text)
         .map(drop)
-        .map_err(|_| format!("`{text}` is not a regular expression nodens reads"))
+        .map_err(|_| NoEquivalent(format!("`{text}` is not a regular expression nodens reads")))
 }
 
 #[cfg(test)]
@@ -190,7 +201,7 @@ mod tests {
         );
     }
 
-    fn toml(rule_text: &str) -> Result<String, String> {
+    fn toml(rule_text: &str) -> Result<String, NoEquivalent> {
         let words: Vec<String> = rule_text.split_whitespace().map(String::from).collect();
         rule(&words)
     }
@@ -216,7 +227,12 @@ mod tests {
             t.contains("answer_name = [{ from = ") && t.contains("answer_value"),
             "{t}"
         );
-        assert!(toml("ttl exact a.org 30").unwrap_err().contains("TTL"));
+        assert!(
+            toml("ttl exact a.org 30")
+                .unwrap_err()
+                .to_string()
+                .contains("TTL")
+        );
         assert!(toml("name regex (unclosed x.org").is_err());
         assert!(toml("type A AAAA").unwrap().contains("field = \"type\""));
     }
