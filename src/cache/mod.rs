@@ -9,6 +9,11 @@
 //!
 //! Expired entries stay until evicted, so they can be served stale
 //! (RFC 8767) when every upstream fails.
+//!
+//! Configuration: `[cache]` and `[zone.cache]` (`config.rs`); the cache file
+//! on the node's disk is `warm.rs`, its format `snapshot_file.rs`, the
+//! handover's stream `snapshot.rs`. Request path: looked up in `serve::hit`,
+//! filled by `serve::fetch`.
 
 pub(crate) mod config;
 pub(crate) mod entry;

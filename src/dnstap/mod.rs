@@ -16,6 +16,10 @@
 //! Upstream exchanges (`forwarder = true`) are offered from
 //! `upstream::forward` through a process-wide slot, [`forwarded`]: the
 //! miss path pays one `ArcSwap` load (per upstream answer) when it is empty.
+//!
+//! Configuration: `[dnstap]` (`config.rs`). Request path: where a reply is
+//! counted, and where an upstream answered (`upstream::forward`), one
+//! `try_send` each.
 
 pub(crate) mod config;
 mod fstrm;

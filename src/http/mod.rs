@@ -4,6 +4,9 @@
 //! (`metrics.probe_listen`: /health and /ready alone, on loopback for the
 //! kubelet). Each is bounded ([`serve`]): whoever can reach the metrics
 //! port cannot take the probes down with it (docs/security.md).
+//!
+//! Configuration: `[metrics]` (`config.rs`). Off the request path: tasks on
+//! the main runtime.
 
 pub(crate) mod config;
 pub(crate) mod metrics;

@@ -3,6 +3,11 @@
 //! to the server's main loop, which rebuilds the settings the request path
 //! reads; when the API cannot be reached, each feature falls back to what
 //! the configuration file says (the ClusterIP for upstreams).
+//!
+//! Configuration: `[kubernetes]` and the features that read the API
+//! (`config.rs`: the plans, and `Wanted`, what a configuration needs of the
+//! watches, which `config` builds). Off the request path: tasks on the main
+//! runtime.
 
 pub(crate) mod config;
 pub(crate) mod endpoints;

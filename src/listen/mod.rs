@@ -5,6 +5,10 @@
 //! message to a [`Service`] (the request path, `serve::Shared`) and sends
 //! what comes back. The request path depends on this module, not the other
 //! way round.
+//!
+//! Configuration: `[server] listen`, `workers` and the `tcp_*` bounds
+//! (`TcpLimits`). The request path's first and last step: the bytes in, the
+//! reply out.
 
 mod batch;
 pub(crate) mod handover;

@@ -2,6 +2,10 @@
 //! the cluster DNS Service IP) and the rules that keep their DNS traffic out
 //! of conntrack, set up at start, repaired while running, removed on exit
 //! (docs/node.md).
+//!
+//! Configuration: `[node]` (`config.rs`). Off the request path: set up by
+//! `server::start` before the listeners, repaired from the server's main
+//! loop; `supervisor.rs` is the fail-open parent process.
 
 pub(crate) mod config;
 pub(crate) mod guard;

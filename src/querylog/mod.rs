@@ -13,6 +13,9 @@
 //! running [`Sink`] and starts a new one when `[query_log]` changes on
 //! reload; the old one's thread ends once the last query of the old
 //! settings is written.
+//!
+//! Configuration: `[query_log]` (the sink) and each zone's `query_log`
+//! (`config.rs`). Request path: where a reply is counted, one `try_send`.
 
 pub(crate) mod config;
 mod format;

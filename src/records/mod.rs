@@ -10,6 +10,10 @@
 //! hosts file or a reload shows at once. The cache-hit path of a
 //! configuration without any pays one branch (`Settings::records` is
 //! `None`); with some, a zone without any pays an index and a branch.
+//!
+//! Configuration: each zone's `hosts`, `template`, `local` and `whoami`
+//! (`config.rs`, which reads the hosts files). Request path: `serve::records`,
+//! after the route and before the cache.
 
 pub(crate) mod config;
 pub(crate) mod hosts;

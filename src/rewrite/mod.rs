@@ -7,6 +7,10 @@
 //! cache is keyed and filled by the client's question, so a cache hit never
 //! sees a rule. Names are compared in CoreDNS's form: presentation text,
 //! lower case, with the trailing dot (`www.example.org.`).
+//!
+//! Configuration: each zone's `rewrite`, `dns64` and `except` (compiled by
+//! `config`'s zone rules into `upstream::rules::ZoneRules`). Request path:
+//! only on a miss.
 
 pub(crate) mod dns64;
 pub(crate) mod message;

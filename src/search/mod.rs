@@ -2,6 +2,9 @@
 //! `<name>.svc.<zone>`, `<name>.<zone>` and the cloud domains before the
 //! name itself, one after another. Most of those names cannot exist, and
 //! nodens knows which ([`rules`]) or has already been told ([`learned`]).
+//!
+//! Configuration: `[cluster]` (`rules.rs` compiles it). Request path:
+//! `serve::local` and `serve::autopath` read it before the cache.
 
 pub(crate) mod clients;
 pub(crate) mod learned;

@@ -1,5 +1,10 @@
 //! Where misses go: zones (longest suffix wins), each with its upstream
 //! servers, and the transports that carry a query to one of them.
+//!
+//! Configuration: each `[[zone]]`'s upstream keys (`config.rs`: the zone
+//! plan, its policy and transport) and `[zone.pool]` (`pool/config.rs`).
+//! Request path: a miss (`serve::fetch`) asks the zone the router picked,
+//! through `forward` (or `rules` when the zone rewrites).
 
 pub(crate) mod case;
 pub(crate) mod config;

@@ -17,6 +17,9 @@
 //! its client asks most: a space-saving sketch of [`NAMES`] names, fed by
 //! one query in [`NAME_SAMPLE`] (skipped when the set's lock is busy) so
 //! the name is folded and compared on that one only.
+//!
+//! Configuration: `[server] workload_counters` and `workload_metrics`.
+//! Request path: where a reply is counted, an add to a fixed table.
 
 mod metrics;
 mod view;
