@@ -14,8 +14,9 @@
 //! zone holds no tap: the counting point pays one branch on an `Option`.
 //!
 //! Upstream exchanges (`forwarder = true`) are offered from
-//! `upstream::forward` through a process-wide slot, [`forwarded`]: the
-//! miss path pays one `ArcSwap` load (per upstream answer) when it is empty.
+//! `upstream::forward` through the request path's [`ForwarderSlot`], which
+//! every zone holds: the miss path pays one `ArcSwap` load (per upstream
+//! answer) when it is empty.
 //!
 //! Configuration: `[dnstap]` (`config.rs`). Request path: where a reply is
 //! counted, and where an upstream answered (`upstream::forward`), one
@@ -98,9 +99,6 @@ impl Sink {
     }
 }
 
-/// Where upstream exchanges go when `forwarder = true`.
-static FORWARDER: ArcSwapOption<Sink> = ArcSwapOption::const_empty();
-
 /// The request path's handle on dnstap: the running sink, started when
 /// the settings first ask for it and replaced when `[dnstap]` changes on
 /// reload.
@@ -108,16 +106,27 @@ pub(crate) struct Hub {
     clients: Arc<Clients>,
     counters: Counters,
     current: Mutex<Option<Arc<Sink>>>,
+    /// The running sink when it takes upstream exchanges
+    /// (`forwarder = true`), for the zones' fetches.
+    forwarder: ForwarderSlot,
 }
 
 impl Hub {
     /// `clients`: the pods the pod watch knows, named in `extra`.
-    pub(crate) fn new(clients: Arc<Clients>, counters: Counters) -> Hub {
+    /// `forwarder`: the slot the zones of this request path offer their
+    /// upstream exchanges to (`Router::build`).
+    pub(crate) fn new(clients: Arc<Clients>, counters: Counters, forwarder: ForwarderSlot) -> Hub {
         Hub {
             clients,
             counters,
             current: Mutex::new(None),
+            forwarder,
         }
+    }
+
+    /// The slot the zones offer upstream exchanges to.
+    pub(crate) fn forwarder(&self) -> &ForwarderSlot {
+        &self.forwarder
     }
 
     /// The tap of the listener at `listener` for one generation of
@@ -138,7 +147,7 @@ impl Hub {
         let mut current = crate::lock::lock(&self.current);
         let Some(plan) = plan.filter(|p| p.client || p.forwarder) else {
             *current = None;
-            FORWARDER.store(None);
+            self.forwarder.0.store(None);
             return None;
         };
         if let Some(sink) = current.as_ref().filter(|s| s.plan == *plan) {
@@ -152,7 +161,9 @@ impl Hub {
             }
         };
         current.clone_from(&sink);
-        FORWARDER.store(sink.clone().filter(|s| s.plan.forwarder));
+        self.forwarder
+            .0
+            .store(sink.clone().filter(|s| s.plan.forwarder));
         sink
     }
 
@@ -185,7 +196,7 @@ impl Hub {
     /// Waits `within` at most: a reader that does not take them is left.
     pub(crate) fn finish(&self, within: Duration) {
         let sink = crate::lock::lock(&self.current).take();
-        FORWARDER.store(None);
+        self.forwarder.0.store(None);
         let Some(sink) = sink else {
             return;
         };
@@ -230,27 +241,36 @@ impl ClientTap {
     }
 }
 
-/// Offers an upstream exchange (FORWARDER_QUERY, FORWARDER_RESPONSE), if
-/// upstream exchanges are sent.
-pub(crate) fn forwarded(
-    proto: Proto,
-    upstream: SocketAddr,
-    asked: Instant,
-    query: &[u8],
-    reply: &[u8],
-) {
-    let guard = FORWARDER.load();
-    let Some(sink) = guard.as_ref() else {
-        return;
-    };
-    let messages = sink.plan.full.then_some((query, reply));
-    sink.offer(Record::take(
-        Side::Forwarder,
-        proto,
-        None,
-        upstream,
-        asked,
-        Instant::now(),
-        messages,
-    ));
+/// Where a request path's upstream exchanges go when `forwarder = true`:
+/// one slot per request path (not per process), filled by its [`Hub`] and
+/// held by every zone its settings build (`upstream::Zone::dnstap`).
+#[derive(Clone, Default)]
+pub(crate) struct ForwarderSlot(Arc<ArcSwapOption<Sink>>);
+
+impl ForwarderSlot {
+    /// Offers an upstream exchange (FORWARDER_QUERY, FORWARDER_RESPONSE),
+    /// if upstream exchanges are sent: one `ArcSwap` load when they are not.
+    pub(crate) fn offer(
+        &self,
+        proto: Proto,
+        upstream: SocketAddr,
+        asked: Instant,
+        query: &[u8],
+        reply: &[u8],
+    ) {
+        let guard = self.0.load();
+        let Some(sink) = guard.as_ref() else {
+            return;
+        };
+        let messages = sink.plan.full.then_some((query, reply));
+        sink.offer(Record::take(
+            Side::Forwarder,
+            proto,
+            None,
+            upstream,
+            asked,
+            Instant::now(),
+            messages,
+        ));
+    }
 }

@@ -106,12 +106,20 @@ impl AsRef<Cache> for Shared {
 impl Shared {
     /// The request path with `settings` and a cache of `capacity` bytes.
     /// Call on the main runtime (see `tasks`).
-    pub(crate) fn new(settings: Settings, capacity: u64, metrics: Arc<ServeMetrics>) -> Shared {
+    /// `forwarder`: the slot its settings' zones offer upstream exchanges
+    /// to (dnstap), filled by its dnstap hub.
+    pub(crate) fn new(
+        settings: Settings,
+        capacity: u64,
+        metrics: Arc<ServeMetrics>,
+        forwarder: crate::dnstap::ForwarderSlot,
+    ) -> Shared {
         let tasks = Tasks::on_current_runtime();
         let search = search::SearchState::default();
         let query_log =
             crate::querylog::Hub::new(search.clients.clone(), metrics.query_log_counters());
-        let dnstap = crate::dnstap::Hub::new(search.clients.clone(), metrics.dnstap.clone());
+        let dnstap =
+            crate::dnstap::Hub::new(search.clients.clone(), metrics.dnstap.clone(), forwarder);
         Shared {
             settings: ArcSwap::from_pointee(settings),
             cache: Cache::new(capacity),
@@ -124,6 +132,11 @@ impl Shared {
             query_log,
             dnstap,
         }
+    }
+
+    /// The slot dnstap's upstream exchanges go to, for settings built anew.
+    pub(crate) fn dnstap_forwarder(&self) -> &crate::dnstap::ForwarderSlot {
+        self.dnstap.forwarder()
     }
 
     /// The cache, for benchmarks and tests that fill it before they query.

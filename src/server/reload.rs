@@ -58,6 +58,7 @@ impl Server {
             &self.telemetry.upstream,
             self.shared.tasks.upkeep(),
             Some(&self.shared.settings.load()),
+            self.shared.dnstap_forwarder(),
         );
         self.shared.settings.store(Arc::new(settings));
         log_zones(&self.shared);
@@ -75,6 +76,7 @@ impl Server {
             &self.telemetry.upstream,
             self.shared.tasks.upkeep(),
             Some(&self.shared.settings.load()),
+            self.shared.dnstap_forwarder(),
         );
         self.log
             .set_level(&config.log.level)

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::admission::{Acl, Budgets, RateLimiter};
 use crate::config::Config;
+use crate::dnstap::ForwarderSlot;
 use crate::serve::Settings;
 use crate::serve::identity::Identity;
 use crate::tasks::Upkeep;
@@ -13,12 +14,15 @@ use crate::upstream::Router;
 use crate::upstream::metrics::UpstreamMetrics;
 
 /// Builds the request path's settings for `config`; `previous` lets
-/// unchanged upstreams keep their connections and health across a reload.
+/// unchanged upstreams keep their connections and health across a reload;
+/// `dnstap`: the request path's slot for upstream exchanges, which every
+/// zone holds.
 pub(crate) fn build(
     config: &Config,
     metrics: &Arc<UpstreamMetrics>,
     upkeep: &Upkeep,
     previous: Option<&Settings>,
+    dnstap: &ForwarderSlot,
 ) -> Settings {
     Settings {
         generation: Settings::next_generation(),
@@ -28,6 +32,7 @@ pub(crate) fn build(
             metrics,
             upkeep,
             previous.map(|p| &p.router),
+            dnstap,
         ),
         acl: Acl::new(&config.server.allow),
         rate_limit: config

@@ -23,11 +23,14 @@ impl Shared {
     pub fn standalone_with_metrics(config: &Config) -> (Shared, impl Fn() -> String) {
         let registry = Registry::new();
         let upstream = Arc::new(UpstreamMetrics::register(&registry));
-        let settings = super::settings::build(config, &upstream, &Upkeep::current(), None);
+        let forwarder = crate::dnstap::ForwarderSlot::default();
+        let settings =
+            super::settings::build(config, &upstream, &Upkeep::current(), None, &forwarder);
         let shared = Shared::new(
             settings,
             config.cache.capacity,
             Arc::new(ServeMetrics::register(&registry)),
+            forwarder,
         );
         (shared, move || registry.encode())
     }

@@ -21,16 +21,19 @@ impl Server {
             tracing::error!("configuration: skipped at start: {skipped}");
             telemetry.skipped_inputs.inc();
         }
+        let forwarder = crate::dnstap::ForwarderSlot::default();
         let settings = settings::build(
             &config,
             &telemetry.upstream,
             &crate::tasks::Upkeep::current(),
             None,
+            &forwarder,
         );
         let shared = Arc::new(Shared::new(
             settings,
             config.cache.capacity,
             telemetry.serve.clone(),
+            forwarder,
         ));
         log_zones(&shared);
         shared

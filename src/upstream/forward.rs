@@ -225,7 +225,7 @@ async fn ask_tcp(attempt: &Attempt<'_>) -> Result<Vec<u8>, ExchangeError> {
         .await;
     if let Ok(msg) = &result {
         let upstream = attempt.upstream.addr;
-        crate::dnstap::forwarded(Proto::Tcp, upstream, asked, &query, msg);
+        (attempt.zone.dnstap).offer(Proto::Tcp, upstream, asked, &query, msg);
     }
     result
 }
@@ -288,7 +288,7 @@ async fn ask_udp(attempt: &Attempt<'_>, deadline: Instant) -> Result<Vec<u8>, Ex
         }
     };
     // As it went out and came back: the question in the case it was sent.
-    crate::dnstap::forwarded(Proto::Udp, upstream.addr, started.into_std(), &query, &msg);
+    (zone.dnstap).offer(Proto::Udp, upstream.addr, started.into_std(), &query, &msg);
     if randomised {
         upstream.case.preserved();
     }

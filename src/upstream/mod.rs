@@ -145,6 +145,8 @@ pub(crate) struct Zone {
     /// Whether this zone's prefetches bring new TTLs, or only a caching
     /// upstream's seconds left (`cache::PrefetchGain`).
     pub prefetch_gain: PrefetchGain,
+    /// Where its upstream exchanges go to dnstap (the request path's slot).
+    pub dnstap: crate::dnstap::ForwarderSlot,
 }
 
 impl Zone {
@@ -229,6 +231,7 @@ impl Router {
         metrics: &Arc<UpstreamMetrics>,
         upkeep: &Upkeep,
         previous: Option<&Router>,
+        dnstap: &crate::dnstap::ForwarderSlot,
     ) -> Router {
         let mut router = Router {
             zones: Vec::new(),
@@ -261,6 +264,7 @@ impl Router {
                     crate::wire::soa::Soa::synthesized(&zone, plan.ttl.negative_max_ttl.min(30))
                 }),
                 prefetch_gain: PrefetchGain::default(),
+                dnstap: dnstap.clone(),
             }));
         }
         for members in &views.tables {
@@ -379,6 +383,7 @@ mod tests {
             &metrics,
             &Upkeep::current(),
             None,
+            &crate::dnstap::ForwarderSlot::default(),
         )
     }
 
