@@ -11,28 +11,8 @@
 //! `{%VAR%}` are replaced by the environment variable inside any token.
 //! Every error names the line it is about; nothing here panics on input.
 
-use std::fmt;
-
-/// One token and the line it starts on (1-based).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Token {
-    pub text: String,
-    pub line: usize,
-    /// Written in quotes: never a brace, even if it reads `{`.
-    quoted: bool,
-    /// The line the token ends on (a quoted token may span lines).
-    end_line: usize,
-}
-
-impl Token {
-    /// The same token (line, quoting) with other text: a substituted value.
-    pub(crate) fn with_text(&self, text: impl Into<String>) -> Token {
-        Token {
-            text: text.into(),
-            ..self.clone()
-        }
-    }
-}
+pub(crate) use super::token::{SyntaxError, Token};
+use super::token::{error, is_close, is_open};
 
 /// A directive (`forward . 10.0.0.10 { force_tcp }`) or a line inside a
 /// directive's block (`force_tcp`): a name, arguments, and an optional block.
@@ -72,28 +52,6 @@ impl ServerBlock {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Corefile {
     pub blocks: Vec<ServerBlock>,
-}
-
-/// Input that is not a Corefile, with the line at fault.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SyntaxError {
-    pub line: usize,
-    pub message: String,
-}
-
-impl fmt::Display for SyntaxError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "line {}: {}", self.line, self.message)
-    }
-}
-
-impl std::error::Error for SyntaxError {}
-
-fn error<T>(line: usize, message: impl Into<String>) -> Result<T, SyntaxError> {
-    Err(SyntaxError {
-        line,
-        message: message.into(),
-    })
 }
 
 #[cfg(test)]
@@ -263,14 +221,6 @@ fn split_lines(tokens: Vec<Token>) -> Vec<Vec<Token>> {
         last_end = end;
     }
     lines
-}
-
-pub(super) fn is_open(t: &Token) -> bool {
-    !t.quoted && t.text == "{"
-}
-
-pub(super) fn is_close(t: &Token) -> bool {
-    !t.quoted && t.text == "}"
 }
 
 struct Parser {

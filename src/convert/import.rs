@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use super::corefile::{SyntaxError, Token, is_close, is_open};
+use super::token::{SyntaxError, Token, is_close, is_open};
 
 /// Imports within imports, at most: deeper is taken for a cycle.
 const MAX_DEPTH: usize = 10;

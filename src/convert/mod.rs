@@ -16,6 +16,7 @@ pub(crate) mod corefile;
 mod emit;
 mod import;
 mod pillars;
+mod token;
 mod translate;
 #[cfg(test)]
 mod views_tests;

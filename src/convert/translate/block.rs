@@ -6,36 +6,12 @@
 //! (listed as having no equivalent).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::time::Duration;
 
 use super::super::corefile::{Directive, ServerBlock, go_duration};
 use super::super::{ConvertError, Options};
+use super::block_out::{BlockOut, describe};
 use super::keys::Keys;
-use super::{
-    Findings, Plan, Upstream, ZoneCacheOut, ZoneOut, cache, dns64, forward, log, records, rewrite,
-    zone_defaults,
-};
-
-/// What one block's directives say, before it becomes zones.
-#[derive(Default)]
-pub(super) struct BlockOut {
-    pub(super) binds: Vec<IpAddr>,
-    pub(super) forward: Option<(Upstream, usize)>,
-    pub(super) force_tcp: bool,
-    pub(super) policy: Option<(&'static str, &'static str)>,
-    pub(super) max_fails: Option<u32>,
-    pub(super) health_check: Option<Duration>,
-    pub(super) idle_timeout: Option<Duration>,
-    pub(super) cached: bool,
-    pub(super) min_ttl: Option<Duration>,
-    pub(super) max_ttl: Option<Duration>,
-    pub(super) negative_max_ttl: Option<Duration>,
-    pub(super) cache: ZoneCacheOut,
-    pub(super) records: super::RecordsOut,
-    pub(super) rules: super::zone_rules::RulesOut,
-    /// The zones `log` covers, with their class bits.
-    pub(super) query_log: Vec<(String, u8)>,
-}
+use super::{Findings, Plan, ZoneOut, cache, dns64, forward, log, records, rewrite, zone_defaults};
 
 /// Translates one block into zones; returns its listen addresses, or
 /// `None` when the block gave no zone.
@@ -180,16 +156,6 @@ pub(super) fn translate_block(
         added = true;
     }
     Ok(added.then_some(listen))
-}
-
-/// A short quote of a directive for messages: `rewrite name a b`.
-pub(super) fn describe(d: &Directive) -> String {
-    let mut words = vec![d.name.text.as_str()];
-    words.extend(d.args.iter().take(4).map(|t| t.text.as_str()));
-    if d.args.len() > 4 {
-        words.push("...");
-    }
-    format!("`{}`", words.join(" "))
 }
 
 fn bind(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::super::corefile::{Directive, go_duration};
 use super::Plan;
-use super::block::{BlockOut, describe};
+use super::block_out::{BlockOut, describe};
 
 /// CoreDNS's cache capacity when `success` or `denial` gives none (entries).
 const COREDNS_CACHE_ENTRIES: u64 = 9984;

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use super::super::corefile::Directive;
 use super::Plan;
-use super::block::{BlockOut, describe};
+use super::block_out::{BlockOut, describe};
 
 pub(super) fn dns64(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
     let line = d.line();

@@ -7,7 +7,7 @@
 
 use super::super::corefile::Directive;
 use super::Plan;
-use super::block::describe;
+use super::block_out::describe;
 use crate::config::DnstapSocket;
 
 /// `[dnstap]` as the Corefile says it.

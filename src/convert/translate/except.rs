@@ -4,7 +4,7 @@
 
 use super::super::corefile::Directive;
 use super::Plan;
-use super::block::BlockOut;
+use super::block_out::BlockOut;
 use crate::config::ZoneName;
 
 pub(super) fn except(option: &Directive, out: &mut BlockOut, plan: &mut Plan) {

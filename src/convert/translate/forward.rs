@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::super::corefile::{Directive, Token, go_duration};
 use super::super::pillars::{CLUSTER_DNS, UPSTREAM_SERVERS};
 use super::super::{ConvertError, Options};
-use super::block::{BlockOut, describe};
+use super::block_out::{BlockOut, describe};
 use super::keys::Keys;
 use super::{Plan, Upstream, ZoneOut, zone_defaults};
 use crate::config::ZoneName;

@@ -6,7 +6,7 @@
 
 use super::super::corefile::Directive;
 use super::Plan;
-use super::block::{BlockOut, describe};
+use super::block_out::{BlockOut, describe};
 use super::keys::Keys;
 
 /// The class bits of `[zone.query_log] classes` (as config::query_log).

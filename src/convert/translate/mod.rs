@@ -13,6 +13,7 @@
 //! they fill and puts the blocks together.
 
 mod block;
+mod block_out;
 mod cache;
 mod dns64;
 mod dnstap;

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::super::corefile::{Directive, go_duration};
-use super::block::{BlockOut, describe};
+use super::block_out::{BlockOut, describe};
 use super::{Plan, Upstream};
 use crate::records::hosts::HostsData;
 use crate::records::template::RecordText;

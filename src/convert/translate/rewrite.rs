@@ -11,7 +11,7 @@ use regex::Regex;
 
 use super::super::corefile::Directive;
 use super::Plan;
-use super::block::{BlockOut, describe};
+use super::block_out::{BlockOut, describe};
 
 /// A TOML string, quoted and escaped.
 fn quote(s: &str) -> String {
