@@ -49,6 +49,7 @@ mod listen;
 mod lock;
 mod log_limit;
 mod metrics;
+mod minimal;
 mod querylog;
 mod records;
 mod rewrite;

@@ -366,6 +366,7 @@ impl File {
             rules: self.compile_zone_rules(z)?,
             query_log: z.query_log.as_ref().and_then(|q| q.compile()),
             no_aaaa_for_ipv4_pods: z.no_aaaa_for_ipv4_pods,
+            minimal: z.minimal,
         })
     }
 

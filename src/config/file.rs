@@ -382,6 +382,9 @@ pub struct ZoneConfig {
     /// address with NODATA, without asking (the node's pod watch).
     #[serde(default)]
     pub no_aaaa_for_ipv4_pods: bool,
+    /// Answers keep only their answer section (`minimal`).
+    #[serde(default)]
+    pub minimal: bool,
 }
 
 fn default_max_fails() -> u32 {
@@ -436,6 +439,7 @@ impl ZoneConfig {
             dns64: None,
             query_log: None,
             no_aaaa_for_ipv4_pods: false,
+            minimal: false,
         }
     }
 }

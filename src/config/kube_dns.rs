@@ -320,6 +320,7 @@ impl File {
             rules: None,
             query_log: None,
             no_aaaa_for_ipv4_pods: false,
+            minimal: false,
         }
     }
 }

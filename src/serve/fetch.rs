@@ -132,6 +132,12 @@ impl Shared {
                     Box::pin(forward_with_rules(zone, rules, key, deadline.into())).await
                 }
             };
+            let mut forwarded = forwarded;
+            if zone.minimal
+                && let Some(answer) = forwarded.as_mut()
+            {
+                crate::minimal::apply(answer);
+            }
             let now = forwarded.as_ref().map_or_else(Instant::now, |f| f.received);
             // A failure never replaces an answer that can still be served,
             // fresh (a prefetch that failed) or stale.

@@ -43,6 +43,8 @@ pub struct ZonePlan {
     pub query_log: Option<ZoneLogPlan>,
     /// AAAA from a pod of this node without IPv6: NODATA, not asked.
     pub no_aaaa_for_ipv4_pods: bool,
+    /// Answers keep only their answer section (`minimal`).
+    pub minimal: bool,
 }
 
 /// What an upstream is built from; an upstream whose settings did not

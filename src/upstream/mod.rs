@@ -142,6 +142,8 @@ pub(crate) struct Zone {
     /// AAAA from a pod of this node without IPv6: NODATA (`serve::aaaa`),
     /// with this SOA where none was learned for the name; `None`: off.
     pub no_aaaa_for_ipv4_pods: Option<crate::wire::soa::Soa>,
+    /// Answers keep only their answer section (`minimal`).
+    pub minimal: bool,
     /// Whether this zone's prefetches bring new TTLs, or only a caching
     /// upstream's seconds left (`cache::PrefetchGain`).
     pub prefetch_gain: PrefetchGain,
@@ -259,6 +261,7 @@ impl Router {
                 next_first: AtomicUsize::new(0),
                 view: views::label(&plan.listen),
                 rules: plan.rules.clone(),
+                minimal: plan.minimal,
                 no_aaaa_for_ipv4_pods: plan.no_aaaa_for_ipv4_pods.then(|| {
                     let zone = crate::wire::name::from_text(&plan.name).unwrap_or_else(|_| vec![0]);
                     crate::wire::soa::Soa::synthesized(&zone, plan.ttl.negative_max_ttl.min(30))

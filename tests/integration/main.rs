@@ -38,6 +38,7 @@ mod lifecycle;
 mod local_records;
 mod malformed;
 mod metrics;
+mod minimal;
 mod negative;
 mod node;
 mod node_setup;

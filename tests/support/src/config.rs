@@ -179,6 +179,7 @@ impl Zone {
         /// `sequential`, `random` or `round_robin`.
         policy: &str,
         no_aaaa_for_ipv4_pods: bool,
+        minimal: bool,
     });
 }
 
