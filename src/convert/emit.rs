@@ -261,6 +261,9 @@ fn zone(w: &mut String, z: &ZoneOut) {
     if z.force_tcp {
         let _ = writeln!(w, "transport = \"force_tcp\"");
     }
+    if z.minimal {
+        let _ = writeln!(w, "minimal = true");
+    }
     if let Some((policy, why)) = z.policy {
         let _ = writeln!(w, "policy = {}   # {why}", quote(policy));
     }

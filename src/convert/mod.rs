@@ -205,6 +205,29 @@ mod tests {
     }
 
     #[test]
+    fn minimal_is_written_for_the_zones_of_its_block() {
+        let c = ok("example:53 {\n\
+                      bind 127.0.0.1\n\
+                      minimal\n\
+                      forward . 127.0.0.1:5300\n\
+                    }\n\
+                    .:53 {\n\
+                      bind 127.0.0.1\n\
+                      forward . 127.0.0.1:5300\n\
+                    }\n");
+        assert!(c.untranslated.is_empty(), "{:?}", c.untranslated);
+        let t: toml::Table = c.toml.parse().unwrap();
+        let zones = t["zone"].as_array().unwrap();
+        let minimal = |name: &str| {
+            let zone = zones.iter().find(|z| z["name"].as_str() == Some(name));
+            zone.and_then(|z| z.get("minimal"))
+                .and_then(toml::Value::as_bool)
+        };
+        assert_eq!(minimal("example"), Some(true), "{}", c.toml);
+        assert_eq!(minimal("."), None, "{}", c.toml);
+    }
+
+    #[test]
     fn each_blocks_cache_is_its_zones() {
         let c = ok("cluster.local:53 {\n\
                       bind 127.0.0.1\n\

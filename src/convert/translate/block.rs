@@ -51,6 +51,7 @@ pub(super) fn translate_block(
             "template" => records::template(d, &mut out, plan),
             "local" => records::local(d, &mut out),
             "whoami" => records::whoami(d, &mut out),
+            "minimal" => out.minimal = true,
             "ready" => plan.notes.add(
                 line,
                 "ready: nodens answers /ready on the [metrics] listen address",
@@ -147,6 +148,7 @@ pub(super) fn translate_block(
             listen: zone_listen.clone(),
             rules: out.rules.clone(),
             query_log: log::classes_of(&out, name),
+            minimal: out.minimal,
         });
         for &a in zone_listen {
             if !listen.contains(&a) {

@@ -26,6 +26,8 @@ pub(super) struct BlockOut {
     pub(super) cache: ZoneCacheOut,
     pub(super) records: super::RecordsOut,
     pub(super) rules: super::zone_rules::RulesOut,
+    /// `minimal`: answers keep only their answer section.
+    pub(super) minimal: bool,
     /// The zones `log` covers, with their class bits.
     pub(super) query_log: Vec<(String, u8)>,
 }

@@ -123,6 +123,8 @@ pub(super) struct ZoneOut {
     pub listen: Vec<SocketAddr>,
     /// `rewrite`, `dns64`, `forward ... except`.
     pub rules: zone_rules::RulesOut,
+    /// `minimal`.
+    pub minimal: bool,
     /// `[zone.query_log] classes`, from `log`.
     pub query_log: Option<Vec<&'static str>>,
 }
