@@ -19,32 +19,23 @@ use successor::{accept, given, listen_for_successor};
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
-use prometheus::IntGauge;
+use anyhow::Result;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::cache::metrics::CacheGauges;
-use crate::cache::snapshot;
 use crate::config::Config;
-use crate::http::{HttpMetrics, HttpServers, HttpState};
+use crate::http::HttpServers;
 use crate::kubernetes::Watches;
-use crate::kubernetes::endpoints::Discovery;
-use crate::kubernetes::metrics::KubeMetrics;
+use crate::listen::Listener;
 use crate::listen::handover::{self, Inherited};
-use crate::listen::{ListenMetrics, Listener};
 use crate::logging::LogHandle;
-use crate::metrics::{Counters, Registry, ResultLabels};
 use crate::node::Node;
-use crate::node::metrics::NodeMetrics;
-use crate::node::presence::{self, Presence};
+use crate::node::presence::Presence;
 use crate::serve::Shared;
-use crate::serve::metrics::ServeMetrics;
-use crate::upstream::metrics::UpstreamMetrics;
 
 pub struct Server {
     shared: Arc<Shared>,

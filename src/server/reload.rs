@@ -2,7 +2,22 @@
 //! from EndpointSlices): the new configuration applied to the running
 //! parts, or nothing changed if it is invalid.
 
-use super::*;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use anyhow::{Context, Result};
+
+use super::Server;
+use super::log_zones;
+use super::settings;
+use crate::config::Config;
+use crate::http::HttpState;
+use crate::kubernetes::endpoints::Discovery;
+use crate::listen::Listener;
+use crate::metrics::ResultLabels;
+use crate::node::Node;
 
 impl Server {
     /// Re-reads the configuration file. An invalid file changes nothing.

@@ -1,6 +1,9 @@
 //! What the control channel reads of the request path's state.
 
-use super::*;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::serve::Shared;
 
 /// The control channel's view of the request path's state.
 impl crate::control::Served for Shared {

@@ -2,7 +2,10 @@
 //! flight, the last write of the cache file, the node setup withdrawn
 //! unless kept.
 
-use super::*;
+use std::sync::atomic::Ordering;
+
+use super::DNSTAP_END;
+use super::Server;
 
 impl Server {
     /// Answers, not ready, for `lameduck`; then stops reading, answers

@@ -2,7 +2,29 @@
 //! process's sockets and cache taken over (or the cache file read), the
 //! listeners, HTTP servers, node setup and watches started.
 
-use super::*;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
+
+use anyhow::{Context, Result};
+
+use super::PRESENCE_PATIENCE;
+use super::Server;
+use super::Telemetry;
+use super::listen_for_successor;
+use super::settings;
+use crate::cache::snapshot;
+use crate::config::Config;
+use crate::http::HttpServers;
+use crate::kubernetes::Watches;
+use crate::listen::handover;
+use crate::listen::handover::Inherited;
+use crate::logging::LogHandle;
+use crate::node::presence;
+use crate::node::presence::Presence;
+use crate::serve::Shared;
 
 impl Server {
     /// Binds everything the configuration asks for; an address that cannot

@@ -1,7 +1,18 @@
 //! A handover to the next process: our sockets, then our cache, to a peer
 //! of nodens's uid that asked on the handover socket.
 
-use super::*;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
+
+use anyhow::{Context, Result};
+
+use super::Given;
+use super::Server;
+use crate::cache::snapshot;
+use crate::listen::Listener;
+use crate::listen::handover;
 
 impl Server {
     /// Gives our sockets to the process that asked for them, on a thread

@@ -1,6 +1,19 @@
 //! Every metric set, registered in one registry.
 
-use super::*;
+use std::sync::Arc;
+
+use prometheus::IntGauge;
+
+use crate::cache::metrics::CacheGauges;
+use crate::http::HttpMetrics;
+use crate::kubernetes::metrics::KubeMetrics;
+use crate::listen::ListenMetrics;
+use crate::metrics::Counters;
+use crate::metrics::Registry;
+use crate::metrics::ResultLabels;
+use crate::node::metrics::NodeMetrics;
+use crate::serve::metrics::ServeMetrics;
+use crate::upstream::metrics::UpstreamMetrics;
 
 /// Every metric set, registered in one registry: the one place that knows
 /// all areas' metrics.
