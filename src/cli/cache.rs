@@ -57,10 +57,8 @@ pub(super) fn run(args: CacheArgs) -> Result<Outcome, Failure> {
         },
         CacheAction::Dump => Request::CacheDump,
     };
-    let client = control::connect(&args.socket).map_err(|e| Failure::new(e.describe()))?;
-    let replies = client
-        .ask(&request)
-        .map_err(|e| Failure::new(e.describe()))?;
+    let client = control::connect(&args.socket).map_err(anyhow::Error::from)?;
+    let replies = client.ask(&request).map_err(anyhow::Error::from)?;
     let detailed = matches!(request, Request::CacheShow { .. });
     for reply in &replies {
         if args.json {

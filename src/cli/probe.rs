@@ -32,10 +32,10 @@ pub(super) fn run(args: ProbeArgs) -> Result<Outcome, Failure> {
         What::Health => ProbeKind::Health,
         What::Ready => ProbeKind::Ready,
     };
-    let client = control::connect(&args.socket).map_err(|e| Failure::new(e.describe()))?;
+    let client = control::connect(&args.socket).map_err(anyhow::Error::from)?;
     let replies = client
         .ask(&Request::Probe { what })
-        .map_err(|e| Failure::new(e.describe()))?;
+        .map_err(anyhow::Error::from)?;
     match replies.as_slice() {
         [Reply::Probe { ok, page }] => {
             print!("{page}");

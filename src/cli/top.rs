@@ -86,7 +86,7 @@ fn expansions(r: &Rates<'_>) -> f64 {
 }
 
 pub(super) fn run(args: TopArgs) -> Result<Outcome, Failure> {
-    let client = control::connect(&args.socket).map_err(|e| Failure::new(e.describe()))?;
+    let client = control::connect(&args.socket).map_err(anyhow::Error::from)?;
     let fail = |e: anyhow::Error| Failure::new(format!("{e:#}"));
     if args.once || !std::io::stdout().is_terminal() {
         let first = view(&client).map_err(fail)?;

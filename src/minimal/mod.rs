@@ -15,12 +15,13 @@
 //! CoreDNS; nodens writes its own on every reply (decision 5).
 
 use crate::upstream::forward::Forwarded;
-use crate::wire::{HEADER_LEN, name, rcode, read_u16, response};
+use crate::wire::response::{self, Layout, Section};
+use crate::wire::{rcode, read_u16};
 
 /// Makes `answer` minimal, if it is an answer with more than its answer
-/// section; its layout is taken again from the cut message.
+/// section; the cut message is laid out again as any upstream answer is.
 pub(crate) fn apply(answer: &mut Forwarded) {
-    if let Some(cut) = minimize(&answer.msg)
+    if let Some(cut) = minimize(&answer.msg, &answer.layout)
         && let Ok(layout) = response::layout(&cut)
     {
         answer.msg = cut;
@@ -28,30 +29,23 @@ pub(crate) fn apply(answer: &mut Forwarded) {
     }
 }
 
-/// `msg` without its authority and additional sections, when it is an
-/// answer (NOERROR with answers) that has any; `None` to keep it as it is
-/// (another kind of response, nothing to drop, or a message it cannot walk:
-/// the cache's own checks judge that one).
-pub(crate) fn minimize(msg: &[u8]) -> Option<Vec<u8>> {
-    if msg.len() < HEADER_LEN || u16::from(msg[3] & 0x0f) != rcode::NOERROR {
+/// `msg` (laid out as `layout`) without its authority and additional
+/// sections, when it is an answer (NOERROR with answers) that has any;
+/// `None` to keep it as it is. Where the answers end comes from the
+/// layout: the last answer's TTL, then its RDLENGTH and RDATA.
+fn minimize(msg: &[u8], layout: &Layout) -> Option<Vec<u8>> {
+    if layout.rcode != rcode::NOERROR || layout.answer_count == 0 {
         return None;
     }
-    let (questions, answers) = (read_u16(msg, 4), read_u16(msg, 6));
-    let (authority, additional) = (read_u16(msg, 8), read_u16(msg, 10));
-    if answers == 0 || (authority == 0 && additional == 0) {
+    let &(ttl_at, section) = layout.ttls.get(usize::from(layout.answer_count) - 1)?;
+    if section != Section::Answer || msg.len() < ttl_at + 6 {
         return None;
     }
-    let mut at = HEADER_LEN;
-    for _ in 0..questions {
-        at = name::skip(msg, at).ok()? + 4;
+    let end = ttl_at + 6 + usize::from(read_u16(msg, ttl_at + 4));
+    if end >= layout.end {
+        return None;
     }
-    for _ in 0..answers {
-        let fixed = name::skip(msg, at).ok()?;
-        let rdlength = msg.get(fixed + 8..fixed + 10)?;
-        at = fixed + 10 + usize::from(u16::from_be_bytes([rdlength[0], rdlength[1]]));
-    }
-    // A record that runs past the end leaves nothing to cut.
-    let mut out = msg.get(..at)?.to_vec();
+    let mut out = msg.get(..end)?.to_vec();
     out[8..12].fill(0);
     Some(out)
 }
@@ -59,6 +53,12 @@ pub(crate) fn minimize(msg: &[u8]) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`minimize`] of a message as the miss path has it: laid out first
+    /// (a message that is not one is kept as it is).
+    fn minimized(msg: &[u8]) -> Option<Vec<u8>> {
+        minimize(msg, &response::layout(msg).ok()?)
+    }
 
     /// An answer as an authoritative server sends it: www A, the zone's NS
     /// in authority, the server's address and an OPT in additional.
@@ -86,17 +86,17 @@ mod tests {
     #[test]
     fn an_answer_keeps_only_its_answers_and_other_responses_are_kept() {
         let full = answer(0, 2);
-        let cut = minimize(&full).expect("an answer with authority");
+        let cut = minimized(&full).expect("an answer with authority");
         assert_eq!(&cut[4..12], &[0, 1, 0, 2, 0, 0, 0, 0]);
         let answers_end = 12 + 17 + 2 * 16;
         assert_eq!(cut.len(), answers_end);
         assert_eq!(cut[..8], full[..8]);
         assert_eq!(cut[12..], full[12..answers_end]);
         // NODATA and NXDOMAIN keep their authority; so does a cut message.
-        assert_eq!(minimize(&answer(0, 0)), None);
-        assert_eq!(minimize(&answer(3, 0)), None);
-        assert_eq!(minimize(&full[..40]), None);
+        assert_eq!(minimized(&answer(0, 0)), None);
+        assert_eq!(minimized(&answer(3, 0)), None);
+        assert_eq!(minimized(&full[..40]), None);
         // Nothing to drop: kept.
-        assert_eq!(minimize(&cut), None);
+        assert_eq!(minimized(&cut), None);
     }
 }

@@ -126,13 +126,12 @@ impl Shared {
             let asked = Instant::now();
             // A zone with rules (rewrite, dns64, except) asks through them;
             // boxed, that rare path takes no room in every miss's future.
-            let forwarded = match &zone.rules {
+            let mut forwarded = match &zone.rules {
                 None => forward(zone, key, deadline.into()).await,
                 Some(rules) => {
                     Box::pin(forward_with_rules(zone, rules, key, deadline.into())).await
                 }
             };
-            let mut forwarded = forwarded;
             if zone.minimal
                 && let Some(answer) = forwarded.as_mut()
             {

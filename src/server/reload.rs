@@ -66,17 +66,23 @@ impl Server {
         if self.handed_over || !self.watches.record(found) {
             return;
         }
-        let mut config = self.config.clone();
-        self.watches.apply(&mut config.zones);
-        let settings = settings::build(
-            &config,
+        let settings = self.settings_for(&self.config);
+        self.shared.settings.store(Arc::new(settings));
+        log_zones(&self.shared);
+    }
+
+    /// The request path's settings for `config`, with the upstreams the
+    /// watches found in place; unchanged upstreams keep their connections.
+    fn settings_for(&self, config: &Config) -> crate::serve::Settings {
+        let mut discovered = config.clone();
+        self.watches.apply(&mut discovered.zones);
+        settings::build(
+            &discovered,
             &self.telemetry.upstream,
             self.shared.tasks.upkeep(),
             Some(&self.shared.settings.load()),
             self.shared.dnstap_forwarder(),
-        );
-        self.shared.settings.store(Arc::new(settings));
-        log_zones(&self.shared);
+        )
     }
 
     pub(super) async fn try_reload(&mut self, path: &Path) -> Result<()> {
@@ -84,15 +90,7 @@ impl Server {
         self.watches
             .watch_for(&config.kubernetes_wanted(), self.shared.tasks.upkeep())
             .await;
-        let mut discovered = config.clone();
-        self.watches.apply(&mut discovered.zones);
-        let settings = settings::build(
-            &discovered,
-            &self.telemetry.upstream,
-            self.shared.tasks.upkeep(),
-            Some(&self.shared.settings.load()),
-            self.shared.dnstap_forwarder(),
-        );
+        let settings = self.settings_for(&config);
         self.log
             .set_level(&config.log.level)
             .context("reloading the log filter")?;

@@ -7,11 +7,24 @@ use std::sync::Arc;
 use crate::admission::{Acl, Budgets, RateLimiter};
 use crate::config::Config;
 use crate::dnstap::ForwarderSlot;
-use crate::serve::Settings;
 use crate::serve::identity::Identity;
+use crate::serve::metrics::ServeMetrics;
+use crate::serve::{Settings, Shared};
 use crate::tasks::Upkeep;
 use crate::upstream::Router;
 use crate::upstream::metrics::UpstreamMetrics;
+
+/// The request path for `config`, at a start: its settings built with the
+/// dnstap slot its hub fills. Call on the main runtime.
+pub(crate) fn request_path(
+    config: &Config,
+    upstream: &Arc<UpstreamMetrics>,
+    serve: Arc<ServeMetrics>,
+) -> Shared {
+    let forwarder = ForwarderSlot::default();
+    let settings = build(config, upstream, &Upkeep::current(), None, &forwarder);
+    Shared::new(settings, config.cache.capacity, serve, forwarder)
+}
 
 /// Builds the request path's settings for `config`; `previous` lets
 /// unchanged upstreams keep their connections and health across a reload;

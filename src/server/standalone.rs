@@ -7,7 +7,6 @@ use crate::config::Config;
 use crate::metrics::Registry;
 use crate::serve::Shared;
 use crate::serve::metrics::ServeMetrics;
-use crate::tasks::Upkeep;
 use crate::upstream::metrics::UpstreamMetrics;
 
 impl Shared {
@@ -22,15 +21,10 @@ impl Shared {
     /// text), for tests that must see a count move.
     pub fn standalone_with_metrics(config: &Config) -> (Shared, impl Fn() -> String) {
         let registry = Registry::new();
-        let upstream = Arc::new(UpstreamMetrics::register(&registry));
-        let forwarder = crate::dnstap::ForwarderSlot::default();
-        let settings =
-            super::settings::build(config, &upstream, &Upkeep::current(), None, &forwarder);
-        let shared = Shared::new(
-            settings,
-            config.cache.capacity,
+        let shared = super::settings::request_path(
+            config,
+            &Arc::new(UpstreamMetrics::register(&registry)),
             Arc::new(ServeMetrics::register(&registry)),
-            forwarder,
         );
         (shared, move || registry.encode())
     }

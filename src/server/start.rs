@@ -43,19 +43,10 @@ impl Server {
             tracing::error!("configuration: skipped at start: {skipped}");
             telemetry.skipped_inputs.inc();
         }
-        let forwarder = crate::dnstap::ForwarderSlot::default();
-        let settings = settings::build(
+        let shared = Arc::new(settings::request_path(
             &config,
             &telemetry.upstream,
-            &crate::tasks::Upkeep::current(),
-            None,
-            &forwarder,
-        );
-        let shared = Arc::new(Shared::new(
-            settings,
-            config.cache.capacity,
             telemetry.serve.clone(),
-            forwarder,
         ));
         log_zones(&shared);
         shared
