@@ -239,7 +239,14 @@ fn hit_with(c: &mut Criterion, label: &str, more: &str) {
     c.bench_function(label, |b| {
         b.iter(|| {
             matches!(
-                shared.handle(black_box(&packet), LOCALHOST, &info, Proto::Udp, &mut out),
+                shared.handle(
+                    black_box(&packet),
+                    LOCALHOST,
+                    &info,
+                    Proto::Udp,
+                    std::time::Instant::now(),
+                    &mut out
+                ),
                 Handled::Reply
             )
         })

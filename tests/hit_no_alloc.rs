@@ -209,11 +209,25 @@ fn hits_allocate_nothing(more: &str, offered: &[(&[&str], usize)]) {
     // Warm-up: every metric handle these queries touch is resolved once.
     for packet in &packets {
         assert!(matches!(
-            shared.handle(packet, LOCALHOST, &info, Proto::Udp, &mut out),
+            shared.handle(
+                packet,
+                LOCALHOST,
+                &info,
+                Proto::Udp,
+                Instant::now(),
+                &mut out
+            ),
             Handled::Reply
         ));
         assert!(matches!(
-            shared.handle(packet, LOCALHOST, &info, Proto::Tcp, &mut out),
+            shared.handle(
+                packet,
+                LOCALHOST,
+                &info,
+                Proto::Tcp,
+                Instant::now(),
+                &mut out
+            ),
             Handled::Reply
         ));
     }
@@ -222,7 +236,8 @@ fn hits_allocate_nothing(more: &str, offered: &[(&[&str], usize)]) {
         for _ in 0..2500 {
             for packet in &packets {
                 for proto in [Proto::Udp, Proto::Tcp] {
-                    if let Handled::Reply = shared.handle(packet, LOCALHOST, &info, proto, &mut out)
+                    if let Handled::Reply =
+                        shared.handle(packet, LOCALHOST, &info, proto, Instant::now(), &mut out)
                     {
                         replies += 1;
                     }

@@ -22,7 +22,7 @@ pub(crate) mod udp;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
@@ -100,13 +100,15 @@ pub trait Service: Send + Sync + Sized + 'static {
 
     /// Answers `packet` from `client` (address and port) into `out` from
     /// what is at hand, or says it needs upstream. Runs on the listener's
-    /// thread; never waits.
+    /// thread; never waits. `received`: when the query was read (a UDP
+    /// batch reads the clock once for all its queries).
     fn handle(
         self: &Arc<Self>,
         packet: &[u8],
         client: SocketAddr,
         listener: &ListenerInfo<Self::PerListener>,
         proto: Proto,
+        received: Instant,
         out: &mut Vec<u8>,
     ) -> Handled<Self::Job>;
 

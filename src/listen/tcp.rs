@@ -244,7 +244,14 @@ async fn serve_connection<S: Service>(
                 _ = stop.cancelled() => break 'connection,
                 slot = slots.clone().acquire_owned() => slot.expect("semaphore never closed"),
             };
-            match service.handle(&query, peer, info, Proto::Tcp, &mut out) {
+            match service.handle(
+                &query,
+                peer,
+                info,
+                Proto::Tcp,
+                std::time::Instant::now(),
+                &mut out,
+            ) {
                 Handled::Reply => {
                     if replies.send(std::mem::take(&mut out)).await.is_err() {
                         break 'connection;

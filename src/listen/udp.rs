@@ -369,6 +369,8 @@ impl<S: Service> Worker<S> {
     }
 
     /// Answers the hits of a batch into `replies` and starts the misses.
+    /// The batch's queries share one arrival time: a clock read per batch,
+    /// not per query, on the hit path.
     fn answer(
         &self,
         received: &RecvBatch,
@@ -376,16 +378,21 @@ impl<S: Service> Worker<S> {
         replies: &mut SendBatch,
         pending: &mut Pending,
     ) {
+        let arrived = std::time::Instant::now();
         for i in 0..count {
             let Some((packet, peer, local)) = received.get(i) else {
                 continue;
             };
             #[cfg(debug_assertions)]
             super::test_panic::on_query(packet);
-            match self
-                .service
-                .handle(packet, peer, &self.info, Proto::Udp, replies.next_buffer())
-            {
+            match self.service.handle(
+                packet,
+                peer,
+                &self.info,
+                Proto::Udp,
+                arrived,
+                replies.next_buffer(),
+            ) {
                 Handled::Reply => replies.commit(peer, local),
                 Handled::Drop => {}
                 Handled::Upstream(job) => {

@@ -460,9 +460,14 @@ mod tests {
         let info = ListenerInfo::new("127.0.0.1:1053".parse().unwrap());
         let client = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 5353);
         let mut out = Vec::new();
-        let Handled::Upstream(Job::Miss(miss)) =
-            shared.handle(&query(), client, &info, Proto::Udp, &mut out)
-        else {
+        let Handled::Upstream(Job::Miss(miss)) = shared.handle(
+            &query(),
+            client,
+            &info,
+            Proto::Udp,
+            Instant::now(),
+            &mut out,
+        ) else {
             panic!("a new name in an empty cache is a miss job");
         };
         let deadline = Instant::now();

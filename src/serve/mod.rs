@@ -202,9 +202,9 @@ impl Service for Shared {
         client: SocketAddr,
         listener: &ListenerView,
         proto: Proto,
+        started: Instant,
         out: &mut Vec<u8>,
     ) -> Handled<Job> {
-        let started = Instant::now();
         let settings = self.settings.load();
         let unzoned = unzoned::Unzoned {
             packet,
