@@ -39,6 +39,7 @@ pub mod wire;
 // The request path and the services around it: private. What the tests,
 // benchmarks and fuzz targets drive directly is re-exported by name below.
 mod admission;
+mod answered;
 mod cache;
 mod coalesce;
 mod dnstap;

@@ -3,15 +3,15 @@
 //! Unix or TCP socket, as CoreDNS's `dnstap` plugin, unbound and dnsdist
 //! send them.
 //!
-//! The shape is the query log's (`querylog`): where a reply is counted
-//! (`serve::stats::ZoneStats::reply`) a listener holding a [`ClientTap`]
-//! takes a fixed-size [`Record`] and offers it to a bounded queue
-//! (`try_send`): no formatting, no system call, and no allocation unless
-//! the two messages pass 1 KiB. A full queue drops the record and counts
-//! its two messages (`nodens_dnstap_dropped_total{reason="queue_full"}`);
-//! the query is never slowed. One writer thread (`writer`) encodes and
-//! writes, and reconnects when the reader goes away. With dnstap off a
-//! zone holds no tap: the counting point pays one branch on an `Option`.
+//! An observer of answers (`answered`), as the query log is: where a reply
+//! is counted a listener's [`ClientTap`] takes a fixed-size [`Record`] and
+//! offers it to its queue (`answered::queue`): no formatting, no system
+//! call, and no allocation unless the two messages pass 1 KiB. A full
+//! queue drops the record and counts its two messages
+//! (`nodens_dnstap_dropped_total{reason="queue_full"}`); the query is never
+//! slowed. The queue's thread encodes and writes (`writer`), and reconnects
+//! when the reader goes away. With dnstap off a listener holds no tap: it
+//! is not among the zones' observers.
 //!
 //! Upstream exchanges (`forwarder = true`) are offered from
 //! `upstream::forward` through the request path's [`ForwarderSlot`], which
@@ -29,8 +29,6 @@ mod record;
 mod writer;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -38,9 +36,10 @@ use arc_swap::ArcSwapOption;
 use prometheus::IntCounter;
 
 use super::config::DnstapPlan;
+use crate::answered::queue::Queue;
+use crate::answered::{Event, Observer};
 use crate::listen::Proto;
 use crate::metrics::{ReasonLabels, Registry};
-use crate::querylog::Answered;
 use crate::search::Clients;
 use record::{Record, Side};
 
@@ -79,24 +78,11 @@ impl Counters {
 }
 
 /// A running sink: the queue and its writer thread, which ends (sending
-/// STOP) when the last sender is gone, or once the queue is empty after
-/// `stop` is set (at shutdown, when taps may still be held).
+/// STOP) when the last sender is gone, or at shutdown once the queue is
+/// written ([`Hub::finish`], when taps may still be held).
 struct Sink {
-    queue: SyncSender<Record>,
-    dropped: IntCounter,
+    queue: Queue<Record>,
     plan: DnstapPlan,
-    stop: Arc<AtomicBool>,
-    /// Disconnected when the writer thread has ended.
-    ended: Mutex<Receiver<()>>,
-}
-
-impl Sink {
-    #[inline]
-    fn offer(&self, record: Record) {
-        if self.queue.try_send(record).is_err() {
-            self.dropped.inc_by(2);
-        }
-    }
 }
 
 /// The request path's handle on dnstap: the running sink, started when
@@ -168,25 +154,18 @@ impl Hub {
     }
 
     fn start(&self, plan: &DnstapPlan) -> std::io::Result<Sink> {
-        let (queue, receiver) = std::sync::mpsc::sync_channel(plan.queue);
-        let (ending, ended) = std::sync::mpsc::sync_channel(0);
-        let stop = Arc::new(AtomicBool::new(false));
-        let writer = writer::WriterThread {
-            plan: plan.clone(),
-            clients: self.clients.clone(),
-            counters: self.counters.clone(),
-            stop: stop.clone(),
-            _ending: ending,
-        };
-        std::thread::Builder::new()
-            .name("dnstap".into())
-            .spawn(move || writer.run(receiver))?;
+        let frames = writer::Frames::new(plan.clone(), self.clients.clone(), self.counters.clone());
+        // A dropped record is two messages, as the counters count.
+        let queue = Queue::start(
+            "dnstap",
+            plan.queue,
+            self.counters.dropped_queue_full.clone(),
+            2,
+            frames,
+        )?;
         Ok(Sink {
             queue,
-            dropped: self.counters.dropped_queue_full.clone(),
             plan: plan.clone(),
-            stop,
-            ended: Mutex::new(ended),
         })
     }
 
@@ -200,15 +179,13 @@ impl Hub {
         let Some(sink) = sink else {
             return;
         };
-        sink.stop.store(true, Ordering::Relaxed);
-        match crate::lock::lock(&sink.ended).recv_timeout(within) {
-            Err(RecvTimeoutError::Timeout) => tracing::warn!(
+        if sink.queue.finish(within) {
+            tracing::debug!(socket = %sink.plan.socket, "dnstap: queue written, stream ended")
+        } else {
+            tracing::warn!(
                 socket = %sink.plan.socket,
                 "dnstap: the queue was not written within {within:?} of the shutdown"
-            ),
-            Ok(()) | Err(RecvTimeoutError::Disconnected) => {
-                tracing::debug!(socket = %sink.plan.socket, "dnstap: queue written, stream ended")
-            }
+            )
         }
     }
 }
@@ -219,19 +196,20 @@ pub(crate) struct ClientTap {
     listener: SocketAddr,
 }
 
-impl ClientTap {
+impl Observer for ClientTap {
     /// Offers a query and its reply (CLIENT_QUERY, CLIENT_RESPONSE).
     #[inline]
-    pub(crate) fn offer(&self, answered: &Answered<'_>, proto: Proto, seconds: f64) {
+    fn observe(&self, event: &Event<'_>) {
+        let answered = &event.answered;
         let messages = self
             .sink
             .plan
             .full
             .then_some((answered.query.packet, answered.reply));
-        let replied = answered.started + Duration::from_secs_f64(seconds.max(0.0));
-        self.sink.offer(Record::take(
+        let replied = answered.started + Duration::from_secs_f64(event.seconds.max(0.0));
+        self.sink.queue.offer(Record::take(
             Side::Client,
-            proto,
+            event.proto,
             Some(answered.client),
             self.listener,
             answered.started,
@@ -263,7 +241,7 @@ impl ForwarderSlot {
             return;
         };
         let messages = sink.plan.full.then_some((query, reply));
-        sink.offer(Record::take(
+        sink.queue.offer(Record::take(
             Side::Forwarder,
             proto,
             None,

@@ -1,28 +1,24 @@
-//! The writer thread: takes records off the queue, encodes each as two
-//! dnstap messages and writes them to the reader in batches. Like the
-//! query log's, it polls the queue and naps when it is empty, so that a
-//! query never has a sleeper to wake. While no reader is connected it
-//! still empties the queue, dropping and counting (`no_reader`), and tries
-//! to connect again with a growing pause.
+//! dnstap's writer: encodes each record its queue's thread takes
+//! (`answered::queue`) as two dnstap messages and writes them to the reader
+//! in batches. While no reader is connected it still empties the queue,
+//! dropping and counting (`no_reader`), and tries to connect again with a
+//! growing pause.
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use prost::Message as _;
 
 use super::Counters;
 use super::config::DnstapPlan;
-use super::fstrm::{self, Writer};
+use super::fstrm;
 use super::proto::{self, Dnstap, Message, MessageType};
 use super::record::{Record, Side};
+use crate::answered::queue::Writer;
 use crate::listen::Proto;
 use crate::search::Clients;
 
-/// How long the writer naps when the queue is empty.
-const NAP: Duration = Duration::from_millis(10);
 /// Bytes gathered before a write.
 const BATCH: usize = 64 * 1024;
 /// Each read and write to the reader, and the handshake, at most: a reader
@@ -32,102 +28,88 @@ const IO_TIMEOUT: Duration = Duration::from_secs(2);
 const FIRST_PAUSE: Duration = Duration::from_millis(100);
 const MAX_PAUSE: Duration = Duration::from_secs(2);
 
-/// What the writer thread owns.
-pub(super) struct WriterThread {
-    pub plan: DnstapPlan,
-    pub clients: Arc<Clients>,
-    pub counters: Counters,
-    /// Set at shutdown: end once the queue is empty.
-    pub stop: Arc<AtomicBool>,
-    /// Dropped when the thread ends, which is what the shutdown waits for.
-    pub _ending: SyncSender<()>,
+/// dnstap's [`Writer`]: encodes each record as two messages into a batch
+/// of frames for the reader.
+pub(super) struct Frames {
+    link: Link,
+    clients: Arc<Clients>,
+    clock: Clock,
+    payload: Vec<u8>,
 }
 
-impl WriterThread {
-    /// Runs until every sender is gone, or `stop` is set, and the queue is
-    /// empty.
-    pub(super) fn run(self, queue: Receiver<Record>) {
-        run(queue, &self.plan, &self.clients, &self.counters, &self.stop);
+impl Frames {
+    pub(super) fn new(plan: DnstapPlan, clients: Arc<Clients>, counters: Counters) -> Frames {
+        Frames {
+            link: Link {
+                plan,
+                writer: None,
+                next_try: Instant::now(),
+                pause: FIRST_PAUSE,
+                connected_before: false,
+                batch: Vec::with_capacity(BATCH * 2),
+                pending: 0,
+                counters,
+            },
+            clients,
+            clock: Clock::now(),
+            payload: Vec::with_capacity(1024),
+        }
     }
 }
 
-fn run(
-    queue: Receiver<Record>,
-    plan: &DnstapPlan,
-    clients: &Clients,
-    counters: &Counters,
-    stop: &AtomicBool,
-) {
-    let mut link = Link {
-        plan,
-        writer: None,
-        next_try: Instant::now(),
-        pause: FIRST_PAUSE,
-        connected_before: false,
-        batch: Vec::with_capacity(BATCH * 2),
-        pending: 0,
-        counters,
-    };
-    let mut clock = Clock::now();
-    let mut payload = Vec::with_capacity(1024);
-    loop {
-        match queue.try_recv() {
-            Ok(record) => {
-                if !link.connected() {
-                    counters.dropped_no_reader.inc_by(2);
-                    continue;
-                }
-                let extra = clients.with_pod(record_client(&record), |pod| {
-                    pod.map(|(ns, name)| format!("pod={ns}/{name}").into_bytes())
-                });
-                for message in messages(&record, &clock) {
-                    let tap = Dnstap {
-                        identity: Some(plan.identity.clone().into_bytes()),
-                        version: Some(plan.version.clone().into_bytes()),
-                        extra: extra.clone(),
-                        message: Some(message),
-                        r#type: proto::MESSAGE,
-                    };
-                    payload.clear();
-                    tap.encode(&mut payload).expect("a Vec grows");
-                    fstrm::push_frame(&mut link.batch, &payload);
-                    link.pending += 1;
-                }
-                if link.batch.len() >= BATCH {
-                    link.flush();
-                    clock = Clock::now();
-                }
-            }
-            Err(TryRecvError::Empty) if !stop.load(Ordering::Relaxed) => {
-                link.flush();
-                std::thread::sleep(NAP);
-                clock = Clock::now();
-            }
-            Err(TryRecvError::Empty | TryRecvError::Disconnected) => {
-                link.flush();
-                if let Some(writer) = link.writer.take() {
-                    writer.finish();
-                }
-                return;
-            }
+impl Writer<Record> for Frames {
+    fn take(&mut self, record: Record) -> bool {
+        let link = &mut self.link;
+        if !link.connected() {
+            link.counters.dropped_no_reader.inc_by(2);
+            return false;
+        }
+        let extra = self.clients.with_pod(record_client(&record), |pod| {
+            pod.map(|(ns, name)| format!("pod={ns}/{name}").into_bytes())
+        });
+        for message in messages(&record, &self.clock) {
+            let tap = Dnstap {
+                identity: Some(link.plan.identity.clone().into_bytes()),
+                version: Some(link.plan.version.clone().into_bytes()),
+                extra: extra.clone(),
+                message: Some(message),
+                r#type: proto::MESSAGE,
+            };
+            self.payload.clear();
+            tap.encode(&mut self.payload).expect("a Vec grows");
+            fstrm::push_frame(&mut link.batch, &self.payload);
+            link.pending += 1;
+        }
+        link.batch.len() >= BATCH
+    }
+
+    fn flush(&mut self) {
+        self.link.flush();
+        self.clock = Clock::now();
+    }
+
+    /// Ends the stream: STOP, then the reader's FINISH.
+    fn finish(&mut self) {
+        if let Some(writer) = self.link.writer.take() {
+            writer.finish();
         }
     }
 }
 
 /// The connection to the reader, and the frames not yet written to it.
-struct Link<'a> {
-    plan: &'a DnstapPlan,
-    writer: Option<Writer>,
+struct Link {
+    plan: DnstapPlan,
+    writer: Option<fstrm::Writer>,
     next_try: Instant,
     pause: Duration,
     connected_before: bool,
     batch: Vec<u8>,
     /// Messages in `batch`.
     pending: u64,
-    counters: &'a Counters,
+    counters: Counters,
 }
 
-impl Link<'_> {
+impl Link {
     /// Whether a reader is connected, connecting if it is time to try.
     fn connected(&mut self) -> bool {
         if self.writer.is_some() {
@@ -137,7 +119,7 @@ impl Link<'_> {
         if now < self.next_try {
             return false;
         }
-        match Writer::connect(&self.plan.socket, IO_TIMEOUT, self.plan.reader_uid) {
+        match fstrm::Writer::connect(&self.plan.socket, IO_TIMEOUT, self.plan.reader_uid) {
             Ok(writer) => {
                 if self.connected_before {
                     self.counters.reconnects.inc();

@@ -240,8 +240,8 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use super::super::record::Source;
     use super::*;
+    use crate::answered::Source;
 
     fn record() -> Record {
         let wire = b"\x03Www\x07example\x00";

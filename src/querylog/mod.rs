@@ -1,15 +1,15 @@
 //! The query log (CoreDNS's `log` plugin): one line per answered query of
 //! the zones that ask for it, written off the request path.
 //!
-//! Where a reply is counted (`serve::stats::ZoneStats::reply`), a zone
+//! An observer of answers (`answered`): where a reply is counted, a zone
 //! that logs checks the reply's class and its sample, takes a fixed-size
-//! [`Record`] and offers it to a bounded queue (`try_send`): no
+//! [`Record`] and offers it to its queue (`answered::queue`): no
 //! allocation, no formatting, no system call. A full queue drops the
 //! record and counts it (`nodens_query_log_dropped_total`); the query is
-//! never slowed. One writer thread (`writer`) formats and writes.
+//! never slowed. The queue's thread formats and writes (`writer`).
 //!
-//! A zone that logs nothing holds no [`ZoneLog`]: the counting point pays
-//! one branch on an `Option`. The [`Hub`] (one per request path) keeps the
+//! A zone that logs nothing holds no [`ZoneLog`]: it is not among the
+//! zone's observers. The [`Hub`] (one per request path) keeps the
 //! running [`Sink`] and starts a new one when `[query_log]` changes on
 //! reload; the old one's thread ends once the last query of the old
 //! settings is written.
@@ -22,16 +22,16 @@ mod format;
 mod record;
 mod writer;
 
-use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use arc_swap::{ArcSwapOption, Guard};
 use prometheus::IntCounter;
 
-pub(crate) use record::{Answered, Source};
 pub(crate) use writer::REOPEN;
 
-use crate::listen::Proto;
+use crate::answered::queue::Queue;
+use crate::answered::{Event, Observer};
 use crate::search::Clients;
 use config::{QueryLogPlan, ZoneLogPlan};
 use record::{Record, class_bit};
@@ -63,8 +63,7 @@ impl Plans {
 /// A running sink: the queue and its writer thread, which ends when the
 /// last sender (each [`ZoneLog`] holds one through its `Arc<Sink>`) is gone.
 pub(crate) struct Sink {
-    queue: SyncSender<Record>,
-    dropped: IntCounter,
+    queue: Queue<Record>,
     plan: QueryLogPlan,
 }
 
@@ -159,20 +158,37 @@ impl Hub {
 
     fn start(&self, plan: &QueryLogPlan) -> std::io::Result<Sink> {
         let output = writer::Output::open(&plan.output, plan.max_size)?;
-        let (queue, receiver) = std::sync::mpsc::sync_channel(plan.queue);
-        let (format, clients) = (plan.format, self.clients.clone());
         let counts = writer::Counts {
             written: self.counters.written.clone(),
             errors: self.counters.errors.clone(),
         };
-        std::thread::Builder::new()
-            .name("query-log".into())
-            .spawn(move || writer::run(receiver, output, format, clients, counts))?;
+        let lines = writer::Lines::new(output, plan.format, self.clients.clone(), counts);
+        let queue = Queue::start(
+            "query-log",
+            plan.queue,
+            self.counters.dropped.clone(),
+            1,
+            lines,
+        )?;
         Ok(Sink {
             queue,
-            dropped: self.counters.dropped.clone(),
             plan: plan.clone(),
         })
+    }
+
+    /// At shutdown, once no query is in flight: lets the writer write what
+    /// is queued, waiting `within` at most.
+    pub(crate) fn finish(&self, within: Duration) {
+        let sink = crate::lock::lock(&self.current).take();
+        self.unzoned.store(None);
+        if let Some(sink) = sink
+            && !sink.queue.finish(within)
+        {
+            tracing::warn!(
+                output = ?sink.plan.output,
+                "query log: the queue was not written within {within:?} of the shutdown"
+            );
+        }
     }
 }
 
@@ -196,22 +212,21 @@ impl ZoneLog {
             plan: plan?,
         })
     }
+}
 
+impl Observer for ZoneLog {
     /// Offers the reply to the log, if its class and the sample say so.
     #[inline]
-    pub(crate) fn offer(&self, answered: &Answered<'_>, proto: Proto, rcode: u16, seconds: f64) {
-        if self.plan.classes & class_bit(rcode, answered.reply) == 0 {
+    fn observe(&self, event: &Event<'_>) {
+        if self.plan.classes & class_bit(event.rcode, event.answered.reply) == 0 {
             return;
         }
         if self.plan.threshold < 1 << 32 && u64::from(rand::random::<u32>()) >= self.plan.threshold
         {
             return;
         }
-        let record = Record::take(self.zone.clone(), answered, proto, rcode, seconds);
-        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) =
-            self.sink.queue.try_send(record)
-        {
-            self.sink.dropped.inc();
-        }
+        self.sink
+            .queue
+            .offer(Record::take(self.zone.clone(), event));
     }
 }

@@ -7,47 +7,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::answered::{Event, Source};
 use crate::cache::key::NameBuf;
 use crate::listen::Proto;
-use crate::wire::query::Query;
 use crate::wire::{HEADER_LEN, rcode, read_u16};
-
-/// Where the reply came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Source {
-    /// A fresh cache entry (autopath's answers from the cache included).
-    Cache,
-    /// An expired entry served stale (RFC 8767).
-    Stale,
-    /// Written by nodens itself: a local NXDOMAIN, the identity names, a
-    /// REFUSED, FORMERR or SERVFAIL of its own.
-    Local,
-    /// Asked upstream for this query (or joined an identical one in flight).
-    Upstream,
-}
-
-impl Source {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Source::Cache => "cache",
-            Source::Stale => "stale",
-            Source::Local => "local",
-            Source::Upstream => "upstream",
-        }
-    }
-}
-
-/// A reply at the point where it is counted: what a record is taken from.
-#[derive(Clone, Copy)]
-pub(crate) struct Answered<'a> {
-    pub(crate) query: &'a Query<'a>,
-    pub(crate) client: SocketAddr,
-    /// When the query arrived.
-    pub(crate) started: Instant,
-    pub(crate) source: Source,
-    /// The reply as written.
-    pub(crate) reply: &'a [u8],
-}
 
 /// One query log line, before it is formatted.
 pub(crate) struct Record {
@@ -78,13 +41,13 @@ pub(crate) struct Record {
 
 impl Record {
     #[inline]
-    pub(crate) fn take(
-        zone: Option<Arc<str>>,
-        answered: &Answered<'_>,
-        proto: Proto,
-        rcode: u16,
-        seconds: f64,
-    ) -> Record {
+    pub(crate) fn take(zone: Option<Arc<str>>, event: &Event<'_>) -> Record {
+        let Event {
+            answered,
+            proto,
+            rcode,
+            seconds,
+        } = *event;
         let query = answered.query;
         let wire = query.name();
         let mut name: NameBuf = [0; 255];

@@ -1,25 +1,18 @@
-//! The writer thread: takes records off the queue, formats them and writes
-//! them out in batches. It polls the queue instead of sleeping on it, so
-//! that a query never has a sleeper to wake (no system call on the request
-//! path); when the queue is empty it flushes and naps for [`NAP`].
+//! The query log's writer: formats the records its queue's thread takes
+//! (`answered::queue`) into lines and writes them out in batches.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, TryRecvError};
-use std::time::Duration;
 
 use prometheus::IntCounter;
 
 use super::config::{QueryLogFormat, QueryLogOutput};
 use super::format::{self, Clock, Pod};
 use super::record::Record;
+use crate::answered::queue::Writer;
 use crate::search::Clients;
-
-/// How long the writer naps when the queue is empty: the latency of a line,
-/// and, with the queue's length, the burst it absorbs without a drop.
-const NAP: Duration = Duration::from_millis(10);
 
 /// Bytes gathered before a write: several lines per system call. Under
 /// the size of a pipe's atomic write, so a line never interleaves with
@@ -154,40 +147,56 @@ pub(super) struct Counts {
     pub(super) errors: IntCounter,
 }
 
-/// Runs until every sender is gone and the queue is empty.
-pub(super) fn run(
-    queue: Receiver<Record>,
-    mut output: Output,
+/// The query log's [`Writer`]: formats each record into a batch of
+/// lines, written in one call.
+pub(super) struct Lines {
+    output: Output,
     format: QueryLogFormat,
     clients: Arc<Clients>,
     counts: Counts,
-) {
-    let mut batch = String::with_capacity(BATCH * 2);
-    let mut lines = 0u64;
-    let mut clock = Clock::now();
-    loop {
-        match queue.try_recv() {
-            Ok(record) => {
-                clients.with_pod(record.client.ip(), |pod| {
-                    let pod = pod.map(|(namespace, name)| Pod { namespace, name });
-                    format::line(format, &record, pod, &clock, &mut batch);
-                });
-                lines += 1;
-                if batch.len() >= BATCH {
-                    flush(&mut output, &mut batch, &mut lines, &counts);
-                    clock = Clock::now();
-                }
-            }
-            Err(TryRecvError::Empty) => {
-                flush(&mut output, &mut batch, &mut lines, &counts);
-                std::thread::sleep(NAP);
-                clock = Clock::now();
-            }
-            Err(TryRecvError::Disconnected) => {
-                flush(&mut output, &mut batch, &mut lines, &counts);
-                return;
-            }
+    batch: String,
+    lines: u64,
+    clock: Clock,
+}
+
+impl Lines {
+    pub(super) fn new(
+        output: Output,
+        format: QueryLogFormat,
+        clients: Arc<Clients>,
+        counts: Counts,
+    ) -> Lines {
+        Lines {
+            output,
+            format,
+            clients,
+            counts,
+            batch: String::with_capacity(BATCH * 2),
+            lines: 0,
+            clock: Clock::now(),
         }
+    }
+}
+
+impl Writer<Record> for Lines {
+    fn take(&mut self, record: Record) -> bool {
+        let (format, clock, batch) = (self.format, &self.clock, &mut self.batch);
+        self.clients.with_pod(record.client.ip(), |pod| {
+            let pod = pod.map(|(namespace, name)| Pod { namespace, name });
+            format::line(format, &record, pod, clock, batch);
+        });
+        self.lines += 1;
+        self.batch.len() >= BATCH
+    }
+
+    fn flush(&mut self) {
+        flush(
+            &mut self.output,
+            &mut self.batch,
+            &mut self.lines,
+            &self.counts,
+        );
+        self.clock = Clock::now();
     }
 }
 

@@ -17,8 +17,8 @@ use super::{Job, Shared};
 use crate::admission::Budgets;
 use crate::admission::budget::BudgetAction;
 use crate::admission::budget::{BudgetTicket, Spender};
+use crate::answered::Source;
 use crate::listen::Handled;
-use crate::querylog::Source;
 use crate::search::Clients;
 use crate::wire::{build, rcode};
 

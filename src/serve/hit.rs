@@ -7,9 +7,9 @@ use std::time::Instant;
 
 use super::stats::ZoneStats;
 use super::{ListenerView, Settings, Shared, reply_limit};
+use crate::answered::{Answered, Source};
 use crate::cache::{Entry, Freshness, KeyRef, Kind, Lookup};
 use crate::listen::Proto;
-use crate::querylog::{Answered, Source};
 use crate::upstream::Zone;
 use crate::wire::query::Query;
 

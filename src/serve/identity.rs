@@ -89,7 +89,7 @@ pub(super) fn answer(
         }
     };
     let seconds = request.started.elapsed().as_secs_f64();
-    let answered = request.answered(crate::querylog::Source::Local, out);
+    let answered = request.answered(crate::answered::Source::Local, out);
     request
         .stats
         .reply(request.proto, code, false, out.len(), seconds, answered);

@@ -147,7 +147,7 @@ impl Shared {
             false,
             out.len(),
             seconds,
-            request.answered(crate::querylog::Source::Local, out),
+            request.answered(crate::answered::Source::Local, out),
         );
     }
 

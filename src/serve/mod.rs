@@ -144,9 +144,11 @@ impl Shared {
         &self.cache
     }
 
-    /// At shutdown, once no query is in flight: writes what dnstap has
-    /// queued and ends its stream, within `within` (blocks).
-    pub fn finish_dnstap(&self, within: Duration) {
+    /// At shutdown, once no query is in flight: writes what the query log
+    /// and dnstap have queued and ends dnstap's stream, within `within`
+    /// each (blocks).
+    pub fn finish_observers(&self, within: Duration) {
+        self.query_log.finish(within);
         self.dnstap.finish(within);
     }
 }

@@ -16,9 +16,9 @@ use super::metrics::{
     CacheKindLabels, CacheLabels, DoLabels, PLUGIN_CACHE, PLUGIN_NONE, RequestLabels,
     ResponseLabels, ServeMetrics, SizeLabels, ZoneLabels,
 };
-use crate::dnstap::ClientTap;
+use crate::answered::{Answered, Event, Observers};
 use crate::listen::Proto;
-use crate::querylog::{Answered, Hub, ZoneLog};
+use crate::querylog::Hub;
 use crate::wire::{QTYPE_LABELS, qtype_label, qtype_slot};
 
 /// Query type slots: one per labelled type, and "other".
@@ -45,12 +45,9 @@ pub struct ZoneStats {
     cache_hits: [OnceLock<IntCounter>; 2],
     cache_misses: OnceLock<IntCounter>,
     cache_served_stale: OnceLock<IntCounter>,
-    /// The zone's query log, when it logs.
-    log: Option<ZoneLog>,
-    /// The per-workload counters, when on.
-    workloads: Option<Arc<crate::workloads::Workloads>>,
-    /// The listener's dnstap, when client messages are sent.
-    tap: Option<ClientTap>,
+    /// What observes this zone's replies on this listener: its query log,
+    /// the per-workload counters, the listener's dnstap (each when on).
+    observers: Observers,
 }
 
 impl ZoneStats {
@@ -77,27 +74,13 @@ impl ZoneStats {
             cache_hits: std::array::from_fn(|_| OnceLock::new()),
             cache_misses: OnceLock::new(),
             cache_served_stale: OnceLock::new(),
-            log: None,
-            workloads: None,
-            tap: None,
+            observers: Observers::default(),
         }
     }
 
-    /// With the per-workload counters, when on.
-    fn with_workloads(mut self, workloads: Option<Arc<crate::workloads::Workloads>>) -> ZoneStats {
-        self.workloads = workloads;
-        self
-    }
-
-    /// With the zone's query log.
-    fn with_log(mut self, log: Option<ZoneLog>) -> ZoneStats {
-        self.log = log;
-        self
-    }
-
-    /// With the listener's dnstap.
-    fn with_tap(mut self, tap: Option<ClientTap>) -> ZoneStats {
-        self.tap = tap;
+    /// With the observers of the zone's replies.
+    fn observed_by(mut self, observers: Observers) -> ZoneStats {
+        self.observers = observers;
         self
     }
 
@@ -180,15 +163,12 @@ impl ZoneStats {
         seconds: f64,
         answered: Answered<'_>,
     ) {
-        if let Some(log) = &self.log {
-            log.offer(&answered, proto, rcode, seconds);
-        }
-        if let Some(workloads) = &self.workloads {
-            workloads.count(&answered, rcode);
-        }
-        if let Some(tap) = &self.tap {
-            tap.offer(&answered, proto, seconds);
-        }
+        self.observers.observe(&Event {
+            answered,
+            proto,
+            rcode,
+            seconds,
+        });
         let code = (rcode as usize).min(RCODES - 1);
         let plugin = if from_cache_plugin {
             PLUGIN_CACHE
@@ -296,10 +276,12 @@ pub(super) fn for_listener(
             .iter()
             .zip(logs)
             .map(|(z, log)| {
+                let observers = Observers::default()
+                    .with(log)
+                    .with(settings.workloads.clone())
+                    .with(dnstap.client_tap(settings.dnstap.as_ref(), listener.addr));
                 ZoneStats::new(metrics, &listener.server, &z.name, listener.family, &z.view)
-                    .with_log(log)
-                    .with_workloads(settings.workloads.clone())
-                    .with_tap(dnstap.client_tap(settings.dnstap.as_ref(), listener.addr))
+                    .observed_by(observers)
             })
             .collect()
     })

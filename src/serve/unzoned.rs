@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{Job, Settings, Shared};
+use crate::answered::{Answered, Event, Observer, Source};
 use crate::listen::{Handled, Proto};
-use crate::querylog::{Answered, Source};
 use crate::wire::query::{self, Query, Reject};
 use crate::wire::{HEADER_LEN, read_u16};
 
@@ -56,7 +56,12 @@ impl Shared {
             source: Source::Local,
             reply: out,
         };
-        log.offer(&answered, q.proto, code, seconds);
+        log.observe(&Event {
+            answered,
+            proto: q.proto,
+            rcode: code,
+            seconds,
+        });
         done
     }
 }

@@ -82,9 +82,10 @@ pub struct Server {
 /// How giving our sockets to a successor ended: true when it took over.
 type Given = std::result::Result<bool, handover::HandoverError>;
 
-/// How long the shutdown waits for dnstap's queue to be written and its
-/// stream ended: a reader that stops reading holds the exit up no longer.
-const DNSTAP_END: Duration = Duration::from_secs(3);
+/// How long the shutdown waits for each observer's queue (the query log's,
+/// dnstap's) to be written and dnstap's stream ended: an output that stops
+/// taking holds the exit up no longer.
+const OBSERVERS_END: Duration = Duration::from_secs(3);
 
 /// How long a SIGTERM waits for a handover in progress to end: the new
 /// process has the sockets by then and only its `ready` is missing.

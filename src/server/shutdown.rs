@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::DNSTAP_END;
+use super::OBSERVERS_END;
 use super::Server;
 
 impl Server {
@@ -36,7 +36,7 @@ impl Server {
         }
         self.http.stop();
         let shared = self.shared.clone();
-        let _ = tokio::task::spawn_blocking(move || shared.finish_dnstap(DNSTAP_END)).await;
+        let _ = tokio::task::spawn_blocking(move || shared.finish_observers(OBSERVERS_END)).await;
         if !self.handed_over {
             self.warm
                 .last_write(&self.shared, &self.telemetry.warm)

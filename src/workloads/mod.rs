@@ -19,7 +19,8 @@
 //! the name is folded and compared on that one only.
 //!
 //! Configuration: `[server] workload_counters` and `workload_metrics`.
-//! Request path: where a reply is counted, an add to a fixed table.
+//! Request path: an observer of answers (`answered`): where a reply is
+//! counted, an add to a fixed table.
 
 mod metrics;
 mod view;
@@ -32,8 +33,8 @@ use std::time::Instant;
 pub(crate) use metrics::WorkloadMetrics;
 pub use view::{Rates, TopView, Workload};
 
+use crate::answered::{Answered, Event, Observer, Source};
 use crate::cache::key::NameBuf;
-use crate::querylog::{Answered, Source};
 use crate::wire::rcode;
 
 /// Sets in the table (a power of two) and slots in a set.
@@ -323,6 +324,15 @@ fn note_name(names: &mut [NameCount; NAMES], wire: &[u8]) {
     least.name[..len].copy_from_slice(name);
     least.len = len as u8;
     least.count += 1;
+}
+
+/// The workload counters are an observer of answers: one add to a fixed
+/// table per reply.
+impl Observer for Workloads {
+    #[inline]
+    fn observe(&self, event: &Event<'_>) {
+        self.count(&event.answered, event.rcode);
+    }
 }
 
 #[cfg(test)]
