@@ -4,6 +4,7 @@
 use super::Shared;
 use crate::cache::follow::Purge;
 
+#[cfg(feature = "kubernetes")]
 impl crate::kubernetes::follow::Followed for Shared {
     fn cache(&self) -> &crate::cache::Cache {
         &self.cache

@@ -49,10 +49,6 @@ impl Server {
             telemetry.serve.clone(),
         ));
         log_zones(&shared);
-        shared
-            .tasks
-            .upkeep()
-            .spawn(crate::upstream::udp::close_expired_sockets());
         let watches = Watches::new(
             telemetry.kubernetes.clone(),
             shared.search.namespaces.clone(),

@@ -254,7 +254,7 @@ async fn ask_udp(attempt: &Attempt<'_>, deadline: Instant) -> Result<Vec<u8>, Ex
     };
     let sent = &query[sent_at];
     upstream.inflight.inc();
-    let done = udp::exchange(&upstream.addr, &query, id, sent, case, started, deadline).await;
+    let done = udp::exchange(&upstream.udp, &query, id, sent, case, started, deadline).await;
     upstream.inflight.dec();
     if done.reused {
         upstream.udp_conn_hits.inc();

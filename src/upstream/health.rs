@@ -149,7 +149,7 @@ async fn probe(up: &Upstream) -> bool {
             .is_ok()
     } else {
         udp::exchange(
-            &up.addr,
+            &up.udp,
             &query,
             id,
             PROBE_QUESTION,

@@ -47,6 +47,9 @@ pub(crate) struct Upstream {
     pub settings: UpstreamSettings,
     pub log_limit: LogLimiter,
     pub pool: Pool,
+    /// Its UDP side: the sockets whose query was answered, for the next
+    /// queries.
+    pub udp: Arc<udp::Sockets>,
     pub health: Health,
     /// Whether this server keeps the letter case of questions (0x20).
     pub case: case::CaseMemory,
@@ -79,8 +82,11 @@ impl Upstream {
         let healthy = metrics.healthy.get(&to);
         healthy.set(1);
         let (udp_conn_hits, udp_conn_misses) = metrics.conn_reuse(&label, "udp");
+        let udp = Arc::new(udp::Sockets::new(addr));
+        upkeep.spawn(udp::sweep(Arc::downgrade(&udp)));
         Upstream {
             addr,
+            udp,
             pool: Pool::new(addr, settings.pool.clone(), metrics, &label, upkeep.clone()),
             log_limit: LogLimiter::new(settings.log_interval),
             health_log: [
