@@ -9,7 +9,9 @@
 //! [`stub`] (`querygen`) are not on the request path; [`node`] sets up the
 //! node's interface and rules and fails open; [`control`] serves the local
 //! control socket (`nodens cache`, `nodens top`), reading what `workloads`
-//! counts where replies are counted. docs/architecture.md has the map.
+//! counts where replies are counted: `answered` is the event each reply's
+//! observers (the query log, dnstap, `workloads`) are told, and the one queue
+//! of the two that write. docs/architecture.md has the map.
 //!
 //! The layout (mini-redis's shape): the areas the command line calls are
 //! public modules, each re-exporting from its private files what a caller
