@@ -15,22 +15,7 @@
 pub(crate) mod dns64;
 pub(crate) mod message;
 
-use std::sync::LazyLock;
-
-use prometheus::IntCounter;
 use regex::Regex;
-
-/// Answers a rewrite or a dns64 synthesis would have made longer than a DNS
-/// message can be (answered SERVFAIL instead): process-wide, as the rules
-/// that make them are compiled without a registry; `server::Telemetry`
-/// registers it.
-pub(crate) static TOO_LONG: LazyLock<IntCounter> = LazyLock::new(|| {
-    IntCounter::new(
-        "nodens_rewrite_too_long_total",
-        "Rewritten or dns64-synthesized answers that would have been longer than 65,535 bytes, answered SERVFAIL.",
-    )
-    .expect("valid metric")
-});
 
 /// What happens after a rule that matched: CoreDNS's `stop` (the default)
 /// or `continue` (the next rules see the rewritten question).

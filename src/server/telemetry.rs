@@ -41,7 +41,6 @@ impl Telemetry {
     pub fn register(cache_server: String) -> Telemetry {
         let registry = Registry::new();
         // Process-wide counters, bumped where no registry reaches.
-        registry.adopt(&crate::rewrite::TOO_LONG);
         registry.adopt(&crate::liveness::health::PANICS);
         registry.adopt(&crate::liveness::health::RESTARTS);
         registry.adopt_gauge(&crate::liveness::health::DEAD);

@@ -39,6 +39,9 @@ pub struct UpstreamMetrics {
     pub queue_capacity: Gauges<ToLabels<'static>>,
     pub queue_wait: Histograms<ToLabels<'static>>,
     pub queue_rejected: Counters<ToReasonLabels<'static>>,
+    /// Answers a rewrite or a dns64 synthesis would have made longer than
+    /// a DNS message can be (answered SERVFAIL), with their warning.
+    pub(crate) rewrite_too_long: super::rules::TooLong,
 }
 
 impl UpstreamMetrics {
@@ -114,6 +117,10 @@ impl UpstreamMetrics {
                 "nodens_upstream_queue_rejected_total",
                 "Queries failed by the wait queue: it was full, or the wait expired.",
             ),
+            rewrite_too_long: super::rules::TooLong::new(r.counter(
+                "nodens_rewrite_too_long_total",
+                "Rewritten or dns64-synthesized answers that would have been longer than 65,535 bytes, answered SERVFAIL.",
+            )),
         }
     }
 

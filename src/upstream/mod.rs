@@ -155,6 +155,8 @@ pub(crate) struct Zone {
     pub prefetch_gain: PrefetchGain,
     /// Where its upstream exchanges go to dnstap (the request path's slot).
     pub dnstap: crate::dnstap::ForwarderSlot,
+    /// The request path's upstream metrics.
+    pub metrics: Arc<UpstreamMetrics>,
 }
 
 impl Zone {
@@ -274,6 +276,7 @@ impl Router {
                 }),
                 prefetch_gain: PrefetchGain::default(),
                 dnstap: dnstap.clone(),
+                metrics: metrics.clone(),
             }));
         }
         for members in &views.tables {

@@ -11,11 +11,13 @@
 
 use std::sync::Arc;
 
+use prometheus::IntCounter;
 use tokio::time::Instant;
 
 use super::Zone;
 use super::forward::{Forwarded, forward};
 use crate::cache::Key;
+use crate::log_limit::LogLimiter;
 use crate::rewrite::dns64::Dns64;
 use crate::rewrite::message::{Message, wire_from_text};
 use crate::rewrite::{Rewrites, Rewritten};
@@ -77,7 +79,7 @@ pub(crate) async fn forward_with_rules(
     }
     let a_key = Key::from_parts(key.name(), rtype::A, class::IN, key.flags());
     let a = ask(zone, rules, &a_key, deadline).await?;
-    finish(synthesized(dns64, &parsed, &a.msg)?, a.received)
+    finish(zone, synthesized(dns64, &parsed, &a.msg)?, a.received)
 }
 
 /// The dns64 answer made of the AAAA answer `aaaa` and the A answer `a`:
@@ -159,7 +161,7 @@ async fn ask(zone: &Zone, rules: &ZoneRules, key: &Key, deadline: Instant) -> Op
     let sent = Key::from_parts(&wire, rewritten.qtype, rewritten.qclass, key.flags());
     let answer = forward(zone, &sent, deadline).await?;
     let msg = written_back(&answer.msg, key.question(), &rewritten)?;
-    finish(msg, answer.received)
+    finish(zone, msg, answer.received)
 }
 
 /// The answer's names mapped back as the rules that matched say: owner
@@ -185,19 +187,39 @@ fn write_back(msg: &mut Message, rewritten: &Rewritten) {
     }
 }
 
-/// The rebuilt answer, or `None` (SERVFAIL to the client, as for no answer)
-/// when it would not be a DNS message: longer than 65,535 bytes. CoreDNS,
-/// whose answers compress the same owner names, writes nothing back over
-/// TCP then (miekg/dns refuses to send it); a clear error is better.
-fn finish(msg: Option<Vec<u8>>, received: std::time::Instant) -> Option<Forwarded> {
-    let Some(msg) = msg else {
-        crate::rewrite::TOO_LONG.inc();
-        if let Some(suppressed) = TOO_LONG_LOG.allow() {
+/// The answers too long to rebuild: counted, and a warning a minute at
+/// most (the request path's, in its upstream metrics).
+pub(crate) struct TooLong {
+    count: IntCounter,
+    log: LogLimiter,
+}
+
+impl TooLong {
+    pub(crate) fn new(count: IntCounter) -> TooLong {
+        TooLong {
+            count,
+            log: LogLimiter::new(std::time::Duration::from_secs(60)),
+        }
+    }
+
+    fn happened(&self) {
+        self.count.inc();
+        if let Some(suppressed) = self.log.allow() {
             tracing::warn!(
                 suppressed,
                 "a rewritten or dns64 answer would be longer than 65,535 bytes: SERVFAIL"
             );
         }
+    }
+}
+
+/// The rebuilt answer, or `None` (SERVFAIL to the client, as for no answer)
+/// when it would not be a DNS message: longer than 65,535 bytes. CoreDNS,
+/// whose answers compress the same owner names, writes nothing back over
+/// TCP then (miekg/dns refuses to send it); a clear error is better.
+fn finish(zone: &Zone, msg: Option<Vec<u8>>, received: std::time::Instant) -> Option<Forwarded> {
+    let Some(msg) = msg else {
+        zone.metrics.rewrite_too_long.happened();
         return None;
     };
     let layout = response::layout(&msg).ok()?;
@@ -207,12 +229,6 @@ fn finish(msg: Option<Vec<u8>>, received: std::time::Instant) -> Option<Forwarde
         received,
     })
 }
-
-/// One warning a minute at most for answers too long to rebuild.
-static TOO_LONG_LOG: std::sync::LazyLock<crate::log_limit::LogLimiter> =
-    std::sync::LazyLock::new(|| {
-        crate::log_limit::LogLimiter::new(std::time::Duration::from_secs(60))
-    });
 
 #[cfg(test)]
 mod tests {
