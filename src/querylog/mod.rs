@@ -22,13 +22,12 @@ mod format;
 mod record;
 mod writer;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::{ArcSwapOption, Guard};
 use prometheus::IntCounter;
-
-pub(crate) use writer::REOPEN;
 
 use crate::answered::queue::Queue;
 use crate::answered::{Event, Observer};
@@ -81,6 +80,8 @@ pub(crate) struct Hub {
     counters: Counters,
     current: Mutex<Option<Arc<Sink>>>,
     unzoned: ArcSwapOption<Unzoned>,
+    /// The SIGHUP generation: a log file is opened again when it moves.
+    reopen: Arc<AtomicU64>,
 }
 
 /// The log of the queries that reach no zone, for one generation of settings.
@@ -97,7 +98,14 @@ impl Hub {
             counters,
             current: Mutex::new(None),
             unzoned: ArcSwapOption::empty(),
+            reopen: Arc::default(),
         }
+    }
+
+    /// A log file is opened again before its next write (SIGHUP: an
+    /// outside rotation may have moved it away).
+    pub(crate) fn reopen(&self) {
+        self.reopen.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The zones' logs (`None` where a zone logs nothing), for one
@@ -157,7 +165,7 @@ impl Hub {
     }
 
     fn start(&self, plan: &QueryLogPlan) -> std::io::Result<Sink> {
-        let output = writer::Output::open(&plan.output, plan.max_size)?;
+        let output = writer::Output::open(&plan.output, plan.max_size, &self.reopen)?;
         let counts = writer::Counts {
             written: self.counters.written.clone(),
             errors: self.counters.errors.clone(),

@@ -36,27 +36,32 @@ pub(super) struct LogFile {
     file: std::fs::File,
     written: u64,
     max_size: u64,
-    /// The reopen generation the file was opened at ([`REOPEN`]).
+    /// Bumped at each SIGHUP (the query log's `Hub::reopen`): the writer
+    /// opens its file again (the path may have been rotated away by
+    /// logrotate or an operator).
+    reopen: Arc<AtomicU64>,
+    /// The reopen generation the file was opened at.
     generation: u64,
 }
 
-/// Bumped at each SIGHUP: the writer opens its file again (the path may
-/// have been rotated away by logrotate or an operator).
-pub(crate) static REOPEN: AtomicU64 = AtomicU64::new(0);
-
 impl Output {
-    pub(super) fn open(output: &QueryLogOutput, max_size: u64) -> std::io::Result<Output> {
+    pub(super) fn open(
+        output: &QueryLogOutput,
+        max_size: u64,
+        reopen: &Arc<AtomicU64>,
+    ) -> std::io::Result<Output> {
         Ok(match output {
             QueryLogOutput::Stdout => Output::Stdout,
             QueryLogOutput::Stderr => Output::Stderr,
             QueryLogOutput::File(path) => {
-                let generation = REOPEN.load(Ordering::Relaxed);
+                let generation = reopen.load(Ordering::Relaxed);
                 let (file, written) = open_private(path)?;
                 Output::File(LogFile {
                     path: path.clone(),
                     file,
                     written,
                     max_size,
+                    reopen: reopen.clone(),
                     generation,
                 })
             }
@@ -74,7 +79,7 @@ impl Output {
 
 impl LogFile {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        let generation = REOPEN.load(Ordering::Relaxed);
+        let generation = self.reopen.load(Ordering::Relaxed);
         if generation != self.generation {
             self.generation = generation;
             (self.file, self.written) = open_private(&self.path)?;

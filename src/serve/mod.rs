@@ -144,6 +144,11 @@ impl Shared {
         &self.cache
     }
 
+    /// SIGHUP: a query log file is opened again before its next write.
+    pub fn reopen_query_log(&self) {
+        self.query_log.reopen();
+    }
+
     /// At shutdown, once no query is in flight: writes what the query log
     /// and dnstap have queued and ends dnstap's stream, within `within`
     /// each (blocks).

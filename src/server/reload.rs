@@ -5,7 +5,6 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use anyhow::{Context, Result};
 
@@ -24,7 +23,7 @@ impl Server {
     pub(super) async fn reload(&mut self) {
         // A query log file is opened again, valid file or not (an outside
         // rotation moved it away and sent SIGHUP).
-        crate::querylog::REOPEN.fetch_add(1, Ordering::Relaxed);
+        self.shared.reopen_query_log();
         if self.handed_over {
             tracing::info!("SIGHUP: handed over to a new process; nothing to reload");
             return;
