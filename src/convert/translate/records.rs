@@ -82,7 +82,14 @@ pub(super) fn hosts(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
         return;
     }
     let mut entries = Vec::new();
-    let mut options = String::new();
+    // An option given on several lines: CoreDNS keeps the last one; each
+    // key is written once (a TOML table refuses a key twice).
+    let mut options: Vec<(&'static str, String)> = Vec::new();
+    let mut set =
+        |key: &'static str, value: String| match options.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => *v = value,
+            None => options.push((key, value)),
+        };
     for option in d.block.iter().flatten() {
         let oline = option.line();
         let oargs = option.arg_texts();
@@ -94,23 +101,17 @@ pub(super) fn hosts(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
                     describe(option)
                 ),
             ),
-            "fallthrough" => {
-                let _ = writeln!(options, "fallthrough = {}", fallthrough(&oargs));
-            }
-            "no_reverse" => options.push_str("reverse = false\n"),
+            "fallthrough" => set("fallthrough", fallthrough(&oargs)),
+            "no_reverse" => set("reverse", "false".into()),
             "ttl" => match oargs.first().and_then(|t| t.parse::<u32>().ok()) {
-                Some(ttl) if (1..=65535).contains(&ttl) => {
-                    let _ = writeln!(options, "ttl = \"{ttl}s\"");
-                }
+                Some(ttl) if (1..=65535).contains(&ttl) => set("ttl", format!("\"{ttl}s\"")),
                 _ => plan.untranslated.add(
                     oline,
                     format!("{}: not a TTL CoreDNS accepts", describe(option)),
                 ),
             },
             "reload" => match oargs.first().and_then(|t| go_duration(t)) {
-                Some(every) => {
-                    let _ = writeln!(options, "reload = \"{}ms\"", every.as_millis());
-                }
+                Some(every) => set("reload", format!("\"{}ms\"", every.as_millis())),
                 None => plan
                     .untranslated
                     .add(oline, format!("{}: not a duration", describe(option))),
@@ -141,7 +142,9 @@ pub(super) fn hosts(d: &Directive, out: &mut BlockOut, plan: &mut Plan) {
     if !zones.is_empty() {
         let _ = writeln!(w, "zones = {}", quoted_list(&zones));
     }
-    w.push_str(&options);
+    for (key, value) in &options {
+        let _ = writeln!(w, "{key} = {value}");
+    }
     plan.notes.add(
         line,
         format!("hosts: {file} is read at start and followed every reload interval; a line nodens cannot read is an error at start and keeps the last good records while running (CoreDNS skips it); the answers are not cached"),
@@ -316,6 +319,19 @@ mod tests {
         // A bare `hosts` is the node's /etc/hosts.
         let c = ok(".:53 {\n  bind 127.0.0.1\n  hosts\n  forward . 10.0.0.10\n  cache\n}\n");
         assert_eq!(zone(&c)["hosts"]["files"][0].as_str(), Some("/etc/hosts"));
+    }
+
+    #[test]
+    fn a_hosts_option_on_two_lines_is_written_once_the_last_kept() {
+        // Found by the corefile_convert fuzz target: two `fallthrough`
+        // lines wrote the key twice, a file the check refuses.
+        let c = ok(
+            ".:53 {\n  bind 127.0.0.1\n  hosts {\n    fallthrough\n    ttl 60\n    no_reverse\n    no_reverse\n    ttl 30\n    fallthrough in-addr.arpa\n  }\n  forward . 10.0.0.10\n  cache\n}\n",
+        );
+        let h = &zone(&c)["hosts"];
+        assert_eq!(h["ttl"].as_str(), Some("30s"));
+        assert_eq!(h["reverse"].as_bool(), Some(false));
+        assert_eq!(h["fallthrough"][0].as_str(), Some("in-addr.arpa"));
     }
 
     #[test]
