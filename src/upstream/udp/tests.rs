@@ -123,21 +123,21 @@ fn port_taken(port: u16) -> bool {
     std::net::UdpSocket::bind(("127.0.0.1", port)).is_err()
 }
 
-/// The upstream's free sockets, swept from the test's own thread (as the
-/// upkeep's sweep runs on another than the exchanges').
-fn sweep(server: &Fake, now: Instant) -> usize {
-    server.free.close_expired(now)
+/// One answered query: its socket is now free, and open; returns its port.
+async fn one_free_socket(server: &Fake) -> u16 {
+    let (reply, port) = ask_once(server, QUESTION_A, 1, Some(1), Duration::from_secs(2)).await;
+    reply.result.unwrap();
+    assert!(port_taken(port), "the socket is free, and open");
+    port
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn a_free_socket_is_closed_at_its_age_without_another_query() {
     let (server, _) = upstream().await;
-    let (reply, port) = ask_once(&server, QUESTION_A, 1, Some(1), Duration::from_secs(2)).await;
-    reply.result.unwrap();
-    assert!(port_taken(port), "the socket is free, and open");
-    assert_eq!(sweep(&server, Instant::now()), 0);
+    let port = one_free_socket(&server).await;
+    assert_eq!(server.free.close_expired(Instant::now()), 0);
     assert!(port_taken(port), "younger than MAX_AGE: kept");
-    assert_eq!(sweep(&server, Instant::now() + MAX_AGE), 1);
+    assert_eq!(server.free.close_expired(Instant::now() + MAX_AGE), 1);
     assert!(!port_taken(port), "past MAX_AGE: closed");
     let (reply, _) = ask_once(&server, QUESTION_A, 2, Some(1), Duration::from_secs(2)).await;
     assert!(!reply.reused, "the next query opens a new socket");
@@ -158,9 +158,7 @@ async fn a_socket_whose_query_timed_out_is_not_reused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn an_upstream_dropped_closes_its_free_sockets_and_ends_its_sweep() {
     let (server, _) = upstream().await;
-    let (reply, port) = ask_once(&server, QUESTION_A, 1, Some(1), Duration::from_secs(2)).await;
-    reply.result.unwrap();
-    assert!(port_taken(port), "the socket is free, and open");
+    let port = one_free_socket(&server).await;
     let sweeping = tokio::spawn(super::sweep(Arc::downgrade(&server.free)));
     let Fake {
         socket: _socket,
