@@ -15,8 +15,8 @@ use nodens::NameBuf;
 use nodens::Shared;
 use nodens::config::Config;
 use nodens::wire::{query, response};
+use nodens::{Arrival, Handled, ListenerInfo, Proto, Service};
 use nodens::{Cache, Entry, Freshness, KeyRef, TtlPolicy};
-use nodens::{Handled, ListenerInfo, Proto, Service};
 
 const POLICY: TtlPolicy = TtlPolicy {
     min_ttl: 0,
@@ -244,7 +244,7 @@ fn hit_with(c: &mut Criterion, label: &str, more: &str) {
                     LOCALHOST,
                     &info,
                     Proto::Udp,
-                    std::time::Instant::now(),
+                    Arrival::alone(std::time::Instant::now()),
                     &mut out
                 ),
                 Handled::Reply

@@ -78,7 +78,7 @@ pub use cache::{Cache, Entry, Freshness, KeyRef, Kind, Lookup, TtlPolicy};
 #[cfg(feature = "kubernetes")]
 pub use kubernetes::client as kubernetes_client;
 pub use listen::handover::{Named as HandedName, parse_names as parse_handover_names};
-pub use listen::{Handled, ListenerInfo, Proto, Service};
+pub use listen::{Arrival, Handled, ListenerInfo, Proto, Service};
 pub use search::Rule;
 pub use serve::Shared;
 pub use upstream::rules::fuzz_rebuild;

@@ -94,6 +94,12 @@ impl Observers {
         self
     }
 
+    /// No observer is on.
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// Tells each observer of `event`.
     #[inline]
     pub(crate) fn observe(&self, event: &Event<'_>) {

@@ -80,6 +80,21 @@ impl<S: Default> ListenerInfo<S> {
     }
 }
 
+/// When a query was read (a UDP batch reads the clock once for all its
+/// queries), and the tally of its batch: a UDP worker's, or none where each
+/// query is counted as it goes (TCP).
+pub struct Arrival<'a, T> {
+    pub at: Instant,
+    pub tally: Option<&'a mut T>,
+}
+
+impl<T> Arrival<'_, T> {
+    /// A query read at `at`, counted on its own.
+    pub fn alone(at: Instant) -> Self {
+        Arrival { at, tally: None }
+    }
+}
+
 /// What the service decided about one message.
 pub enum Handled<J> {
     /// The reply is in the output buffer.
@@ -98,19 +113,26 @@ pub trait Service: Send + Sync + Sized + 'static {
     /// A query's work that waits on upstream, owned so it can move to a task.
     type Job: Send + 'static;
 
+    /// A UDP worker's own counts of one batch, added to what everyone
+    /// sees at its end ([`Service::end_batch`]).
+    type Tally: Default + 'static;
+
     /// Answers `packet` from `client` (address and port) into `out` from
     /// what is at hand, or says it needs upstream. Runs on the listener's
-    /// thread; never waits. `received`: when the query was read (a UDP
-    /// batch reads the clock once for all its queries).
+    /// thread; never waits.
     fn handle(
         self: &Arc<Self>,
         packet: &[u8],
         client: SocketAddr,
         listener: &ListenerInfo<Self::PerListener>,
         proto: Proto,
-        received: Instant,
+        arrival: Arrival<'_, Self::Tally>,
         out: &mut Vec<u8>,
     ) -> Handled<Self::Job>;
+
+    /// The end of a UDP batch, at `now`, before its replies are sent:
+    /// what `tally` counted becomes visible.
+    fn end_batch(&self, tally: &mut Self::Tally, now: Instant);
 
     /// Does the job's waiting and writes the reply into `out`.
     fn resolve(

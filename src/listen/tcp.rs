@@ -249,7 +249,7 @@ async fn serve_connection<S: Service>(
                 peer,
                 info,
                 Proto::Tcp,
-                std::time::Instant::now(),
+                super::Arrival::alone(std::time::Instant::now()),
                 &mut out,
             ) {
                 Handled::Reply => {

@@ -34,7 +34,7 @@ use tokio::io::unix::AsyncFd;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use super::batch::{BATCH, Destination, RecvBatch, SendBatch, enable_destination_info};
-use super::{Handled, ListenerInfo, Proto, Service};
+use super::{Arrival, Handled, ListenerInfo, Proto, Service};
 use crate::liveness::health::DeadIfUnwound;
 
 /// How often a worker blocked in `recvmmsg` checks whether it should stop.
@@ -228,6 +228,7 @@ impl<S: Service> Worker<S> {
         let mut received = RecvBatch::new(self.wildcard);
         let mut replies = SendBatch::default();
         let mut pending = Pending::default();
+        let mut tally = S::Tally::default();
         // Wakes the event loop while misses wait on a quiet socket, so that
         // its progress shows; one timer for the worker's life.
         let mut turn = tokio::time::interval(STOP_POLL);
@@ -236,7 +237,13 @@ impl<S: Service> Worker<S> {
         // misses in flight of this worker, never the worker: it is
         // counted, logged, and the loop starts again on the same socket.
         while let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            self.serve(&mut received, &mut replies, &mut pending, &mut turn)
+            self.serve(
+                &mut received,
+                &mut replies,
+                &mut pending,
+                &mut tally,
+                &mut turn,
+            )
         })) {
             self.progress.restarted();
             if let Some(suppressed) = super::RESTART_LOG.allow() {
@@ -249,6 +256,9 @@ impl<S: Service> Worker<S> {
             }
             pending = Pending::default();
             replies.clear();
+            // What the lost batch counted still happened.
+            self.service
+                .end_batch(&mut tally, std::time::Instant::now());
         }
         // Stopped reading: answer what is in flight, then close. The
         // drain is bounded by the misses' own timeouts; it is no longer a
@@ -270,15 +280,16 @@ impl<S: Service> Worker<S> {
         received: &mut RecvBatch,
         replies: &mut SendBatch,
         pending: &mut Pending,
+        tally: &mut S::Tally,
         turn: &mut tokio::time::Interval,
     ) {
         while !self.stop.load(Ordering::Relaxed) {
             self.progress.bump();
             if pending.is_empty() {
-                self.serve_blocking(received, replies, pending);
+                self.serve_blocking(received, replies, pending, tally);
             } else {
                 self.runtime
-                    .block_on(self.serve_with_misses(received, replies, pending, turn));
+                    .block_on(self.serve_with_misses(received, replies, pending, tally, turn));
             }
         }
     }
@@ -289,6 +300,7 @@ impl<S: Service> Worker<S> {
         received: &mut RecvBatch,
         replies: &mut SendBatch,
         pending: &mut Pending,
+        tally: &mut S::Tally,
     ) {
         let count = match received.recv(self.socket.get_ref(), true) {
             Ok(n) => n,
@@ -299,7 +311,7 @@ impl<S: Service> Worker<S> {
                 return;
             }
         };
-        self.answer(received, count, replies, pending);
+        self.answer(received, count, replies, pending, tally);
         if let Err(e) = replies.send(self.socket.get_ref(), true) {
             tracing::debug!(error = %e, "UDP send failed");
             replies.clear();
@@ -313,6 +325,7 @@ impl<S: Service> Worker<S> {
         received: &mut RecvBatch,
         replies: &mut SendBatch,
         pending: &mut Pending,
+        tally: &mut S::Tally,
         turn: &mut tokio::time::Interval,
     ) {
         loop {
@@ -359,7 +372,7 @@ impl<S: Service> Worker<S> {
                 ready.clear_ready();
             }
             drop(ready);
-            self.answer(received, count, replies, pending);
+            self.answer(received, count, replies, pending, tally);
             flush(&self.socket, replies, Some(&self.progress)).await;
             if count == BATCH {
                 // More may be waiting: let the misses make progress first.
@@ -369,14 +382,16 @@ impl<S: Service> Worker<S> {
     }
 
     /// Answers the hits of a batch into `replies` and starts the misses.
-    /// The batch's queries share one arrival time: a clock read per batch,
-    /// not per query, on the hit path.
+    /// The batch's queries share one arrival time and its hits one end: two
+    /// clock reads per batch, none per query, and the hits counted in the
+    /// worker's `tally`, made visible at the end (before the send).
     fn answer(
         &self,
         received: &RecvBatch,
         count: usize,
         replies: &mut SendBatch,
         pending: &mut Pending,
+        tally: &mut S::Tally,
     ) {
         let arrived = std::time::Instant::now();
         for i in 0..count {
@@ -390,7 +405,10 @@ impl<S: Service> Worker<S> {
                 peer,
                 &self.info,
                 Proto::Udp,
-                arrived,
+                Arrival {
+                    at: arrived,
+                    tally: Some(&mut *tally),
+                },
                 replies.next_buffer(),
             ) {
                 Handled::Reply => replies.commit(peer, local),
@@ -405,6 +423,7 @@ impl<S: Service> Worker<S> {
                 }
             }
         }
+        self.service.end_batch(tally, std::time::Instant::now());
     }
 }
 

@@ -234,18 +234,24 @@ impl Shared {
         }
         // As without autopath: the usual stages, from the cache on (what
         // the walk fetched for the name itself is there now).
-        let request = Request {
-            query: &query,
-            key: &job.key.as_ref(),
-            zone: &job.zone,
-            settings: &job.settings,
-            stats: job.stats.zone(job.zone.index),
-            proto: job.proto,
-            started: job.started,
-            client: job.client,
-        };
+        // The request ends before the wait (its tally is a worker's own,
+        // none here, but a future that crosses threads cannot hold one).
         drop(job._ticket);
-        match self.plain_stages(&request, listener, &job.stats, out) {
+        let handled = {
+            let request = Request {
+                query: &query,
+                key: &job.key.as_ref(),
+                zone: &job.zone,
+                settings: &job.settings,
+                stats: job.stats.zone(job.zone.index),
+                tally: None,
+                proto: job.proto,
+                started: job.started,
+                client: job.client,
+            };
+            self.plain_stages(&request, listener, &job.stats, out)
+        };
+        match handled {
             Handled::Reply => {}
             Handled::Upstream(Job::Miss(miss)) => self.answer_miss(miss, out).await,
             Handled::Upstream(Job::Autopath(_)) | Handled::Drop => {

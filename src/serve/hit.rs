@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::stats::ZoneStats;
+use super::stats::{ZoneStats, ZoneTally};
 use super::{ListenerView, Settings, Shared, reply_limit};
 use crate::answered::{Answered, Source};
 use crate::cache::{Entry, Freshness, KeyRef, Kind, Lookup};
@@ -20,6 +20,9 @@ pub(super) struct Request<'r, 'q> {
     pub(super) zone: &'r Arc<Zone>,
     pub(super) settings: &'r Arc<Settings>,
     pub(super) stats: &'r ZoneStats,
+    /// The UDP worker's tally of this batch, where a hit is counted (none
+    /// for TCP and for the stages after a walk: `stats` then).
+    pub(super) tally: Option<&'r ZoneTally>,
     pub(super) proto: Proto,
     pub(super) started: Instant,
     /// The client's address and port (the query log).
@@ -43,14 +46,33 @@ impl Request<'_, '_> {
             Freshness::Stale { .. } => Source::Stale,
             Freshness::Held { .. } => Source::Cache,
         };
-        self.stats.reply(
-            self.proto,
-            rendered.rcode,
-            true,
-            out.len(),
-            self.started.elapsed().as_secs_f64(),
-            self.answered(source, out),
-        );
+        match self.tally {
+            Some(tally) => tally.reply(
+                self.stats,
+                self.proto,
+                rendered.rcode,
+                true,
+                out.len(),
+                self.answered(source, out),
+            ),
+            None => self.stats.reply(
+                self.proto,
+                rendered.rcode,
+                true,
+                out.len(),
+                self.started.elapsed().as_secs_f64(),
+                self.answered(source, out),
+            ),
+        }
+    }
+
+    /// A cache hit (a success or a denial), in the tally if there is one.
+    #[inline]
+    fn cache_hit(&self, success: bool) {
+        match self.tally {
+            Some(tally) => tally.cache_hit(success),
+            None => self.stats.cache_hit(success),
+        }
     }
 
     /// This query's reply in `out`, for the query log.
@@ -94,7 +116,7 @@ impl Shared {
             .lookup(request.key, request.started, policy.stale_max_age)
         {
             Lookup::Fresh(entry) => {
-                request.stats.cache_hit(entry.kind == Kind::Success);
+                request.cache_hit(entry.kind == Kind::Success);
                 if entry.take_speculative() {
                     self.metrics.speculation_used.inc();
                 }
@@ -107,7 +129,7 @@ impl Shared {
             Lookup::Stale(entry) => Cached::Stale(entry),
             // No prefetch: the watch, not a refresh, keeps it right.
             Lookup::Held(entry) => {
-                request.stats.cache_hit(entry.kind == Kind::Success);
+                request.cache_hit(entry.kind == Kind::Success);
                 self.metrics.held_answers.inc();
                 let held = Freshness::Held {
                     ttl: crate::cache::follow::HELD_TTL,

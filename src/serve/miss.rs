@@ -465,7 +465,7 @@ mod tests {
             client,
             &info,
             Proto::Udp,
-            Instant::now(),
+            crate::listen::Arrival::alone(Instant::now()),
             &mut out,
         ) else {
             panic!("a new name in an empty cache is a miss job");

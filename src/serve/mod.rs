@@ -63,7 +63,7 @@ use crate::cache::key::NameBuf;
 use crate::cache::{Cache, KeyRef};
 use crate::coalesce::Coalescer;
 use crate::listen::TcpLimits;
-use crate::listen::{Handled, ListenerInfo, Proto, Service};
+use crate::listen::{Arrival, Handled, ListenerInfo, Proto, Service};
 use crate::tasks::Tasks;
 use crate::wire::{build, query, rtype};
 pub(crate) use autopath::AutopathJob;
@@ -200,6 +200,7 @@ impl Shared {
 impl Service for Shared {
     type PerListener = StatsSlot;
     type Job = Job;
+    type Tally = stats::Tally;
 
     /// The stages in order.
     #[inline]
@@ -209,9 +210,10 @@ impl Service for Shared {
         client: SocketAddr,
         listener: &ListenerView,
         proto: Proto,
-        started: Instant,
+        arrival: Arrival<'_, stats::Tally>,
         out: &mut Vec<u8>,
     ) -> Handled<Job> {
+        let started = arrival.at;
         let settings = self.settings.load();
         let unzoned = unzoned::Unzoned {
             packet,
@@ -268,13 +270,24 @@ impl Service for Shared {
             .as_ref()
             .expect("stats for the current settings");
         let stats = all_stats.zone(zone.index);
-        stats.request(proto, query.qtype, packet.len(), query.dnssec_ok());
+        let tally = match arrival.tally {
+            Some(tally) => {
+                let counts = tally.zone(all_stats, zone.index, started);
+                counts.request(stats, proto, query.qtype, packet.len(), query.dnssec_ok());
+                Some(counts)
+            }
+            None => {
+                stats.request(proto, query.qtype, packet.len(), query.dnssec_ok());
+                None
+            }
+        };
         let request = hit::Request {
             query: &query,
             key: &key,
             zone,
             settings: &settings,
             stats,
+            tally,
             proto,
             started,
             client,
@@ -324,6 +337,10 @@ impl Service for Shared {
                 Either::Right(Box::pin(self.answer_autopath(walk, listener, out)))
             }
         }
+    }
+
+    fn end_batch(&self, tally: &mut stats::Tally, now: Instant) {
+        tally.end(now);
     }
 
     fn tcp_limits(&self) -> TcpLimits {

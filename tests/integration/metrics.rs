@@ -329,3 +329,62 @@ fn evictions_counted_when_the_cache_is_full() {
     core.sync_log();
     assert_eq!(core.count_queries("www.test.", "A"), 1);
 }
+
+/// Hits that arrive together are read in batches and counted in the
+/// worker's own tally, added to the shared metrics at each batch's end,
+/// before its replies are sent: once the last answer is in, every one of
+/// them is counted (no wait), as requests, hits, responses, sizes and
+/// durations, exactly once.
+#[test]
+fn a_burst_of_hits_is_counted_exactly_once_answered() {
+    needs!(Need::CoreDns);
+    let (_net, _core, nodens) = setup_with(|c, z| c.zone(z));
+    let s = nodens.server_label();
+    let labels = [("server", s.as_str()), ("zone", "test.")];
+    udp_query(nodens.dns, &Q::new("www.test.", Rt::A));
+    let before = |name: &str| nodens.metric(name, &labels);
+    let names = [
+        "coredns_dns_requests_total",
+        "coredns_dns_responses_total",
+        "coredns_dns_request_duration_seconds_count",
+        "coredns_dns_request_size_bytes_count",
+        "coredns_dns_response_size_bytes_count",
+    ];
+    let start: Vec<f64> = names.iter().map(|n| before(n)).collect();
+    let hits_before = nodens.metric(
+        "coredns_cache_hits_total",
+        &[("server", s.as_str()), ("zones", "test.")],
+    );
+
+    let burst = 150u16;
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.connect(nodens.dns).unwrap();
+    for id in 0..burst {
+        sock.send(&Q::new("www.test.", Rt::A).id(id).to_bytes())
+            .unwrap();
+    }
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut answered = std::collections::HashSet::new();
+    let mut buf = [0u8; 1500];
+    while answered.len() < usize::from(burst) {
+        let n = sock
+            .recv(&mut buf)
+            .expect("every query of the burst answered");
+        assert!(n >= 12);
+        answered.insert(u16::from_be_bytes([buf[0], buf[1]]));
+    }
+
+    // No wait: what was answered is counted.
+    for (name, was) in names.iter().zip(&start) {
+        assert_eq!(before(name) - was, f64::from(burst), "{name}");
+    }
+    let hits = nodens.metric(
+        "coredns_cache_hits_total",
+        &[("server", s.as_str()), ("zones", "test.")],
+    );
+    assert_eq!(
+        hits - hits_before,
+        f64::from(burst),
+        "coredns_cache_hits_total"
+    );
+}

@@ -7,6 +7,8 @@
 //! it is needed. It is rebuilt when a reload changes the zones (the
 //! settings' generation changes).
 
+mod tally;
+
 use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwapOption;
@@ -19,13 +21,25 @@ use super::metrics::{
 use crate::answered::{Answered, Event, Observers};
 use crate::listen::Proto;
 use crate::querylog::Hub;
-use crate::wire::{QTYPE_LABELS, qtype_label, qtype_slot};
+use crate::wire::{QTYPE_LABELS, QTYPE_OTHER, qtype_slot};
+
+pub(crate) use tally::Tally;
+pub(crate) use tally::ZoneTally;
 
 /// Query type slots: one per labelled type, and "other".
 const TYPES: usize = QTYPE_LABELS.len() + 1;
-/// Response codes with a slot; others share the last one ("other").
+/// Response codes with a slot: every assigned one, up to BADCOOKIE (23);
+/// an unassigned code above shares the last.
 const RCODES: usize = 24;
 const PROTOS: usize = 2;
+/// The protocol of each `proto as usize`.
+const PROTO_OF: [Proto; PROTOS] = [Proto::Udp, Proto::Tcp];
+
+/// The slot of a response code and plugin in `coredns_dns_responses_total`.
+#[inline]
+fn response_slot(rcode: u16, from_cache_plugin: bool) -> usize {
+    (rcode as usize).min(RCODES - 1) * 2 + usize::from(from_cache_plugin)
+}
 
 /// Handles for one zone as seen by one listener.
 pub struct ZoneStats {
@@ -87,52 +101,18 @@ impl ZoneStats {
     /// A query arrived: `coredns_dns_requests_total` and its size.
     #[inline]
     pub fn request(&self, proto: Proto, qtype: u16, size: usize, dnssec_ok: bool) {
-        let slot = qtype_slot(qtype) * PROTOS + proto as usize;
-        let m = &self.metrics;
-        self.requests[slot]
-            .get_or_init(|| {
-                m.requests.get(&RequestLabels {
-                    server: &self.server,
-                    zone: &self.zone,
-                    view: &self.view,
-                    proto,
-                    family: self.family,
-                    qtype: qtype_label(qtype),
-                })
-            })
+        self.requests_at(qtype_slot(qtype) * PROTOS + proto as usize)
             .inc();
-        self.request_size[proto as usize]
-            .get_or_init(|| m.request_size.get(&self.size_labels(proto)))
-            .observe(size as f64);
+        self.request_size_of(proto).observe(size as f64);
         if dnssec_ok {
-            self.do_requests
-                .get_or_init(|| {
-                    m.do_requests.get(&DoLabels {
-                        server: &self.server,
-                        view: &self.view,
-                        zone: &self.zone,
-                    })
-                })
-                .inc();
+            self.do_requests().inc();
         }
-        self.cache_requests
-            .get_or_init(|| m.cache_requests.get(&self.cache_labels()))
-            .inc();
+        self.cache_requests().inc();
     }
 
     #[inline]
     pub fn cache_hit(&self, success: bool) {
-        let kind = if success { "success" } else { "denial" };
-        self.cache_hits[usize::from(!success)]
-            .get_or_init(|| {
-                self.metrics.cache_hits.get(&CacheKindLabels {
-                    server: &self.server,
-                    kind,
-                    zones: &self.zone,
-                    view: &self.view,
-                })
-            })
-            .inc();
+        self.cache_hits_at(usize::from(!success)).inc();
     }
 
     #[inline]
@@ -152,7 +132,8 @@ impl ZoneStats {
 
     /// A reply went out: `coredns_dns_responses_total`, its size and the
     /// duration; and the query log's record, if the zone logs. Every reply
-    /// of a zone is counted here, so none is missing from its log.
+    /// of a zone is counted here (or in a UDP worker's [`Tally`]), so none
+    /// is missing from its log.
     #[inline]
     pub(crate) fn reply(
         &self,
@@ -163,42 +144,105 @@ impl ZoneStats {
         seconds: f64,
         answered: Answered<'_>,
     ) {
+        self.tell_observers(proto, rcode, seconds, answered);
+        self.responses_at(response_slot(rcode, from_cache_plugin))
+            .inc();
+        self.response_size_of(proto).observe(size as f64);
+        self.duration().observe(seconds);
+    }
+
+    /// The observers of the zone's replies (none when all are off).
+    #[inline]
+    fn tell_observers(&self, proto: Proto, rcode: u16, seconds: f64, answered: Answered<'_>) {
         self.observers.observe(&Event {
             answered,
             proto,
             rcode,
             seconds,
         });
-        let code = (rcode as usize).min(RCODES - 1);
-        let plugin = if from_cache_plugin {
-            PLUGIN_CACHE
-        } else {
-            PLUGIN_NONE
-        };
-        let m = &self.metrics;
-        self.responses[code * 2 + usize::from(from_cache_plugin)]
-            .get_or_init(|| {
-                m.responses.get(&ResponseLabels {
-                    server: &self.server,
-                    zone: &self.zone,
-                    view: &self.view,
-                    rcode: crate::wire::rcode_name(rcode),
-                    plugin,
-                })
+    }
+
+    /// `coredns_dns_requests_total` of a type and protocol slot
+    /// (`qtype_slot * PROTOS + proto`).
+    fn requests_at(&self, slot: usize) -> &IntCounter {
+        self.requests[slot].get_or_init(|| {
+            let proto = PROTO_OF[slot % PROTOS];
+            self.metrics.requests.get(&RequestLabels {
+                server: &self.server,
+                zone: &self.zone,
+                view: &self.view,
+                proto,
+                family: self.family,
+                qtype: QTYPE_LABELS
+                    .get(slot / PROTOS)
+                    .map_or(QTYPE_OTHER, |&(_, label)| label),
             })
-            .inc();
+        })
+    }
+
+    /// `coredns_dns_responses_total` of a [`response_slot`].
+    fn responses_at(&self, slot: usize) -> &IntCounter {
+        self.responses[slot].get_or_init(|| {
+            let plugin = if slot % 2 == 1 {
+                PLUGIN_CACHE
+            } else {
+                PLUGIN_NONE
+            };
+            self.metrics.responses.get(&ResponseLabels {
+                server: &self.server,
+                zone: &self.zone,
+                view: &self.view,
+                rcode: crate::wire::rcode_name((slot / 2) as u16),
+                plugin,
+            })
+        })
+    }
+
+    fn request_size_of(&self, proto: Proto) -> &Histogram {
+        self.request_size[proto as usize]
+            .get_or_init(|| self.metrics.request_size.get(&self.size_labels(proto)))
+    }
+
+    fn response_size_of(&self, proto: Proto) -> &Histogram {
         self.response_size[proto as usize]
-            .get_or_init(|| m.response_size.get(&self.size_labels(proto)))
-            .observe(size as f64);
-        self.duration
-            .get_or_init(|| {
-                m.request_duration.get(&ZoneLabels {
-                    server: &self.server,
-                    zone: &self.zone,
-                    view: &self.view,
-                })
+            .get_or_init(|| self.metrics.response_size.get(&self.size_labels(proto)))
+    }
+
+    fn duration(&self) -> &Histogram {
+        self.duration.get_or_init(|| {
+            self.metrics.request_duration.get(&ZoneLabels {
+                server: &self.server,
+                zone: &self.zone,
+                view: &self.view,
             })
-            .observe(seconds);
+        })
+    }
+
+    fn do_requests(&self) -> &IntCounter {
+        self.do_requests.get_or_init(|| {
+            self.metrics.do_requests.get(&DoLabels {
+                server: &self.server,
+                view: &self.view,
+                zone: &self.zone,
+            })
+        })
+    }
+
+    fn cache_requests(&self) -> &IntCounter {
+        self.cache_requests
+            .get_or_init(|| self.metrics.cache_requests.get(&self.cache_labels()))
+    }
+
+    /// `coredns_cache_hits_total`: slot 0 "success", 1 "denial".
+    fn cache_hits_at(&self, slot: usize) -> &IntCounter {
+        self.cache_hits[slot].get_or_init(|| {
+            self.metrics.cache_hits.get(&CacheKindLabels {
+                server: &self.server,
+                kind: if slot == 0 { "success" } else { "denial" },
+                zones: &self.zone,
+                view: &self.view,
+            })
+        })
     }
 
     fn size_labels(&self, proto: Proto) -> SizeLabels<'_> {

@@ -1,0 +1,243 @@
+//! A UDP worker's own counts of the cache hits of one batch, added to the
+//! shared metrics once, at the batch's end.
+//!
+//! A hit counted straight into the shared metrics pays about seventeen
+//! atomic read-modify-writes (five counters, three histograms) and a clock
+//! read for its duration: most of what nodens's own code costs on a hit.
+//! A worker is one thread, so its hits are counted in plain cells here and
+//! added to the shared counters and histograms once per batch (one atomic
+//! per series touched, as dnsdist keeps per-thread counters). The batch's
+//! replies all leave in the one `sendmmsg` after it, so each hit's duration
+//! is the batch's: from its arrival (the one clock read before it) to its
+//! end (the one clock read after it, before the send). The batch ends
+//! before its replies are sent, so a client that has its answer finds it
+//! counted. Misses, the other stages and TCP count into the shared metrics
+//! directly, as before: their counts and a tally's add up to the same series.
+
+use std::cell::{Cell, OnceCell};
+use std::sync::Arc;
+use std::time::Instant;
+
+use prometheus::local::LocalHistogram;
+
+use super::{ListenerStats, PROTOS, RCODES, TYPES, ZoneStats, response_slot};
+use crate::answered::Answered;
+use crate::listen::Proto;
+use crate::wire::qtype_slot;
+
+/// A worker's tally: the zones its current batch touched, for the
+/// listener's stats of that batch.
+pub struct Tally {
+    /// The stats the batch counts for (held only while a batch is open).
+    stats: Option<Arc<ListenerStats>>,
+    /// The batch's arrival time.
+    arrived: Instant,
+    /// One per zone of the stats the cells were made for.
+    zones: Vec<ZoneTally>,
+    /// The settings generation `zones` was made for (their histograms'
+    /// handles are its zones').
+    made_for: Option<u64>,
+    /// Indices into `zones` touched in this batch.
+    dirty: Vec<usize>,
+}
+
+impl Default for Tally {
+    fn default() -> Tally {
+        Tally {
+            stats: None,
+            arrived: Instant::now(),
+            zones: Vec::new(),
+            made_for: None,
+            dirty: Vec::new(),
+        }
+    }
+}
+
+impl Tally {
+    /// The cells of zone `index` for a query of the batch that arrived at
+    /// `received`, counting for `all` (the listener's stats now). A query
+    /// that finds other stats than the batch's (a reload in the middle of
+    /// a batch) ends the batch so far first.
+    #[inline]
+    pub(in crate::serve) fn zone(
+        &mut self,
+        all: &Arc<ListenerStats>,
+        index: usize,
+        received: Instant,
+    ) -> &ZoneTally {
+        if !self.stats.as_ref().is_some_and(|s| Arc::ptr_eq(s, all)) {
+            self.open(all, received);
+        }
+        let zone = &self.zones[index];
+        if !zone.touched.replace(true) {
+            self.dirty.push(index);
+        }
+        zone
+    }
+
+    #[cold]
+    fn open(&mut self, all: &Arc<ListenerStats>, received: Instant) {
+        if self.stats.is_some() {
+            self.end(Instant::now());
+        }
+        if self.made_for != Some(all.generation) {
+            self.zones = all.zones.iter().map(|_| ZoneTally::default()).collect();
+            self.made_for = Some(all.generation);
+        }
+        self.stats = Some(Arc::clone(all));
+        self.arrived = received;
+    }
+
+    /// Ends the batch at `now`: everything counted goes into the shared
+    /// metrics, and the stats are let go until the next batch.
+    pub fn end(&mut self, now: Instant) {
+        let Some(stats) = self.stats.take() else {
+            return;
+        };
+        let seconds = now.saturating_duration_since(self.arrived).as_secs_f64();
+        for index in self.dirty.drain(..) {
+            let zone = &self.zones[index];
+            zone.touched.set(false);
+            stats.zone(index).add(zone, seconds);
+        }
+    }
+}
+
+/// One zone's counts in a batch, in the slots of [`ZoneStats`].
+pub(crate) struct ZoneTally {
+    touched: Cell<bool>,
+    requests: [Cell<u64>; TYPES * PROTOS],
+    do_requests: Cell<u64>,
+    cache_requests: Cell<u64>,
+    cache_hits: [Cell<u64>; 2],
+    responses: [Cell<u64>; RCODES * 2],
+    request_size: [OnceCell<LocalHistogram>; PROTOS],
+    response_size: [OnceCell<LocalHistogram>; PROTOS],
+    duration: OnceCell<LocalHistogram>,
+    /// Replies whose duration is the batch's (observed at its end).
+    owed: Cell<u64>,
+}
+
+impl Default for ZoneTally {
+    fn default() -> ZoneTally {
+        ZoneTally {
+            touched: Cell::new(false),
+            requests: std::array::from_fn(|_| Cell::new(0)),
+            do_requests: Cell::new(0),
+            cache_requests: Cell::new(0),
+            cache_hits: Default::default(),
+            responses: std::array::from_fn(|_| Cell::new(0)),
+            request_size: Default::default(),
+            response_size: Default::default(),
+            duration: OnceCell::new(),
+            owed: Cell::new(0),
+        }
+    }
+}
+
+/// One more in a cell (the worker's own: no atomic).
+#[inline]
+fn bump(cell: &Cell<u64>) {
+    cell.set(cell.get() + 1);
+}
+
+impl ZoneTally {
+    /// [`ZoneStats::request`], into the tally.
+    #[inline]
+    pub(crate) fn request(
+        &self,
+        stats: &ZoneStats,
+        proto: Proto,
+        qtype: u16,
+        size: usize,
+        dnssec_ok: bool,
+    ) {
+        bump(&self.requests[qtype_slot(qtype) * PROTOS + proto as usize]);
+        self.request_size[proto as usize]
+            .get_or_init(|| stats.request_size_of(proto).local())
+            .observe(size as f64);
+        if dnssec_ok {
+            bump(&self.do_requests);
+        }
+        bump(&self.cache_requests);
+    }
+
+    /// [`ZoneStats::cache_hit`], into the tally.
+    #[inline]
+    pub(crate) fn cache_hit(&self, success: bool) {
+        bump(&self.cache_hits[usize::from(!success)]);
+    }
+
+    /// [`ZoneStats::reply`], into the tally: the duration is the batch's,
+    /// unless an observer (the query log, dnstap) needs it now.
+    #[inline]
+    pub(crate) fn reply(
+        &self,
+        stats: &ZoneStats,
+        proto: Proto,
+        rcode: u16,
+        from_cache_plugin: bool,
+        size: usize,
+        answered: Answered<'_>,
+    ) {
+        if stats.observers.is_empty() {
+            bump(&self.owed);
+        } else {
+            let seconds = answered.started.elapsed().as_secs_f64();
+            stats.tell_observers(proto, rcode, seconds, answered);
+            self.duration
+                .get_or_init(|| stats.duration().local())
+                .observe(seconds);
+        }
+        bump(&self.responses[response_slot(rcode, from_cache_plugin)]);
+        self.response_size[proto as usize]
+            .get_or_init(|| stats.response_size_of(proto).local())
+            .observe(size as f64);
+    }
+}
+
+impl ZoneStats {
+    /// Adds a batch's `tally` of this zone (and its replies' duration,
+    /// `seconds`) to the shared metrics, and empties it.
+    fn add(&self, tally: &ZoneTally, seconds: f64) {
+        for (slot, count) in tally.requests.iter().enumerate() {
+            match count.take() {
+                0 => {}
+                n => self.requests_at(slot).inc_by(n),
+            }
+        }
+        for (slot, count) in tally.responses.iter().enumerate() {
+            match count.take() {
+                0 => {}
+                n => self.responses_at(slot).inc_by(n),
+            }
+        }
+        for (slot, count) in tally.cache_hits.iter().enumerate() {
+            match count.take() {
+                0 => {}
+                n => self.cache_hits_at(slot).inc_by(n),
+            }
+        }
+        match tally.do_requests.take() {
+            0 => {}
+            n => self.do_requests().inc_by(n),
+        }
+        match tally.cache_requests.take() {
+            0 => {}
+            n => self.cache_requests().inc_by(n),
+        }
+        let owed = tally.owed.take();
+        if owed > 0 {
+            let duration = tally.duration.get_or_init(|| self.duration().local());
+            for _ in 0..owed {
+                duration.observe(seconds);
+            }
+        }
+        let histograms = tally.request_size.iter().chain(&tally.response_size);
+        for histogram in histograms.chain([&tally.duration]) {
+            if let Some(h) = histogram.get() {
+                h.flush();
+            }
+        }
+    }
+}
