@@ -106,6 +106,10 @@ impl Tally {
 /// One zone's counts in a batch, in the slots of [`ZoneStats`].
 pub(crate) struct ZoneTally {
     touched: Cell<bool>,
+    /// Which slots of `requests` and `responses` are not 0 (one bit each),
+    /// so that the batch's end reads those alone.
+    requests_set: Cell<u64>,
+    responses_set: Cell<u64>,
     requests: [Cell<u64>; TYPES * PROTOS],
     do_requests: Cell<u64>,
     cache_requests: Cell<u64>,
@@ -122,6 +126,8 @@ impl Default for ZoneTally {
     fn default() -> ZoneTally {
         ZoneTally {
             touched: Cell::new(false),
+            requests_set: Cell::new(0),
+            responses_set: Cell::new(0),
             requests: std::array::from_fn(|_| Cell::new(0)),
             do_requests: Cell::new(0),
             cache_requests: Cell::new(0),
@@ -133,6 +139,21 @@ impl Default for ZoneTally {
             owed: Cell::new(0),
         }
     }
+}
+
+// One bit per slot.
+const _: () = assert!(TYPES * PROTOS <= 64 && RCODES * 2 <= 64);
+
+/// The positions of the bits set in `bits`, lowest first.
+fn set_bits(mut bits: u64) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        let at = bits.trailing_zeros();
+        if at == 64 {
+            return None;
+        }
+        bits &= bits - 1;
+        Some(at as usize)
+    })
 }
 
 /// One more in a cell (the worker's own: no atomic).
@@ -152,7 +173,9 @@ impl ZoneTally {
         size: usize,
         dnssec_ok: bool,
     ) {
-        bump(&self.requests[qtype_slot(qtype) * PROTOS + proto as usize]);
+        let slot = qtype_slot(qtype) * PROTOS + proto as usize;
+        bump(&self.requests[slot]);
+        self.requests_set.set(self.requests_set.get() | 1 << slot);
         self.request_size[proto as usize]
             .get_or_init(|| stats.request_size_of(proto).local())
             .observe(size as f64);
@@ -189,7 +212,9 @@ impl ZoneTally {
                 .get_or_init(|| stats.duration().local())
                 .observe(seconds);
         }
-        bump(&self.responses[response_slot(rcode, from_cache_plugin)]);
+        let slot = response_slot(rcode, from_cache_plugin);
+        bump(&self.responses[slot]);
+        self.responses_set.set(self.responses_set.get() | 1 << slot);
         self.response_size[proto as usize]
             .get_or_init(|| stats.response_size_of(proto).local())
             .observe(size as f64);
@@ -200,17 +225,11 @@ impl ZoneStats {
     /// Adds a batch's `tally` of this zone (and its replies' duration,
     /// `seconds`) to the shared metrics, and empties it.
     fn add(&self, tally: &ZoneTally, seconds: f64) {
-        for (slot, count) in tally.requests.iter().enumerate() {
-            match count.take() {
-                0 => {}
-                n => self.requests_at(slot).inc_by(n),
-            }
+        for slot in set_bits(tally.requests_set.take()) {
+            self.requests_at(slot).inc_by(tally.requests[slot].take());
         }
-        for (slot, count) in tally.responses.iter().enumerate() {
-            match count.take() {
-                0 => {}
-                n => self.responses_at(slot).inc_by(n),
-            }
+        for slot in set_bits(tally.responses_set.take()) {
+            self.responses_at(slot).inc_by(tally.responses[slot].take());
         }
         for (slot, count) in tally.cache_hits.iter().enumerate() {
             match count.take() {
