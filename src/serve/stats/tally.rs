@@ -75,7 +75,8 @@ impl Tally {
         zone
     }
 
-    #[cold]
+    /// Opens a batch (its first query; or a query that finds the stats
+    /// of a reload in the middle of one, which ends the batch so far).
     fn open(&mut self, all: &Arc<ListenerStats>, received: Instant) {
         if self.stats.is_some() {
             self.end(Instant::now());
