@@ -7,7 +7,8 @@
 //! on a hit (`cargo bench --bench hit_path`).
 //! A worker is one thread, so its hits are counted in plain cells here and
 //! added to the shared counters and histograms once per batch (one atomic
-//! per series touched, as dnsdist keeps per-thread counters). The batch's
+//! per counter touched, four or so per histogram, as dnsdist keeps
+//! per-thread counters). The batch's
 //! replies all leave in the one `sendmmsg` after it, so each hit's duration
 //! is the batch's: from its arrival (the one clock read before it) to its
 //! end (the one clock read after it, before the send). The batch ends
