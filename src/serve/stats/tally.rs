@@ -109,15 +109,11 @@ impl Tally {
 /// One zone's counts in a batch, in the slots of [`ZoneStats`].
 pub(crate) struct ZoneTally {
     touched: Cell<bool>,
-    /// Which slots of `requests` and `responses` are not 0 (one bit each),
-    /// so that the batch's end reads those alone.
-    requests_set: Cell<u64>,
-    responses_set: Cell<u64>,
-    requests: [Cell<u64>; TYPES * PROTOS],
+    requests: Slots<{ TYPES * PROTOS }>,
     do_requests: Cell<u64>,
     cache_requests: Cell<u64>,
-    cache_hits: [Cell<u64>; 2],
-    responses: [Cell<u64>; RCODES * 2],
+    cache_hits: Slots<2>,
+    responses: Slots<{ RCODES * 2 }>,
     request_size: [OnceCell<LocalHistogram>; PROTOS],
     response_size: [OnceCell<LocalHistogram>; PROTOS],
     duration: OnceCell<LocalHistogram>,
@@ -129,13 +125,11 @@ impl Default for ZoneTally {
     fn default() -> ZoneTally {
         ZoneTally {
             touched: Cell::new(false),
-            requests_set: Cell::new(0),
-            responses_set: Cell::new(0),
-            requests: std::array::from_fn(|_| Cell::new(0)),
+            requests: Slots::default(),
             do_requests: Cell::new(0),
             cache_requests: Cell::new(0),
-            cache_hits: Default::default(),
-            responses: std::array::from_fn(|_| Cell::new(0)),
+            cache_hits: Slots::default(),
+            responses: Slots::default(),
             request_size: Default::default(),
             response_size: Default::default(),
             duration: OnceCell::new(),
@@ -144,19 +138,42 @@ impl Default for ZoneTally {
     }
 }
 
-// One bit per slot.
-const _: () = assert!(TYPES * PROTOS <= 64 && RCODES * 2 <= 64);
+/// Counters by slot, with a bit for each slot that is not 0, so that the
+/// batch's end reads those alone.
+struct Slots<const N: usize> {
+    counts: [Cell<u64>; N],
+    set: Cell<u64>,
+}
 
-/// The positions of the bits set in `bits`, lowest first.
-fn set_bits(mut bits: u64) -> impl Iterator<Item = usize> {
-    std::iter::from_fn(move || {
-        let at = bits.trailing_zeros();
-        if at == 64 {
-            return None;
+impl<const N: usize> Default for Slots<N> {
+    fn default() -> Self {
+        const { assert!(N <= 64, "one bit per slot") };
+        Slots {
+            counts: std::array::from_fn(|_| Cell::new(0)),
+            set: Cell::new(0),
         }
-        bits &= bits - 1;
-        Some(at as usize)
-    })
+    }
+}
+
+impl<const N: usize> Slots<N> {
+    #[inline]
+    fn bump(&self, slot: usize) {
+        bump(&self.counts[slot]);
+        self.set.set(self.set.get() | 1 << slot);
+    }
+
+    /// Each slot that is not 0 and its count, emptied.
+    fn drain(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
+        let mut bits = self.set.take();
+        std::iter::from_fn(move || {
+            if bits == 0 {
+                return None;
+            }
+            let slot = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            Some((slot, self.counts[slot].take()))
+        })
+    }
 }
 
 /// One more in a cell (the worker's own: no atomic).
@@ -176,9 +193,8 @@ impl ZoneTally {
         size: usize,
         dnssec_ok: bool,
     ) {
-        let slot = qtype_slot(qtype) * PROTOS + proto as usize;
-        bump(&self.requests[slot]);
-        self.requests_set.set(self.requests_set.get() | 1 << slot);
+        self.requests
+            .bump(qtype_slot(qtype) * PROTOS + proto as usize);
         self.request_size[proto as usize]
             .get_or_init(|| stats.request_size_of(proto).local())
             .observe(size as f64);
@@ -191,7 +207,7 @@ impl ZoneTally {
     /// [`ZoneStats::cache_hit`], into the tally.
     #[inline]
     pub(crate) fn cache_hit(&self, success: bool) {
-        bump(&self.cache_hits[usize::from(!success)]);
+        self.cache_hits.bump(usize::from(!success));
     }
 
     /// [`ZoneStats::reply`], into the tally: the duration is the batch's,
@@ -215,9 +231,7 @@ impl ZoneTally {
                 .get_or_init(|| stats.duration().local())
                 .observe(seconds);
         }
-        let slot = response_slot(rcode, from_cache_plugin);
-        bump(&self.responses[slot]);
-        self.responses_set.set(self.responses_set.get() | 1 << slot);
+        self.responses.bump(response_slot(rcode, from_cache_plugin));
         self.response_size[proto as usize]
             .get_or_init(|| stats.response_size_of(proto).local())
             .observe(size as f64);
@@ -228,17 +242,14 @@ impl ZoneStats {
     /// Adds a batch's `tally` of this zone (and its replies' duration,
     /// `seconds`) to the shared metrics, and empties it.
     fn add(&self, tally: &ZoneTally, seconds: f64) {
-        for slot in set_bits(tally.requests_set.take()) {
-            self.requests_at(slot).inc_by(tally.requests[slot].take());
+        for (slot, n) in tally.requests.drain() {
+            self.requests_at(slot).inc_by(n);
         }
-        for slot in set_bits(tally.responses_set.take()) {
-            self.responses_at(slot).inc_by(tally.responses[slot].take());
+        for (slot, n) in tally.responses.drain() {
+            self.responses_at(slot).inc_by(n);
         }
-        for (slot, count) in tally.cache_hits.iter().enumerate() {
-            match count.take() {
-                0 => {}
-                n => self.cache_hits_at(slot).inc_by(n),
-            }
+        for (slot, n) in tally.cache_hits.drain() {
+            self.cache_hits_at(slot).inc_by(n);
         }
         match tally.do_requests.take() {
             0 => {}
