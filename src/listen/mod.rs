@@ -18,6 +18,7 @@ pub(crate) mod tcp;
 #[cfg(debug_assertions)]
 mod test_panic;
 pub(crate) mod udp;
+mod watch;
 
 use std::future::Future;
 use std::net::SocketAddr;

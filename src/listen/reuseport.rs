@@ -43,10 +43,18 @@ impl std::fmt::Display for Stranger {
 }
 
 /// Makes the group of `socket` deliver each datagram to one of its first
-/// `ours` sockets, at random: `A = random; A %= ours; return A`.
+/// `ours` sockets, at random: `A = random; A %= ours; return A`. With one
+/// socket, `return 0`: the random number cost 1 % of a cache hit's CPU
+/// (docs/performance.md, "The fourth step").
 pub(crate) fn attach_selector(socket: &UdpSocket, ours: usize) -> io::Result<()> {
     let ours = u32::try_from(ours.max(1)).unwrap_or(u32::MAX);
-    let mut program = [
+    let zero = libc::sock_filter {
+        code: (libc::BPF_RET | libc::BPF_K) as u16,
+        jt: 0,
+        jf: 0,
+        k: 0,
+    };
+    let mut random = [
         libc::sock_filter {
             code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
             jt: 0,
@@ -66,6 +74,8 @@ pub(crate) fn attach_selector(socket: &UdpSocket, ours: usize) -> io::Result<()>
             k: 0,
         },
     ];
+    let mut alone = [zero];
+    let program: &mut [libc::sock_filter] = if ours == 1 { &mut alone } else { &mut random };
     let fprog = libc::sock_fprog {
         len: program.len() as u16,
         filter: program.as_mut_ptr(),

@@ -13,7 +13,9 @@
 //! state of a node cache) it blocks in `recvmmsg`: one system call per
 //! wake-up, as cheap as UDP gets. While misses are in flight it runs its
 //! event loop, which waits on the listening socket and the upstream sockets
-//! together, until the last miss is answered.
+//! together, until the last miss is answered. The socket is in that loop's
+//! epoll set only while misses come (`watch`): an epoll entry costs the
+//! kernel a callback per datagram in and out.
 //!
 //! Each turn of either mode bumps the worker's progress counter
 //! (`liveness`): a worker blocked for good stops it, and the fail-open
@@ -21,6 +23,7 @@
 
 use std::future::Future;
 use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::BorrowedFd;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -34,6 +37,7 @@ use tokio::io::unix::AsyncFd;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use super::batch::{BATCH, Destination, RecvBatch, SendBatch, enable_destination_info};
+use super::watch::{Watch, flush};
 use super::{Arrival, Handled, ListenerInfo, Proto, Service};
 use crate::liveness::health::DeadIfUnwound;
 
@@ -41,9 +45,6 @@ use crate::liveness::health::DeadIfUnwound;
 const STOP_POLL: Duration = Duration::from_millis(100);
 /// Receive buffer asked of the kernel per socket, to ride out bursts.
 const RECV_BUFFER: usize = 4 << 20;
-/// How long replies wait for room in a full socket buffer, while misses are
-/// in flight, before they are dropped (as the network would drop them).
-const SEND_WAIT: Duration = Duration::from_secs(1);
 
 pub(crate) struct UdpWorkers {
     stop: Arc<AtomicBool>,
@@ -91,20 +92,14 @@ impl UdpWorkers {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            let socket = {
-                let _entered = runtime.enter();
-                let socket = match inherited.pop() {
-                    Some(socket) => {
-                        socket.set_read_timeout(Some(STOP_POLL))?;
-                        socket
-                    }
-                    None => bind(addr)?,
-                };
-                sockets.push(socket.try_clone()?);
-                // SAFETY: the UdpSocket owns its descriptor, which stays open
-                // and the same until the AsyncFd that owns the socket is dropped.
-                Arc::new(unsafe { AsyncFd::register(socket) }?)
+            let socket = match inherited.pop() {
+                Some(socket) => {
+                    socket.set_read_timeout(Some(STOP_POLL))?;
+                    socket
+                }
+                None => bind(addr)?,
             };
+            sockets.push(socket.try_clone()?);
             let worker = Worker {
                 runtime,
                 socket,
@@ -156,9 +151,10 @@ impl UdpWorkers {
 /// One worker thread: its socket and its event loop.
 struct Worker<S: Service> {
     runtime: tokio::runtime::Runtime,
-    /// Registered with `runtime`'s event loop, but in blocking mode: calls
-    /// made while the loop runs pass `MSG_DONTWAIT`.
-    socket: Arc<AsyncFd<UdpSocket>>,
+    /// In blocking mode: calls made while the event loop runs pass
+    /// `MSG_DONTWAIT`. In the loop's epoll set only while it needs it
+    /// ([`Watch`]).
+    socket: UdpSocket,
     service: Arc<S>,
     info: Arc<ListenerInfo<S::PerListener>>,
     stop: Arc<AtomicBool>,
@@ -229,6 +225,7 @@ impl<S: Service> Worker<S> {
         let mut replies = SendBatch::default();
         let mut pending = Pending::default();
         let mut tally = S::Tally::default();
+        let mut watch = Watch::new(&self.socket);
         // Wakes the event loop while misses wait on a quiet socket, so that
         // its progress shows; one timer for the worker's life.
         let mut turn = tokio::time::interval(STOP_POLL);
@@ -243,6 +240,7 @@ impl<S: Service> Worker<S> {
                 &mut pending,
                 &mut tally,
                 &mut turn,
+                &mut watch,
             )
         })) {
             self.progress.restarted();
@@ -265,13 +263,44 @@ impl<S: Service> Worker<S> {
         // serving loop.
         drop(_dead_if_unwound);
         drop(self.progress);
-        self.runtime.block_on(async {
+        Self::drain(
+            &self.runtime,
+            &self.socket,
+            &mut pending,
+            &mut replies,
+            &mut watch,
+        );
+        drop(watch);
+        drop(self.alive);
+    }
+
+    /// Answers the misses in flight, waiting for nothing else.
+    fn drain(
+        runtime: &tokio::runtime::Runtime,
+        socket: &UdpSocket,
+        pending: &mut Pending,
+        replies: &mut SendBatch,
+        watch: &mut Watch<'_>,
+    ) {
+        let events = match watch.events() {
+            Ok(events) => Some(events),
+            Err(e) => {
+                tracing::error!(error = %e, "UDP worker cannot watch its socket: replies to misses may be dropped");
+                None
+            }
+        };
+        runtime.block_on(async {
             while let Some(reply) = pending.next().await {
-                pending.take_ready(reply, &mut replies);
-                flush(&self.socket, &mut replies, None).await;
+                pending.take_ready(reply, replies);
+                match events {
+                    Some(events) => flush(events, socket, replies, None).await,
+                    None => {
+                        let _ = replies.send(socket, false);
+                        replies.clear();
+                    }
+                }
             }
         });
-        drop(self.alive);
     }
 
     /// The serving loop, until the worker is told to stop.
@@ -282,14 +311,25 @@ impl<S: Service> Worker<S> {
         pending: &mut Pending,
         tally: &mut S::Tally,
         turn: &mut tokio::time::Interval,
+        watch: &mut Watch<'_>,
     ) {
         while !self.stop.load(Ordering::Relaxed) {
             self.progress.bump();
             if pending.is_empty() {
                 self.serve_blocking(received, replies, pending, tally);
+                if pending.is_empty() {
+                    watch.quiet_batch();
+                }
             } else {
-                self.runtime
-                    .block_on(self.serve_with_misses(received, replies, pending, tally, turn));
+                match watch.events() {
+                    Ok(events) => self.runtime.block_on(
+                        self.serve_with_misses(events, received, replies, pending, tally, turn),
+                    ),
+                    // Cannot wait on the socket and the misses together
+                    // (the kernel refused the epoll entry): answer the
+                    // misses, then read again.
+                    Err(_) => Self::drain(&self.runtime, &self.socket, pending, replies, watch),
+                }
             }
         }
     }
@@ -302,7 +342,7 @@ impl<S: Service> Worker<S> {
         pending: &mut Pending,
         tally: &mut S::Tally,
     ) {
-        let count = match received.recv(self.socket.get_ref(), true) {
+        let count = match received.recv(&self.socket, true) {
             Ok(n) => n,
             Err(e) => {
                 if !is_quiet(&e) {
@@ -312,7 +352,7 @@ impl<S: Service> Worker<S> {
             }
         };
         self.answer(received, count, replies, pending, tally);
-        if let Err(e) = replies.send(self.socket.get_ref(), true) {
+        if let Err(e) = replies.send(&self.socket, true) {
             tracing::debug!(error = %e, "UDP send failed");
             replies.clear();
         }
@@ -322,6 +362,7 @@ impl<S: Service> Worker<S> {
     /// miss in flight is answered (or the worker is told to stop).
     async fn serve_with_misses(
         &self,
+        events: &AsyncFd<BorrowedFd<'_>>,
         received: &mut RecvBatch,
         replies: &mut SendBatch,
         pending: &mut Pending,
@@ -335,14 +376,14 @@ impl<S: Service> Worker<S> {
                 reply = pending.next() => {
                     if let Some(reply) = reply {
                         pending.take_ready(reply, replies);
-                        flush(&self.socket, replies, Some(&self.progress)).await;
+                        flush(events, &self.socket, replies, Some(&self.progress)).await;
                     }
                     if pending.is_empty() {
                         return;
                     }
                     continue;
                 }
-                ready = self.socket.readable() => match ready {
+                ready = events.readable() => match ready {
                     Ok(r) => r,
                     Err(e) => {
                         tracing::error!(error = %e, "UDP worker lost its socket");
@@ -354,7 +395,7 @@ impl<S: Service> Worker<S> {
             if self.stop.load(Ordering::Relaxed) {
                 return;
             }
-            let count = match received.recv(self.socket.get_ref(), false) {
+            let count = match received.recv(&self.socket, false) {
                 Ok(n) => n,
                 Err(e) => {
                     if e.kind() == std::io::ErrorKind::WouldBlock {
@@ -373,7 +414,7 @@ impl<S: Service> Worker<S> {
             }
             drop(ready);
             self.answer(received, count, replies, pending, tally);
-            flush(&self.socket, replies, Some(&self.progress)).await;
+            flush(events, &self.socket, replies, Some(&self.progress)).await;
             if count == BATCH {
                 // More may be waiting: let the misses make progress first.
                 tokio::task::yield_now().await;
@@ -435,45 +476,4 @@ fn is_quiet(e: &std::io::Error) -> bool {
             | std::io::ErrorKind::TimedOut
             | std::io::ErrorKind::Interrupted
     )
-}
-
-/// Sends a batch's replies from the event loop, waiting (a bounded time)
-/// for room if the socket's buffer is full.
-async fn flush(
-    socket: &AsyncFd<UdpSocket>,
-    replies: &mut SendBatch,
-    progress: Option<&crate::liveness::Progress>,
-) {
-    while replies.send(socket.get_ref(), false).is_err() {
-        if !wait_writable(socket, progress).await {
-            tracing::debug!("UDP socket buffer stayed full: replies dropped");
-            replies.clear();
-            return;
-        }
-    }
-}
-
-/// Waits until the socket can take a datagram again; false after
-/// [`SEND_WAIT`]. A wait the worker bounds itself is progress: it is
-/// bumped every [`STOP_POLL`] of it.
-async fn wait_writable(
-    socket: &AsyncFd<UdpSocket>,
-    progress: Option<&crate::liveness::Progress>,
-) -> bool {
-    let deadline = tokio::time::Instant::now() + SEND_WAIT;
-    while tokio::time::Instant::now() < deadline {
-        if let Some(progress) = progress {
-            progress.bump();
-        }
-        let slice = deadline.min(tokio::time::Instant::now() + STOP_POLL);
-        match tokio::time::timeout_at(slice, socket.writable()).await {
-            Ok(Ok(mut ready)) => {
-                ready.clear_ready();
-                return true;
-            }
-            Ok(Err(_)) => return false,
-            Err(_) => {}
-        }
-    }
-    false
 }
