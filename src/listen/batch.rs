@@ -76,7 +76,7 @@ impl RecvBatch {
     /// Buffers for a socket; `destinations` when it reports each
     /// datagram's destination address.
     pub(super) fn new(destinations: bool) -> RecvBatch {
-        RecvBatch {
+        let mut batch = RecvBatch {
             buffers: (0..BATCH).map(|_| Box::new([0u8; RECV_ROOM])).collect(),
             // SAFETY: an all-zero sockaddr_storage is a valid value.
             addrs: vec![unsafe { zeroed() }; BATCH],
@@ -86,7 +86,38 @@ impl RecvBatch {
             headers: vec![unsafe { zeroed() }; BATCH],
             controls: destinations.then(|| vec![[0u64; CONTROL_ROOM / 8]; BATCH]),
             received: 0,
+        };
+        // The pointers, once: they point into heap buffers the vectors own,
+        // which never move or grow.
+        for i in 0..BATCH {
+            batch.iovecs[i] = libc::iovec {
+                iov_base: batch.buffers[i].as_mut_ptr().cast(),
+                iov_len: RECV_ROOM,
+            };
+            let header = &mut batch.headers[i].msg_hdr;
+            header.msg_name = (&mut batch.addrs[i] as *mut libc::sockaddr_storage).cast();
+            header.msg_iov = &mut batch.iovecs[i];
+            header.msg_iovlen = 1;
+            if let Some(controls) = &mut batch.controls {
+                header.msg_control = controls[i].as_mut_ptr().cast();
+            }
+            batch.reset(i);
         }
+        batch
+    }
+
+    /// Gives header `i` back the room the kernel shrank to what it wrote.
+    #[inline]
+    fn reset(&mut self, i: usize) {
+        let header = &mut self.headers[i].msg_hdr;
+        header.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        header.msg_controllen = if self.controls.is_some() {
+            CONTROL_ROOM as _
+        } else {
+            0
+        };
+        header.msg_flags = 0;
+        self.headers[i].msg_len = 0;
     }
 }
 
@@ -95,29 +126,11 @@ impl RecvBatch {
     /// arrives (or the socket's read timeout expires: `WouldBlock`), then
     /// takes what else has arrived; without, `WouldBlock` when none has.
     pub(super) fn recv(&mut self, socket: &UdpSocket, wait: bool) -> io::Result<usize> {
-        for i in 0..BATCH {
-            self.iovecs[i] = libc::iovec {
-                iov_base: self.buffers[i].as_mut_ptr().cast(),
-                iov_len: RECV_ROOM,
-            };
-            let header = &mut self.headers[i].msg_hdr;
-            header.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
-            header.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            header.msg_iov = &mut self.iovecs[i];
-            header.msg_iovlen = 1;
-            match &mut self.controls {
-                Some(controls) => {
-                    header.msg_control = controls[i].as_mut_ptr().cast();
-                    header.msg_controllen = CONTROL_ROOM as _;
-                }
-                None => {
-                    header.msg_control = std::ptr::null_mut();
-                    header.msg_controllen = 0;
-                }
-            }
-            header.msg_flags = 0;
-            self.headers[i].msg_len = 0;
+        // The kernel wrote only the headers of the datagrams it gave.
+        for i in 0..self.received {
+            self.reset(i);
         }
+        self.received = 0;
         // SAFETY: every header points into buffers owned by `self`, which
         // outlive the call; the count matches the vectors' length.
         let n = unsafe {
@@ -264,6 +277,10 @@ pub(super) struct SendBatch {
     /// Control messages naming those source addresses, one per reply of a
     /// `sendmmsg` call; kept so that a call does not clear them anew.
     controls: Box<[[u64; CONTROL_ROOM / 8]; BATCH]>,
+    /// A call's headers, kept so that a call does not clear 5 KiB of them
+    /// anew: it writes every field of the ones it uses.
+    iovecs: Box<[libc::iovec; BATCH]>,
+    headers: Box<[libc::mmsghdr; BATCH]>,
     used: usize,
     sent: usize,
 }
@@ -273,6 +290,10 @@ impl Default for SendBatch {
         SendBatch {
             replies: Vec::new(),
             controls: Box::new([[0; CONTROL_ROOM / 8]; BATCH]),
+            // SAFETY: all-zero iovecs (null pointer, length 0) are valid.
+            iovecs: Box::new(unsafe { zeroed() }),
+            // SAFETY: all-zero mmsghdrs (no buffers, no control) are valid.
+            headers: Box::new(unsafe { zeroed() }),
             used: 0,
             sent: 0,
         }
@@ -309,33 +330,37 @@ impl SendBatch {
         let flags = if wait { 0 } else { libc::MSG_DONTWAIT };
         while self.sent < self.used {
             let count = (self.used - self.sent).min(BATCH);
-            // SAFETY: all-zero iovecs (null pointer, length 0) are valid.
-            let mut iovecs: [libc::iovec; BATCH] = unsafe { zeroed() };
-            // SAFETY: all-zero mmsghdrs (no buffers, no control) are valid.
-            let mut headers: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
             for i in 0..count {
                 let (reply, to, from) = &self.replies[self.sent + i];
-                iovecs[i] = libc::iovec {
+                self.iovecs[i] = libc::iovec {
                     iov_base: reply.as_ptr() as *mut _,
                     iov_len: reply.len(),
                 };
-                let header = &mut headers[i].msg_hdr;
+                let header = &mut self.headers[i].msg_hdr;
                 header.msg_name = to.as_ptr() as *mut _;
                 header.msg_namelen = to.len();
-                header.msg_iov = &mut iovecs[i];
+                header.msg_iov = &mut self.iovecs[i];
                 header.msg_iovlen = 1;
-                if let Some(from) = from {
-                    let len = source_control(*from, &mut self.controls[i]);
-                    header.msg_control = self.controls[i].as_mut_ptr().cast();
-                    header.msg_controllen = len as _;
+                header.msg_flags = 0;
+                match from {
+                    Some(from) => {
+                        let len = source_control(*from, &mut self.controls[i]);
+                        header.msg_control = self.controls[i].as_mut_ptr().cast();
+                        header.msg_controllen = len as _;
+                    }
+                    None => {
+                        header.msg_control = std::ptr::null_mut();
+                        header.msg_controllen = 0;
+                    }
                 }
+                self.headers[i].msg_len = 0;
             }
             // SAFETY: the headers point at replies, addresses and control
             // messages owned by `self`, and at `iovecs`, all alive for the call.
             let n = unsafe {
                 libc::sendmmsg(
                     socket.as_raw_fd(),
-                    headers.as_mut_ptr(),
+                    self.headers.as_mut_ptr(),
                     count as u32,
                     flags,
                 )

@@ -194,6 +194,10 @@ struct Table {
     /// The wire lengths of the zone names, so a suffix no zone has the
     /// length of is not looked up: most queries are routed with one lookup.
     lengths: NameLengths,
+    /// The root zone, kept out of `by_name`: a name no other zone has is
+    /// routed to it without hashing (the common case of a node cache, whose
+    /// other zones are the cluster's).
+    root: Option<usize>,
 }
 
 /// Views at most: a view is a cache partition, kept in six bits of the
@@ -217,16 +221,24 @@ impl NameLengths {
 impl Table {
     fn insert(&mut self, zone: &Zone) {
         let wire = name::from_text(&zone.name).expect("a checked zone name");
+        if wire == [0] {
+            self.root = Some(zone.index);
+            return;
+        }
         self.lengths.insert(wire.len());
         self.by_name.insert(wire, zone.index);
     }
 
     #[inline]
     fn route(&self, folded_name: &[u8]) -> Option<usize> {
+        if self.by_name.is_empty() {
+            return self.root;
+        }
         name::label_starts(folded_name)
             .filter(|&start| self.lengths.contains(folded_name.len() - start))
             .find_map(|start| self.by_name.get(&folded_name[start..]))
             .copied()
+            .or(self.root)
     }
 }
 
