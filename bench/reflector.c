@@ -13,6 +13,17 @@
  * 3600) and nothing else (no OPT): a cache stores it, as it stores a real
  * answer, so a miss does all a real one does (bench/instructions).
  *
+ * What a server's socket setup costs the kernel per datagram can be measured
+ * beside the plain reflector (bench/alternate reflector reflector+epoll ...), with
+ * these set in the environment (any value):
+ *
+ *   REFLECTOR_EPOLL      the socket in an epoll set nobody waits on (as a socket
+ *                        registered with an event loop is)
+ *   REFLECTOR_REUSEPORT  SO_REUSEPORT (a group of one)
+ *   REFLECTOR_SELECTOR   "random": the group's classic BPF program picks a socket
+ *                        at random among 1 (A = random; A %= 1; return A);
+ *                        "zero": return 0 (both as listen/reuseport.rs)
+ *
  * Runs until SIGTERM or SIGINT.
  */
 #define _GNU_SOURCE
@@ -23,6 +34,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/filter.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -69,7 +82,29 @@ int main(int argc, char **argv) {
     if (fd < 0) { perror("socket"); return 1; }
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (getenv("REFLECTOR_REUSEPORT"))
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
     if (bind(fd, (struct sockaddr *)&addr, sizeof addr) < 0) { perror("bind"); return 1; }
+    const char *selector = getenv("REFLECTOR_SELECTOR");
+    if (selector) {
+        struct sock_filter random[] = {
+            {BPF_LD | BPF_W | BPF_ABS, 0, 0, (unsigned)(SKF_AD_OFF + SKF_AD_RANDOM)},
+            {BPF_ALU | BPF_MOD | BPF_K, 0, 0, 1},
+            {BPF_RET | BPF_A, 0, 0, 0},
+        };
+        struct sock_filter zero[] = {{BPF_RET | BPF_K, 0, 0, 0}};
+        int is_zero = strcmp(selector, "zero") == 0;
+        struct sock_fprog prog = {is_zero ? 1 : 3, is_zero ? zero : random};
+        if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof prog) < 0) {
+            perror("SO_ATTACH_REUSEPORT_CBPF");
+            return 1;
+        }
+    }
+    if (getenv("REFLECTOR_EPOLL")) {
+        int ep = epoll_create1(EPOLL_CLOEXEC);
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET};
+        if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0) { perror("epoll"); return 1; }
+    }
 
     /* No SA_RESTART: a signal interrupts the blocking recvmmsg. */
     struct sigaction sa = {.sa_handler = on_signal};
