@@ -282,13 +282,7 @@ impl<S: Service> Worker<S> {
         replies: &mut SendBatch,
         watch: &mut Watch<'_>,
     ) {
-        let events = match watch.events() {
-            Ok(events) => Some(events),
-            Err(e) => {
-                tracing::error!(error = %e, "UDP worker cannot watch its socket: replies to misses may be dropped");
-                None
-            }
-        };
+        let events = watch.events();
         runtime.block_on(async {
             while let Some(reply) = pending.next().await {
                 pending.take_ready(reply, replies);
@@ -322,13 +316,13 @@ impl<S: Service> Worker<S> {
                 }
             } else {
                 match watch.events() {
-                    Ok(events) => self.runtime.block_on(
+                    Some(events) => self.runtime.block_on(
                         self.serve_with_misses(events, received, replies, pending, tally, turn),
                     ),
                     // Cannot wait on the socket and the misses together
                     // (the kernel refused the epoll entry): answer the
                     // misses, then read again.
-                    Err(_) => Self::drain(&self.runtime, &self.socket, pending, replies, watch),
+                    None => Self::drain(&self.runtime, &self.socket, pending, replies, watch),
                 }
             }
         }

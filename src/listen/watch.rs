@@ -12,7 +12,6 @@
 //! the socket stays registered until [`LINGER`] batches in a row have come
 //! without a miss: a node whose misses are steady pays them rarely.
 
-use std::io;
 use std::net::UdpSocket;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Duration;
@@ -20,6 +19,7 @@ use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 
 use super::batch::SendBatch;
+use crate::log_limit::LogLimiter;
 
 /// Batches in a row without a miss after which the socket leaves the
 /// epoll set.
@@ -36,6 +36,8 @@ pub(super) struct Watch<'s> {
     events: Option<AsyncFd<BorrowedFd<'s>>>,
     /// Batches since the last miss.
     quiet: u32,
+    /// One line a second at most when the kernel refuses the registration.
+    refused_log: LogLimiter,
 }
 
 impl<'s> Watch<'s> {
@@ -44,21 +46,35 @@ impl<'s> Watch<'s> {
             socket,
             events: None,
             quiet: 0,
+            refused_log: LogLimiter::new(Duration::from_secs(1)),
         }
     }
 
     /// The socket's readiness, registering it first if it is not. Must be
-    /// called inside the worker's runtime.
-    pub(super) fn events(&mut self) -> io::Result<&AsyncFd<BorrowedFd<'s>>> {
+    /// called inside the worker's runtime. `None` (logged) when the kernel
+    /// refuses the epoll entry (out of memory, `max_user_watches`): the
+    /// worker then answers its misses without reading new queries
+    /// meanwhile, and tries again at the next miss.
+    pub(super) fn events(&mut self) -> Option<&AsyncFd<BorrowedFd<'s>>> {
         self.quiet = 0;
         if self.events.is_none() {
             // SAFETY: the descriptor is borrowed from the socket for 's, so
             // it stays open and the same while the AsyncFd lives.
-            let events =
-                unsafe { AsyncFd::register(self.socket.as_fd()) }.map_err(io::Error::from)?;
-            self.events = Some(events);
+            match unsafe { AsyncFd::register(self.socket.as_fd()) } {
+                Ok(events) => self.events = Some(events),
+                Err(e) => {
+                    if let Some(suppressed) = self.refused_log.allow() {
+                        tracing::error!(
+                            error = %e,
+                            suppressed,
+                            "UDP worker cannot add its socket to its event loop: it reads no query while its misses are answered"
+                        );
+                    }
+                    return None;
+                }
+            }
         }
-        Ok(self.events.as_ref().expect("registered above"))
+        self.events.as_ref()
     }
 
     /// One more batch without a miss: after [`LINGER`] of them the socket
