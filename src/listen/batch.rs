@@ -277,7 +277,7 @@ pub(super) struct SendBatch {
     /// Control messages naming those source addresses, one per reply of a
     /// `sendmmsg` call; kept so that a call does not clear them anew.
     controls: Box<[[u64; CONTROL_ROOM / 8]; BATCH]>,
-    /// A call's headers, kept so that a call does not clear 5 KiB of them
+    /// A call's headers, kept so that a call does not clear 2.5 KiB of them
     /// anew: it writes every field of the ones it uses.
     iovecs: Box<[libc::iovec; BATCH]>,
     headers: Box<[libc::mmsghdr; BATCH]>,

@@ -13,6 +13,7 @@
 mod batch;
 pub(crate) mod handover;
 pub(crate) mod metrics;
+mod pending;
 pub(crate) mod reuseport;
 pub(crate) mod tcp;
 #[cfg(debug_assertions)]

@@ -21,22 +21,19 @@
 //! (`liveness`): a worker blocked for good stops it, and the fail-open
 //! supervisor then kills the server. A flood only makes it turn faster.
 
-use std::future::Future;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::BorrowedFd;
 use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use futures_util::stream::FuturesUnordered;
-use futures_util::{FutureExt, StreamExt};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::unix::AsyncFd;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
-use super::batch::{BATCH, Destination, RecvBatch, SendBatch, enable_destination_info};
+use super::batch::{BATCH, RecvBatch, SendBatch, enable_destination_info};
+use super::pending::Pending;
 use super::watch::{Watch, flush};
 use super::{Arrival, Handled, ListenerInfo, Proto, Service};
 use crate::liveness::health::DeadIfUnwound;
@@ -170,52 +167,6 @@ struct Worker<S: Service> {
     progress: Arc<crate::liveness::Progress>,
 }
 
-/// A reply, its client, and the address to send it from (wildcard sockets).
-type QueuedReply = (Vec<u8>, SocketAddr, Option<Destination>);
-
-/// A miss being resolved, to its reply.
-type Resolving = Pin<Box<dyn Future<Output = QueuedReply> + Send>>;
-
-/// The worker's misses in flight. They are futures its own event loop
-/// polls, not tasks: a task per miss cost a spawn, a cache-line-aligned
-/// allocation, its scheduling and a hand-off of the reply: about 1,000
-/// instructions a miss (decision 50 has the counts). The shutdown drain waits for
-/// them through the worker's own token ([`Worker::alive`]).
-/// `take_ready` polls without a waker; every caller polls `next` again
-/// before the loop sleeps, which registers it anew.
-#[derive(Default)]
-struct Pending {
-    misses: FuturesUnordered<Resolving>,
-}
-
-impl Pending {
-    fn push(&mut self, miss: Resolving) {
-        self.misses.push(miss);
-    }
-
-    fn is_empty(&self) -> bool {
-        self.misses.is_empty()
-    }
-
-    /// The next reply (`None` when no miss is left).
-    async fn next(&mut self) -> Option<QueuedReply> {
-        self.misses.next().await
-    }
-
-    /// Moves `first` and every other reply ready now into `batch`, so the
-    /// misses answered in one turn of the event loop go out in one call.
-    fn take_ready(&mut self, first: QueuedReply, batch: &mut SendBatch) {
-        let mut reply = Some(first);
-        while let Some((packet, to, from)) = reply {
-            let buffer = batch.next_buffer();
-            buffer.clear();
-            buffer.extend_from_slice(&packet);
-            batch.commit(to, from);
-            reply = self.next().now_or_never().flatten();
-        }
-    }
-}
-
 impl<S: Service> Worker<S> {
     fn run(self) {
         crate::privileges::drop_all_in_this_thread();
@@ -263,33 +214,54 @@ impl<S: Service> Worker<S> {
         // serving loop.
         drop(_dead_if_unwound);
         drop(self.progress);
-        Self::drain(
-            &self.runtime,
-            &self.socket,
-            &mut pending,
-            &mut replies,
-            &mut watch,
-        );
+        if !pending.is_empty() {
+            Self::drain(
+                &self.runtime,
+                &self.socket,
+                &mut pending,
+                &mut replies,
+                &mut watch,
+                None,
+            );
+        }
         drop(watch);
         drop(self.alive);
     }
 
-    /// Answers the misses in flight, waiting for nothing else.
+    /// Answers the misses in flight, waiting for nothing else: at shutdown,
+    /// and while serving if the kernel refuses the socket's epoll entry.
+    /// While serving (`progress`), the wait shows progress every
+    /// [`STOP_POLL`], as the loop's turns do: a miss waits up to its
+    /// timeout, longer than the supervisor's patience.
     fn drain(
         runtime: &tokio::runtime::Runtime,
         socket: &UdpSocket,
         pending: &mut Pending,
         replies: &mut SendBatch,
         watch: &mut Watch<'_>,
+        progress: Option<&crate::liveness::Progress>,
     ) {
         let events = watch.events();
         runtime.block_on(async {
-            while let Some(reply) = pending.next().await {
+            loop {
+                let next = match progress {
+                    Some(progress) => {
+                        progress.bump();
+                        match tokio::time::timeout(STOP_POLL, pending.next()).await {
+                            Ok(next) => next,
+                            Err(_) => continue,
+                        }
+                    }
+                    None => pending.next().await,
+                };
+                let Some(reply) = next else { break };
                 pending.take_ready(reply, replies);
                 match events {
-                    Some(events) => flush(events, socket, replies, None).await,
+                    Some(events) => flush(events, socket, replies, progress).await,
                     None => {
-                        let _ = replies.send(socket, false);
+                        if replies.send(socket, false).is_err() {
+                            tracing::debug!("UDP socket buffer full: replies dropped");
+                        }
                         replies.clear();
                     }
                 }
@@ -312,7 +284,7 @@ impl<S: Service> Worker<S> {
             if pending.is_empty() {
                 self.serve_blocking(received, replies, pending, tally);
                 if pending.is_empty() {
-                    watch.quiet_batch();
+                    watch.quiet_turn();
                 }
             } else {
                 match watch.events() {
@@ -322,7 +294,14 @@ impl<S: Service> Worker<S> {
                     // Cannot wait on the socket and the misses together
                     // (the kernel refused the epoll entry): answer the
                     // misses, then read again.
-                    None => Self::drain(&self.runtime, &self.socket, pending, replies, watch),
+                    None => Self::drain(
+                        &self.runtime,
+                        &self.socket,
+                        pending,
+                        replies,
+                        watch,
+                        Some(&self.progress),
+                    ),
                 }
             }
         }

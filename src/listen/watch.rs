@@ -9,7 +9,8 @@
 //! has only hits to answer blocks in `recvmmsg` and needs no events.
 //!
 //! Registering costs two system calls (`epoll_ctl` to add, to delete), so
-//! the socket stays registered until [`LINGER`] batches in a row have come
+//! the socket stays registered until [`LINGER`] turns of the worker's loop
+//! in a row (a batch, or a read timeout that found nothing) have passed
 //! without a miss: a node whose misses are steady pays them rarely.
 
 use std::net::UdpSocket;
@@ -21,8 +22,8 @@ use tokio::io::unix::AsyncFd;
 use super::batch::SendBatch;
 use crate::log_limit::LogLimiter;
 
-/// Batches in a row without a miss after which the socket leaves the
-/// epoll set.
+/// Turns in a row without a miss after which the socket leaves the epoll
+/// set.
 const LINGER: u32 = 1024;
 /// How often a wait the worker bounds itself shows progress.
 const PROGRESS_EVERY: Duration = Duration::from_millis(100);
@@ -34,7 +35,7 @@ const SEND_WAIT: Duration = Duration::from_secs(1);
 pub(super) struct Watch<'s> {
     socket: &'s UdpSocket,
     events: Option<AsyncFd<BorrowedFd<'s>>>,
-    /// Batches since the last miss.
+    /// Turns since the last miss.
     quiet: u32,
     /// One line a second at most when the kernel refuses the registration.
     refused_log: LogLimiter,
@@ -77,9 +78,9 @@ impl<'s> Watch<'s> {
         self.events.as_ref()
     }
 
-    /// One more batch without a miss: after [`LINGER`] of them the socket
+    /// One more turn without a miss: after [`LINGER`] of them the socket
     /// leaves the epoll set.
-    pub(super) fn quiet_batch(&mut self) {
+    pub(super) fn quiet_turn(&mut self) {
         if self.events.is_some() {
             self.quiet += 1;
             if self.quiet >= LINGER {

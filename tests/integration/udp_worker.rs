@@ -79,12 +79,9 @@ fn hits_and_misses_go_on_while_a_miss_waits() {
     assert_eq!(core.count_queries("www.test.", "AAAA"), 1);
 }
 
-/// Many misses at once, each answered once and right, from one worker:
-/// the event loop carries them all concurrently (a serial loop would take
-/// 200 × the upstream's round trip and the test's deadline would catch it).
 /// A socket in an epoll set costs the kernel a callback for every datagram
 /// in and out, about 4 % of a hit's CPU: the worker's socket is in its event
-/// loop's set only while misses come, and leaves it after a run of batches
+/// loop's set only while misses come, and leaves it after a run of turns
 /// without one (1,024). Read from the kernel's side: the epoll descriptors
 /// of the process (`/proc/PID/fdinfo`) name the inodes they watch.
 #[test]
@@ -172,6 +169,9 @@ fn epoll_watches(pid: u32, inode: u64) -> bool {
         })
 }
 
+/// Many misses at once, each answered once and right, from one worker:
+/// the event loop carries them all concurrently (a serial loop would take
+/// 200 × the upstream's round trip and the test's deadline would catch it).
 #[test]
 fn concurrent_misses_on_one_worker() {
     needs!(Need::CoreDns);
