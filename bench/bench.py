@@ -35,7 +35,6 @@ HZ = os.sysconf("SC_CLK_TCK")
 AUTH_IP = "127.77.0.53"
 SERVER_IP = "127.77.1.53"
 PORT = 53
-METRICS = f"{SERVER_IP}:9253"
 SERVER_CORE = "1"
 LOAD_CORE = "0"
 ZONE = "bench.test"
@@ -296,9 +295,12 @@ class MissFiles:
 ###############################################################################
 # Servers
 ###############################################################################
-def server_specs(a):
-    """name -> (argv, env, config files {name: text}, version)"""
-    up = f"{AUTH_IP}:{PORT}"
+def server_specs(a, server_ip=SERVER_IP, port=PORT, upstream_ip=AUTH_IP):
+    """name -> (argv, env, config files {name: text}, version), each server listening
+    on server_ip:port and forwarding to upstream_ip:port (bench/alternate runs several
+    at once, each on an address of its own)."""
+    up = f"{upstream_ip}:{port}"
+    metrics = f"{server_ip}:9253"
     return {
         "nodens": dict(
             argv=[a.nodens, "serve", "--config", "{dir}/nodens.toml"],
@@ -306,7 +308,7 @@ def server_specs(a):
             # 100,000 names need (~33 MiB): RSS must stop growing near it.
             bounded=('capacity = "256 MiB"', 8),
             files={"nodens.toml": f"""[server]
-listen = ["{SERVER_IP}:{PORT}"]
+listen = ["{server_ip}:{port}"]
 workers = 1
 {a.nodens_server_config}
 [cache]
@@ -314,7 +316,7 @@ prefetch_min_hits = 0
 capacity = "256 MiB"
 
 [metrics]
-listen = "{METRICS}"
+listen = "{metrics}"
 
 [log]
 level = "warn"
@@ -326,8 +328,8 @@ upstreams = ["{up}"]
         "unbound": dict(
             argv=["unbound", "-d", "-c", "{dir}/unbound.conf"],
             files={"unbound.conf": f"""server:
-    interface: {SERVER_IP}
-    port: {PORT}
+    interface: {server_ip}
+    port: {port}
     do-ip6: no
     num-threads: 1
     so-reuseport: yes
@@ -356,13 +358,13 @@ remote-control:
     control-enable: no
 forward-zone:
     name: "."
-    forward-addr: {AUTH_IP}@{PORT}
+    forward-addr: {upstream_ip}@{port}
 """}),
         "dnsdist": dict(
             argv=["dnsdist", "--supervised", "--disable-syslog", "-C", "{dir}/dnsdist.conf"],
             files={"dnsdist.conf": f"""setSecurityPollSuffix("")
 -- one UDP frontend (one listener thread), one TCP worker thread
-setLocal("{SERVER_IP}:{PORT}")
+setLocal("{server_ip}:{port}")
 setMaxTCPClientThreads(1)
 -- health checks: none (administratively up), and a rare interval in any case
 newServer({{address="{up}", checkInterval=3600}})
@@ -375,29 +377,29 @@ getPool(""):setCache(pc)
             env={"GOMAXPROCS": "1"},
             # NodeLocal DNSCache's "." block (errors, cache, forward, prometheus,
             # health, bind), with a cache large and long enough that entries stay.
-            files={"Corefile": f""".:{PORT} {{
+            files={"Corefile": f""".:{port} {{
     errors
-    bind {SERVER_IP}
+    bind {server_ip}
     cache {{
         success 524288 3600
         denial 9984 5
     }}
     forward . {up}
-    prometheus {METRICS}
-    health {SERVER_IP}:8080
+    prometheus {metrics}
+    health {server_ip}:8080
 }}
 """}),
         "dnsmasq": dict(
             argv=["dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts",
-                  "--no-poll", f"--server={AUTH_IP}", f"--listen-address={SERVER_IP}", "--bind-interfaces",
-                  f"--port={PORT}", "--cache-size=400000", "--dns-forward-max=1000", "--user=root",
+                  "--no-poll", f"--server={upstream_ip}#{port}", f"--listen-address={server_ip}", "--bind-interfaces",
+                  f"--port={port}", "--cache-size=400000", "--dns-forward-max=1000", "--user=root",
                   "--pid-file={dir}/dnsmasq.pid", "--log-facility=-"],
             # dnsmasq allocates all --cache-size entries at start: what a slot
             # costs is RSS at start with them minus RSS at start without.
             prealloc=("--cache-size=400000", "--cache-size=0", 400000),
             files={}),
         "reflector": dict(
-            argv=[a.reflector, SERVER_IP, str(PORT)],
+            argv=[a.reflector, server_ip, str(port)],
             files={}),
     }
 

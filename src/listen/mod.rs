@@ -150,6 +150,11 @@ pub trait Service: Send + Sync + Sized + 'static {
     fn tasks(&self) -> &Tasks;
 }
 
+/// How often a UDP worker's loop turns when nothing comes: it checks
+/// whether it should stop (a worker blocked in `recvmmsg` wakes from its
+/// read timeout) and shows progress to the fail-open supervisor.
+const STOP_POLL: Duration = Duration::from_millis(100);
+
 /// One log line a second at most for serving loops that panic again and
 /// again.
 static RESTART_LOG: std::sync::LazyLock<crate::log_limit::LogLimiter> =

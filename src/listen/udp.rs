@@ -26,7 +26,6 @@ use std::os::fd::BorrowedFd;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::unix::AsyncFd;
@@ -35,11 +34,9 @@ use tokio_util::task::task_tracker::TaskTrackerToken;
 use super::batch::{BATCH, RecvBatch, SendBatch, enable_destination_info};
 use super::pending::Pending;
 use super::watch::{Watch, flush};
-use super::{Arrival, Handled, ListenerInfo, Proto, Service};
+use super::{Arrival, Handled, ListenerInfo, Proto, STOP_POLL, Service};
 use crate::liveness::health::DeadIfUnwound;
 
-/// How often a worker blocked in `recvmmsg` checks whether it should stop.
-const STOP_POLL: Duration = Duration::from_millis(100);
 /// Receive buffer asked of the kernel per socket, to ride out bursts.
 const RECV_BUFFER: usize = 4 << 20;
 

@@ -19,14 +19,13 @@ use std::time::Duration;
 
 use tokio::io::unix::AsyncFd;
 
+use super::STOP_POLL;
 use super::batch::SendBatch;
 use crate::log_limit::LogLimiter;
 
 /// Turns in a row without a miss after which the socket leaves the epoll
 /// set.
 const LINGER: u32 = 1024;
-/// How often a wait the worker bounds itself shows progress.
-const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 /// How long replies wait for room in a full socket buffer, while misses are
 /// in flight, before they are dropped (as the network would drop them).
 const SEND_WAIT: Duration = Duration::from_secs(1);
@@ -109,7 +108,7 @@ pub(super) async fn flush(
 
 /// Waits until the socket can take a datagram again; false after
 /// [`SEND_WAIT`]. A wait the worker bounds itself is progress: it is
-/// bumped every [`PROGRESS_EVERY`] of it.
+/// bumped every [`STOP_POLL`] of it.
 async fn wait_writable(
     events: &AsyncFd<BorrowedFd<'_>>,
     progress: Option<&crate::liveness::Progress>,
@@ -119,7 +118,7 @@ async fn wait_writable(
         if let Some(progress) = progress {
             progress.bump();
         }
-        let slice = deadline.min(tokio::time::Instant::now() + PROGRESS_EVERY);
+        let slice = deadline.min(tokio::time::Instant::now() + STOP_POLL);
         match tokio::time::timeout_at(slice, events.writable()).await {
             Ok(Ok(mut ready)) => {
                 ready.clear_ready();

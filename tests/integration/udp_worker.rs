@@ -16,14 +16,7 @@ use support::*;
 fn hits_and_misses_go_on_while_a_miss_waits() {
     needs!(Need::CoreDns);
     let net = Net::alloc();
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let silent = Silent::bind(net.silent(0));
-    let nodens = Nodens::start(
-        &Cfg::new(&net)
-            .query_timeout(secs(3))
-            .zone(Zone::new("test.", &[core.addr]))
-            .zone(Zone::new("slow.", &[silent.addr]).upstream_timeout(secs(3))),
-    );
+    let (core, silent, nodens) = with_a_silent_zone(&net, secs(3));
     let dns = nodens.dns;
     let www = Q::new("www.test.", Rt::A);
     assert_eq!(udp_query(dns, &www).a(), vec![ipv4("192.0.2.1")]);
@@ -88,14 +81,7 @@ fn hits_and_misses_go_on_while_a_miss_waits() {
 fn a_worker_with_only_hits_leaves_its_event_loop() {
     needs!(Need::CoreDns);
     let net = Net::alloc();
-    let core = CoreDns::test_zone(net.upstream(0), "");
-    let silent = Silent::bind(net.silent(0));
-    let nodens = Nodens::start(
-        &Cfg::new(&net)
-            .query_timeout(secs(2))
-            .zone(Zone::new("test.", &[core.addr]))
-            .zone(Zone::new("slow.", &[silent.addr]).upstream_timeout(secs(2))),
-    );
+    let (_core, silent, nodens) = with_a_silent_zone(&net, secs(2));
     let dns = nodens.dns;
     let pid = nodens.proc.pid();
     let socket = udp_socket_inode(pid, dns);
@@ -125,6 +111,20 @@ fn a_worker_with_only_hits_leaves_its_event_loop() {
     let mx = udp_query(dns, &Q::new("mail.test.", Rt::MX));
     assert_eq!(mx.rcode(), rcode::NOERROR);
     assert_eq!(udp_query(dns, &www).a(), vec![ipv4("192.0.2.1")]);
+}
+
+/// nodens (one worker) with CoreDNS's test zone and a zone `slow.` whose
+/// upstream never answers: a miss there waits `timeout`, then SERVFAIL.
+fn with_a_silent_zone(net: &Net, timeout: Duration) -> (CoreDns, Silent, Nodens) {
+    let core = CoreDns::test_zone(net.upstream(0), "");
+    let silent = Silent::bind(net.silent(0));
+    let nodens = Nodens::start(
+        &Cfg::new(net)
+            .query_timeout(timeout)
+            .zone(Zone::new("test.", &[core.addr]))
+            .zone(Zone::new("slow.", &[silent.addr]).upstream_timeout(timeout)),
+    );
+    (core, silent, nodens)
 }
 
 /// The inode of the UDP socket `pid` has bound to `addr` (IPv4).
