@@ -16,11 +16,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::runtime::watcher;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::metrics::{KubeMetrics, WatchLabels};
-use super::watch::{Follower, follow};
+use super::watch::{Follower, Objects, Query, follow};
 use crate::upstream::EndpointsPlan;
 
 /// The label Kubernetes puts on a Service's EndpointSlices.
@@ -58,7 +57,11 @@ pub(crate) async fn watch(
         last: None,
     };
     follow(
-        || watcher(api.clone(), watcher::Config::default().labels(&selector)),
+        Objects(api),
+        Query {
+            labels: Some(selector),
+            ..Query::default()
+        },
         |slice: &EndpointSlice| slice.metadata.name.clone(),
         |slice| ready_addresses(slice, &plan.port),
         labels,

@@ -28,10 +28,9 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::runtime::watcher;
 
 use super::metrics::{KubeMetrics, WatchLabels};
-use super::watch::{Follower, follow};
+use super::watch::{Follower, Objects, Query, follow};
 use crate::cache::follow::{Coverage, Purge};
 
 /// What a change of the API acts on: the cache (its coverage, its hold,
@@ -380,15 +379,14 @@ impl Follower<Id, SliceView> for Slices {
 /// Watches every Service and EndpointSlice into `state`, until aborted.
 pub(crate) async fn watch(client: kube::Client, state: Arc<FollowState>) {
     let metrics = state.metrics.clone();
-    let services: kube::Api<Service> = kube::Api::all(client.clone());
-    let slices: kube::Api<EndpointSlice> = kube::Api::all(client);
     // Lists from the API server's watch cache, as kube-proxy's informers
-    // do (resourceVersion=0): 5,000 nodes listing at once read no quorum
-    // from etcd. An older list is caught up by the events after it, and
-    // a purge too many is harmless.
-    let config = watcher::Config::default()
-        .page_size(LIST_PAGE)
-        .list_semantic(watcher::ListSemantic::Any);
+    // do (resourceVersion=0, or a streaming list): 5,000 nodes listing at
+    // once read no quorum from etcd. An older list is caught up by the
+    // events after it, and a purge too many is harmless.
+    let query = Query {
+        page: LIST_PAGE,
+        ..Query::default()
+    };
     let service_labels = WatchLabels {
         resource: "services",
         watch: "follow_api",
@@ -399,7 +397,8 @@ pub(crate) async fn watch(client: kube::Client, state: Arc<FollowState>) {
     };
     let (mut to_services, mut to_slices) = (Services(state.clone()), Slices(state.clone()));
     let follow_services = follow(
-        || watcher(services.clone(), config.clone()),
+        Objects(kube::Api::<Service>::all(client.clone())),
+        query.clone(),
         |s: &Service| id_of(&s.metadata),
         service_view,
         service_labels,
@@ -407,7 +406,8 @@ pub(crate) async fn watch(client: kube::Client, state: Arc<FollowState>) {
         &mut to_services,
     );
     let follow_slices = follow(
-        || watcher(slices.clone(), config.clone()),
+        Objects(kube::Api::<EndpointSlice>::all(client)),
+        query,
         |s: &EndpointSlice| id_of(&s.metadata),
         slice_view,
         slice_labels,

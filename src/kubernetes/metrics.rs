@@ -15,6 +15,9 @@ pub struct KubeMetrics {
     pub errors: Counters<WatchLabels<'static>>,
     pub current_at: Gauges<WatchLabels<'static>>,
     pub objects: Gauges<WatchLabels<'static>>,
+    pub lists: Counters<WatchLabels<'static>>,
+    pub list_requests: Counters<WatchLabels<'static>>,
+    pub resumes: Counters<WatchLabels<'static>>,
     pub discovered_upstreams: Gauges<ZoneLabels<'static>>,
     /// Names (`[cluster] follow_api`) whose cached answers a change of the
     /// API dropped, and the entries dropped.
@@ -31,7 +34,7 @@ impl KubeMetrics {
             ),
             errors: r.counters(
                 "nodens_kubernetes_watch_errors_total",
-                "Watch errors (API unreachable, watch expired with 410 Gone, ...): each starts a new list after a backoff.",
+                "Watch errors (API unreachable, connection lost, the API server restarting, ...): each makes the feature fall back until the watch resumes from its resource version (or, when the API server no longer has it, lists again).",
             ),
             current_at: r.gauges(
                 "nodens_kubernetes_watch_current_timestamp_seconds",
@@ -40,6 +43,18 @@ impl KubeMetrics {
             objects: r.gauges(
                 "nodens_kubernetes_watch_objects",
                 "Objects the watch holds.",
+            ),
+            lists: r.counters(
+                "nodens_kubernetes_watch_lists_total",
+                "Whole lists the watch took: at its start, and when the API server no longer had its resource version (410 Gone).",
+            ),
+            list_requests: r.counters(
+                "nodens_kubernetes_watch_list_requests_total",
+                "Requests those lists took: one for a streaming list, one per page otherwise.",
+            ),
+            resumes: r.counters(
+                "nodens_kubernetes_watch_resumes_total",
+                "Times the watch went on from its resource version after an error, without a list.",
             ),
             discovered_upstreams: r.gauges(
                 "nodens_zone_discovered_upstreams",

@@ -9,22 +9,22 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::PartialObjectMeta;
-use kube::runtime::watcher;
 
 use super::metrics::{KubeMetrics, WatchLabels};
-use super::watch::{Follower, follow};
+use super::watch::{Follower, Metadata, Query, follow};
 use crate::search::Namespaces;
 
 /// Watches the cluster's namespaces into `view`, until aborted.
 pub(crate) async fn watch(client: kube::Client, view: Arc<Namespaces>, metrics: Arc<KubeMetrics>) {
     // Metadata only: the API answers with names, not whole objects.
-    let api: kube::Api<PartialObjectMeta<Namespace>> = kube::Api::all(client);
+    let api: kube::Api<Namespace> = kube::Api::all(client);
     let labels = WatchLabels {
         resource: "namespaces",
         watch: "all",
     };
     follow(
-        || watcher(api.clone(), watcher::Config::default()),
+        Metadata(api),
+        Query::default(),
         |ns: &PartialObjectMeta<Namespace>| ns.metadata.name.clone(),
         |_| (),
         labels,

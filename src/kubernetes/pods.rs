@@ -25,10 +25,9 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::pod_view::PodView as Pod;
-use kube::runtime::watcher;
 
 use super::metrics::{KubeMetrics, WatchLabels};
-use super::watch::{Follower, follow};
+use super::watch::{Follower, Objects, Query, follow};
 use crate::search::Clients;
 use crate::search::clients::ClientMap;
 
@@ -102,13 +101,13 @@ pub(crate) async fn watch(
     };
     let mut namespaces = Interner::default();
     follow(
-        || {
-            // Small pages: a node's list is a few requests, and no page's
-            // body is large enough to leave the allocator holding it.
-            let config = watcher::Config::default()
-                .fields(&selector)
-                .page_size(LIST_PAGE);
-            watcher(api.clone(), config)
+        Objects(api),
+        // Small pages: a node's list is a few requests, and no page's
+        // body is large enough to leave the allocator holding it.
+        Query {
+            fields: Some(selector),
+            page: LIST_PAGE,
+            ..Query::default()
         },
         pod_id,
         |pod| client_of(pod, &mut namespaces),

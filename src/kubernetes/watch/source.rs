@@ -1,0 +1,210 @@
+//! How a watch reads its resource from the API: whole objects or metadata
+//! only, with its selectors, listed in pages or streamed.
+//!
+//! A list comes one of two ways. A streaming list (`sendInitialEvents`,
+//! the API's WatchList) is one watch request that sends the objects as
+//! events and then a bookmark saying the list is whole: the API server
+//! serves it from its watch cache object by object, never holding the
+//! whole list as one response. Servers that do not serve it (the
+//! `WatchList` feature gate off, as in 1.33 by default, or storage without
+//! progress notifications) refuse it at once, and the watch takes a paged
+//! list instead, from the watch cache (`resourceVersion=0`, as kube-proxy's
+//! informers do). Servers before 1.34 ignore the page size for lists from
+//! their cache; 1.34 and later page them.
+
+use std::fmt::Debug;
+
+use futures_util::stream::{BoxStream, StreamExt};
+use kube::Resource;
+use kube::api::{ListParams, ObjectList, PartialObjectMeta, WatchEvent, WatchParams};
+use serde::de::DeserializeOwned;
+
+/// The annotation of the bookmark that ends a streaming list's objects.
+const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// Selectors and page size of a watch.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Query {
+    pub(crate) labels: Option<String>,
+    pub(crate) fields: Option<String>,
+    /// Objects per list page (0: the API's default).
+    pub(crate) page: u32,
+}
+
+impl Query {
+    fn list(&self) -> ListParams {
+        let mut lp = ListParams::default().match_any();
+        if self.page > 0 {
+            lp = lp.limit(self.page);
+        }
+        lp.label_selector.clone_from(&self.labels);
+        lp.field_selector.clone_from(&self.fields);
+        lp
+    }
+
+    /// A watch's parameters: bookmarks on, ending after `timeout` seconds.
+    pub(super) fn watch(&self, timeout: u32) -> WatchParams {
+        let mut wp = WatchParams::default().timeout(timeout);
+        wp.label_selector.clone_from(&self.labels);
+        wp.field_selector.clone_from(&self.fields);
+        wp
+    }
+}
+
+/// The events of one watch request.
+pub(super) type Events<O> = BoxStream<'static, kube::Result<WatchEvent<O>>>;
+
+/// One resource of the API, as a watch reads it.
+pub(crate) trait Source: Send + Sync {
+    type Object: Resource + DeserializeOwned + Clone + Debug + Send + 'static;
+
+    fn list(
+        &self,
+        lp: &ListParams,
+    ) -> impl Future<Output = kube::Result<ObjectList<Self::Object>>> + Send;
+
+    fn watch(
+        &self,
+        wp: &WatchParams,
+        version: &str,
+    ) -> impl Future<Output = kube::Result<Events<Self::Object>>> + Send;
+}
+
+/// Whole objects.
+pub(crate) struct Objects<K>(pub(crate) kube::Api<K>);
+
+impl<K> Source for Objects<K>
+where
+    K: Resource + DeserializeOwned + Clone + Debug + Send + Sync + 'static,
+{
+    type Object = K;
+
+    async fn list(&self, lp: &ListParams) -> kube::Result<ObjectList<K>> {
+        self.0.list(lp).await
+    }
+
+    async fn watch(&self, wp: &WatchParams, version: &str) -> kube::Result<Events<K>> {
+        Ok(self.0.watch(wp, version).await?.boxed())
+    }
+}
+
+/// Metadata only: the API server sends names, labels and versions, not
+/// whole objects.
+pub(crate) struct Metadata<K>(pub(crate) kube::Api<K>);
+
+impl<K> Source for Metadata<K>
+where
+    K: Resource + DeserializeOwned + Clone + Debug + Send + Sync + 'static,
+{
+    type Object = PartialObjectMeta<K>;
+
+    async fn list(&self, lp: &ListParams) -> kube::Result<ObjectList<Self::Object>> {
+        self.0.list_metadata(lp).await
+    }
+
+    async fn watch(&self, wp: &WatchParams, version: &str) -> kube::Result<Events<Self::Object>> {
+        Ok(self.0.watch_metadata(wp, version).await?.boxed())
+    }
+}
+
+/// A whole list: its objects and the resource version to watch from.
+pub(super) struct Listed<O> {
+    pub(super) objects: Vec<O>,
+    pub(super) version: String,
+    /// The watch that streamed it, going on from the list's end.
+    pub(super) events: Option<Events<O>>,
+    /// Requests it took (pages, or the one stream).
+    pub(super) requests: u32,
+}
+
+/// Why a list failed.
+pub(super) enum ListError {
+    /// The server does not serve streaming lists: take a paged one.
+    NoStreaming(String),
+    Failed(kube::Error),
+}
+
+/// A paged list from the API server's watch cache.
+pub(super) async fn paged<S: Source>(source: &S, query: &Query) -> kube::Result<Listed<S::Object>> {
+    let mut objects = Vec::new();
+    let mut lp = query.list();
+    let mut requests = 0;
+    loop {
+        let page = source.list(&lp).await?;
+        requests += 1;
+        objects.extend(page.items);
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => {
+                lp = query.list().continue_token(&token);
+                lp.resource_version = None;
+                lp.version_match = None;
+            }
+            None => {
+                return Ok(Listed {
+                    objects,
+                    version: page.metadata.resource_version.unwrap_or_default(),
+                    events: None,
+                    requests,
+                });
+            }
+        }
+    }
+}
+
+/// A streaming list, served from the watch cache (`resourceVersion=0`):
+/// the objects up to the bookmark that ends them, and the watch going on.
+pub(super) async fn streamed<S: Source>(
+    source: &S,
+    query: &Query,
+    timeout: u32,
+) -> Result<Listed<S::Object>, ListError> {
+    let wp = query.watch(timeout).initial_events();
+    let mut events = match source.watch(&wp, "0").await {
+        Ok(events) => events,
+        Err(kube::Error::Api(status)) if refuses_streaming(status.code) => {
+            return Err(ListError::NoStreaming(status.message.clone()));
+        }
+        Err(e) => return Err(ListError::Failed(e)),
+    };
+    let mut objects = Vec::new();
+    loop {
+        match events.next().await {
+            Some(Ok(WatchEvent::Added(o) | WatchEvent::Modified(o))) => objects.push(o),
+            Some(Ok(WatchEvent::Deleted(_))) => {}
+            Some(Ok(WatchEvent::Bookmark(b))) => {
+                if b.metadata.annotations.get(INITIAL_EVENTS_END).map(String::as_str) == Some("true") {
+                    return Ok(Listed {
+                        objects,
+                        version: b.metadata.resource_version,
+                        events: Some(events),
+                        requests: 1,
+                    });
+                }
+            }
+            // A server whose storage cannot stream says so in the stream.
+            Some(Ok(WatchEvent::Error(status))) if objects.is_empty() && status.code != 410 => {
+                return Err(ListError::NoStreaming(status.message.clone()));
+            }
+            Some(Ok(WatchEvent::Error(status))) => {
+                return Err(ListError::Failed(kube::Error::Api(status)));
+            }
+            Some(Err(e)) => return Err(ListError::Failed(e)),
+            None => {
+                return Err(ListError::Failed(kube::Error::Service(
+                    "the streaming list ended before its end bookmark".into(),
+                )));
+            }
+        }
+    }
+}
+
+/// The codes a server that does not stream lists answers with: 422 (the
+/// `WatchList` gate off) or 400 (an older server's validation).
+fn refuses_streaming(code: u16) -> bool {
+    matches!(code, 400 | 422)
+}
+
+/// An object's resource version.
+pub(super) fn version_of<O: Resource>(o: &O) -> Option<&str> {
+    o.meta().resource_version.as_deref()
+}
