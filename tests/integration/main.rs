@@ -59,6 +59,7 @@ mod upstream_pool;
 mod upstream_service;
 mod views;
 mod warm_restart;
+mod watch_resume;
 mod wire_robustness;
 mod workloads;
 mod zone_cache;

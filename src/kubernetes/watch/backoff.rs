@@ -19,9 +19,7 @@ pub(super) struct Backoff {
 impl Backoff {
     /// The window of the next wait: 1 s after the first failure, doubling.
     fn window(&self) -> Duration {
-        FIRST
-            .saturating_mul(1 << self.failures.min(5))
-            .min(MAX)
+        FIRST.saturating_mul(1 << self.failures.min(5)).min(MAX)
     }
 
     /// A failure: the time to wait before asking again.

@@ -34,8 +34,8 @@ use rand::Rng;
 
 use super::metrics::{KubeMetrics, WatchLabels};
 use backoff::Backoff;
-pub(crate) use source::{Metadata, Objects, Query, Source};
 use source::{Events, ListError, version_of};
+pub(crate) use source::{Metadata, Objects, Query, Source};
 
 /// Changes are handed over once the stream has been quiet this long...
 const QUIET: Duration = Duration::from_millis(20);
@@ -119,7 +119,8 @@ impl<Id: Ord, V: PartialEq, F: Follower<Id, V>> State<'_, Id, V, F> {
     }
 
     fn changed(&mut self) {
-        self.unpublished.get_or_insert_with(tokio::time::Instant::now);
+        self.unpublished
+            .get_or_insert_with(tokio::time::Instant::now);
     }
 
     /// Reads one watch request's events until it ends, keeping `version`.
@@ -242,7 +243,9 @@ pub(super) async fn follow<S: Source, Id: Ord, V: PartialEq>(
                 Ok(listed) => {
                     let m = metrics;
                     m.lists.get(&labels).inc();
-                    m.list_requests.get(&labels).inc_by(u64::from(listed.requests));
+                    m.list_requests
+                        .get(&labels)
+                        .inc_by(u64::from(listed.requests));
                     state.objects = listed
                         .objects
                         .iter()

@@ -32,16 +32,6 @@ pub(crate) struct Query {
 }
 
 impl Query {
-    fn list(&self) -> ListParams {
-        let mut lp = ListParams::default().match_any();
-        if self.page > 0 {
-            lp = lp.limit(self.page);
-        }
-        lp.label_selector.clone_from(&self.labels);
-        lp.field_selector.clone_from(&self.fields);
-        lp
-    }
-
     /// A watch's parameters: bookmarks on, ending after `timeout` seconds.
     pub(super) fn watch(&self, timeout: u32) -> WatchParams {
         let mut wp = WatchParams::default().timeout(timeout);
@@ -57,11 +47,12 @@ pub(super) type Events<O> = BoxStream<'static, kube::Result<WatchEvent<O>>>;
 /// One resource of the API, as a watch reads it.
 pub(crate) trait Source: Send + Sync {
     type Object: Resource + DeserializeOwned + Clone + Debug + Send + 'static;
+    /// Whether the API server sends metadata only.
+    const METADATA: bool;
 
-    fn list(
-        &self,
-        lp: &ListParams,
-    ) -> impl Future<Output = kube::Result<ObjectList<Self::Object>>> + Send;
+    /// The resource's path on the API server.
+    fn url(&self) -> &str;
+    fn client(&self) -> kube::Client;
 
     fn watch(
         &self,
@@ -78,9 +69,14 @@ where
     K: Resource + DeserializeOwned + Clone + Debug + Send + Sync + 'static,
 {
     type Object = K;
+    const METADATA: bool = false;
 
-    async fn list(&self, lp: &ListParams) -> kube::Result<ObjectList<K>> {
-        self.0.list(lp).await
+    fn url(&self) -> &str {
+        self.0.resource_url()
+    }
+
+    fn client(&self) -> kube::Client {
+        self.0.clone().into_client()
     }
 
     async fn watch(&self, wp: &WatchParams, version: &str) -> kube::Result<Events<K>> {
@@ -97,9 +93,14 @@ where
     K: Resource + DeserializeOwned + Clone + Debug + Send + Sync + 'static,
 {
     type Object = PartialObjectMeta<K>;
+    const METADATA: bool = true;
 
-    async fn list(&self, lp: &ListParams) -> kube::Result<ObjectList<Self::Object>> {
-        self.0.list_metadata(lp).await
+    fn url(&self) -> &str {
+        self.0.resource_url()
+    }
+
+    fn client(&self) -> kube::Client {
+        self.0.clone().into_client()
     }
 
     async fn watch(&self, wp: &WatchParams, version: &str) -> kube::Result<Events<Self::Object>> {
@@ -124,29 +125,54 @@ pub(super) enum ListError {
     Failed(kube::Error),
 }
 
+/// One page of a list from the API server's watch cache:
+/// `resourceVersion=0` and the page size, as client-go's reflector (and so
+/// kube-proxy) asks. (kube's `ListParams` leaves the version out when a
+/// limit is set, which makes the list a quorum read from etcd.) A page
+/// after the first goes on from the token the last one gave.
+async fn page<S: Source>(
+    source: &S,
+    query: &Query,
+    token: Option<&str>,
+) -> kube::Result<ObjectList<S::Object>> {
+    let mut lp = ListParams::default();
+    if query.page > 0 {
+        lp = lp.limit(query.page);
+    }
+    lp.label_selector.clone_from(&query.labels);
+    lp.field_selector.clone_from(&query.fields);
+    lp.continue_token = token.map(str::to_string);
+    let request = kube::core::Request::new(source.url());
+    let mut req = if S::METADATA {
+        request.list_metadata(&lp)
+    } else {
+        request.list(&lp)
+    }
+    .map_err(kube::Error::BuildRequest)?;
+    if token.is_none() {
+        let uri = format!("{}&resourceVersion=0", req.uri());
+        *req.uri_mut() = uri.parse().map_err(|e| kube::Error::Service(Box::new(e)))?;
+    }
+    source.client().request(req).await
+}
+
 /// A paged list from the API server's watch cache.
 pub(super) async fn paged<S: Source>(source: &S, query: &Query) -> kube::Result<Listed<S::Object>> {
     let mut objects = Vec::new();
-    let mut lp = query.list();
+    let mut token: Option<String> = None;
     let mut requests = 0;
     loop {
-        let page = source.list(&lp).await?;
+        let page = page(source, query, token.as_deref()).await?;
         requests += 1;
         objects.extend(page.items);
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => {
-                lp = query.list().continue_token(&token);
-                lp.resource_version = None;
-                lp.version_match = None;
-            }
-            None => {
-                return Ok(Listed {
-                    objects,
-                    version: page.metadata.resource_version.unwrap_or_default(),
-                    events: None,
-                    requests,
-                });
-            }
+        token = page.metadata.continue_.filter(|c| !c.is_empty());
+        if token.is_none() {
+            return Ok(Listed {
+                objects,
+                version: page.metadata.resource_version.unwrap_or_default(),
+                events: None,
+                requests,
+            });
         }
     }
 }
@@ -172,7 +198,12 @@ pub(super) async fn streamed<S: Source>(
             Some(Ok(WatchEvent::Added(o) | WatchEvent::Modified(o))) => objects.push(o),
             Some(Ok(WatchEvent::Deleted(_))) => {}
             Some(Ok(WatchEvent::Bookmark(b))) => {
-                if b.metadata.annotations.get(INITIAL_EVENTS_END).map(String::as_str) == Some("true") {
+                if b.metadata
+                    .annotations
+                    .get(INITIAL_EVENTS_END)
+                    .map(String::as_str)
+                    == Some("true")
+                {
                     return Ok(Listed {
                         objects,
                         version: b.metadata.resource_version,

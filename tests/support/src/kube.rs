@@ -32,6 +32,15 @@ const SERVICE_CIDR: &str = "10.96.0.0/16";
 /// CoreDNS's own address (its "pod IP").
 pub const COREDNS_IP: &str = "10.244.0.53";
 const TOKEN: &str = "nodens-test-admin";
+/// The token of user `nodens` (also in system:masters): its requests are
+/// told apart from kubectl's and CoreDNS's in the audit log.
+const NODENS_TOKEN: &str = "nodens-test-nodens";
+/// What the audit log records: every list and watch (the request line,
+/// the user), nothing else.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\n\
+    omitStages: [RequestReceived]\nrules:\n\
+    - level: Metadata\n  verbs: [list, watch]\n\
+    - level: None\n";
 
 /// `$var`, else `name` in lab/kube/build's cache.
 fn k8s_bin(name: &str, var: &str) -> PathBuf {
@@ -121,6 +130,26 @@ fn make_pki(dir: &Path) {
     openssl(dir, "pkey -in sa.key -pubout -out sa.pub");
 }
 
+/// A list or watch request, as the API server's audit log has it.
+#[derive(Debug, Clone)]
+pub struct ApiRequest {
+    /// `list` or `watch`.
+    pub verb: String,
+    pub resource: String,
+    /// The path and query.
+    pub uri: String,
+    /// The response's status code (0 when the log has none).
+    pub code: u16,
+}
+
+impl ApiRequest {
+    /// A list the API server served: a list request, or a watch that
+    /// sends the objects first (a streaming list).
+    pub fn lists(&self) -> bool {
+        (self.verb == "list" || self.uri.contains("sendInitialEvents=true")) && self.code == 200
+    }
+}
+
 /// etcd and kube-apiserver in a test's network namespace, killed on drop.
 pub struct Kube {
     pub apiserver: Proc,
@@ -152,9 +181,13 @@ impl Kube {
         make_pki(d);
         std::fs::write(
             d.join("tokens.csv"),
-            format!("{TOKEN},admin,admin,\"system:masters\"\n"),
+            format!(
+                "{TOKEN},admin,admin,\"system:masters\"\n\
+                 {NODENS_TOKEN},nodens,nodens,\"system:masters\"\n"
+            ),
         )
         .unwrap();
+        std::fs::write(d.join("audit-policy.yaml"), AUDIT_POLICY).unwrap();
         let kubeconfig = d.join("kubeconfig");
         std::fs::write(
             &kubeconfig,
@@ -206,6 +239,9 @@ impl Kube {
             // but the test writes Services or EndpointSlices.
             "--endpoint-reconciler-type=none".into(),
             "--profiling=false".into(),
+            format!("--audit-policy-file={}", file("audit-policy.yaml")),
+            format!("--audit-log-path={}", file("audit.log")),
+            "--audit-log-maxbackup=1".into(),
         ];
         let mut cmd = wrapped_command(&ns.exec(), &apiserver_bin);
         cmd.args(&apiserver_args);
@@ -263,6 +299,82 @@ impl Kube {
         } else {
             Err(String::from_utf8_lossy(&out.stderr).to_string())
         }
+    }
+
+    /// A kubeconfig for user `nodens` that reaches the API server at
+    /// `server` (a relay in front of it, say): the API server's certificate
+    /// names 127.0.0.1, so `server` must be on it.
+    pub fn nodens_kubeconfig(&self, server: SocketAddr) -> PathBuf {
+        let path = self
+            .dir
+            .path()
+            .join(format!("kubeconfig-nodens-{}", server.port()));
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\n\
+                 clusters:\n- name: test\n  cluster: {{certificate-authority: {ca}, server: \"https://{server}\"}}\n\
+                 users:\n- name: nodens\n  user: {{token: {NODENS_TOKEN}}}\n\
+                 contexts:\n- name: test\n  context: {{cluster: test, user: nodens}}\n\
+                 current-context: test\n",
+                ca = self.dir.path().join("ca.crt").display(),
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    /// A TCP relay (tests/fixtures/tcp_relay.py, a process of its own) on
+    /// `listen` in front of the API server, waited for until it listens.
+    /// `SIGUSR1` resets every connection it relays and refuses new ones for
+    /// `cut` (a connection reset, an API server failover).
+    pub fn relay(&self, listen: SocketAddr, cut: Duration) -> Proc {
+        const SCRIPT: &str = include_str!("../../fixtures/tcp_relay.py");
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.netns, "python3", "-u", "-c", SCRIPT])
+            .arg(listen.to_string())
+            .arg(API)
+            .arg(cut.as_secs_f64().to_string());
+        let mut relay = Proc::spawn("tcp relay", cmd);
+        relay.wait_for_line(0, Duration::from_secs(10), "the relay to listen", |l| {
+            l == "ready"
+        });
+        relay
+    }
+
+    /// The lists and watches user `user` made so far, from the API
+    /// server's audit log (each once: a watch is logged when it starts and
+    /// again when it ends).
+    pub fn requests_of(&self, user: &str) -> Vec<ApiRequest> {
+        let log = std::fs::read_to_string(self.dir.path().join("audit.log")).unwrap_or_default();
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for line in log.lines() {
+            let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            let field = |path: &[&str]| {
+                path.iter()
+                    .try_fold(&event, |v, k| v.get(k))
+                    .and_then(|v| v.as_str())
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            if field(&["user", "username"]) != user || !seen.insert(field(&["auditID"])) {
+                continue;
+            }
+            out.push(ApiRequest {
+                verb: field(&["verb"]),
+                resource: field(&["objectRef", "resource"]),
+                uri: field(&["requestURI"]),
+                code: event
+                    .get("responseStatus")
+                    .and_then(|s| s.get("code"))
+                    .and_then(|c| c.as_u64())
+                    .map_or(0, |c| c as u16),
+            });
+        }
+        out
     }
 
     /// Kills the API server (etcd keeps the objects).

@@ -59,7 +59,7 @@ pub use fixture::{
 };
 pub use http::http_get;
 pub use intruder::intruder;
-pub use kube::{COREDNS_IP, Kube, KubeDns};
+pub use kube::{ApiRequest, COREDNS_IP, Kube, KubeDns};
 pub use listing::{IptSave, NftTable, strip_counters};
 pub use net::Net;
 pub use netns::{Netns, euid, in_netns, run_ok};
