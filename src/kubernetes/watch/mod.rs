@@ -48,6 +48,12 @@ const WATCH_SECONDS: u32 = 300;
 /// A watch that ends sooner than this without an error came back too
 /// fast to be trusted to stay: the next waits a backoff.
 const SHORT_WATCH: Duration = Duration::from_secs(1);
+/// A watch the API server has not ended this long after its time is on a
+/// connection that is gone without a word (a peer or a load balancer
+/// that vanished: nothing is sent on a watch, so nothing fails): it is
+/// given up as an error. The HTTP client sets no read timeout or TCP
+/// keepalive, so this bounds how long a watch can be blind.
+const OVERDUE: Duration = Duration::from_secs(30);
 
 /// Seconds since the Unix epoch.
 fn unix_now() -> i64 {
@@ -127,24 +133,31 @@ impl<Id: Ord, V: PartialEq, F: Follower<Id, V>> State<'_, Id, V, F> {
     async fn consume<O: kube::Resource>(
         &mut self,
         mut events: Events<O>,
+        overdue: tokio::time::Instant,
         version: &mut String,
         id_of: &impl Fn(&O) -> Option<Id>,
         extract: &mut impl FnMut(&O) -> V,
     ) -> End {
         loop {
-            let next = match self.unpublished {
-                None => events.next().await,
-                Some(first) => {
-                    let until = (tokio::time::Instant::now() + QUIET).min(first + COALESCE_MAX);
-                    match tokio::time::timeout_at(until, events.next()).await {
-                        Ok(next) => next,
-                        Err(_) => {
-                            if !self.publish() {
-                                return End::Stop;
-                            }
-                            continue;
-                        }
+            let until = match self.unpublished {
+                None => overdue,
+                Some(first) => (tokio::time::Instant::now() + QUIET)
+                    .min(first + COALESCE_MAX)
+                    .min(overdue),
+            };
+            let next = match tokio::time::timeout_at(until, events.next()).await {
+                Ok(next) => next,
+                Err(_) if tokio::time::Instant::now() >= overdue => {
+                    return End::Failed(
+                        "the API server did not end the watch at its time: the connection is gone"
+                            .into(),
+                    );
+                }
+                Err(_) => {
+                    if !self.publish() {
+                        return End::Stop;
                     }
+                    continue;
                 }
             };
             let event = match next {
@@ -220,10 +233,15 @@ pub(super) async fn follow<S: Source, Id: Ord, V: PartialEq>(
     // The resource version to go on from; none: list first.
     let mut version: Option<String> = None;
     let mut listed_events: Option<Events<S::Object>> = None;
+    // When a streaming list's watch is overdue.
+    let mut stream_overdue = tokio::time::Instant::now();
     loop {
         let Some(from) = version.as_mut() else {
             let listed = if streaming {
-                match source::streamed(&source, &query, watch_seconds()).await {
+                let seconds = watch_seconds();
+                stream_overdue =
+                    tokio::time::Instant::now() + Duration::from_secs(seconds.into()) + OVERDUE;
+                match source::streamed(&source, &query, seconds).await {
                     Err(ListError::NoStreaming(why)) => {
                         tracing::info!(
                             watch = labels.watch,
@@ -269,9 +287,15 @@ pub(super) async fn follow<S: Source, Id: Ord, V: PartialEq>(
             continue;
         };
         let started = Instant::now();
+        let seconds = watch_seconds();
+        let mut overdue =
+            tokio::time::Instant::now() + Duration::from_secs(seconds.into()) + OVERDUE;
         let events = match listed_events.take() {
-            Some(events) => events,
-            None => match source.watch(&query.watch(watch_seconds()), from).await {
+            Some(events) => {
+                overdue = stream_overdue;
+                events
+            }
+            None => match source.watch(&query.watch(seconds), from).await {
                 Ok(events) => {
                     if !state.current {
                         // Resumed: current again once the replay of what
@@ -300,7 +324,10 @@ pub(super) async fn follow<S: Source, Id: Ord, V: PartialEq>(
                 }
             },
         };
-        match state.consume(events, from, &id_of, &mut extract).await {
+        match state
+            .consume(events, overdue, from, &id_of, &mut extract)
+            .await
+        {
             End::Stop => return,
             End::Timeout if started.elapsed() >= SHORT_WATCH => backoff.reset(),
             End::Timeout => tokio::time::sleep(backoff.next()).await,
