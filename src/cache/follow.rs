@@ -67,6 +67,11 @@ pub(crate) struct Coverage {
     pub external: HashSet<Box<[u8]>>,
     /// Every ClusterIP and endpoint address the watch knows.
     pub addresses: HashSet<IpAddr>,
+    /// The nodes of Services whose EndpointSlices the watch does not read
+    /// (`follow_api_endpoints = "headless"`): their own node is covered
+    /// (its addresses come from the Service), the names below it (their
+    /// endpoints' hostnames) are not.
+    pub partial: HashSet<Box<[u8]>>,
 }
 
 impl Coverage {
@@ -76,7 +81,8 @@ impl Coverage {
     /// knows.
     pub(crate) fn holds(&self, name: &[u8]) -> bool {
         if let Some(node) = service_node(name, &self.svc_zone) {
-            return !self.external.contains(&name[node..]) && !has_wildcard(name);
+            let below_partial = node > 0 && self.partial.contains(&name[node..]);
+            return !self.external.contains(&name[node..]) && !has_wildcard(name) && !below_partial;
         }
         reverse_address(name).is_some_and(|ip| self.addresses.contains(&ip))
     }

@@ -27,8 +27,14 @@ fn service_nodes_and_coverage() {
         svc_zone: zone,
         external: [wire("ext.team-a.svc.cluster.local.")].into(),
         addresses: ["10.96.0.20".parse().unwrap()].into(),
+        partial: [wire("db.team-a.svc.cluster.local.")].into(),
     };
     assert!(coverage.holds(&name));
+    // A Service whose slices are not read: its own node, not the names of
+    // its endpoints below it.
+    assert!(coverage.holds(&wire("db.team-a.svc.cluster.local.")));
+    assert!(!coverage.holds(&wire("pod-1.db.team-a.svc.cluster.local.")));
+    assert!(coverage.holds(&wire("pod-1.web.team-a.svc.cluster.local.")));
     assert!(coverage.holds(&wire("nope.team-b.svc.cluster.local.")));
     assert!(!coverage.holds(&wire("ext.team-a.svc.cluster.local.")));
     assert!(!coverage.holds(&wire("*.team-a.svc.cluster.local.")));

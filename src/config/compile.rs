@@ -267,6 +267,12 @@ impl File {
             ));
         }
         if !c.follow_api {
+            if c.follow_api_endpoints != crate::kubernetes::FollowEndpoints::All {
+                return Err(super::check::key(
+                    &["cluster", "follow_api_endpoints"],
+                    "follow_api_endpoints needs `follow_api = true`",
+                ));
+            }
             if !hold.is_zero() {
                 return Err(super::check::key(
                     &["cluster", "hold_past_ttl"],
@@ -277,6 +283,7 @@ impl File {
         }
         Ok(Some(super::FollowApiPlan {
             hold_past_ttl: hold,
+            endpoints: c.follow_api_endpoints,
         }))
     }
 

@@ -152,6 +152,9 @@ pub struct ClusterConfig {
     /// may be served while the watch is current (0: not at all).
     #[serde(with = "humantime_serde")]
     pub hold_past_ttl: Duration,
+    /// With `follow_api`, which EndpointSlices are watched: `"all"` or
+    /// `"headless"` (`kubernetes::FollowEndpoints`).
+    pub follow_api_endpoints: crate::kubernetes::FollowEndpoints,
 }
 
 impl Default for ClusterConfig {
@@ -172,6 +175,7 @@ impl Default for ClusterConfig {
             autopath: false,
             follow_api: false,
             hold_past_ttl: Duration::ZERO,
+            follow_api_endpoints: crate::kubernetes::FollowEndpoints::All,
         }
     }
 }

@@ -47,7 +47,7 @@ pub use crate::cache::config::{
     CacheConfig, CachePolicy, CacheSettings, SnapshotPlan, ZoneCacheConfig,
 };
 pub use crate::http::config::{HttpPlan, MetricsConfig};
-pub use crate::kubernetes::{FollowApiPlan, KubernetesPlan};
+pub use crate::kubernetes::{FollowApiPlan, FollowEndpoints, KubernetesPlan};
 pub use crate::listen::TcpLimits;
 pub use crate::logging::{LogConfig, LogFormat, LogSettings};
 pub use crate::node::config::{Backend, LinkKind, NodeConfig, NodePlan};

@@ -14,6 +14,24 @@ pub struct FollowApiPlan {
     /// How long past its TTL a covered answer may be served while the
     /// watch is current (zero: not at all).
     pub hold_past_ttl: Duration,
+    /// Which EndpointSlices the watch reads.
+    pub endpoints: FollowEndpoints,
+}
+
+/// Which EndpointSlices `follow_api` watches (`[cluster]
+/// follow_api_endpoints`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FollowEndpoints {
+    /// Every Service's: a change of any endpoint drops the answers it
+    /// alters.
+    #[default]
+    All,
+    /// Headless Services' only (the slices kube-proxy does not watch):
+    /// the answers made of a ClusterIP Service's endpoints (its endpoints'
+    /// hostnames, their addresses' PTRs) then follow their TTL, and are
+    /// never held past it.
+    Headless,
 }
 
 /// How to reach the Kubernetes API (`[kubernetes]`).

@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
+use super::config::FollowEndpoints;
 use super::metrics::{KubeMetrics, WatchLabels};
 use super::watch::{Follower, Objects, Query, follow};
 use crate::cache::follow::{Coverage, Purge};
@@ -45,6 +46,9 @@ pub(crate) trait Followed: Send + Sync + 'static {
 
 /// The label Kubernetes puts on a Service's EndpointSlices.
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// The label the EndpointSlice controller puts on a headless Service's
+/// slices (kube-proxy watches the slices without it).
+const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
 /// Objects per list request.
 const LIST_PAGE: u32 = 500;
 
@@ -166,6 +170,8 @@ fn slice_view(s: &EndpointSlice) -> SliceView {
 pub(crate) struct FollowState {
     shared: Arc<dyn Followed>,
     metrics: Arc<KubeMetrics>,
+    /// Which EndpointSlices the watch reads.
+    endpoints: FollowEndpoints,
     inner: Mutex<Inner>,
 }
 
@@ -188,11 +194,13 @@ impl FollowState {
         shared: Arc<dyn Followed>,
         metrics: Arc<KubeMetrics>,
         domain: &[u8],
+        endpoints: FollowEndpoints,
     ) -> FollowState {
         shared.cache().forget_holdable();
         FollowState {
             shared,
             metrics,
+            endpoints,
             inner: Mutex::new(Inner {
                 svc_zone: [b"\x03svc", domain].concat().into(),
                 ..Inner::default()
@@ -200,10 +208,11 @@ impl FollowState {
         }
     }
 
-    /// The cluster domain this state was made for, as `svc.<domain>`.
-    pub(crate) fn svc_zone_is(&self, domain: &[u8]) -> bool {
+    /// Whether this state was made for cluster domain `domain` and these
+    /// EndpointSlices.
+    pub(crate) fn made_for(&self, domain: &[u8], endpoints: FollowEndpoints) -> bool {
         let inner = crate::lock::lock(&self.inner);
-        inner.svc_zone.get(4..) == Some(domain)
+        inner.svc_zone.get(4..) == Some(domain) && self.endpoints == endpoints
     }
 
     /// Sets how long covered answers are held while current (on reload).
@@ -266,7 +275,7 @@ impl FollowState {
     }
 
     /// What the watches cover now, for marking answers holdable.
-    fn coverage(inner: &Inner) -> Coverage {
+    fn coverage(inner: &Inner, endpoints: FollowEndpoints) -> Coverage {
         let external = inner
             .services
             .iter()
@@ -280,10 +289,22 @@ impl FollowState {
             .chain(inner.slices.values().flat_map(|s| s.addresses.iter()))
             .copied()
             .collect();
+        // A Service with a ClusterIP is not headless: its slices are not
+        // read when only headless Services' are.
+        let partial = match endpoints {
+            FollowEndpoints::All => Default::default(),
+            FollowEndpoints::Headless => inner
+                .services
+                .iter()
+                .filter(|(_, s)| !s.addresses.is_empty())
+                .map(|((ns, name), _)| Self::service_node(&inner.svc_zone, ns, name))
+                .collect(),
+        };
         Coverage {
             svc_zone: inner.svc_zone.clone(),
             external,
             addresses,
+            partial,
         }
     }
 
@@ -329,9 +350,10 @@ impl FollowState {
     /// marked holdable by the old one after the purge), then the purge,
     /// then holding, if both watches are current.
     fn updated(&self, inner: &mut Inner, purge: &Purge, current: impl FnOnce(&mut Inner)) {
-        self.shared
-            .cache()
-            .set_coverage(Some(Arc::new(Self::coverage(inner))), Instant::now());
+        self.shared.cache().set_coverage(
+            Some(Arc::new(Self::coverage(inner, self.endpoints))),
+            Instant::now(),
+        );
         self.purge(purge);
         current(inner);
         self.apply_hold(inner);
@@ -387,6 +409,10 @@ pub(crate) async fn watch(client: kube::Client, state: Arc<FollowState>) {
         page: LIST_PAGE,
         ..Query::default()
     };
+    let slice_query = Query {
+        labels: (state.endpoints == FollowEndpoints::Headless).then(|| HEADLESS_LABEL.into()),
+        ..query.clone()
+    };
     let service_labels = WatchLabels {
         resource: "services",
         watch: "follow_api",
@@ -407,7 +433,7 @@ pub(crate) async fn watch(client: kube::Client, state: Arc<FollowState>) {
     );
     let follow_slices = follow(
         Objects(kube::Api::<EndpointSlice>::all(client)),
-        query,
+        slice_query,
         |s: &EndpointSlice| id_of(&s.metadata),
         slice_view,
         slice_labels,
@@ -475,15 +501,35 @@ mod tests {
         assert_eq!(plan.hold_past_ttl, Duration::from_secs(300));
         assert!(c.kubernetes.is_some(), "the watch needs the API");
         assert!(parse("").unwrap().follow_api.is_none());
-        for (text, want) in [
-            ("hold_past_ttl = \"5m\"\n", "needs `follow_api = true`"),
+        let headless = parse("follow_api = true\nfollow_api_endpoints = \"headless\"\n").unwrap();
+        assert_eq!(
+            headless.follow_api.unwrap().endpoints,
+            FollowEndpoints::Headless
+        );
+        let e = parse("follow_api = true\nfollow_api_endpoints = \"some\"\n").unwrap_err();
+        assert!(
+            e.to_string().contains("expected `all` or `headless`"),
+            "{e}"
+        );
+        for (text, key, want) in [
+            (
+                "hold_past_ttl = \"5m\"\n",
+                "hold_past_ttl",
+                "needs `follow_api = true`",
+            ),
             (
                 "follow_api = true\nhold_past_ttl = \"2h\"\n",
+                "hold_past_ttl",
                 "more than the 1h",
+            ),
+            (
+                "follow_api_endpoints = \"headless\"\n",
+                "follow_api_endpoints",
+                "needs `follow_api = true`",
             ),
         ] {
             let e = parse(text).unwrap_err().to_string();
-            assert!(e.contains("hold_past_ttl") && e.contains(want), "{e}");
+            assert!(e.contains(key) && e.contains(want), "{e}");
         }
     }
 }

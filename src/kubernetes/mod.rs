@@ -28,7 +28,7 @@ mod watch;
 mod watches;
 
 pub(crate) use config::Wanted;
-pub use config::{FollowApiPlan, KubernetesPlan};
+pub use config::{FollowApiPlan, FollowEndpoints, KubernetesPlan};
 #[cfg(feature = "kubernetes")]
 pub(crate) use watches::Watches;
 #[cfg(feature = "kubernetes")]

@@ -163,9 +163,10 @@ impl Watches {
             if self
                 .follow_state
                 .as_ref()
-                .is_some_and(|s| !s.svc_zone_is(domain))
+                .is_some_and(|s| !s.made_for(domain, follow_api.endpoints))
             {
-                // Another cluster domain: what the watch knew names nothing.
+                // Another cluster domain (what the watch knew names
+                // nothing) or other EndpointSlices: a new watch.
                 self.stop_follow();
                 self.follow_state = None;
             }
@@ -174,6 +175,7 @@ impl Watches {
                     self.shared.clone(),
                     self.metrics.clone(),
                     domain,
+                    follow_api.endpoints,
                 ))
             });
             state.set_hold(follow_api.hold_past_ttl);

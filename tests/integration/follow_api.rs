@@ -37,8 +37,14 @@ fn service(name: &str, cluster_ip: &str, port: u16) -> String {
     )
 }
 
-/// A headless Service's EndpointSlice: `(address, hostname)` each, ready.
+/// A headless Service's EndpointSlice: `(address, hostname)` each, ready,
+/// labelled as the EndpointSlice controller labels a headless Service's.
 fn slice(service: &str, endpoints: &[(&str, &str)]) -> String {
+    slice_labelled(service, endpoints, ", service.kubernetes.io/headless: \"\"")
+}
+
+/// A Service's EndpointSlice with `labels` added to its Service's name.
+fn slice_labelled(service: &str, endpoints: &[(&str, &str)], labels: &str) -> String {
     let mut list = String::new();
     for (ip, host) in endpoints {
         list.push_str(&format!(
@@ -47,7 +53,7 @@ fn slice(service: &str, endpoints: &[(&str, &str)]) -> String {
     }
     format!(
         "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  \
-         name: {service}-1\n  namespace: {NS}\n  labels: {{kubernetes.io/service-name: {service}}}\n\
+         name: {service}-1\n  namespace: {NS}\n  labels: {{kubernetes.io/service-name: {service}{labels}}}\n\
          addressType: IPv4\nports: [{{name: http, port: 5432, protocol: TCP}}]\nendpoints:\n{list}"
     )
 }
@@ -473,6 +479,51 @@ fn changes_of_the_api_reach_the_cache_within_a_second() {
         !stopped.contains("10.244.1.8"),
         "a stopped watch drops nothing: {stopped}"
     );
+    in_netns(&lab.ns.name, || lab.follow.assert_alive());
+}
+
+/// `follow_api_endpoints = "headless"`: only the headless Services'
+/// EndpointSlices are read (the ones kube-proxy leaves out), and their
+/// changes are followed as with every slice.
+#[test]
+fn only_headless_services_slices_are_watched_when_asked() {
+    needs!(
+        Need::Root,
+        Need::Tool("ip"),
+        Need::Kubernetes,
+        Need::CoreDns
+    );
+    let headless = "follow_api = true\nfollow_api_endpoints = \"headless\"\n";
+    let mut lab = Lab::start("fheadless", headless, cluster_zone);
+    // A ClusterIP Service's slice (no headless label) and a headless one.
+    lab.kube.create(&format!(
+        "{}---\n{}---\n{}---\n{}",
+        service("web", "10.96.0.20", 80),
+        slice_labelled("web", &[("10.244.2.5", "web-0")], ""),
+        service("db", "None", 5432),
+        slice("db", &[("10.244.1.5", "db-0")])
+    ));
+    let db0 = format!("db-0.{}", name("db"));
+    lab.wait_core(&db0, Rt::A, |a| a.contains("10.244.1.5"));
+    assert!(
+        lab.ask(lab.follow.dns, &db0, Rt::A)
+            .unwrap()
+            .contains("10.244.1.5")
+    );
+    let replaced = follow_change(
+        &lab,
+        &db0,
+        Rt::A,
+        || lab.kube.apply(&slice("db", &[("10.244.1.6", "db-0")])),
+        |a| a.contains("10.244.1.6") && !a.contains("10.244.1.5"),
+    );
+    assert_followed(&replaced);
+    // Of the two slices, the watch holds the headless Service's.
+    let objects = lab.metric(
+        "nodens_kubernetes_watch_objects",
+        &[("resource", "endpointslices"), ("watch", "follow_api")],
+    );
+    assert_eq!(objects, 1.0, "only the headless Service's slice");
     in_netns(&lab.ns.name, || lab.follow.assert_alive());
 }
 

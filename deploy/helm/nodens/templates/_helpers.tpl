@@ -210,6 +210,9 @@ follow_api = true
 {{- with .Values.search.holdPastTtl }}
 hold_past_ttl = {{ toJson . }}
 {{- end }}
+{{- if ne (.Values.search.followApiEndpoints | default "all") "all" }}
+follow_api_endpoints = {{ toJson .Values.search.followApiEndpoints }}
+{{- end }}
 {{- end }}
 {{- with .Values.search.exceptions }}
 exceptions = {{ toJson . }}
