@@ -31,6 +31,10 @@ COREDNS_BIN=${COREDNS_BIN:-$(go env GOPATH 2>/dev/null)/bin/coredns}
 K8S_DIR=$NODENS_CACHE/k8s-$K8S_VERSION-$GOVERSION
 HELM_DIR=$NODENS_CACHE/helm-$HELM_VERSION-$GOVERSION
 CRI_CLEAN=$NODENS_CACHE/cri-clean-$K8S_VERSION-$GOVERSION/cri-clean
+# etcd 3.5 (Debian's 3.4.23 cannot report watch progress, which an API server's
+# streaming lists need): built by lab/kube/build etcd.
+ETCD_VERSION=${ETCD_VERSION:-v3.5.21}
+ETCD35=$NODENS_CACHE/etcd-$ETCD_VERSION-$GOVERSION/etcd
 
 # Cilium (CNI=cilium), built by lab/kube/cilium-build.
 CILIUM_VERSION=${CILIUM_VERSION:-v1.18.11}
@@ -125,7 +129,7 @@ KUBE_NFACCT="ct_state_invalid_dropped_pkts localhost_nps_accepted_pkts"
 print_paths() {
   local v
   for v in K8S_VERSION HELM_VERSION NODENS_CACHE K8S_DIR HELM_DIR CRI_CLEAN IMAGES_DIR \
-    COREDNS_BIN KUBE_STATE KUBE_ENV; do
+    COREDNS_BIN KUBE_STATE KUBE_ENV ETCD35; do
     printf '%s=%q\n' "$v" "${!v}"
   done
 }

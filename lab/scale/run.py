@@ -8,6 +8,7 @@ controller) in network namespace nsscale; a cluster written by scalesim
 group at a time, W watchers in namespace nsscalew, reaching the API server
 over a veth pair (so every byte they receive is counted on it):
 
+  none             no watcher: the cluster's own cost of the same phases
   informers        kube-proxy-like: client-go informers over Services and
                    EndpointSlices with kube-proxy's selectors and protobuf,
                    one client (connection) each
@@ -112,8 +113,8 @@ current-context: s
 
 
 class Cluster:
-    def __init__(self, d, k8s, etcd):
-        self.d, self.k8s, self.etcd_bin = d, k8s, etcd
+    def __init__(self, d, k8s, etcd, gates):
+        self.d, self.k8s, self.etcd_bin, self.gates = d, k8s, etcd, gates
         self.procs = {}
         self.admin = kubeconfig(d, "admin", "127.0.0.1:6443")
         self.audit = os.path.join(d, "audit.log")
@@ -142,7 +143,8 @@ class Cluster:
             f"--service-account-key-file={d}/sa.pub", f"--service-account-signing-key-file={d}/sa.key",
             "--service-cluster-ip-range=10.96.0.0/16", "--disable-admission-plugins=ServiceAccount",
             "--endpoint-reconciler-type=none", "--profiling=false",
-            f"--audit-policy-file={d}/audit.yaml", f"--audit-log-path={self.audit}", "--audit-log-maxsize=0"])
+            f"--audit-policy-file={d}/audit.yaml", f"--audit-log-path={self.audit}", "--audit-log-maxsize=0",
+            *([f"--feature-gates={self.gates}"] if self.gates else [])])
         deadline = time.time() + 180
         while time.time() < deadline:
             r = sh(*in_ns(API_NS, f"{self.k8s}/kubectl", f"--kubeconfig={self.admin}", "get", "--raw", "/readyz"), check=False)
@@ -368,6 +370,20 @@ def poll(ports):
     print(f"current {n}")
 
 
+class NoGroup:
+    def current(self):
+        return 0
+
+    def rss_mib(self):
+        return [0.0]
+
+    def cpu_s(self):
+        return 0.0
+
+    def stop(self):
+        pass
+
+
 class InformerGroup:
     def __init__(self, d, sim, count, kubeconfig_path):
         self.last = 0
@@ -428,7 +444,13 @@ def wait_watches(cluster, user, since_line, want, timeout):
 def run_group(args, cluster, peak, name, d, results):
     w = args.watchers
     log(f"{name}: {w} watchers")
-    if name == "informers":
+    if name == "none":
+        # The cluster's own cost of the same phases, without a watcher:
+        # what every group's figures are compared after subtracting.
+        user = "nobody"
+        meter = Meter(cluster, peak, user)
+        group = NoGroup()
+    elif name == "informers":
         kc = kubeconfig(d, "informer", f"{API_IP}:6443")
         user = "informer"
         meter = Meter(cluster, peak, user)
@@ -444,7 +466,7 @@ def run_group(args, cluster, peak, name, d, results):
     try:
         # 1. Start and list.
         deadline = time.time() + args.timeout
-        while group.current() < w and time.time() < deadline:
+        while name != "none" and group.current() < w and time.time() < deadline:
             time.sleep(1)
         out["start"] = meter.done()
         out["start"]["current"] = group.current()
@@ -470,7 +492,7 @@ def run_group(args, cluster, peak, name, d, results):
         # last list or watch of the recovery was made (nothing for 20 s
         # after it); for nodens also by its own synced gauges.
         last = settle(cluster, user, line, 20, args.timeout)
-        while group.current() < w and time.time() - ready < args.timeout:
+        while name != "none" and group.current() < w and time.time() - ready < args.timeout:
             time.sleep(0.5)
         out["restart"] = meter.done(api_cpu_offset=offset)
         out["restart"]["drain_s"] = round(gone - meter.t, 1)
@@ -499,10 +521,12 @@ def main():
     ap.add_argument("--services", type=int, default=1000)
     ap.add_argument("--pods", type=int, default=10)
     ap.add_argument("--rollout", type=int, default=50)
-    ap.add_argument("--groups", default="informers,nodens-before,nodens-after,nodens-headless")
+    ap.add_argument("--groups", default="none,informers,nodens-before,nodens-after,nodens-headless")
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--k8s", required=True)
     ap.add_argument("--etcd", default=shutil.which("etcd"))
+    ap.add_argument("--feature-gates", default="",
+                    help="the API server's, e.g. WatchList=true (with --etcd an etcd 3.5)")
     ap.add_argument("--sim", required=True)
     ap.add_argument("--nodens", required=True)
     ap.add_argument("--before", required=True)
@@ -513,8 +537,10 @@ def main():
     log(f"work directory {d}")
     netns_up()
     pki(d)
-    cluster = Cluster(d, args.k8s, args.etcd)
-    results = {"config": {k: getattr(args, k) for k in ("watchers", "nodes", "services", "pods", "rollout")}}
+    cluster = Cluster(d, args.k8s, args.etcd, args.feature_gates)
+    results = {"config": {k: getattr(args, k) for k in ("watchers", "nodes", "services", "pods", "rollout",
+                                                        "feature_gates")}}
+    results["config"]["etcd"] = sh(args.etcd, "--version").stdout.split("\n")[0]
     try:
         cluster.start_etcd()
         time.sleep(1)

@@ -44,8 +44,17 @@ struct Lab {
 
 impl Lab {
     fn start(name: &str) -> Lab {
+        Lab::start_on(name, Kube::start)
+    }
+
+    /// With an API server that serves streaming lists.
+    fn start_streaming(name: &str) -> Lab {
+        Lab::start_on(name, Kube::start_streaming)
+    }
+
+    fn start_on(name: &str, kube: impl FnOnce(&Netns) -> Kube) -> Lab {
         let ns = Netns::create(name);
-        let kube = Kube::start(&ns);
+        let kube = kube(&ns);
         kube.create(&format!(
             "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NS}}}\n"
         ));
@@ -200,5 +209,50 @@ fn an_api_server_restart_costs_one_list_per_watch() {
     eprintln!("lists: {lists:?}");
     assert!(lists.iter().all(|&n| n <= 2), "{lists:?}");
     assert!(lab.ask("new").1.contains("10.96.0.52"));
+    in_netns(&lab.ns.name, || lab.nodens.assert_alive());
+}
+
+/// Where the API server serves streaming lists (the WatchList gate on,
+/// etcd 3.5), a list is one watch that sends the objects and a bookmark:
+/// no list request at all, and the watch goes on from the list's end.
+#[test]
+fn lists_are_streamed_where_the_api_server_serves_them() {
+    needs!(
+        Need::Root,
+        Need::Tool("ip"),
+        Need::Kubernetes,
+        Need::CoreDns
+    );
+    let mut lab = Lab::start_streaming("wstream");
+    let requests = lab.kube.requests_of("nodens");
+    for r in &requests {
+        eprintln!("{} {} {}", r.verb, r.code, r.uri);
+    }
+    for resource in RESOURCES {
+        let of = |r: &&ApiRequest| r.resource == resource;
+        let streamed = requests
+            .iter()
+            .filter(of)
+            .filter(|r| r.uri.contains("sendInitialEvents=true") && r.code == 200)
+            .count();
+        let paged = requests
+            .iter()
+            .filter(of)
+            .filter(|r| r.verb == "list")
+            .count();
+        assert_eq!((streamed, paged), (1, 0), "{resource}: one streaming list");
+        assert_eq!(lab.lists(resource), 1);
+    }
+    // The stream goes on as the watch: a deletion reaches the cache.
+    assert!(lab.ask("gone").1.contains("10.96.0.51"));
+    lab.kube
+        .try_kubectl(&["delete", "service", "-n", NS, "gone"], None)
+        .unwrap();
+    wait_until(
+        Duration::from_secs(5),
+        "the deletion to reach nodens",
+        || (lab.ask("gone").0 == 3).then_some(()),
+    );
+    assert!(lab.ask("kept").1.contains("10.96.0.50"));
     in_netns(&lab.ns.name, || lab.nodens.assert_alive());
 }

@@ -56,18 +56,8 @@ fn find_k8s_bin(name: &str, var: &str) -> Result<PathBuf, String> {
         }
         return Ok(p);
     }
-    let build = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("lab/kube/build");
-    let out = Command::new("bash")
-        .arg(&build)
-        .arg("print")
-        .output()
-        .map_err(|e| format!("`{} print`: {e}", build.display()))?;
-    let out = String::from_utf8_lossy(&out.stdout);
-    let dir = out
-        .lines()
-        .find_map(|l| l.strip_prefix("K8S_DIR="))
-        .ok_or_else(|| format!("no K8S_DIR in `{} print`: {out}", build.display()))?;
-    let p = Path::new(dir).join(name);
+    let dir = build_print("K8S_DIR")?;
+    let p = Path::new(&dir).join(name);
     if !is_executable(&p) {
         return Err(format!(
             "{name} not found at {}: set ${var}, or build it with `lab/kube/build k8s` \
@@ -76,6 +66,37 @@ fn find_k8s_bin(name: &str, var: &str) -> Result<PathBuf, String> {
         ));
     }
     Ok(p)
+}
+
+/// `$var`, else the path `lab/kube/build print` names `key`.
+fn find_built(key: &str, var: &str) -> Result<PathBuf, String> {
+    let p = match std::env::var_os(var) {
+        Some(p) => PathBuf::from(p),
+        None => PathBuf::from(build_print(key)?),
+    };
+    if !is_executable(&p) {
+        return Err(format!(
+            "{} is not an executable: set ${var}, or build it with lab/kube/build \
+             (.ci/install-deps does)",
+            p.display()
+        ));
+    }
+    Ok(p)
+}
+
+/// What `lab/kube/build print` says `key` is.
+fn build_print(key: &str) -> Result<String, String> {
+    let build = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("lab/kube/build");
+    let out = Command::new("bash")
+        .arg(&build)
+        .arg("print")
+        .output()
+        .map_err(|e| format!("`{} print`: {e}", build.display()))?;
+    let out = String::from_utf8_lossy(&out.stdout);
+    out.lines()
+        .find_map(|l| l.strip_prefix(key).and_then(|l| l.strip_prefix('=')))
+        .map(str::to_string)
+        .ok_or_else(|| format!("no {key} in `{} print`: {out}", build.display()))
 }
 
 /// Whether a kube-apiserver and etcd are there to start ([`crate::Need::Kubernetes`]).
@@ -170,6 +191,18 @@ impl Kube {
     /// until the API server is ready. Adds [`NODE_IP`] and [`COREDNS_IP`]
     /// to the namespace's `lo`.
     pub fn start(ns: &Netns) -> Kube {
+        Kube::start_with(ns, etcd_bin(), &[])
+    }
+
+    /// [`Kube::start`] with an API server that serves streaming lists
+    /// (WatchList): its feature gate on, and etcd 3.5 (`lab/kube/build
+    /// etcd`, or `$ETCD35`), which reports watch progress as they need.
+    pub fn start_streaming(ns: &Netns) -> Kube {
+        let etcd = find_built("ETCD35", "ETCD35").unwrap_or_else(|why| panic!("{why}"));
+        Kube::start_with(ns, etcd, &["--feature-gates=WatchList=true".into()])
+    }
+
+    fn start_with(ns: &Netns, etcd: PathBuf, extra: &[String]) -> Kube {
         let (apiserver_bin, kubectl) = (
             k8s_bin("kube-apiserver", "KUBE_APISERVER"),
             k8s_bin("kubectl", "KUBECTL"),
@@ -208,7 +241,7 @@ impl Kube {
             .tempdir_in("/dev/shm")
             .or_else(|_| tempfile::tempdir())
             .unwrap();
-        let mut cmd = wrapped_command(&ns.exec(), &etcd_bin());
+        let mut cmd = wrapped_command(&ns.exec(), &etcd);
         cmd.arg("--name=test")
             .arg(format!("--data-dir={}", etcd_data.path().display()))
             .arg(format!("--listen-client-urls={ETCD_CLIENT}"))
@@ -220,7 +253,7 @@ impl Kube {
         let etcd = Proc::spawn("etcd", cmd);
 
         let file = |n: &str| d.join(n).display().to_string();
-        let apiserver_args: Vec<String> = vec![
+        let apiserver_args: Vec<String> = [
             format!("--etcd-servers={ETCD_CLIENT}"),
             "--bind-address=127.0.0.1".into(),
             "--secure-port=6443".into(),
@@ -242,7 +275,10 @@ impl Kube {
             format!("--audit-policy-file={}", file("audit-policy.yaml")),
             format!("--audit-log-path={}", file("audit.log")),
             "--audit-log-maxbackup=1".into(),
-        ];
+        ]
+        .into_iter()
+        .chain(extra.iter().cloned())
+        .collect();
         let mut cmd = wrapped_command(&ns.exec(), &apiserver_bin);
         cmd.args(&apiserver_args);
         let apiserver = Proc::spawn("kube-apiserver", cmd);
