@@ -18,9 +18,12 @@
 //!   back. The watch resumes after a jittered backoff (`backoff.rs`) from
 //!   the resource version it had. Once the API server accepted the
 //!   resumed watch, it sends every change since that version before any
-//!   new one, at once; when that replay has gone quiet (20 ms, at most
-//!   200 ms after it began) the list, with the replay applied, is handed
-//!   over as current again: the same moment a first list is.
+//!   new one, at once; when that replay has gone quiet (250 ms, or 2 s
+//!   after the watch was accepted if events keep coming) the list, with
+//!   the replay applied, is handed over as current again. A bookmark,
+//!   which the server sends only after the replay, makes it current at
+//!   once. The quiet is a margin, not a proof: no event marks the
+//!   replay's end (a resource that did not change gets no bookmark).
 
 mod backoff;
 mod source;
@@ -43,6 +46,13 @@ const QUIET: Duration = Duration::from_millis(20);
 /// (a Deployment scaled to hundreds of pods) is one new view, not one per
 /// event, each rebuilt whole.
 const COALESCE_MAX: Duration = Duration::from_millis(200);
+/// A resumed watch is current again once it has been quiet this long
+/// (the API server sends the replay of what changed meanwhile first, at
+/// once; this is the margin for it to arrive)...
+const RESUME_QUIET: Duration = Duration::from_millis(250);
+/// ...or this long after the API server accepted it, if events keep
+/// coming (then the replay is over: what comes is live).
+const RESUME_MAX: Duration = Duration::from_secs(2);
 /// A watch request lasts between this and twice this, in seconds.
 const WATCH_SECONDS: u32 = 300;
 /// A watch that ends sooner than this without an error came back too
@@ -93,12 +103,15 @@ struct State<'a, Id, V, F> {
     current: bool,
     /// When the first change not yet handed over came.
     unpublished: Option<tokio::time::Instant>,
+    /// Whether what is unpublished is a resumed watch's replay.
+    resuming: bool,
 }
 
 impl<Id: Ord, V: PartialEq, F: Follower<Id, V>> State<'_, Id, V, F> {
     /// Hands the list over as current; false to stop.
     fn publish(&mut self) -> bool {
         self.unpublished = None;
+        self.resuming = false;
         self.current = true;
         let m = self.metrics;
         m.synced.get(&self.labels).set(1);
@@ -115,6 +128,7 @@ impl<Id: Ord, V: PartialEq, F: Follower<Id, V>> State<'_, Id, V, F> {
             m.current_at.get(&self.labels).set(unix_now());
         }
         self.unpublished = None;
+        self.resuming = false;
         m.synced.get(&self.labels).set(0);
         tracing::warn!(
             watch = self.labels.watch,
@@ -139,10 +153,15 @@ impl<Id: Ord, V: PartialEq, F: Follower<Id, V>> State<'_, Id, V, F> {
         extract: &mut impl FnMut(&O) -> V,
     ) -> End {
         loop {
+            let (quiet, max) = if self.resuming {
+                (RESUME_QUIET, RESUME_MAX)
+            } else {
+                (QUIET, COALESCE_MAX)
+            };
             let until = match self.unpublished {
                 None => overdue,
-                Some(first) => (tokio::time::Instant::now() + QUIET)
-                    .min(first + COALESCE_MAX)
+                Some(first) => (tokio::time::Instant::now() + quiet)
+                    .min(first + max)
                     .min(overdue),
             };
             let next = match tokio::time::timeout_at(until, events.next()).await {
@@ -227,6 +246,7 @@ pub(super) async fn follow<S: Source, Id: Ord, V: PartialEq>(
         objects: BTreeMap::new(),
         current: false,
         unpublished: None,
+        resuming: false,
     };
     let mut backoff = Backoff::default();
     let mut streaming = true;
@@ -302,6 +322,7 @@ pub(super) async fn follow<S: Source, Id: Ord, V: PartialEq>(
                         // changed meanwhile has gone quiet.
                         metrics.resumes.get(&labels).inc();
                         state.changed();
+                        state.resuming = true;
                     }
                     events
                 }
