@@ -291,6 +291,8 @@ class Meter:
             "etcd_cpu_s": round(ns_pid_cpu(self.c.pid("etcd")) - self.etcd, 2),
             "bytes_to_watchers": rx_bytes() - self.rx,
             "lists": len(lists),
+            # Lists begun (a page after the first goes on with a token).
+            "whole_lists": sum(1 for r in lists if "continue=" not in r[1]),
             "watches": len(watches),
             "refused": len(reqs) - len(ok),
             "apiserver_peak_rss_mib": round(self.peak.take(), 1),
