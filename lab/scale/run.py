@@ -318,11 +318,12 @@ follow_api = true
 {extra}
 [kubernetes]
 kubeconfig = "{kubeconfig}"
+{kubernetes}
 """
 
 
 class NodensGroup:
-    def __init__(self, d, binary, count, extra, kubeconfig_path):
+    def __init__(self, d, binary, count, extra, kubeconfig_path, kubernetes=""):
         self.procs, self.ports = [], []
         self.logs = open(os.path.join(d, "nodens-group.log"), "ab")
         for i in range(count):
@@ -330,7 +331,7 @@ class NodensGroup:
             path = os.path.join(d, f"nodens-{i}.toml")
             with open(path, "w") as f:
                 f.write(NODENS_CONFIG.format(dns=dns, metrics=metrics, api=API_IP, extra=extra,
-                                             kubeconfig=kubeconfig_path))
+                                             kubeconfig=kubeconfig_path, kubernetes=kubernetes))
             self.procs.append(subprocess.Popen(in_ns(W_NS, binary, "serve", "--config", path),
                                                stdout=self.logs, stderr=subprocess.STDOUT))
             self.ports.append(metrics)
@@ -463,7 +464,10 @@ def run_group(args, cluster, peak, name, d, results):
         binary = args.before if name == "nodens-before" else args.nodens
         extra = 'follow_api_endpoints = "headless"' if name == "nodens-headless" else ""
         meter = Meter(cluster, peak, user)
-        group = NodensGroup(d, binary, w, extra, kc)
+        # Streaming lists where the API server serves them (this build's
+        # option; the build before never asks for them).
+        streaming = "streaming_lists = true" if "WatchList=true" in args.feature_gates and name != "nodens-before" else ""
+        group = NodensGroup(d, binary, w, extra, kc, streaming)
     out = {"watchers": w}
     try:
         # 1. Start and list.

@@ -210,6 +210,7 @@ impl File {
             .then(|| super::KubernetesPlan {
                 kubeconfig: self.kubernetes.kubeconfig.clone(),
                 node_name: self.kubernetes.node_name(),
+                streaming_lists: self.kubernetes.streaming_lists,
             }),
             zones,
             kube_dns,

@@ -57,6 +57,9 @@ pub struct KubernetesConfig {
     /// How often the ConfigMap's files are read for changes.
     #[serde(with = "humantime_serde")]
     pub kube_dns_config_interval: Duration,
+    /// Lists as streaming lists (WatchList) where the API server serves
+    /// them (docs/scale.md says what they cost).
+    pub streaming_lists: bool,
 }
 
 impl Default for KubernetesConfig {
@@ -66,6 +69,7 @@ impl Default for KubernetesConfig {
             node_name: None,
             kube_dns_config: None,
             kube_dns_config_interval: Duration::from_secs(10),
+            streaming_lists: false,
         }
     }
 }

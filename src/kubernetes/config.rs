@@ -41,6 +41,8 @@ pub struct KubernetesPlan {
     pub kubeconfig: Option<PathBuf>,
     /// This node's name (`cluster.autopath`'s pod watch).
     pub node_name: Option<String>,
+    /// Lists are asked as streaming lists first (`streaming_lists`).
+    pub streaming_lists: bool,
 }
 
 /// The watches a configuration needs, and what each feature behind them

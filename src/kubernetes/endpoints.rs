@@ -43,6 +43,7 @@ pub(crate) async fn watch(
     plan: EndpointsPlan,
     metrics: Arc<KubeMetrics>,
     publish: UnboundedSender<Discovery>,
+    streaming: bool,
 ) {
     let api: kube::Api<EndpointSlice> = kube::Api::namespaced(client, &plan.namespace);
     let selector = format!("{SERVICE_NAME_LABEL}={}", plan.service);
@@ -60,6 +61,7 @@ pub(crate) async fn watch(
         Objects(api),
         Query {
             labels: Some(selector),
+            streaming,
             ..Query::default()
         },
         |slice: &EndpointSlice| slice.metadata.name.clone(),

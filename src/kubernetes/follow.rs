@@ -399,7 +399,7 @@ impl Follower<Id, SliceView> for Slices {
 }
 
 /// Watches every Service and EndpointSlice into `state`, until aborted.
-pub(crate) async fn watch(client: kube::Client, state: Arc<FollowState>) {
+pub(crate) async fn watch(client: kube::Client, state: Arc<FollowState>, streaming: bool) {
     let metrics = state.metrics.clone();
     // Lists from the API server's watch cache, as kube-proxy's informers
     // do (resourceVersion=0, or a streaming list): 5,000 nodes listing at
@@ -407,6 +407,7 @@ pub(crate) async fn watch(client: kube::Client, state: Arc<FollowState>) {
     // events after it, and a purge too many is harmless.
     let query = Query {
         page: LIST_PAGE,
+        streaming,
         ..Query::default()
     };
     let slice_query = Query {

@@ -15,7 +15,12 @@ use super::watch::{Follower, Metadata, Query, follow};
 use crate::search::Namespaces;
 
 /// Watches the cluster's namespaces into `view`, until aborted.
-pub(crate) async fn watch(client: kube::Client, view: Arc<Namespaces>, metrics: Arc<KubeMetrics>) {
+pub(crate) async fn watch(
+    client: kube::Client,
+    view: Arc<Namespaces>,
+    metrics: Arc<KubeMetrics>,
+    streaming: bool,
+) {
     // Metadata only: the API answers with names, not whole objects.
     let api: kube::Api<Namespace> = kube::Api::all(client);
     let labels = WatchLabels {
@@ -24,7 +29,10 @@ pub(crate) async fn watch(client: kube::Client, view: Arc<Namespaces>, metrics: 
     };
     follow(
         Metadata(api),
-        Query::default(),
+        Query {
+            streaming,
+            ..Query::default()
+        },
         |ns: &PartialObjectMeta<Namespace>| ns.metadata.name.clone(),
         |_| (),
         labels,

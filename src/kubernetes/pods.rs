@@ -92,6 +92,7 @@ pub(crate) async fn watch(
     node: String,
     view: Arc<Clients>,
     metrics: Arc<KubeMetrics>,
+    streaming: bool,
 ) {
     let api: kube::Api<Pod> = kube::Api::all(client);
     let selector = format!("spec.nodeName={node}");
@@ -107,6 +108,7 @@ pub(crate) async fn watch(
         Query {
             fields: Some(selector),
             page: LIST_PAGE,
+            streaming,
             ..Query::default()
         },
         pod_id,

@@ -180,20 +180,22 @@ impl Watches {
             });
             state.set_hold(follow_api.hold_past_ttl);
             if self.follow_watch.is_none()
-                && let Some((_, client)) = &self.client
+                && let Some((api, client)) = &self.client
             {
-                let task = follow::watch(client.clone(), state.clone());
+                let task = follow::watch(client.clone(), state.clone(), api.streaming_lists);
                 self.follow_watch = Some(upkeep.spawn_stoppable(task));
             }
         }
-        let Some((_, client)) = &self.client else {
+        let Some((plan, client)) = &self.client else {
             return;
         };
+        let streaming = plan.streaming_lists;
         if namespaces_wanted && self.namespace_watch.is_none() {
             let task = namespaces::watch(
                 client.clone(),
                 self.namespaces.clone(),
                 self.metrics.clone(),
+                streaming,
             );
             self.namespace_watch = Some(upkeep.spawn_stoppable(task));
         }
@@ -205,6 +207,7 @@ impl Watches {
                 node,
                 self.clients.clone(),
                 self.metrics.clone(),
+                streaming,
             );
             self.pod_watch = Some(upkeep.spawn_stoppable(task));
         }
@@ -215,6 +218,7 @@ impl Watches {
                     plan.clone(),
                     self.metrics.clone(),
                     self.sender.clone(),
+                    streaming,
                 );
                 self.watches
                     .insert(plan.clone(), upkeep.spawn_stoppable(task));

@@ -103,6 +103,7 @@ fn rss_per_watched_pod_against_coredns_pods_verified() {
     let plan = nodens::config::KubernetesPlan {
         kubeconfig: Some(kube.kubeconfig.clone()),
         node_name: None,
+        streaming_lists: false,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

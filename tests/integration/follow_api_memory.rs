@@ -168,6 +168,7 @@ fn rss_per_watched_service_against_kube_proxy_and_coredns() {
     let plan = nodens::config::KubernetesPlan {
         kubeconfig: Some(kube.kubeconfig.clone()),
         node_name: None,
+        streaming_lists: false,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

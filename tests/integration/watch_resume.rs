@@ -47,12 +47,18 @@ impl Lab {
         Lab::start_on(name, Kube::start)
     }
 
-    /// With an API server that serves streaming lists.
+    /// With an API server that serves streaming lists, and nodens asking
+    /// for them.
     fn start_streaming(name: &str) -> Lab {
-        Lab::start_on(name, Kube::start_streaming)
+        Lab::start_on_with(name, Kube::start_streaming, "streaming_lists = true\n")
     }
 
     fn start_on(name: &str, kube: impl FnOnce(&Netns) -> Kube) -> Lab {
+        Lab::start_on_with(name, kube, "")
+    }
+
+    /// With `extra` in `[kubernetes]`.
+    fn start_on_with(name: &str, kube: impl FnOnce(&Netns) -> Kube, extra: &str) -> Lab {
         let ns = Netns::create(name);
         let kube = kube(&ns);
         kube.create(&format!(
@@ -67,7 +73,7 @@ impl Lab {
         let toml = Cfg::new(&Net::fixed(21))
             .zone(Zone::new("cluster.local.", &[core.addr]))
             .raw(&format!(
-                "[cluster]\nfollow_api = true\n[kubernetes]\nkubeconfig = \"{}\"\n",
+                "[cluster]\nfollow_api = true\n[kubernetes]\nkubeconfig = \"{}\"\n{extra}",
                 kube.nodens_kubeconfig(relay_addr).display()
             ))
             .to_toml();

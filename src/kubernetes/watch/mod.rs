@@ -249,7 +249,7 @@ pub(super) async fn follow<S: Source, Id: Ord, V: PartialEq>(
         resuming: false,
     };
     let mut backoff = Backoff::default();
-    let mut streaming = true;
+    let mut streaming = query.streaming;
     // The resource version to go on from; none: list first.
     let mut version: Option<String> = None;
     let mut listed_events: Option<Events<S::Object>> = None;

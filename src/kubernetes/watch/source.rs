@@ -29,6 +29,8 @@ pub(crate) struct Query {
     pub(crate) fields: Option<String>,
     /// Objects per list page (0: the API's default).
     pub(crate) page: u32,
+    /// Whether a list is asked as a streaming list first.
+    pub(crate) streaming: bool,
 }
 
 impl Query {
