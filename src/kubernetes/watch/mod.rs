@@ -6,8 +6,8 @@
 //! is over (20 ms quiet, 200 ms at most), not once per event.
 //!
 //! - **A list** only at the start and when the API server no longer has
-//!   the watch's resource version (410 Gone): streamed where the server
-//!   can (`source.rs`), else in pages from its watch cache. The feature
+//!   the watch's resource version (410 Gone): in pages from its watch
+//!   cache, or streamed where asked and served (`source.rs`). The feature
 //!   keeps what it had until the new list is whole.
 //! - **A watch request** ends after 5 to 10 minutes (at random, as
 //!   client-go's reflector does) and the next goes on from where it ended.

@@ -1,16 +1,17 @@
 //! How a watch reads its resource from the API: whole objects or metadata
 //! only, with its selectors, listed in pages or streamed.
 //!
-//! A list comes one of two ways. A streaming list (`sendInitialEvents`,
-//! the API's WatchList) is one watch request that sends the objects as
-//! events and then a bookmark saying the list is whole: the API server
-//! serves it from its watch cache object by object, never holding the
-//! whole list as one response. Servers that do not serve it (the
+//! A list comes one of two ways. By default, in pages from the API
+//! server's watch cache (`resourceVersion=0`, as kube-proxy's informers
+//! ask), gzip-compressed; servers before 1.34 ignore the page size for
+//! lists from their cache, 1.34 and later page them. With
+//! `[kubernetes] streaming_lists`, a streaming list first
+//! (`sendInitialEvents`, the API's WatchList): one watch request that
+//! sends the objects as events and then a bookmark saying the list is
+//! whole, never the whole list as one response, but uncompressed before
+//! 1.37 (docs/scale.md measures both). Servers that do not serve it (the
 //! `WatchList` feature gate off, as in 1.33 by default, or storage without
-//! progress notifications) refuse it at once, and the watch takes a paged
-//! list instead, from the watch cache (`resourceVersion=0`, as kube-proxy's
-//! informers do). Servers before 1.34 ignore the page size for lists from
-//! their cache; 1.34 and later page them.
+//! progress notifications) refuse it at once, and the watch lists in pages.
 
 use std::fmt::Debug;
 
