@@ -153,7 +153,12 @@ async fn page<S: Source>(
     }
     .map_err(kube::Error::BuildRequest)?;
     if token.is_none() {
-        let uri = format!("{}&resourceVersion=0", req.uri());
+        let sep = if req.uri().query().is_some() {
+            '&'
+        } else {
+            '?'
+        };
+        let uri = format!("{}{sep}resourceVersion=0", req.uri());
         *req.uri_mut() = uri.parse().map_err(|e| kube::Error::Service(Box::new(e)))?;
     }
     source.client().request(req).await
