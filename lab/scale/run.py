@@ -431,19 +431,6 @@ def settle(cluster, user, since_line, quiet, timeout):
     return max((unix_time(r[3]) for r in reqs if r[3]), default=None)
 
 
-def wait_watches(cluster, user, since_line, want, timeout):
-    """Waits until `want` watch requests of `user` were accepted since audit
-    line `since_line` (every watcher's watches re-established)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        reqs, _ = audit_requests(cluster, user, since_line)
-        n = sum(1 for v, uri, code, _ in reqs if v == "watch" and code == 200 and "sendInitialEvents" not in uri)
-        if n >= want:
-            return True
-        time.sleep(0.5)
-    return False
-
-
 def run_group(args, cluster, peak, name, d, results):
     w = args.watchers
     log(f"{name}: {w} watchers")

@@ -291,6 +291,18 @@ fn assert_followed(f: &Followed) {
     assert_eq!(f.wrong_after, 0, "{f:?}");
 }
 
+/// The headless Service `db`'s pod `db-0` replaced by one at a new address
+/// (10.244.1.5 to 10.244.1.6), followed through `db0`'s A answers.
+fn replace_db0(lab: &Lab, db0: &str) -> Followed {
+    follow_change(
+        lab,
+        db0,
+        Rt::A,
+        || lab.kube.apply(&slice("db", &[("10.244.1.6", "db-0")])),
+        |a| a.contains("10.244.1.6") && !a.contains("10.244.1.5"),
+    )
+}
+
 /// The cluster domain and the reverse zones, to the cluster DNS.
 fn cluster_zone(core: SocketAddr) -> Zone {
     Zone::new("cluster.local.", &[core])
@@ -380,13 +392,7 @@ fn changes_of_the_api_reach_the_cache_within_a_second() {
     for server in [follow, plain, node_local] {
         assert!(lab.ask(server, &db0, Rt::A).unwrap().contains("10.244.1.5"));
     }
-    let replaced = follow_change(
-        &lab,
-        &db0,
-        Rt::A,
-        || lab.kube.apply(&slice("db", &[("10.244.1.6", "db-0")])),
-        |a| a.contains("10.244.1.6") && !a.contains("10.244.1.5"),
-    );
+    let replaced = replace_db0(&lab, &db0);
     assert_followed(&replaced);
     assert!(replaced.plain_last.contains("10.244.1.5"), "{replaced:?}");
     assert!(
@@ -510,13 +516,7 @@ fn only_headless_services_slices_are_watched_when_asked() {
             .unwrap()
             .contains("10.244.1.5")
     );
-    let replaced = follow_change(
-        &lab,
-        &db0,
-        Rt::A,
-        || lab.kube.apply(&slice("db", &[("10.244.1.6", "db-0")])),
-        |a| a.contains("10.244.1.6") && !a.contains("10.244.1.5"),
-    );
+    let replaced = replace_db0(&lab, &db0);
     assert_followed(&replaced);
     // Of the two slices, the watch holds the headless Service's.
     let objects = lab.metric(

@@ -252,15 +252,15 @@ pub(super) async fn follow<S: Source, Id: Ord, V: PartialEq>(
     let mut streaming = query.streaming;
     // The resource version to go on from; none: list first.
     let mut version: Option<String> = None;
-    let mut listed_events: Option<Events<S::Object>> = None;
-    // When a streaming list's watch is overdue.
-    let mut stream_overdue = tokio::time::Instant::now();
+    // A streaming list's watch, going on, and when it is overdue.
+    let mut listed_events: Option<(Events<S::Object>, tokio::time::Instant)> = None;
     loop {
         let Some(from) = version.as_mut() else {
+            // A streaming list's watch goes on: it is overdue as any.
+            let seconds = watch_seconds();
+            let overdue =
+                tokio::time::Instant::now() + Duration::from_secs(seconds.into()) + OVERDUE;
             let listed = if streaming {
-                let seconds = watch_seconds();
-                stream_overdue =
-                    tokio::time::Instant::now() + Duration::from_secs(seconds.into()) + OVERDUE;
                 match source::streamed(&source, &query, seconds).await {
                     Err(ListError::NoStreaming(why)) => {
                         tracing::info!(
@@ -293,7 +293,7 @@ pub(super) async fn follow<S: Source, Id: Ord, V: PartialEq>(
                         return;
                     }
                     version = Some(listed.version);
-                    listed_events = listed.events;
+                    listed_events = listed.events.map(|events| (events, overdue));
                     backoff.reset();
                 }
                 Err(e) => {
@@ -308,13 +308,9 @@ pub(super) async fn follow<S: Source, Id: Ord, V: PartialEq>(
         };
         let started = Instant::now();
         let seconds = watch_seconds();
-        let mut overdue =
-            tokio::time::Instant::now() + Duration::from_secs(seconds.into()) + OVERDUE;
-        let events = match listed_events.take() {
-            Some(events) => {
-                overdue = stream_overdue;
-                events
-            }
+        let overdue = tokio::time::Instant::now() + Duration::from_secs(seconds.into()) + OVERDUE;
+        let (events, overdue) = match listed_events.take() {
+            Some(streamed) => streamed,
             None => match source.watch(&query.watch(seconds), from).await {
                 Ok(events) => {
                     if !state.current {
@@ -324,7 +320,7 @@ pub(super) async fn follow<S: Source, Id: Ord, V: PartialEq>(
                         state.changed();
                         state.resuming = true;
                     }
-                    events
+                    (events, overdue)
                 }
                 Err(e) if is_gone(&e) => {
                     tracing::info!(

@@ -112,6 +112,23 @@ fn etcd_bin() -> PathBuf {
     }
 }
 
+/// A kubeconfig at `path` for `user` (by `token`) reaching the API server
+/// at `server`, trusting the CA in `dir`.
+fn write_kubeconfig(path: &Path, dir: &Path, server: &str, user: &str, token: &str) {
+    std::fs::write(
+        path,
+        format!(
+            "apiVersion: v1\nkind: Config\n\
+             clusters:\n- name: test\n  cluster: {{certificate-authority: {ca}, server: \"https://{server}\"}}\n\
+             users:\n- name: {user}\n  user: {{token: {token}}}\n\
+             contexts:\n- name: test\n  context: {{cluster: test, user: {user}}}\n\
+             current-context: test\n",
+            ca = dir.join("ca.crt").display(),
+        ),
+    )
+    .unwrap();
+}
+
 /// `openssl ARGS` in `dir`, `args` split at spaces.
 fn openssl(dir: &Path, args: &str) {
     run_ok(
@@ -222,18 +239,7 @@ impl Kube {
         .unwrap();
         std::fs::write(d.join("audit-policy.yaml"), AUDIT_POLICY).unwrap();
         let kubeconfig = d.join("kubeconfig");
-        std::fs::write(
-            &kubeconfig,
-            format!(
-                "apiVersion: v1\nkind: Config\n\
-                 clusters:\n- name: test\n  cluster: {{certificate-authority: {ca}, server: \"https://{API}\"}}\n\
-                 users:\n- name: admin\n  user: {{token: {TOKEN}}}\n\
-                 contexts:\n- name: test\n  context: {{cluster: test, user: admin}}\n\
-                 current-context: test\n",
-                ca = d.join("ca.crt").display(),
-            ),
-        )
-        .unwrap();
+        write_kubeconfig(&kubeconfig, d, API, "admin", TOKEN);
 
         // etcd's data on tmpfs when there is one: no disk syncs to wait for.
         let etcd_data = tempfile::Builder::new()
@@ -345,18 +351,13 @@ impl Kube {
             .dir
             .path()
             .join(format!("kubeconfig-nodens-{}", server.port()));
-        std::fs::write(
+        write_kubeconfig(
             &path,
-            format!(
-                "apiVersion: v1\nkind: Config\n\
-                 clusters:\n- name: test\n  cluster: {{certificate-authority: {ca}, server: \"https://{server}\"}}\n\
-                 users:\n- name: nodens\n  user: {{token: {NODENS_TOKEN}}}\n\
-                 contexts:\n- name: test\n  context: {{cluster: test, user: nodens}}\n\
-                 current-context: test\n",
-                ca = self.dir.path().join("ca.crt").display(),
-            ),
-        )
-        .unwrap();
+            self.dir.path(),
+            &server.to_string(),
+            "nodens",
+            NODENS_TOKEN,
+        );
         path
     }
 
