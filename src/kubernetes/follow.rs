@@ -1,6 +1,7 @@
 //! Cached cluster answers that follow the API (`[cluster] follow_api`):
 //! one cluster-wide watch of Services and one of EndpointSlices, the
-//! objects kube-proxy on every node already watches. Each change the
+//! objects kube-proxy on every node already watches, read as kube-proxy
+//! reads them, in protobuf (`watch/protobuf.rs`). Each change the
 //! watches hand over is compared with what they knew before, and the
 //! cached answers it may have changed are dropped (`cache::follow`): the
 //! Service's node and every name below it (its addresses, its endpoints'
@@ -26,12 +27,13 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_pb::api::core::v1::Service;
+use k8s_pb::api::discovery::v1::EndpointSlice;
+use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::config::FollowEndpoints;
 use super::metrics::{KubeMetrics, WatchLabels};
-use super::watch::{Follower, Objects, Query, follow};
+use super::watch::{Follower, Protobuf, Query, follow};
 use crate::cache::follow::{Coverage, Purge};
 
 /// What a change of the API acts on: the cache (its coverage, its hold,
@@ -82,7 +84,8 @@ fn digest(parts: impl Hash) -> u64 {
     h.finish()
 }
 
-fn id_of(meta: &kube::api::ObjectMeta) -> Option<Id> {
+fn id_of(meta: Option<&ObjectMeta>) -> Option<Id> {
+    let meta = meta?;
     Some((
         meta.namespace.as_deref()?.to_ascii_lowercase().into(),
         meta.name.as_deref()?.to_ascii_lowercase().into(),
@@ -91,11 +94,8 @@ fn id_of(meta: &kube::api::ObjectMeta) -> Option<Id> {
 
 fn service_view(s: &Service) -> ServiceView {
     let spec = s.spec.as_ref();
-    let external = spec.and_then(|s| s.type_.as_deref()) == Some("ExternalName");
-    let listed = spec
-        .and_then(|s| s.cluster_ips.as_ref())
-        .into_iter()
-        .flatten();
+    let external = spec.and_then(|s| s.r#type.as_deref()) == Some("ExternalName");
+    let listed = spec.into_iter().flat_map(|s| &s.cluster_ips);
     let mut addresses: Vec<IpAddr> = spec
         .and_then(|s| s.cluster_ip.as_ref())
         .into_iter()
@@ -105,14 +105,13 @@ fn service_view(s: &Service) -> ServiceView {
     addresses.sort();
     addresses.dedup();
     let ports: Vec<_> = spec
-        .and_then(|s| s.ports.as_ref())
         .into_iter()
-        .flatten()
+        .flat_map(|s| &s.ports)
         .map(|p| (p.name.as_deref(), p.protocol.as_deref(), p.port))
         .collect();
     let digest = digest((
         ports,
-        spec.and_then(|s| s.type_.as_deref()),
+        spec.and_then(|s| s.r#type.as_deref()),
         spec.and_then(|s| s.external_name.as_deref()),
         spec.and_then(|s| s.publish_not_ready_addresses),
     ));
@@ -126,9 +125,8 @@ fn service_view(s: &Service) -> ServiceView {
 fn slice_view(s: &EndpointSlice) -> SliceView {
     let service = s
         .metadata
-        .labels
         .as_ref()
-        .and_then(|l| l.get(SERVICE_NAME_LABEL))
+        .and_then(|m| m.labels.get(SERVICE_NAME_LABEL))
         .map(|n| n.to_ascii_lowercase().into());
     let mut addresses: Vec<IpAddr> = s
         .endpoints
@@ -155,7 +153,6 @@ fn slice_view(s: &EndpointSlice) -> SliceView {
     let ports: Vec<_> = s
         .ports
         .iter()
-        .flatten()
         .map(|p| (p.name.as_deref(), p.protocol.as_deref(), p.port))
         .collect();
     SliceView {
@@ -424,18 +421,18 @@ pub(crate) async fn watch(client: kube::Client, state: Arc<FollowState>, streami
     };
     let (mut to_services, mut to_slices) = (Services(state.clone()), Slices(state.clone()));
     let follow_services = follow(
-        Objects(kube::Api::<Service>::all(client.clone())),
+        Protobuf::<Service>::all(client.clone()),
         query.clone(),
-        |s: &Service| id_of(&s.metadata),
+        |s: &Service| id_of(s.metadata.as_ref()),
         service_view,
         service_labels,
         &metrics,
         &mut to_services,
     );
     let follow_slices = follow(
-        Objects(kube::Api::<EndpointSlice>::all(client)),
+        Protobuf::<EndpointSlice>::all(client),
         slice_query,
-        |s: &EndpointSlice| id_of(&s.metadata),
+        |s: &EndpointSlice| id_of(s.metadata.as_ref()),
         slice_view,
         slice_labels,
         &metrics,

@@ -2,29 +2,58 @@
 
 use super::*;
 
-fn service(json: serde_json::Value) -> Service {
-    serde_json::from_value(json).unwrap()
+use k8s_pb::api::core::v1::{ServicePort, ServiceSpec};
+
+fn service(labels: &[(&str, &str)], spec: ServiceSpec) -> Service {
+    let metadata = ObjectMeta {
+        name: Some("web".into()),
+        namespace: Some("a".into()),
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..ObjectMeta::default()
+    };
+    Service {
+        metadata: Some(metadata),
+        spec: Some(spec),
+        ..Service::default()
+    }
 }
 
 #[test]
 fn a_service_view_changes_with_what_dns_answers_from() {
-    use serde_json::json;
-    let meta = json!({"name": "web", "namespace": "a"});
-    let labelled = json!({"name": "web", "namespace": "a", "labels": {"x": "y"}});
-    let spec =
-        |port: u16| json!({"clusterIP": "10.96.0.20", "ports": [{"name": "http", "port": port}]});
-    let a = service_view(&service(json!({"metadata": meta, "spec": spec(80)})));
-    let b = service_view(&service(json!({"metadata": labelled, "spec": spec(80)})));
-    let c = service_view(&service(json!({"metadata": meta, "spec": spec(8080)})));
+    let spec = |port: i32| ServiceSpec {
+        cluster_ip: Some("10.96.0.20".into()),
+        ports: vec![ServicePort {
+            name: Some("http".into()),
+            port: Some(port),
+            ..ServicePort::default()
+        }],
+        ..ServiceSpec::default()
+    };
+    let a = service_view(&service(&[], spec(80)));
+    let b = service_view(&service(&[("x", "y")], spec(80)));
+    let c = service_view(&service(&[], spec(8080)));
     assert_eq!(a, b, "a label changes no answer");
     assert_ne!(a, c, "a port changes the SRV answer");
     assert_eq!(&*a.addresses, &["10.96.0.20".parse::<IpAddr>().unwrap()]);
     let headless = service_view(&service(
-        json!({"metadata": meta, "spec": {"clusterIP": "None"}}),
+        &[],
+        ServiceSpec {
+            cluster_ip: Some("None".into()),
+            ..ServiceSpec::default()
+        },
     ));
     assert!(headless.addresses.is_empty() && !headless.external);
-    let external = service_view(&service(json!({"metadata": meta,
-        "spec": {"type": "ExternalName", "externalName": "example.com"}})));
+    let external = service_view(&service(
+        &[],
+        ServiceSpec {
+            r#type: Some("ExternalName".into()),
+            external_name: Some("example.com".into()),
+            ..ServiceSpec::default()
+        },
+    ));
     assert!(external.external);
 }
 

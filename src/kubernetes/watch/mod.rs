@@ -26,6 +26,7 @@
 //!   replay's end (a resource that did not change gets no bookmark).
 
 mod backoff;
+mod protobuf;
 mod source;
 
 use std::collections::BTreeMap;
@@ -37,7 +38,8 @@ use rand::Rng;
 
 use super::metrics::{KubeMetrics, WatchLabels};
 use backoff::Backoff;
-use source::{Events, ListError, version_of};
+pub(crate) use protobuf::Protobuf;
+use source::{Events, ListError};
 pub(crate) use source::{Metadata, Objects, Query, Source};
 
 /// Changes are handed over once the stream has been quiet this long...
@@ -144,13 +146,13 @@ impl<Id: Ord, V: PartialEq, F: Follower<Id, V>> State<'_, Id, V, F> {
     }
 
     /// Reads one watch request's events until it ends, keeping `version`.
-    async fn consume<O: kube::Resource>(
+    async fn consume<S: Source>(
         &mut self,
-        mut events: Events<O>,
+        mut events: Events<S::Object>,
         overdue: tokio::time::Instant,
         version: &mut String,
-        id_of: &impl Fn(&O) -> Option<Id>,
-        extract: &mut impl FnMut(&O) -> V,
+        id_of: &impl Fn(&S::Object) -> Option<Id>,
+        extract: &mut impl FnMut(&S::Object) -> V,
     ) -> End {
         loop {
             let (quiet, max) = if self.resuming {
@@ -186,7 +188,7 @@ impl<Id: Ord, V: PartialEq, F: Follower<Id, V>> State<'_, Id, V, F> {
             };
             match event {
                 WatchEvent::Added(o) | WatchEvent::Modified(o) => {
-                    if let Some(v) = version_of(&o) {
+                    if let Some(v) = S::version_of(&o) {
                         v.clone_into(version);
                     }
                     let Some(id) = id_of(&o) else { continue };
@@ -199,7 +201,7 @@ impl<Id: Ord, V: PartialEq, F: Follower<Id, V>> State<'_, Id, V, F> {
                     }
                 }
                 WatchEvent::Deleted(o) => {
-                    if let Some(v) = version_of(&o) {
+                    if let Some(v) = S::version_of(&o) {
                         v.clone_into(version);
                     }
                     if let Some(id) = id_of(&o)
@@ -342,7 +344,7 @@ pub(super) async fn follow<S: Source, Id: Ord, V: PartialEq>(
             },
         };
         match state
-            .consume(events, overdue, from, &id_of, &mut extract)
+            .consume::<S>(events, overdue, from, &id_of, &mut extract)
             .await
         {
             End::Stop => return,

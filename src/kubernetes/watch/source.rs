@@ -47,24 +47,36 @@ impl Query {
 /// The events of one watch request.
 pub(super) type Events<O> = BoxStream<'static, kube::Result<WatchEvent<O>>>;
 
+/// One page of a list.
+pub(crate) struct Page<O> {
+    pub(crate) items: Vec<O>,
+    /// The token of the next page; none on the last.
+    pub(crate) next: Option<String>,
+    pub(crate) version: String,
+}
+
 /// One resource of the API, as a watch reads it.
 pub(crate) trait Source: Send + Sync {
-    type Object: Resource + DeserializeOwned + Clone + Debug + Send + 'static;
-    /// Whether the API server sends metadata only.
-    const METADATA: bool;
+    type Object: Send + 'static;
 
-    /// The resource's path on the API server.
-    fn url(&self) -> &str;
-    fn client(&self) -> kube::Client;
+    /// One page of a list (`token`: the one the last page gave).
+    fn page(
+        &self,
+        query: &Query,
+        token: Option<&str>,
+    ) -> impl Future<Output = kube::Result<Page<Self::Object>>> + Send;
 
     fn watch(
         &self,
         wp: &WatchParams,
         version: &str,
     ) -> impl Future<Output = kube::Result<Events<Self::Object>>> + Send;
+
+    /// An object's resource version.
+    fn version_of(o: &Self::Object) -> Option<&str>;
 }
 
-/// Whole objects.
+/// Whole objects, as JSON.
 pub(crate) struct Objects<K>(pub(crate) kube::Api<K>);
 
 impl<K> Source for Objects<K>
@@ -72,18 +84,18 @@ where
     K: Resource + DeserializeOwned + Clone + Debug + Send + Sync + 'static,
 {
     type Object = K;
-    const METADATA: bool = false;
 
-    fn url(&self) -> &str {
-        self.0.resource_url()
-    }
-
-    fn client(&self) -> kube::Client {
-        self.0.clone().into_client()
+    async fn page(&self, query: &Query, token: Option<&str>) -> kube::Result<Page<K>> {
+        let req = list_request(self.0.resource_url(), false, query, token)?;
+        json_page(&self.0.clone().into_client(), req).await
     }
 
     async fn watch(&self, wp: &WatchParams, version: &str) -> kube::Result<Events<K>> {
         Ok(self.0.watch(wp, version).await?.boxed())
+    }
+
+    fn version_of(o: &K) -> Option<&str> {
+        o.meta().resource_version.as_deref()
     }
 }
 
@@ -96,19 +108,31 @@ where
     K: Resource + DeserializeOwned + Clone + Debug + Send + Sync + 'static,
 {
     type Object = PartialObjectMeta<K>;
-    const METADATA: bool = true;
 
-    fn url(&self) -> &str {
-        self.0.resource_url()
-    }
-
-    fn client(&self) -> kube::Client {
-        self.0.clone().into_client()
+    async fn page(&self, query: &Query, token: Option<&str>) -> kube::Result<Page<Self::Object>> {
+        let req = list_request(self.0.resource_url(), true, query, token)?;
+        json_page(&self.0.clone().into_client(), req).await
     }
 
     async fn watch(&self, wp: &WatchParams, version: &str) -> kube::Result<Events<Self::Object>> {
         Ok(self.0.watch_metadata(wp, version).await?.boxed())
     }
+
+    fn version_of(o: &Self::Object) -> Option<&str> {
+        o.metadata.resource_version.as_deref()
+    }
+}
+
+async fn json_page<O: DeserializeOwned + Clone>(
+    client: &kube::Client,
+    req: hyper::Request<Vec<u8>>,
+) -> kube::Result<Page<O>> {
+    let list: ObjectList<O> = client.request(req).await?;
+    Ok(Page {
+        items: list.items,
+        next: list.metadata.continue_,
+        version: list.metadata.resource_version.unwrap_or_default(),
+    })
 }
 
 /// A whole list: its objects and the resource version to watch from.
@@ -128,16 +152,17 @@ pub(super) enum ListError {
     Failed(kube::Error),
 }
 
-/// One page of a list from the API server's watch cache:
+/// The request for one page of a list from the API server's watch cache:
 /// `resourceVersion=0` and the page size, as client-go's reflector (and so
 /// kube-proxy) asks. (kube's `ListParams` leaves the version out when a
 /// limit is set, which makes the list a quorum read from etcd.) A page
 /// after the first goes on from the token the last one gave.
-async fn page<S: Source>(
-    source: &S,
+pub(super) fn list_request(
+    url: &str,
+    metadata: bool,
     query: &Query,
     token: Option<&str>,
-) -> kube::Result<ObjectList<S::Object>> {
+) -> kube::Result<hyper::Request<Vec<u8>>> {
     let mut lp = ListParams::default();
     if query.page > 0 {
         lp = lp.limit(query.page);
@@ -145,8 +170,8 @@ async fn page<S: Source>(
     lp.label_selector.clone_from(&query.labels);
     lp.field_selector.clone_from(&query.fields);
     lp.continue_token = token.map(str::to_string);
-    let request = kube::core::Request::new(source.url());
-    let mut req = if S::METADATA {
+    let request = kube::core::Request::new(url);
+    let mut req = if metadata {
         request.list_metadata(&lp)
     } else {
         request.list(&lp)
@@ -161,7 +186,7 @@ async fn page<S: Source>(
         let uri = format!("{}{sep}resourceVersion=0", req.uri());
         *req.uri_mut() = uri.parse().map_err(|e| kube::Error::Service(Box::new(e)))?;
     }
-    source.client().request(req).await
+    Ok(req)
 }
 
 /// A paged list from the API server's watch cache.
@@ -170,14 +195,14 @@ pub(super) async fn paged<S: Source>(source: &S, query: &Query) -> kube::Result<
     let mut token: Option<String> = None;
     let mut requests = 0;
     loop {
-        let page = page(source, query, token.as_deref()).await?;
+        let page = source.page(query, token.as_deref()).await?;
         requests += 1;
         objects.extend(page.items);
-        token = page.metadata.continue_.filter(|c| !c.is_empty());
+        token = page.next.filter(|c| !c.is_empty());
         if token.is_none() {
             return Ok(Listed {
                 objects,
-                version: page.metadata.resource_version.unwrap_or_default(),
+                version: page.version,
                 events: None,
                 requests,
             });
@@ -241,9 +266,4 @@ pub(super) async fn streamed<S: Source>(
 /// `WatchList` gate off) or 400 (an older server's validation).
 fn refuses_streaming(code: u16) -> bool {
     matches!(code, 400 | 422)
-}
-
-/// An object's resource version.
-pub(super) fn version_of<O: Resource>(o: &O) -> Option<&str> {
-    o.meta().resource_version.as_deref()
 }
