@@ -12,7 +12,14 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GROUPS = [("informers", "kube-proxy-like informers"), ("nodens-before", "nodens before (d67672f)"),
-          ("nodens-after", "nodens"), ("nodens-headless", 'nodens, `follow_api_endpoints = "headless"`')]
+          ("nodens-after", "nodens (its default: headless Services' slices)"),
+          ("nodens-all", 'nodens, `follow_api_endpoints = "all"`')]
+# Results written while every slice was the default (up to 6086ac4, no
+# `follow_api_endpoints_default` in their config) name their groups by the
+# option instead.
+OLD_GROUPS = [("informers", "kube-proxy-like informers"), ("nodens-before", "nodens before (d67672f)"),
+              ("nodens-after", "nodens, every slice (then the default)"),
+              ("nodens-headless", 'nodens, `follow_api_endpoints = "headless"`')]
 
 
 def main():
@@ -22,6 +29,7 @@ def main():
     w = c["watchers"]
     scale = 1000 / w
     none = r.get("none", {})
+    groups = GROUPS if c.get("follow_api_endpoints_default") == "headless" else OLD_GROUPS
 
     def cost(group, phase, key):
         v = r[group][phase][key] - (none.get(phase, {}).get(key, 0) if key.endswith("_s") else 0)
@@ -40,7 +48,7 @@ def main():
             head += " s to the last request |"
         print(head)
         print("|---" * (head.count("|") - 1) + "|")
-        for g, label in GROUPS:
+        for g, label in groups:
             if g not in r:
                 continue
             p = r[g][phase]
@@ -55,7 +63,7 @@ def main():
     print("**Ratios to the informers** (CPU less the cluster's own, bytes, peak memory)\n")
     print("| | start CPU | start bytes | rollout CPU | rollout bytes | restart CPU | restart bytes | restart peak RSS |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for g, label in GROUPS[1:]:
+    for g, label in groups[1:]:
         if g not in r or "informers" not in r:
             continue
         cells = []
@@ -70,7 +78,7 @@ def main():
     print("**The watchers themselves** (all phases)\n")
     print("| | RSS MiB per watcher | CPU s per watcher |")
     print("|---|---:|---:|")
-    for g, label in GROUPS:
+    for g, label in groups:
         if g in r:
             print(f"| {label} | {r[g]['watcher_rss_mib'] / w:.1f} | {r[g]['watcher_cpu_s'] / w:.2f} |")
 

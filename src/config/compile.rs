@@ -268,7 +268,7 @@ impl File {
             ));
         }
         if !c.follow_api {
-            if c.follow_api_endpoints != crate::kubernetes::FollowEndpoints::All {
+            if c.follow_api_endpoints.is_some() {
                 return Err(super::check::key(
                     &["cluster", "follow_api_endpoints"],
                     "follow_api_endpoints needs `follow_api = true`",
@@ -284,7 +284,7 @@ impl File {
         }
         Ok(Some(super::FollowApiPlan {
             hold_past_ttl: hold,
-            endpoints: c.follow_api_endpoints,
+            endpoints: c.follow_api_endpoints.unwrap_or_default(),
         }))
     }
 

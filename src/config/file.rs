@@ -156,9 +156,9 @@ pub struct ClusterConfig {
     /// may be served while the watch is current (0: not at all).
     #[serde(with = "humantime_serde")]
     pub hold_past_ttl: Duration,
-    /// With `follow_api`, which EndpointSlices are watched: `"all"` or
-    /// `"headless"` (`kubernetes::FollowEndpoints`).
-    pub follow_api_endpoints: crate::kubernetes::FollowEndpoints,
+    /// With `follow_api`, which EndpointSlices are watched: `"headless"`
+    /// (when unset) or `"all"` (`kubernetes::FollowEndpoints`).
+    pub follow_api_endpoints: Option<crate::kubernetes::FollowEndpoints>,
 }
 
 impl Default for ClusterConfig {
@@ -179,7 +179,7 @@ impl Default for ClusterConfig {
             autopath: false,
             follow_api: false,
             hold_past_ttl: Duration::ZERO,
-            follow_api_endpoints: crate::kubernetes::FollowEndpoints::All,
+            follow_api_endpoints: None,
         }
     }
 }

@@ -10,11 +10,9 @@ fn hold_past_ttl_needs_follow_api_and_is_bounded() {
     assert_eq!(plan.hold_past_ttl, std::time::Duration::from_secs(300));
     assert!(c.kubernetes.is_some(), "the watch needs the API");
     assert!(parse("").unwrap().follow_api.is_none());
-    let headless = parse("follow_api = true\nfollow_api_endpoints = \"headless\"\n").unwrap();
-    assert_eq!(
-        headless.follow_api.unwrap().endpoints,
-        FollowEndpoints::Headless
-    );
+    assert_eq!(plan.endpoints, FollowEndpoints::Headless, "the default");
+    let all = parse("follow_api = true\nfollow_api_endpoints = \"all\"\n").unwrap();
+    assert_eq!(all.follow_api.unwrap().endpoints, FollowEndpoints::All);
     let e = parse("follow_api = true\nfollow_api_endpoints = \"some\"\n").unwrap_err();
     assert!(
         e.to_string().contains("expected `all` or `headless`"),
@@ -33,6 +31,11 @@ fn hold_past_ttl_needs_follow_api_and_is_bounded() {
         ),
         (
             "follow_api_endpoints = \"headless\"\n",
+            "follow_api_endpoints",
+            "needs `follow_api = true`",
+        ),
+        (
+            "follow_api_endpoints = \"all\"\n",
             "follow_api_endpoints",
             "needs `follow_api = true`",
         ),

@@ -19,18 +19,23 @@ pub struct FollowApiPlan {
 }
 
 /// Which EndpointSlices `follow_api` watches (`[cluster]
-/// follow_api_endpoints`).
+/// follow_api_endpoints`). Headless Services' by default: by the
+/// Kubernetes DNS specification only a headless Service's endpoints have
+/// names, so those slices and the Services are what the specification's
+/// answers are made of, and together with kube-proxy's watch (every
+/// other slice) each slice is read once per node (docs/scale.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FollowEndpoints {
-    /// Every Service's: a change of any endpoint drops the answers it
-    /// alters.
-    #[default]
+    /// Every Service's: a change of any endpoint also drops the answers
+    /// CoreDNS makes of a ClusterIP Service's endpoints beyond the
+    /// specification (their hostnames below its name, their addresses'
+    /// PTRs), at the price of reading every slice kube-proxy reads.
     All,
     /// Headless Services' only (the slices kube-proxy does not watch):
-    /// the answers made of a ClusterIP Service's endpoints (its endpoints'
-    /// hostnames, their addresses' PTRs) then follow their TTL, and are
-    /// never held past it.
+    /// the answers made of a ClusterIP Service's endpoints then follow
+    /// their TTL, and are never held past it.
+    #[default]
     Headless,
 }
 

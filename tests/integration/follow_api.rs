@@ -488,19 +488,19 @@ fn changes_of_the_api_reach_the_cache_within_a_second() {
     in_netns(&lab.ns.name, || lab.follow.assert_alive());
 }
 
-/// `follow_api_endpoints = "headless"`: only the headless Services'
-/// EndpointSlices are read (the ones kube-proxy leaves out), and their
-/// changes are followed as with every slice.
+/// By default (`follow_api_endpoints = "headless"`) only the headless
+/// Services' EndpointSlices are read (the ones kube-proxy leaves out), and
+/// their changes are followed as with every slice; with `"all"`, every
+/// slice.
 #[test]
-fn only_headless_services_slices_are_watched_when_asked() {
+fn only_headless_services_slices_are_watched_unless_all_are_asked() {
     needs!(
         Need::Root,
         Need::Tool("ip"),
         Need::Kubernetes,
         Need::CoreDns
     );
-    let headless = "follow_api = true\nfollow_api_endpoints = \"headless\"\n";
-    let mut lab = Lab::start("fheadless", headless, cluster_zone);
+    let mut lab = Lab::start("fheadless", "follow_api = true\n", cluster_zone);
     // A ClusterIP Service's slice (no headless label) and a headless one.
     lab.kube.create(&format!(
         "{}---\n{}---\n{}---\n{}",
@@ -525,6 +525,25 @@ fn only_headless_services_slices_are_watched_when_asked() {
     );
     assert_eq!(objects, 1.0, "only the headless Service's slice");
     in_netns(&lab.ns.name, || lab.follow.assert_alive());
+    // With "all", both.
+    let core = lab.core.addr;
+    lab.follow.reload(&config(
+        &Net::fixed(21),
+        &lab.kube,
+        "follow_api = true\nfollow_api_endpoints = \"all\"\n",
+        cluster_zone(core),
+        core,
+        0,
+    ));
+    let slices = || {
+        lab.metric(
+            "nodens_kubernetes_watch_objects",
+            &[("resource", "endpointslices"), ("watch", "follow_api")],
+        )
+    };
+    wait_until(Duration::from_secs(30), "every slice with \"all\"", || {
+        (slices() == 2.0).then_some(())
+    });
 }
 
 #[test]

@@ -210,7 +210,7 @@ follow_api = true
 {{- with .Values.search.holdPastTtl }}
 hold_past_ttl = {{ toJson . }}
 {{- end }}
-{{- if ne (.Values.search.followApiEndpoints | default "all") "all" }}
+{{- if ne (.Values.search.followApiEndpoints | default "headless") "headless" }}
 follow_api_endpoints = {{ toJson .Values.search.followApiEndpoints }}
 {{- end }}
 {{- end }}
