@@ -1,5 +1,6 @@
 //! How a watch reads its resource from the API: whole objects or metadata
-//! only, with its selectors, listed in pages or streamed.
+//! only, as JSON through kube (here) or as protobuf (`protobuf.rs`), with
+//! its selectors, listed in pages or streamed.
 //!
 //! A list comes one of two ways. By default, in pages from the API
 //! server's watch cache (`resourceVersion=0`, as kube-proxy's informers
