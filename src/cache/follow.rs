@@ -68,9 +68,9 @@ pub(crate) struct Coverage {
     /// Every ClusterIP and endpoint address the watch knows.
     pub addresses: HashSet<IpAddr>,
     /// The nodes of Services whose EndpointSlices the watch does not read
-    /// (`follow_api_endpoints = "headless"`): their own node is covered
-    /// (its addresses come from the Service), the names below it (their
-    /// endpoints' hostnames) are not.
+    /// (`follow_api_endpoints = "headless"`): their own node and their SRV
+    /// names are covered (they come from the Service), the other names
+    /// below it (their endpoints' names) are not.
     pub partial: HashSet<Box<[u8]>>,
 }
 
@@ -81,7 +81,9 @@ impl Coverage {
     /// knows.
     pub(crate) fn holds(&self, name: &[u8]) -> bool {
         if let Some(node) = service_node(name, &self.svc_zone) {
-            let below_partial = node > 0 && self.partial.contains(&name[node..]);
+            let below_partial = node > 0
+                && self.partial.contains(&name[node..])
+                && !is_port_protocol(&name[..node]);
             return !self.external.contains(&name[node..]) && !has_wildcard(name) && !below_partial;
         }
         reverse_address(name).is_some_and(|ip| self.addresses.contains(&ip))
@@ -99,6 +101,21 @@ pub(crate) fn service_node(name: &[u8], svc_zone: &[u8]) -> Option<usize> {
     let i = starts.iter().position(|&at| at == zone_at)?;
     // Two labels above `svc.<domain>`: the namespace, then the Service.
     i.checked_sub(2).map(|s| starts[s])
+}
+
+/// Whether `labels` (the wire form below a Service's node) is
+/// `_<port>._<protocol>`: an SRV name made of the Service's own ports,
+/// which the Service watch covers without its slices.
+fn is_port_protocol(labels: &[u8]) -> bool {
+    let (mut at, mut count) = (0, 0);
+    while let Some(&len) = labels.get(at) {
+        if len == 0 || labels.get(at + 1) != Some(&b'_') {
+            return false;
+        }
+        at += 1 + usize::from(len);
+        count += 1;
+    }
+    at == labels.len() && count == 2
 }
 
 fn has_wildcard(name: &[u8]) -> bool {

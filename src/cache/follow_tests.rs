@@ -30,10 +30,14 @@ fn service_nodes_and_coverage() {
         partial: [wire("db.team-a.svc.cluster.local.")].into(),
     };
     assert!(coverage.holds(&name));
-    // A Service whose slices are not read: its own node, not the names of
-    // its endpoints below it.
+    // A Service whose slices are not read: its own node and its SRV names,
+    // not the names of its endpoints below it.
     assert!(coverage.holds(&wire("db.team-a.svc.cluster.local.")));
+    assert!(coverage.holds(&wire("_pg._tcp.db.team-a.svc.cluster.local.")));
     assert!(!coverage.holds(&wire("pod-1.db.team-a.svc.cluster.local.")));
+    assert!(!coverage.holds(&wire("_pg.pod-1.db.team-a.svc.cluster.local.")));
+    assert!(!coverage.holds(&wire("_pg._tcp.pod-1.db.team-a.svc.cluster.local.")));
+    assert!(!coverage.holds(&wire("_x._pg._tcp.db.team-a.svc.cluster.local.")));
     assert!(coverage.holds(&wire("pod-1.web.team-a.svc.cluster.local.")));
     assert!(coverage.holds(&wire("nope.team-b.svc.cluster.local.")));
     assert!(!coverage.holds(&wire("ext.team-a.svc.cluster.local.")));
