@@ -62,9 +62,11 @@ pub(crate) const HELD_TTL: u32 = 1;
 pub(crate) struct Coverage {
     /// `svc.<domain>` in lower-case wire form.
     pub svc_zone: Box<[u8]>,
-    /// The nodes (`<svc>.<ns>.svc.<domain>`) of ExternalName Services,
-    /// whose answers carry records from outside the cluster.
-    pub external: HashSet<Box<[u8]>>,
+    /// The nodes (`<svc>.<ns>.svc.<domain>`) whose answers the watch
+    /// cannot vouch for, at or below: ExternalName Services (records from
+    /// outside the cluster), and headless Services none of whose slices
+    /// the watch reads.
+    pub uncovered: HashSet<Box<[u8]>>,
     /// Every ClusterIP and endpoint address the watch knows.
     pub addresses: HashSet<IpAddr>,
     /// The nodes of Services whose EndpointSlices the watch does not read
@@ -77,14 +79,15 @@ pub(crate) struct Coverage {
 impl Coverage {
     /// Whether an answer for `name` (folded wire form) may be held: a name
     /// at or below a Service's node of a cluster domain (no wildcard, not
-    /// an ExternalName Service), or the PTR name of an address the watch
-    /// knows.
+    /// an uncovered node), or the PTR name of an address the watch knows.
     pub(crate) fn holds(&self, name: &[u8]) -> bool {
         if let Some(node) = service_node(name, &self.svc_zone) {
             let below_partial = node > 0
                 && self.partial.contains(&name[node..])
                 && !is_port_protocol(&name[..node]);
-            return !self.external.contains(&name[node..]) && !has_wildcard(name) && !below_partial;
+            return !self.uncovered.contains(&name[node..])
+                && !has_wildcard(name)
+                && !below_partial;
         }
         reverse_address(name).is_some_and(|ip| self.addresses.contains(&ip))
     }

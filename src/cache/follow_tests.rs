@@ -25,7 +25,7 @@ fn service_nodes_and_coverage() {
     );
     let coverage = Coverage {
         svc_zone: zone,
-        external: [wire("ext.team-a.svc.cluster.local.")].into(),
+        uncovered: [wire("ext.team-a.svc.cluster.local.")].into(),
         addresses: ["10.96.0.20".parse().unwrap()].into(),
         partial: [wire("db.team-a.svc.cluster.local.")].into(),
     };

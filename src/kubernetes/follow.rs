@@ -21,7 +21,7 @@
 //! outage or a restart of the watch, so the list taken after it drops
 //! what changed meanwhile.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
@@ -273,10 +273,25 @@ impl FollowState {
 
     /// What the watches cover now, for marking answers holdable.
     fn coverage(inner: &Inner, endpoints: FollowEndpoints) -> Coverage {
-        let external = inner
+        // A headless Service is made of its slices. When only headless
+        // Services' slices are read (by their label), one whose slices
+        // carry no label (written by hand, not by the EndpointSlice
+        // controller) is not seen: neither its name nor the names below it
+        // are held. An ExternalName's answer is made outside the cluster.
+        let with_slices: HashSet<(&str, &str)> = inner
+            .slices
+            .iter()
+            .filter_map(|((ns, _), s)| Some((&**ns, s.service.as_deref()?)))
+            .collect();
+        let unseen = |(ns, name): &Id, s: &ServiceView| {
+            endpoints == FollowEndpoints::Headless
+                && s.addresses.is_empty()
+                && !with_slices.contains(&(&**ns, &**name))
+        };
+        let uncovered = inner
             .services
             .iter()
-            .filter(|(_, s)| s.external)
+            .filter(|(id, s)| s.external || unseen(id, s))
             .map(|((ns, name), _)| Self::service_node(&inner.svc_zone, ns, name))
             .collect();
         let addresses = inner
@@ -299,7 +314,7 @@ impl FollowState {
         };
         Coverage {
             svc_zone: inner.svc_zone.clone(),
-            external,
+            uncovered,
             addresses,
             partial,
         }

@@ -76,3 +76,54 @@ fn changes_are_found_both_ways() {
         ]
     );
 }
+
+#[test]
+fn a_headless_service_whose_slices_are_not_read_is_not_held() {
+    let view = |addresses: &[&str], external| ServiceView {
+        addresses: addresses.iter().map(|a| a.parse().unwrap()).collect(),
+        external,
+        digest: 0,
+    };
+    let id = |n: &str| -> Id { ("a".into(), n.into()) };
+    let inner = Inner {
+        svc_zone: crate::wire::name::from_text("svc.cluster.local.")
+            .unwrap()
+            .into(),
+        services: [
+            (id("web"), view(&["10.96.0.20"], false)),
+            (id("db"), view(&[], false)),
+            (id("manual"), view(&[], false)),
+            (id("ext"), view(&[], true)),
+        ]
+        .into(),
+        // Only db's slice carries the headless label, so only it is read.
+        slices: [(
+            ("a".into(), "db-1".into()),
+            SliceView {
+                service: Some("db".into()),
+                addresses: ["10.244.0.5".parse().unwrap()].into(),
+                digest: 0,
+            },
+        )]
+        .into(),
+        ..Inner::default()
+    };
+    let holds = |endpoints, name: &str| {
+        FollowState::coverage(&inner, endpoints).holds(&crate::wire::name::from_text(name).unwrap())
+    };
+    use FollowEndpoints::{All, Headless};
+    for name in ["db.a.svc.cluster.local.", "db-0.db.a.svc.cluster.local."] {
+        assert!(holds(Headless, name), "{name}");
+    }
+    for name in [
+        "manual.a.svc.cluster.local.",
+        "x.manual.a.svc.cluster.local.",
+    ] {
+        assert!(!holds(Headless, name), "{name}: its slices are not read");
+        assert!(holds(All, name), "{name}: every slice is read");
+    }
+    assert!(!holds(All, "ext.a.svc.cluster.local."));
+    assert!(holds(Headless, "web.a.svc.cluster.local."));
+    assert!(!holds(Headless, "pod-1.web.a.svc.cluster.local."));
+    assert!(holds(All, "pod-1.web.a.svc.cluster.local."));
+}
