@@ -17,6 +17,7 @@ mod autopath;
 mod autopath_memory;
 mod budgets;
 mod cluster_schema;
+mod cluster_spec;
 mod coalescing;
 mod control;
 mod convert_corefile;

@@ -1,0 +1,238 @@
+//! A differential of the Kubernetes DNS specification: a real
+//! kube-apiserver holding every kind of object the specification names
+//! (`cluster_spec/cases.rs`), CoreDNS's `kubernetes` plugin serving them
+//! (the plugin's default TTL, 5 s), and two nodens in front of it: the
+//! chart's defaults, and every cluster feature on (autopath, `follow_api`
+//! with `hold_past_ttl`, `no_aaaa_for_ipv4_pods`, speculation, local
+//! NXDOMAIN, the namespace watch's denials, budgets, the workload
+//! counters). Every question the specification answers about the objects
+//! is asked of CoreDNS directly and of each nodens, then again from their
+//! caches, and again after each change of the API (a Service created and
+//! a headless Service scaled up; endpoints replaced and a hostname gone; a
+//! Service deleted): nodens with every feature as soon as `follow_api`
+//! promises (a second after CoreDNS shows the change), and both once the
+//! answers cached before the change have expired. Any difference fails
+//! the test unless [`cases::KNOWN`] lists it with its reason.
+//!
+//! Not covered yet: dual-stack ClusterIPs (the test API server has one
+//! service CIDR), and clients that are pods of the node (autopath and the
+//! AAAA filter answer only those; here they are on and must change nothing
+//! for other clients).
+
+#[path = "cluster_spec/cases.rs"]
+mod cases;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use hickory_proto::rr::RecordType as Rt;
+use support::*;
+
+use cases::{KNOWN, LATE, NS};
+
+const NODE: &str = "node-1";
+/// The plugin's TTL for every answer and denial: what a cache may serve
+/// after a change.
+const TTL: Duration = Duration::from_secs(5);
+
+struct Lab {
+    ns: Netns,
+    kube: Kube,
+    core: KubeDns,
+    /// The chart's defaults.
+    defaults: Nodens,
+    /// Every cluster feature on.
+    features: Nodens,
+}
+
+fn zones(cfg: Cfg, core: SocketAddr, no_aaaa: bool) -> Cfg {
+    cfg.zone(Zone::new("cluster.local.", &[core]).no_aaaa_for_ipv4_pods(no_aaaa))
+        .zone(Zone::new("in-addr.arpa.", &[core]))
+        .zone(Zone::new("ip6.arpa.", &[core]))
+}
+
+impl Lab {
+    fn start() -> Lab {
+        let ns = Netns::create("spec");
+        let kube = Kube::start(&ns);
+        kube.create(&cases::objects());
+        let core = KubeDns::start_bound_ttl(&ns, &kube, TTL.as_secs() as u32);
+        let probe = Q::new("db-0.db.spec-a.svc.cluster.local.", Rt::A);
+        wait_until(secs(30), "CoreDNS to serve the objects", || {
+            in_netns(&ns.name, || udp_query_timeout(core.addr, &probe, ms(500)))
+                .filter(|r| r.a() == [ipv4("10.244.2.20")])
+        });
+        let defaults = zones(Cfg::new(&Net::fixed(30)), core.addr, false).to_toml();
+        let features = zones(Cfg::new(&Net::fixed(31)), core.addr, true)
+            .server_option("workload_counters", "true")
+            .raw(&format!(
+                "[cluster]\nautopath = true\nfollow_api = true\nhold_past_ttl = \"5m\"\n\
+                 namespaces_from_api = true\n\n[budget]\nqueries_per_second = 100000\n\
+                 misses_in_flight = 1000\n\n{}",
+                kube.pod_watch(NODE)
+            ))
+            .to_toml();
+        let launch = |toml: &str| {
+            let mut nodens = Nodens::launch(toml, &ns.exec());
+            in_netns(&ns.name, || nodens.wait_ready());
+            nodens
+        };
+        let defaults = launch(&defaults);
+        let features = launch(&features);
+        let lab = Lab {
+            ns,
+            kube,
+            core,
+            defaults,
+            features,
+        };
+        wait_until(secs(30), "the feature nodens's watches", || {
+            lab.synced().then_some(())
+        });
+        lab
+    }
+
+    fn synced(&self) -> bool {
+        [
+            ("services", "follow_api"),
+            ("endpointslices", "follow_api"),
+            ("namespaces", "all"),
+            ("pods", NODE),
+        ]
+        .iter()
+        .all(|(resource, watch)| {
+            in_netns(&self.ns.name, || {
+                self.features.metric(
+                    "nodens_kubernetes_watch_synced",
+                    &[("resource", resource), ("watch", watch)],
+                )
+            }) == 1.0
+        })
+    }
+
+    fn ask(&self, to: SocketAddr, name: &str, t: Rt) -> Compared {
+        let q = Q::new(name, t);
+        Compared::of_option(in_netns(&self.ns.name, || udp_query_timeout(to, &q, secs(3))).as_ref())
+    }
+
+    /// Waits until CoreDNS answers `name` with the addresses `a` (none:
+    /// NXDOMAIN, or NODATA where the name has other records).
+    fn core_shows(&self, name: &str, a: &[&str]) {
+        let q = Q::new(name, Rt::A);
+        let want: Vec<_> = a.iter().map(|a| ipv4(a)).collect();
+        wait_until(secs(30), &format!("CoreDNS to show {name} {a:?}"), || {
+            let r = in_netns(&self.ns.name, || {
+                udp_query_timeout(self.core.addr, &q, ms(500))
+            })?;
+            let mut got = r.a();
+            got.sort();
+            let answered = matches!(r.rcode(), rcode::NXDOMAIN | rcode::NOERROR);
+            (answered && got == want).then_some(())
+        });
+    }
+
+    /// Asks every question of CoreDNS and of `which` nodens; the
+    /// differences not known, each as a line.
+    fn differences(&self, phase: &str, which: &[(&'static str, &Nodens)]) -> Vec<String> {
+        let (mut out, mut seen) = (Vec::new(), Vec::new());
+        for (name, t) in cases::questions() {
+            let direct = self.ask(self.core.addr, &name, t);
+            for (config, nodens) in which {
+                let got = self.ask(nodens.dns, &name, t);
+                let known = KNOWN.iter().find(|k| {
+                    k.config == *config
+                        && k.phases.contains(&phase)
+                        && k.name == name
+                        && k.qtype == t
+                });
+                match known {
+                    Some(k) if got != direct => {
+                        seen.push(format!("[{phase}] {config}: {name} {t}: {}", k.why));
+                    }
+                    None if got != direct => out.push(format!(
+                        "[{phase}] {config}: {name} {t}: CoreDNS {direct}, nodens {got}"
+                    )),
+                    _ => {}
+                }
+            }
+        }
+        // Listed, and seen: printed (they depend on timing, so one not
+        // seen is no failure).
+        for line in seen {
+            eprintln!("known: {line}");
+        }
+        out
+    }
+
+    /// The features' nodens at follow_api's promise, then both once the
+    /// answers cached before the change have expired.
+    fn after_change(&self, phase: &'static str, found: &mut Vec<String>) {
+        std::thread::sleep(Duration::from_secs(1));
+        found.extend(self.differences(phase, &[("features, at once", &self.features)]));
+        std::thread::sleep(TTL + Duration::from_secs(1));
+        found.extend(self.differences(
+            phase,
+            &[("defaults", &self.defaults), ("features", &self.features)],
+        ));
+    }
+}
+
+#[test]
+fn nodens_answers_the_specification_as_coredns_while_the_api_changes() {
+    needs!(
+        Need::Root,
+        Need::Tool("ip"),
+        Need::Kubernetes,
+        Need::CoreDns
+    );
+    let mut lab = Lab::start();
+    let both: [(&str, &Nodens); 2] = [("defaults", &lab.defaults), ("features", &lab.features)];
+    let mut found = lab.differences("start", &both);
+    found.extend(lab.differences("start, cached", &both));
+
+    // A Service created, a headless Service scaled up.
+    lab.kube.create(LATE);
+    lab.kube.apply(&cases::db_slice(&[
+        ("db-0", "10.244.2.20", true),
+        ("db-1", "10.244.2.21", false),
+        ("db-2", "10.244.2.22", true),
+    ]));
+    lab.core_shows("db-2.db.spec-a.svc.cluster.local.", &["10.244.2.22"]);
+    lab.core_shows("late.spec-a.svc.cluster.local.", &["10.96.2.50"]);
+    lab.after_change("created", &mut found);
+
+    // Endpoints replaced, a hostname gone.
+    lab.kube.apply(&cases::web_slice(&["10.244.2.12"]));
+    lab.kube.apply(&cases::db_slice(&[
+        ("db-1", "10.244.2.21", true),
+        ("db-2", "10.244.2.22", true),
+    ]));
+    lab.core_shows("db-0.db.spec-a.svc.cluster.local.", &[]);
+    lab.core_shows(
+        "10-244-2-12.web.spec-a.svc.cluster.local.",
+        &["10.244.2.12"],
+    );
+    lab.after_change("replaced", &mut found);
+
+    // A Service deleted.
+    lab.kube
+        .try_kubectl(&["-n", NS, "delete", "service", "late"], None)
+        .unwrap();
+    lab.kube
+        .try_kubectl(&["-n", NS, "delete", "endpointslice", "late-1"], None)
+        .unwrap();
+    lab.core_shows("late.spec-a.svc.cluster.local.", &[]);
+    lab.after_change("deleted", &mut found);
+
+    let ns = lab.ns.name.clone();
+    in_netns(&ns, || {
+        lab.defaults.assert_alive();
+        lab.features.assert_alive();
+    });
+    assert!(
+        found.is_empty(),
+        "{} differences from CoreDNS:\n{}",
+        found.len(),
+        found.join("\n")
+    );
+}
