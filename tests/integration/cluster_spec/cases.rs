@@ -292,16 +292,36 @@ pub(super) struct Known {
 }
 
 const CHANGES: &[&str] = &["created", "replaced", "deleted"];
+/// Every phase in which both configurations are compared.
+const ALL: &[&str] = &["start", "start, cached", "created", "replaced", "deleted"];
 
 /// Why the next entries differ for the second after `web`'s endpoints
 /// were replaced.
 const CLUSTER_IP_ENDPOINTS: &str = "the names CoreDNS makes of a ClusterIP Service's     endpoints (and their PTRs) come from slices the default `follow_api_endpoints =     \"headless\"` does not read (kube-proxy does): they follow their TTL (5 s) and are never     held (docs/scale.md)";
 
-/// The differences known. Each is a cached answer within its TTL in the
-/// second after a change, where nodens with every feature is compared
-/// before the TTL of what it cached ran out: names `follow_api` does not
-/// follow by design.
+/// The differences known: one answer a feature changes on purpose, and
+/// answers cached within their TTL in the second after a change, where
+/// nodens with every feature is compared before the TTL of what it cached
+/// ran out, for names `follow_api` does not follow by design.
 pub(super) const KNOWN: &[Known] = &[
+    Known {
+        config: "features",
+        phases: ALL,
+        name: "walk db-0.db",
+        qtype: Rt::AAAA,
+        why: "by design: `no_aaaa_for_ipv4_pods` answers an IPv4-only pod's AAAA with NODATA \
+              (the pod could not use the address); CoreDNS gives db-0's IPv6 endpoint. (At the \
+              start there is no difference: autopath, which goes first, answers the first \
+              expansion's AAAA while it is not cached, with the IPv6 address: a defect found \
+              here, to settle in issue 43)",
+    },
+    Known {
+        config: "features, at once",
+        phases: CHANGES,
+        name: "walk db-0.db",
+        qtype: Rt::AAAA,
+        why: "as above",
+    },
     Known {
         config: "features, at once",
         phases: CHANGES,
