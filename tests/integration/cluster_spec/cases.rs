@@ -310,10 +310,7 @@ pub(super) const KNOWN: &[Known] = &[
         name: "walk db-0.db",
         qtype: Rt::AAAA,
         why: "by design: `no_aaaa_for_ipv4_pods` answers an IPv4-only pod's AAAA with NODATA \
-              (the pod could not use the address); CoreDNS gives db-0's IPv6 endpoint. (At the \
-              start there is no difference: autopath, which goes first, answers the first \
-              expansion's AAAA while it is not cached, with the IPv6 address: a defect found \
-              here, to settle in issue 43)",
+              (the pod could not use the address); CoreDNS gives db-0's IPv6 endpoint",
     },
     Known {
         config: "features, at once",
