@@ -110,15 +110,11 @@ pub(crate) fn service_node(name: &[u8], svc_zone: &[u8]) -> Option<usize> {
 /// `_<port>._<protocol>`: an SRV name made of the Service's own ports,
 /// which the Service watch covers without its slices.
 fn is_port_protocol(labels: &[u8]) -> bool {
-    let (mut at, mut count) = (0, 0);
-    while let Some(&len) = labels.get(at) {
-        if len == 0 || labels.get(at + 1) != Some(&b'_') {
-            return false;
-        }
-        at += 1 + usize::from(len);
-        count += 1;
+    let mut starts = label_starts(labels);
+    match (starts.next(), starts.next(), starts.next()) {
+        (Some(a), Some(b), None) => [a, b].iter().all(|&at| labels.get(at + 1) == Some(&b'_')),
+        _ => false,
     }
-    at == labels.len() && count == 2
 }
 
 fn has_wildcard(name: &[u8]) -> bool {

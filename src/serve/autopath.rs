@@ -41,7 +41,7 @@ use crate::upstream::Zone;
 use crate::wire::chain::cname_reply;
 use crate::wire::name::MAX_NAME_LEN;
 use crate::wire::query::{OwnedQuery, Query};
-use crate::wire::{HEADER_LEN, build, class, ede, rcode, rtype};
+use crate::wire::{HEADER_LEN, build, class, ede, rcode};
 
 /// What one name of the walk came to.
 enum Step {
@@ -249,15 +249,7 @@ impl Shared {
                 started: job.started,
                 client: job.client,
             };
-            // The stages `handle` runs after autopath: the AAAA filter
-            // for a pod without IPv6, then the usual ones.
-            let filtered = (query.qtype == rtype::AAAA && job.zone.no_aaaa_for_ipv4_pods.is_some())
-                .then(|| self.aaaa_for_ipv4_pod(&request, &job.stats, out))
-                .flatten();
-            match filtered {
-                Some(handled) => handled,
-                None => self.plain_stages(&request, listener, &job.stats, out),
-            }
+            self.after_autopath(&request, listener, &job.stats, out)
         };
         match handled {
             Handled::Reply => {}

@@ -174,6 +174,28 @@ pub enum Job {
 }
 
 impl Shared {
+    /// The stages for a query autopath does not answer (here, or at the
+    /// end of a walk that ended at the asked name): the AAAA filter for a
+    /// pod without IPv6, then the usual ones. After autopath, whose answer
+    /// (a CNAME to the walk's end) the A and the AAAA of a first expansion
+    /// then share.
+    #[inline]
+    fn after_autopath(
+        self: &Arc<Self>,
+        request: &hit::Request<'_, '_>,
+        listener: &ListenerView,
+        all_stats: &Arc<stats::ListenerStats>,
+        out: &mut Vec<u8>,
+    ) -> Handled<Job> {
+        if request.query.qtype == rtype::AAAA
+            && request.zone.no_aaaa_for_ipv4_pods.is_some()
+            && let Some(done) = self.aaaa_for_ipv4_pod(request, all_stats, out)
+        {
+            return done;
+        }
+        self.plain_stages(request, listener, all_stats, out)
+    }
+
     /// The stages after routing, for a query autopath leaves alone: the
     /// cache, the local answers, the miss.
     #[inline]
@@ -312,15 +334,7 @@ impl Service for Shared {
                 }
             }
         }
-        // After autopath, whose answer (a CNAME to the walk's end) the A
-        // and the AAAA of a first expansion then share.
-        if query.qtype == rtype::AAAA
-            && zone.no_aaaa_for_ipv4_pods.is_some()
-            && let Some(done) = self.aaaa_for_ipv4_pod(&request, all_stats, out)
-        {
-            return done;
-        }
-        self.plain_stages(&request, listener, all_stats, out)
+        self.after_autopath(&request, listener, all_stats, out)
     }
 
     /// Not an `async fn`: its future would keep the job a second time

@@ -157,32 +157,15 @@ impl Lab {
     /// Asks every question of CoreDNS and of `which` nodens; the
     /// differences not known, each as a line.
     fn differences(&self, phase: &str, which: &[(&'static str, &Nodens)]) -> Vec<String> {
-        let (mut out, mut seen) = (Vec::new(), Vec::new());
+        let mut out = Vec::new();
         for (name, t) in cases::questions() {
             let direct = self.ask(self.core.addr, &name, t);
             for (config, nodens) in which {
                 let got = self.ask(nodens.dns, &name, t);
-                let known = KNOWN.iter().find(|k| {
-                    k.config == *config
-                        && k.phases.contains(&phase)
-                        && k.name == name
-                        && k.qtype == t
-                });
-                match known {
-                    Some(k) if got != direct => {
-                        seen.push(format!("[{phase}] {config}: {name} {t}: {}", k.why));
-                    }
-                    None if got != direct => out.push(format!(
-                        "[{phase}] {config}: {name} {t}: CoreDNS {direct}, nodens {got}"
-                    )),
-                    _ => {}
-                }
+                out.extend(judge(phase, config, &name, t, got == direct, || {
+                    format!("CoreDNS {direct}, nodens {got}")
+                }));
             }
-        }
-        // Listed, and seen: printed (they depend on timing, so one not
-        // seen is no failure).
-        for line in seen {
-            eprintln!("known: {line}");
         }
         out
     }
@@ -235,22 +218,9 @@ impl Lab {
                 for (config, nodens) in which {
                     let got = self.walk(nodens.dns, short, t);
                     let name = format!("walk {short}");
-                    let known = KNOWN.iter().find(|k| {
-                        k.config == *config
-                            && k.phases.contains(&phase)
-                            && k.name == name
-                            && k.qtype == t
-                    });
-                    match known {
-                        Some(k) if got != direct => {
-                            eprintln!("known: [{phase}] {config}: {name} {t}: {}", k.why);
-                        }
-                        None if got != direct => out.push(format!(
-                            "[{phase}] {config}: {name} {t} from the pod: CoreDNS {direct:?}, \
-                             nodens {got:?}"
-                        )),
-                        _ => {}
-                    }
+                    out.extend(judge(phase, config, &name, t, got == direct, || {
+                        format!("from the pod: CoreDNS {direct:?}, nodens {got:?}")
+                    }));
                 }
             }
         }
@@ -268,6 +238,33 @@ impl Lab {
         let both = [("defaults", &self.defaults), ("features", &self.features)];
         found.extend(self.differences(phase, &both));
         found.extend(self.walk_differences(phase, &both));
+    }
+}
+
+/// One comparison of `config`'s answer to `name` `t` with CoreDNS's: a
+/// difference [`KNOWN`] lists is printed (those listed depend on timing,
+/// so one not seen is no failure), one it does not list is returned as a
+/// line.
+fn judge(
+    phase: &str,
+    config: &str,
+    name: &str,
+    t: Rt,
+    same: bool,
+    show: impl FnOnce() -> String,
+) -> Option<String> {
+    if same {
+        return None;
+    }
+    let known = KNOWN.iter().find(|k| {
+        k.config == config && k.phases.contains(&phase) && k.name == name && k.qtype == t
+    });
+    match known {
+        Some(k) => {
+            eprintln!("known: [{phase}] {config}: {name} {t}: {}", k.why);
+            None
+        }
+        None => Some(format!("[{phase}] {config}: {name} {t}: {}", show())),
     }
 }
 
