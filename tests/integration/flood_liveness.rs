@@ -124,7 +124,9 @@ impl Lab {
         in_netns(&self.node.name, || UdpSocket::bind("0.0.0.0:0").unwrap())
     }
 
-    /// Whether 10.96.0.10 answers www.test. A within 200 ms.
+    /// Whether 10.96.0.10 answers www.test. A within 2 s, asked again
+    /// every 200 ms: a first miss on a machine busy with a build can take
+    /// longer than one wait (a client retries too).
     fn answered(&self) -> bool {
         let socket = self.client_socket();
         let service: SocketAddr = format!("{SERVICE_IP}:53").parse().unwrap();
@@ -132,14 +134,30 @@ impl Lab {
             .set_read_timeout(Some(Duration::from_millis(200)))
             .unwrap();
         let mut buf = [0u8; 1500];
-        socket
-            .send_to(&Q::new(CACHED, Rt::A).to_bytes(), service)
-            .is_ok()
-            && socket.recv_from(&mut buf).is_ok_and(|(n, from)| {
-                from == service
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            if socket
+                .send_to(&Q::new(CACHED, Rt::A).to_bytes(), service)
+                .is_err()
+            {
+                std::thread::sleep(Duration::from_millis(200));
+                continue;
+            }
+            // Any answer of this or an earlier try.
+            let until = Instant::now() + Duration::from_millis(200);
+            while Instant::now() < until {
+                let Ok((n, from)) = socket.recv_from(&mut buf) else {
+                    break;
+                };
+                if from == service
                     && Reply::parse(buf[..n].to_vec(), Duration::ZERO).a()
                         == vec![ipv4("192.0.2.1")]
-            })
+                {
+                    return true;
+                }
+            }
+        }
+        false
     }
 
     /// How many queries for the cached name reached the cluster DNS, all
@@ -152,6 +170,20 @@ impl Lab {
             })
         });
         self.core.count_queries(CACHED, "A")
+    }
+
+    /// The node namespace's UDP datagrams dropped on a full receive
+    /// buffer (`RcvbufErrors` of /proc/net/snmp, counted per namespace).
+    fn receive_buffer_drops(&self) -> u64 {
+        let snmp = self.node.run(&["cat", "/proc/net/snmp"]);
+        let mut udp = snmp.lines().filter(|l| l.starts_with("Udp: "));
+        let (names, values) = (udp.next().unwrap(), udp.next().unwrap());
+        names
+            .split_whitespace()
+            .zip(values.split_whitespace())
+            .find(|(name, _)| *name == "RcvbufErrors")
+            .and_then(|(_, value)| value.parse().ok())
+            .unwrap_or_else(|| panic!("no RcvbufErrors in:\n{snmp}"))
     }
 
     fn interface_present(&self) -> bool {
@@ -211,11 +243,10 @@ fn a_flood_degrades_the_server_and_never_gets_it_killed() {
     let lab = Lab::start(1, Some(25_000));
     let server = lab.server_pid();
     assert!(lab.answered(), "the cached name is not answered");
+    // Asked upstream (once, or again if a first try was lost): what
+    // matters is that the flood adds none.
     let before = lab.upstream_count();
-    assert_eq!(
-        before, 1,
-        "the cached name was asked upstream {before} times"
-    );
+    assert!(before >= 1, "the cached name was never asked upstream");
     let dir = tempfile::tempdir().unwrap();
 
     // What nodens answers a second at this limit: 5 s as fast as it answers.
@@ -230,6 +261,7 @@ fn a_flood_degrades_the_server_and_never_gets_it_killed() {
     const FLOOD: Duration = Duration::from_secs(60);
     // It ends by its own limit (dnsperf 2.x could crash on a SIGINT while
     // its threads were still sending: SIGSEGV seen under load).
+    let drops_before = lab.receive_buffer_drops();
     let flood = lab.dnsperf(dir.path(), FLOOD.as_secs() as u32, Some(rate));
     let start = Instant::now();
     let client = lab.client_socket();
@@ -303,8 +335,10 @@ fn a_flood_degrades_the_server_and_never_gets_it_killed() {
     let flood_lines = wait_dnsperf(flood, Duration::from_secs(20));
     let flood_sent = dnsperf_figure(&flood_lines, "Queries sent:");
     let flood_done = dnsperf_figure(&flood_lines, "Queries completed:");
+    let dropped = lab.receive_buffer_drops() - drops_before;
     eprintln!(
-        "flood: {flood_sent} sent ({:.0}/s), {flood_done} answered ({:.0}%)",
+        "flood: {flood_sent} sent ({:.0}/s), {flood_done} answered ({:.0}%), \
+         {dropped} dropped on the server's full socket",
         flood_sent / FLOOD.as_secs_f64(),
         100.0 * flood_done / flood_sent.max(1.0)
     );
@@ -353,12 +387,14 @@ fn a_flood_degrades_the_server_and_never_gets_it_killed() {
     // The cache was kept: the cached name (TTL 300) was not asked again.
     let after = lab.upstream_count();
     assert_eq!(after, before, "the cached name was asked upstream again");
-    // The server was flooded: its sockets overflowed. (How fast dnsperf
-    // sends depends on the CPU it gets; the overflow is what matters.)
+    // The server was flooded: its socket overflowed, from the start to the
+    // end. (How fast dnsperf sends depends on the CPU it gets beside a
+    // build, so not its ratio of lost queries: seen 47 % lost beside two
+    // busy loops, 60 % without; the kernel's count of what it dropped on
+    // the full socket is what matters.)
     assert!(
-        flood_sent - flood_done >= flood_sent / 3.0,
-        "only {} of {flood_sent} flood queries went unanswered: not a flood",
-        flood_sent - flood_done
+        dropped as f64 >= flood_sent / 10.0,
+        "{dropped} of {flood_sent} flood queries dropped on a full socket: not a flood"
     );
     assert!(
         longest_silence < Duration::from_secs(5),
