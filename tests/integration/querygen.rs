@@ -2,21 +2,23 @@
 //! (`getent ahosts`), musl (getaddrinfo in a program built with musl-gcc)
 //! and Go's pure resolver (`net.LookupIP`, GODEBUG=netdns=go). Each looks a
 //! name up inside a network namespace whose resolv.conf has a pod's search
-//! list and ndots:5, against a CoreDNS that logs every query; the names and
-//! types it sent, in order, must be the walk nodens predicts.
+//! list and ndots:5, against CoreDNS behind a relay that writes each
+//! question down as it arrives; the names and types it sent, in order, must
+//! be the walk nodens predicts.
 
+use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nodens::stub::querygen::{self, Options};
 use nodens::stub::{Family, Stub, StubConfig, walk};
 use support::*;
 
-/// `timeout:5`: CoreDNS logs a query when it answers, so on a loaded machine
-/// an answer later than a 1 s timeout was logged after the resolver's next
-/// question (seen in CI: `c.proj.internal` after `google.internal`); with 5 s
-/// the resolver waits, and the log's order is the order asked.
+/// The pod's resolv.conf: its nameserver is the [`Recorder`] in front of
+/// CoreDNS.
 const RESOLV_CONF: &str = "search team-a.svc.cluster.local svc.cluster.local cluster.local c.proj.internal google.internal\n\
      nameserver 127.0.0.1\n\
      options ndots:5 timeout:5 attempts:1\n";
@@ -96,9 +98,8 @@ impl Drop for Pod {
 }
 
 /// (name, types) in the order first asked: A and AAAA of one name are sent
-/// together, so their order between themselves is not compared, and CoreDNS
-/// may log one after the next name's (it logs as it answers, concurrently);
-/// a retransmission is the same query again.
+/// together, so their order between themselves is not compared; a
+/// retransmission is the same query again.
 fn grouped(queries: impl IntoIterator<Item = (String, String)>) -> Vec<(String, Vec<String>)> {
     let mut groups: Vec<(String, Vec<String>)> = Vec::new();
     for (name, qtype) in queries {
@@ -117,14 +118,80 @@ fn grouped(queries: impl IntoIterator<Item = (String, String)>) -> Vec<(String, 
     groups
 }
 
-/// The queries CoreDNS logged after the first `skip`, but the harness's own.
-fn asked_since(core: &CoreDns, skip: usize) -> Vec<(String, String)> {
-    core.queries()
-        .into_iter()
-        .skip(skip)
-        .filter(|q| !q.name.starts_with("_sync") && !q.name.starts_with("_ready"))
-        .map(|q| (q.name.trim_end_matches('.').to_ascii_lowercase(), q.qtype))
-        .collect()
+/// A UDP relay on the pod's nameserver address that writes each question
+/// down as it arrives, then passes it on to CoreDNS: the order a resolver
+/// asked in. CoreDNS's own log is written as it answers, concurrently, so a
+/// name's line can come after the next name's (seen in CI with Go's walk,
+/// `google.internal` logged before `c.proj.internal`).
+struct Recorder {
+    asked: Arc<Mutex<Vec<(String, String)>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Recorder {
+    fn start(ns: &Netns, listen: SocketAddr, upstream: SocketAddr) -> Recorder {
+        let name = ns.name.clone();
+        let socket = in_netns(&name, || UdpSocket::bind(listen).unwrap());
+        socket
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let asked: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (asked, stop) = (asked.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 1500];
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok((n, client)) = socket.recv_from(&mut buf) else {
+                        continue;
+                    };
+                    let query = buf[..n].to_vec();
+                    if let Some((qname, qtype)) = question_of(&query) {
+                        let qname = qname.trim_end_matches('.').to_string();
+                        asked.lock().unwrap().push((qname, qtype.to_string()));
+                    }
+                    // Each query on a socket of its own, answered in its
+                    // own time, as a resolver's answers arrive.
+                    let back = socket.try_clone().unwrap();
+                    let out = in_netns(&name, || UdpSocket::bind("127.0.0.1:0").unwrap());
+                    std::thread::spawn(move || {
+                        out.set_read_timeout(Some(Duration::from_secs(6))).unwrap();
+                        let mut buf = [0u8; 1500];
+                        if out.send_to(&query, upstream).is_ok()
+                            && let Ok(n) = out.recv(&mut buf)
+                        {
+                            let _ = back.send_to(&buf[..n], client);
+                        }
+                    });
+                }
+            })
+        };
+        Recorder {
+            asked,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// How many questions have arrived.
+    fn count(&self) -> usize {
+        self.asked.lock().unwrap().len()
+    }
+
+    /// The questions that arrived after the first `skip`, in order.
+    fn asked_since(&self, skip: usize) -> Vec<(String, String)> {
+        self.asked.lock().unwrap()[skip..].to_vec()
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 #[test]
@@ -140,7 +207,7 @@ fn querygen_walks_the_search_list_as_glibc_musl_and_go_do() {
     let musl = build_musl_lookup(bins.path());
     let go = build_go_lookup(bins.path());
     let pod = Pod::create();
-    let core = CoreDns::launch(&pod.ns.exec(), "127.0.0.1:53".parse().unwrap(), &zones());
+    let core = CoreDns::launch(&pod.ns.exec(), "127.0.0.1:5300".parse().unwrap(), &zones());
     let probe = Q::new("_ready.cluster.local.", Rt::TXT).to_bytes();
     wait_until(
         Duration::from_secs(15),
@@ -151,14 +218,7 @@ fn querygen_walks_the_search_list_as_glibc_musl_and_go_do() {
             })
         },
     );
-    let sync = || {
-        core.sync_log_via(|name| {
-            in_netns(&pod.ns.name, || {
-                let _ =
-                    udp_query_timeout(core.addr, &Q::new(name, Rt::TXT), Duration::from_secs(2));
-            })
-        })
-    };
+    let recorder = Recorder::start(&pod.ns, "127.0.0.1:53".parse().unwrap(), core.addr);
     let config = StubConfig::parse(RESOLV_CONF);
 
     let musl = musl.to_str().unwrap();
@@ -177,14 +237,12 @@ fn querygen_walks_the_search_list_as_glibc_musl_and_go_do() {
             ("web.team-a", "10.0.0.10"),
             ("api.example.com.", "192.0.2.10"),
         ] {
-            sync();
-            let before = core.queries().len();
+            let before = recorder.count();
             let mut args = program.clone();
             args.push(name);
             let (ok, out) = pod.lookup(&args, env);
             assert!(ok && out.contains(answer), "{stub:?} {name}: {out}");
-            sync();
-            let seen = grouped(asked_since(&core, before));
+            let seen = grouped(recorder.asked_since(before));
             let types: Vec<String> = ["A", "AAAA"].map(String::from).to_vec();
             let predicted: Vec<(String, Vec<String>)> = walk(*stub, &config, name, exists)
                 .into_iter()
@@ -199,13 +257,11 @@ fn querygen_walks_the_search_list_as_glibc_musl_and_go_do() {
             config: config.clone(),
         };
         let lines = querygen::generate("api.example.com\n", "-", &options).unwrap();
-        sync();
-        let before = core.queries().len();
+        let before = recorder.count();
         let mut args = program.clone();
         args.push("api.example.com");
         assert!(pod.lookup(&args, env).0);
-        sync();
-        let seen = grouped(asked_since(&core, before));
+        let seen = grouped(recorder.asked_since(before));
         let generated = grouped(lines.lines().map(|l| {
             let (n, t) = l.split_once(' ').unwrap();
             (n.to_string(), t.to_string())
