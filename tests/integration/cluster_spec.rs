@@ -18,8 +18,8 @@
 //! search-list walks of short names, from a pod of `spec-a` on the node
 //! (IPv4 only), whose queries autopath and `no_aaaa_for_ipv4_pods` answer:
 //! there the addresses the walk ends with are compared, as a resolver
-//! sees them. Not covered yet: dual-stack ClusterIPs (the test API server
-//! has one service CIDR).
+//! sees them. The test API server has an IPv4 and an IPv6 service range,
+//! so a dual-stack Service is among the objects.
 
 #[path = "cluster_spec/cases.rs"]
 mod cases;

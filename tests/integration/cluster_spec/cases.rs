@@ -8,7 +8,8 @@ pub(super) const NS: &str = "spec-a";
 
 /// Every kind of object the Kubernetes DNS specification names: a
 /// ClusterIP Service with named TCP and UDP ports, one with an unnamed
-/// port, a headless Service whose endpoints have hostnames (one not
+/// port, a dual-stack one (an IPv4 and an IPv6 cluster IP, a slice of
+/// each family), a headless Service whose endpoints have hostnames (one not
 /// ready, one IPv6), a headless one that publishes not-ready addresses, a
 /// headless one without a selector whose slice is written by hand (no
 /// headless label, as a user writes it), and an ExternalName. The
@@ -43,6 +44,44 @@ spec:
   selector: {app: solo}
   ports:
   - {port: 8080, protocol: TCP}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: dual, namespace: spec-a}
+spec:
+  ipFamilyPolicy: RequireDualStack
+  ipFamilies: [IPv4, IPv6]
+  clusterIP: 10.96.2.12
+  clusterIPs: [10.96.2.12, "fd00:96::2:12"]
+  selector: {app: dual}
+  ports:
+  - {name: http, port: 80, protocol: TCP}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: dual-v4
+  namespace: spec-a
+  labels: {kubernetes.io/service-name: dual}
+addressType: IPv4
+ports:
+- {name: http, port: 8080, protocol: TCP}
+endpoints:
+- addresses: [10.244.2.60]
+  conditions: {ready: true}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: dual-v6
+  namespace: spec-a
+  labels: {kubernetes.io/service-name: dual}
+addressType: IPv6
+ports:
+- {name: http, port: 8080, protocol: TCP}
+endpoints:
+- addresses: ["fd00:244::60"]
+  conditions: {ready: true}
 ---
 apiVersion: v1
 kind: Service
@@ -197,7 +236,7 @@ pub(super) fn questions() -> Vec<(String, Rt)> {
     let svc = |n: &str| format!("{n}.{NS}.svc.cluster.local.");
     let mut names: Vec<(String, Vec<Rt>)> = Vec::new();
     let all = vec![Rt::A, Rt::AAAA, Rt::SRV, Rt::TXT, Rt::MX];
-    for s in ["web", "solo", "db", "pnr", "manual", "late", "missing"] {
+    for s in ["web", "solo", "dual", "db", "pnr", "manual", "late", "missing"] {
         names.push((svc(s), all.clone()));
     }
     names.push((svc("ext"), vec![Rt::A, Rt::AAAA, Rt::CNAME, Rt::SRV]));
@@ -212,6 +251,8 @@ pub(super) fn questions() -> Vec<(String, Rt)> {
         "10-244-2-12.web",
         "10-244-2-50.late",
         "x.solo",
+        "10-244-2-60.dual",
+        "fd00-244--60.dual",
     ] {
         names.push((svc(e), vec![Rt::A, Rt::AAAA]));
     }
@@ -224,6 +265,7 @@ pub(super) fn questions() -> Vec<(String, Rt)> {
         "_http._tcp.pnr",
         "_http._tcp.manual",
         "_http._tcp.late",
+        "_http._tcp.dual",
         "_tcp.web",
     ] {
         names.push((svc(s), vec![Rt::SRV]));
@@ -272,6 +314,10 @@ pub(super) fn questions() -> Vec<(String, Rt)> {
         "40.2.244.10.in-addr.arpa.",
         "9.9.244.10.in-addr.arpa.",
         "0.2.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.4.4.2.0.0.0.d.f.ip6.arpa.",
+        "12.2.96.10.in-addr.arpa.",
+        "60.2.244.10.in-addr.arpa.",
+        "2.1.0.0.2.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.6.9.0.0.0.0.d.f.ip6.arpa.",
+        "0.6.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.4.4.2.0.0.0.d.f.ip6.arpa.",
     ] {
         names.push((ptr.into(), vec![Rt::PTR]));
     }

@@ -27,8 +27,9 @@ const ETCD_CLIENT: &str = "http://127.0.0.1:2379";
 const ETCD_PEER: &str = "http://127.0.0.1:2380";
 /// The API server's advertised address.
 const NODE_IP: &str = "172.31.254.1";
-/// Where the Services' cluster IPs come from.
-const SERVICE_CIDR: &str = "10.96.0.0/16";
+/// Where the Services' cluster IPs come from: IPv4 first (a Service that
+/// names no family gets one of these), IPv6 for dual-stack Services.
+const SERVICE_CIDR: &str = "10.96.0.0/16,fd00:96::/112";
 /// CoreDNS's own address (its "pod IP").
 pub const COREDNS_IP: &str = "10.244.0.53";
 const TOKEN: &str = "nodens-test-admin";
