@@ -52,7 +52,7 @@ spec:
   ipFamilyPolicy: RequireDualStack
   ipFamilies: [IPv4, IPv6]
   clusterIP: 10.96.2.12
-  clusterIPs: [10.96.2.12, "fd00:96::2:12"]
+  clusterIPs: [10.96.2.12, "fd00:96::212"]
   selector: {app: dual}
   ports:
   - {name: http, port: 80, protocol: TCP}
@@ -236,7 +236,9 @@ pub(super) fn questions() -> Vec<(String, Rt)> {
     let svc = |n: &str| format!("{n}.{NS}.svc.cluster.local.");
     let mut names: Vec<(String, Vec<Rt>)> = Vec::new();
     let all = vec![Rt::A, Rt::AAAA, Rt::SRV, Rt::TXT, Rt::MX];
-    for s in ["web", "solo", "dual", "db", "pnr", "manual", "late", "missing"] {
+    for s in [
+        "web", "solo", "dual", "db", "pnr", "manual", "late", "missing",
+    ] {
         names.push((svc(s), all.clone()));
     }
     names.push((svc("ext"), vec![Rt::A, Rt::AAAA, Rt::CNAME, Rt::SRV]));
@@ -316,7 +318,7 @@ pub(super) fn questions() -> Vec<(String, Rt)> {
         "0.2.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.4.4.2.0.0.0.d.f.ip6.arpa.",
         "12.2.96.10.in-addr.arpa.",
         "60.2.244.10.in-addr.arpa.",
-        "2.1.0.0.2.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.6.9.0.0.0.0.d.f.ip6.arpa.",
+        "2.1.2.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.6.9.0.0.0.0.d.f.ip6.arpa.",
         "0.6.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.4.4.2.0.0.0.d.f.ip6.arpa.",
     ] {
         names.push((ptr.into(), vec![Rt::PTR]));
