@@ -22,6 +22,11 @@
 //!
 //! Never cached as such: the same name asked by an unknown client gets
 //! the plain answer. The walk's names are cached on their own and shared.
+//!
+//! An AAAA from an IPv4-only pod where `no_aaaa_for_ipv4_pods` is on walks
+//! the names' A instead (no AAAA goes upstream for such a pod, `aaaa.rs`),
+//! and the CNAME leads to the walk's end answered as that filter answers
+//! it: NODATA where the name exists.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -39,9 +44,9 @@ use crate::listen::{Handled, Proto};
 use crate::search::names::suffix_at;
 use crate::upstream::Zone;
 use crate::wire::chain::cname_reply;
-use crate::wire::name::MAX_NAME_LEN;
+use crate::wire::name::{MAX_NAME_LEN, fold_into};
 use crate::wire::query::{OwnedQuery, Query};
-use crate::wire::{HEADER_LEN, build, class, ede, rcode};
+use crate::wire::{HEADER_LEN, build, class, ede, rcode, rtype};
 
 /// What one name of the walk came to.
 enum Step {
@@ -134,8 +139,10 @@ impl Shared {
         namespace_at: usize,
         out: &mut Vec<u8>,
     ) -> FromCache {
-        let key = request.key;
         let settings = request.settings;
+        let key = &self.walk_key(request);
+        let filtered = key.qtype != request.key.qtype;
+        let filter = filtered.then_some((&**settings, key.view()));
         match self.step(key, settings, request.started) {
             Step::Denied => {}
             Step::Unknown => return FromCache::Wait,
@@ -154,8 +161,8 @@ impl Shared {
                 Step::Failed => return FromCache::Plain,
                 Step::Answered(entry) => {
                     let limit = reply_limit(request.proto, request.query, settings);
-                    let code =
-                        self.write_autopath(request.query, &entry, request.started, limit, out);
+                    let (query, now) = (request.query, request.started);
+                    let code = self.write_autopath(query, &entry, now, limit, filter, out);
                     let Some(code) = code else {
                         return FromCache::Plain;
                     };
@@ -215,7 +222,10 @@ impl Shared {
         let query = job.query.get();
         if let Some(entry) = found {
             let limit = reply_limit(job.proto, &query, &job.settings);
-            if let Some(code) = self.write_autopath(&query, &entry, Instant::now(), limit, out) {
+            let filtered = self.filters_aaaa(&job.key.as_ref(), &job.zone, job.client.ip());
+            let filter = filtered.then_some((&*job.settings, job.key.as_ref().view()));
+            let now = Instant::now();
+            if let Some(code) = self.write_autopath(&query, &entry, now, limit, filter, out) {
                 // Counted here, not when the job began: the usual stages
                 // below count their own.
                 let stats = job.stats.zone(job.zone.index);
@@ -270,11 +280,14 @@ impl Shared {
     /// asked one; None for anything else (answer as without autopath).
     async fn walk(self: &Arc<Self>, job: &AutopathJob, deadline: Instant) -> Option<Arc<Entry>> {
         let settings = &job.settings;
-        match self.step(&job.key.as_ref(), settings, Instant::now()) {
+        let filtered = self.filters_aaaa(&job.key.as_ref(), &job.zone, job.client.ip());
+        let qtype = if filtered { rtype::A } else { job.key.qtype() };
+        let asked = Key::from_parts(job.key.name(), qtype, job.key.qclass(), job.key.flags());
+        match self.step(&asked.as_ref(), settings, Instant::now()) {
             Step::Denied => {}
             Step::Answered(_) | Step::Failed => return None,
             Step::Unknown => {
-                let entry = self.fetch(&job.key, &job.zone, settings, deadline).await?;
+                let entry = self.fetch(&asked, &job.zone, settings, deadline).await?;
                 if !matches!(classify(&entry), Step::Denied) {
                     return None;
                 }
@@ -290,7 +303,7 @@ impl Shared {
         let mut buf: NameBuf = [0; MAX_NAME_LEN];
         for suffix in later_suffixes(name, job.namespace_at, settings) {
             let next = expansion(base, suffix, &mut buf)?;
-            let key = Key::from_parts(next, job.key.qtype(), job.key.qclass(), job.key.flags());
+            let key = Key::from_parts(next, qtype, job.key.qclass(), job.key.flags());
             match self.step(&key.as_ref(), settings, Instant::now()) {
                 Step::Denied => continue,
                 Step::Answered(entry) => return Some(entry),
@@ -311,6 +324,30 @@ impl Shared {
             }
         }
         None
+    }
+
+    /// The question the walk asks of each name: the asked one, or its A
+    /// where the AAAA filter answers the client's AAAA.
+    pub(super) fn walk_key<'k>(&self, request: &Request<'k, '_>) -> KeyRef<'k> {
+        let filtered = self.filters_aaaa(request.key, request.zone, request.client.ip());
+        let qtype = if filtered {
+            rtype::A
+        } else {
+            request.key.qtype
+        };
+        KeyRef {
+            qtype,
+            ..*request.key
+        }
+    }
+
+    /// Whether the AAAA filter of the asked name's zone answers this AAAA
+    /// for `client`, an IPv4-only pod (`aaaa.rs`).
+    fn filters_aaaa(&self, key: &KeyRef<'_>, zone: &Zone, client: IpAddr) -> bool {
+        key.qtype == rtype::AAAA
+            && key.qclass == class::IN
+            && zone.no_aaaa_for_ipv4_pods.is_some()
+            && self.search.clients.is_ipv4_only_pod(client)
     }
 
     /// What the cache and the local rules know of `key` now.
@@ -362,33 +399,54 @@ impl Shared {
 
     /// Writes the autopath reply from the entry the walk ended at; None
     /// when it cannot be written (the caller answers as without autopath).
+    /// With the AAAA `filter` (the settings and the view), `entry` is the
+    /// end's A, and the end is answered as its zone's filter answers an
+    /// AAAA; None when that zone has no filter (the pod walks on by itself
+    /// and is answered there as that zone answers).
     fn write_autopath(
         &self,
         query: &Query<'_>,
         entry: &Entry,
         now: Instant,
         limit: usize,
+        filter: Option<(&Settings, u8)>,
         out: &mut Vec<u8>,
     ) -> Option<u16> {
         // The entry as a reply of its own (TTLs counted down, the client's
         // flags), without OPT: the chained reply adds its own.
         let mut packet = query.packet[..HEADER_LEN].to_vec();
         packet.extend_from_slice(entry.question());
+        let qtype_at = packet.len() - 4;
+        if filter.is_some() {
+            packet[qtype_at..qtype_at + 2].copy_from_slice(&rtype::AAAA.to_be_bytes());
+        }
         let plain = Query {
             packet: &packet,
-            name_end: packet.len() - 4,
+            name_end: qtype_at,
             edns: None,
+            qtype: if filter.is_some() {
+                rtype::AAAA
+            } else {
+                query.qtype
+            },
             ..*query
         };
         let mut target = Vec::with_capacity(512);
-        entry.render(
-            &plain,
-            now,
-            Freshness::Fresh,
-            None,
-            u16::MAX.into(),
-            &mut target,
-        );
+        let unlimited = u16::MAX.into();
+        match filter {
+            Some((settings, view)) => {
+                let mut folded: NameBuf = [0; MAX_NAME_LEN];
+                let len = fold_into(plain.name(), &mut folded);
+                let zone = settings.router.route_in(view, &folded[..len])?;
+                zone.no_aaaa_for_ipv4_pods.as_ref()?;
+                self.metrics.aaaa_for_ipv4_pods.inc();
+                let when = (now, Freshness::Fresh);
+                self.render_for_ipv4_pod(entry, &plain, zone, when, unlimited, &mut target);
+            }
+            None => {
+                entry.render(&plain, now, Freshness::Fresh, None, unlimited, &mut target);
+            }
+        }
         match cname_reply(query, &target, limit, out) {
             Ok(code) => {
                 self.metrics.autopath_answers.inc();

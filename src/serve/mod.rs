@@ -327,7 +327,9 @@ impl Service for Shared {
                 autopath::FromCache::Answered => return Handled::Reply,
                 autopath::FromCache::Plain => {}
                 autopath::FromCache::Wait => {
-                    self.maybe_speculate(&key, &settings);
+                    // Ahead of the walk, the names it will ask (their A
+                    // where the AAAA filter answers the pod's AAAA).
+                    self.maybe_speculate(&self.walk_key(&request), &settings);
                     if let Some(job) = self.autopath_job(&request, all_stats, at) {
                         return job;
                     }

@@ -9,7 +9,10 @@
 //! - a dual-stack pod, an unknown client, and every client of a nodens
 //!   without the setting get the AAAA records;
 //! - glibc, musl and Go, in the IPv4-only pod, look the name up and get its
-//!   IPv4 address only.
+//!   IPv4 address only;
+//! - with autopath on as well, the pod's AAAA of a first expansion is
+//!   answered with the CNAME to the walk's end and NODATA there, the walk
+//!   having asked the names' A only.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -40,6 +43,7 @@ fn external_zones() -> Vec<(&'static str, String)> {
             "example.com.",
             "api 60 IN A 192.0.2.10\napi 60 IN AAAA 2001:db8::10\n\
              cold 60 IN A 192.0.2.12\ncold 60 IN AAAA 2001:db8::12\n\
+             cold2 60 IN A 192.0.2.13\ncold2 60 IN AAAA 2001:db8::13\n\
              v6only 60 IN AAAA 2001:db8::11\n",
         ),
     )]
@@ -57,15 +61,21 @@ struct Lab {
     external: CoreDns,
 }
 
+/// With `on`, the AAAA filter and autopath; without, neither.
 fn config(net: &Net, kube: &Kube, core: SocketAddr, on: bool, listen: &[SocketAddr]) -> String {
     let mut listen = listen.to_vec();
     listen.insert(0, net.nodens());
     let external = SocketAddr::new(EXTERNAL.parse().unwrap(), 53);
+    let autopath = if on {
+        "[cluster]\nautopath = true\n\n"
+    } else {
+        ""
+    };
     Cfg::new(net)
         .listen(&listen)
         .zone(Zone::new("cluster.local.", &[core]).no_aaaa_for_ipv4_pods(on))
         .zone(Zone::new(".", &[external]).no_aaaa_for_ipv4_pods(on))
-        .raw(&kube.pod_watch(NODE))
+        .raw(&format!("{autopath}{}", kube.pod_watch(NODE)))
         .to_toml()
 }
 
@@ -234,17 +244,40 @@ fn an_ipv4_only_pod_gets_nodata_for_aaaa_and_the_others_their_records() {
     let web = lab.ask(on, IPV4_POD, "web.team-a.svc.cluster.local.", Rt::AAAA);
     assert_eq!(web.response_code(), ResponseCode::NoError, "{web}");
     assert!(web.answers().is_empty(), "{web}");
+    // Autopath: the first expansion of a short name is answered with the
+    // CNAME to the walk's end, and there as the filter answers (NODATA),
+    // the walk having asked the A of each name, never the AAAA.
     let first = lab.ask(
         on,
         IPV4_POD,
         "api.example.com.team-a.svc.cluster.local.",
         Rt::AAAA,
     );
-    assert_eq!(first.response_code(), ResponseCode::NXDomain, "{first}");
+    assert_eq!(first.response_code(), ResponseCode::NoError, "{first}");
+    assert_eq!(
+        records(&first, RecordType::CNAME),
+        ["api.example.com."],
+        "{first}"
+    );
+    assert!(records(&first, RecordType::AAAA).is_empty(), "{first}");
+    assert_eq!(soa_owner(&first).as_deref(), Some("."), "{first}");
+    let walked = lab.ask(
+        on,
+        IPV4_POD,
+        "cold2.example.com.team-a.svc.cluster.local.",
+        Rt::AAAA,
+    );
+    assert_eq!(
+        records(&walked, RecordType::CNAME),
+        ["cold2.example.com."],
+        "{walked}"
+    );
+    assert!(records(&walked, RecordType::AAAA).is_empty(), "{walked}");
     lab.sync();
     for name in [
         "api.example.com.",
         "cold.example.com.",
+        "cold2.example.com.",
         "nothere.example.com.",
         "v6only.example.com.",
     ] {
