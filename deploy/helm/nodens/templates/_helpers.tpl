@@ -84,6 +84,12 @@ endpoints = { service = {{ $v.upstream.service.name | toJson }}, namespace = {{ 
 {{- end }}
 transport = {{ $v.upstream.transport | toJson }}
 upstream_timeout = {{ $v.upstream.timeout | toJson }}
+{{- with $v.upstream.maxTtl }}
+max_ttl = {{ . | toJson }}
+{{- end }}
+{{- with $v.upstream.negativeMaxTtl }}
+negative_max_ttl = {{ . | toJson }}
+{{- end }}
 {{- if $v.search.noAaaaForIpv4Pods }}
 no_aaaa_for_ipv4_pods = true
 {{- end }}
