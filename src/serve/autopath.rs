@@ -23,10 +23,11 @@
 //! Never cached as such: the same name asked by an unknown client gets
 //! the plain answer. The walk's names are cached on their own and shared.
 //!
-//! An AAAA from an IPv4-only pod where `no_aaaa_for_ipv4_pods` is on walks
-//! the names' A instead (no AAAA goes upstream for such a pod, `aaaa.rs`),
-//! and the CNAME leads to the walk's end answered as that filter answers
-//! it: NODATA where the name exists.
+//! An AAAA from an IPv4-only pod walks the A of each name whose zone has
+//! `no_aaaa_for_ipv4_pods` on (no AAAA goes upstream for such a pod there,
+//! `aaaa.rs`), and the CNAME leads to the walk's end answered as its
+//! zone's filter answers: NODATA where the name exists. Which type a name
+//! was asked with is in its entry, so the reply follows what the walk did.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -112,6 +113,16 @@ fn expansion<'b>(base: &[u8], suffix: &[u8], buf: &'b mut NameBuf) -> Option<&'b
     Some(&buf[..len])
 }
 
+/// The type the walk asks of `name` (folded): the A where the client is an
+/// IPv4-only pod asking AAAA (`ipv4_pod`) and `name`'s zone answers such a
+/// pod's AAAA from the A, else the asked type.
+fn walk_type(key: &KeyRef<'_>, settings: &Settings, name: &[u8], ipv4_pod: bool) -> u16 {
+    let filtered = ipv4_pod
+        && (settings.router.route_in(key.view(), name))
+            .is_some_and(|zone| zone.no_aaaa_for_ipv4_pods.is_some());
+    if filtered { rtype::A } else { key.qtype }
+}
+
 impl Shared {
     /// Where `<ns>.svc.Z` starts when `key` is a first expansion from a
     /// verified pod of namespace `<ns>`.
@@ -140,10 +151,13 @@ impl Shared {
         out: &mut Vec<u8>,
     ) -> FromCache {
         let settings = request.settings;
-        let key = &self.walk_key(request);
-        let filtered = key.qtype != request.key.qtype;
-        let filter = filtered.then_some((&**settings, key.view()));
-        match self.step(key, settings, request.started) {
+        let ipv4_pod = self.ipv4_pod_aaaa(request.key, request.client.ip());
+        let key = request.key;
+        let first = KeyRef {
+            qtype: walk_type(key, settings, key.name, ipv4_pod),
+            ..*key
+        };
+        match self.step(&first, settings, request.started) {
             Step::Denied => {}
             Step::Unknown => return FromCache::Wait,
             Step::Answered(_) | Step::Failed => return FromCache::Plain,
@@ -154,7 +168,11 @@ impl Shared {
             let Some(name) = expansion(base, suffix, &mut buf) else {
                 return FromCache::Plain;
             };
-            let next = KeyRef { name, ..*key };
+            let next = KeyRef {
+                name,
+                qtype: walk_type(key, settings, name, ipv4_pod),
+                ..*key
+            };
             match self.step(&next, settings, request.started) {
                 Step::Denied => continue,
                 Step::Unknown => return FromCache::Wait,
@@ -162,7 +180,8 @@ impl Shared {
                 Step::Answered(entry) => {
                     let limit = reply_limit(request.proto, request.query, settings);
                     let (query, now) = (request.query, request.started);
-                    let code = self.write_autopath(query, &entry, now, limit, filter, out);
+                    let at = (&**settings, key.view());
+                    let code = self.write_autopath(query, &entry, now, limit, at, out);
                     let Some(code) = code else {
                         return FromCache::Plain;
                     };
@@ -222,10 +241,8 @@ impl Shared {
         let query = job.query.get();
         if let Some(entry) = found {
             let limit = reply_limit(job.proto, &query, &job.settings);
-            let filtered = self.filters_aaaa(&job.key.as_ref(), &job.zone, job.client.ip());
-            let filter = filtered.then_some((&*job.settings, job.key.as_ref().view()));
-            let now = Instant::now();
-            if let Some(code) = self.write_autopath(&query, &entry, now, limit, filter, out) {
+            let (now, at) = (Instant::now(), (&*job.settings, job.key.as_ref().view()));
+            if let Some(code) = self.write_autopath(&query, &entry, now, limit, at, out) {
                 // Counted here, not when the job began: the usual stages
                 // below count their own.
                 let stats = job.stats.zone(job.zone.index);
@@ -280,9 +297,10 @@ impl Shared {
     /// asked one; None for anything else (answer as without autopath).
     async fn walk(self: &Arc<Self>, job: &AutopathJob, deadline: Instant) -> Option<Arc<Entry>> {
         let settings = &job.settings;
-        let filtered = self.filters_aaaa(&job.key.as_ref(), &job.zone, job.client.ip());
-        let qtype = if filtered { rtype::A } else { job.key.qtype() };
-        let asked = Key::from_parts(job.key.name(), qtype, job.key.qclass(), job.key.flags());
+        let key = job.key.as_ref();
+        let ipv4_pod = self.ipv4_pod_aaaa(&key, job.client.ip());
+        let qtype = walk_type(&key, settings, key.name, ipv4_pod);
+        let asked = Key::from_parts(key.name, qtype, key.qclass, key.flags);
         match self.step(&asked.as_ref(), settings, Instant::now()) {
             Step::Denied => {}
             Step::Answered(_) | Step::Failed => return None,
@@ -303,6 +321,7 @@ impl Shared {
         let mut buf: NameBuf = [0; MAX_NAME_LEN];
         for suffix in later_suffixes(name, job.namespace_at, settings) {
             let next = expansion(base, suffix, &mut buf)?;
+            let qtype = walk_type(&job.key.as_ref(), settings, next, ipv4_pod);
             let key = Key::from_parts(next, qtype, job.key.qclass(), job.key.flags());
             match self.step(&key.as_ref(), settings, Instant::now()) {
                 Step::Denied => continue,
@@ -326,27 +345,27 @@ impl Shared {
         None
     }
 
-    /// The question the walk asks of each name: the asked one, or its A
-    /// where the AAAA filter answers the client's AAAA.
+    /// The question to start the walk's speculation with: for an IPv4-only
+    /// pod's AAAA where any zone has the AAAA filter, the A (the filter
+    /// needs it, and no AAAA goes upstream for the pod).
     pub(super) fn walk_key<'k>(&self, request: &Request<'k, '_>) -> KeyRef<'k> {
-        let filtered = self.filters_aaaa(request.key, request.zone, request.client.ip());
-        let qtype = if filtered {
-            rtype::A
-        } else {
-            request.key.qtype
-        };
+        let filtering = self.ipv4_pod_aaaa(request.key, request.client.ip())
+            && (request.settings.router.zones().iter())
+                .any(|zone| zone.no_aaaa_for_ipv4_pods.is_some());
         KeyRef {
-            qtype,
+            qtype: if filtering {
+                rtype::A
+            } else {
+                request.key.qtype
+            },
             ..*request.key
         }
     }
 
-    /// Whether the AAAA filter of the asked name's zone answers this AAAA
-    /// for `client`, an IPv4-only pod (`aaaa.rs`).
-    fn filters_aaaa(&self, key: &KeyRef<'_>, zone: &Zone, client: IpAddr) -> bool {
+    /// Whether `key` is an AAAA from an IPv4-only pod of this node.
+    fn ipv4_pod_aaaa(&self, key: &KeyRef<'_>, client: IpAddr) -> bool {
         key.qtype == rtype::AAAA
             && key.qclass == class::IN
-            && zone.no_aaaa_for_ipv4_pods.is_some()
             && self.search.clients.is_ipv4_only_pod(client)
     }
 
@@ -399,17 +418,15 @@ impl Shared {
 
     /// Writes the autopath reply from the entry the walk ended at; None
     /// when it cannot be written (the caller answers as without autopath).
-    /// With the AAAA `filter` (the settings and the view), `entry` is the
-    /// end's A, and the end is answered as its zone's filter answers an
-    /// AAAA; None when that zone has no filter (the pod walks on by itself
-    /// and is answered there as that zone answers).
+    /// An end the walk asked as an A for an AAAA (`walk_type`) is answered
+    /// as its zone's AAAA filter answers; None when it cannot be written.
     fn write_autopath(
         &self,
         query: &Query<'_>,
         entry: &Entry,
         now: Instant,
         limit: usize,
-        filter: Option<(&Settings, u8)>,
+        (settings, view): (&Settings, u8),
         out: &mut Vec<u8>,
     ) -> Option<u16> {
         // The entry as a reply of its own (TTLs counted down, the client's
@@ -417,39 +434,36 @@ impl Shared {
         let mut packet = query.packet[..HEADER_LEN].to_vec();
         packet.extend_from_slice(entry.question());
         let qtype_at = packet.len() - 4;
-        if filter.is_some() {
+        let walked = u16::from_be_bytes([packet[qtype_at], packet[qtype_at + 1]]);
+        let filtered = walked == rtype::A && query.qtype == rtype::AAAA;
+        if filtered {
             packet[qtype_at..qtype_at + 2].copy_from_slice(&rtype::AAAA.to_be_bytes());
         }
         let plain = Query {
             packet: &packet,
             name_end: qtype_at,
             edns: None,
-            qtype: if filter.is_some() {
-                rtype::AAAA
-            } else {
-                query.qtype
-            },
+            qtype: query.qtype,
             ..*query
         };
         let mut target = Vec::with_capacity(512);
         let unlimited = u16::MAX.into();
-        match filter {
-            Some((settings, view)) => {
-                let mut folded: NameBuf = [0; MAX_NAME_LEN];
-                let len = fold_into(plain.name(), &mut folded);
-                let zone = settings.router.route_in(view, &folded[..len])?;
-                zone.no_aaaa_for_ipv4_pods.as_ref()?;
-                self.metrics.aaaa_for_ipv4_pods.inc();
-                let when = (now, Freshness::Fresh);
-                self.render_for_ipv4_pod(entry, &plain, zone, when, unlimited, &mut target);
-            }
-            None => {
-                entry.render(&plain, now, Freshness::Fresh, None, unlimited, &mut target);
-            }
+        if filtered {
+            let mut folded: NameBuf = [0; MAX_NAME_LEN];
+            let len = fold_into(plain.name(), &mut folded);
+            let zone = settings.router.route_in(view, &folded[..len])?;
+            zone.no_aaaa_for_ipv4_pods.as_ref()?;
+            let when = (now, Freshness::Fresh);
+            self.render_for_ipv4_pod(entry, &plain, zone, when, unlimited, &mut target);
+        } else {
+            entry.render(&plain, now, Freshness::Fresh, None, unlimited, &mut target);
         }
         match cname_reply(query, &target, limit, out) {
             Ok(code) => {
                 self.metrics.autopath_answers.inc();
+                if filtered {
+                    self.metrics.aaaa_for_ipv4_pods.inc();
+                }
                 Some(code)
             }
             Err(e) => {

@@ -237,6 +237,9 @@ max_labels = {{ .maxLabels | int }}
 {{ include "nodens.clusterZone" (list . $) }}
 {{- end }}
 {{- if eq .Values.upstream.external "clusterDns" }}
+{{- if and .Values.upstream.kubeDnsConfigMap .Values.upstream.endpointSlices }}
+{{- fail "upstream.kubeDnsConfigMap with upstream.endpointSlices needs upstream.external resolvConf: the ConfigMap's upstreamNameservers are the \".\" zone's upstreams, which the cluster DNS pods from the EndpointSlices would replace" }}
+{{- end }}
 {{ include "nodens.clusterZone" (list "." $) }}
 {{- else if eq .Values.upstream.external "resolvConf" }}
 
