@@ -72,7 +72,7 @@ def write_dns_junit(path):
     out = ET.Element("testsuites")
     for suite in suites:
         kept = ET.SubElement(out, "testsuite", {k: v for k, v in suite.attrib.items()
-                                                 if k in ("name", "package", "timestamp")})
+                                                 if k in ("name", "timestamp")})
         counts = {"tests": 0, "failures": 0, "skipped": 0}
         seconds = 0.0
         for case in suite.findall("testcase"):

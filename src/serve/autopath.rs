@@ -113,14 +113,12 @@ fn expansion<'b>(base: &[u8], suffix: &[u8], buf: &'b mut NameBuf) -> Option<&'b
     Some(&buf[..len])
 }
 
-/// The type the walk asks of `name` (folded): the A where the client is an
-/// IPv4-only pod asking AAAA (`ipv4_pod`) and `name`'s zone answers such a
-/// pod's AAAA from the A, else the asked type.
-fn walk_type(key: &KeyRef<'_>, settings: &Settings, name: &[u8], ipv4_pod: bool) -> u16 {
-    let filtered = ipv4_pod
-        && (settings.router.route_in(key.view(), name))
-            .is_some_and(|zone| zone.no_aaaa_for_ipv4_pods.is_some());
-    if filtered { rtype::A } else { key.qtype }
+/// The type the walk asks of a name of `zone`: the A where the client is an
+/// IPv4-only pod asking AAAA (`ipv4_pod`) and the zone answers such a pod's
+/// AAAA from the A, else the asked type.
+fn walk_type(qtype: u16, zone: Option<&Arc<Zone>>, ipv4_pod: bool) -> u16 {
+    let filtered = ipv4_pod && zone.is_some_and(|zone| zone.no_aaaa_for_ipv4_pods.is_some());
+    if filtered { rtype::A } else { qtype }
 }
 
 impl Shared {
@@ -154,7 +152,7 @@ impl Shared {
         let ipv4_pod = self.ipv4_pod_aaaa(request.key, request.client.ip());
         let key = request.key;
         let first = KeyRef {
-            qtype: walk_type(key, settings, key.name, ipv4_pod),
+            qtype: walk_type(key.qtype, Some(request.zone), ipv4_pod),
             ..*key
         };
         match self.step(&first, settings, request.started) {
@@ -168,9 +166,13 @@ impl Shared {
             let Some(name) = expansion(base, suffix, &mut buf) else {
                 return FromCache::Plain;
             };
+            // Routed only where the type may depend on the zone.
+            let zone = ipv4_pod
+                .then(|| settings.router.route_in(key.view(), name))
+                .flatten();
             let next = KeyRef {
                 name,
-                qtype: walk_type(key, settings, name, ipv4_pod),
+                qtype: walk_type(key.qtype, zone, ipv4_pod),
                 ..*key
             };
             match self.step(&next, settings, request.started) {
@@ -299,7 +301,7 @@ impl Shared {
         let settings = &job.settings;
         let key = job.key.as_ref();
         let ipv4_pod = self.ipv4_pod_aaaa(&key, job.client.ip());
-        let qtype = walk_type(&key, settings, key.name, ipv4_pod);
+        let qtype = walk_type(key.qtype, Some(&job.zone), ipv4_pod);
         let asked = Key::from_parts(key.name, qtype, key.qclass, key.flags);
         match self.step(&asked.as_ref(), settings, Instant::now()) {
             Step::Denied => {}
@@ -321,7 +323,8 @@ impl Shared {
         let mut buf: NameBuf = [0; MAX_NAME_LEN];
         for suffix in later_suffixes(name, job.namespace_at, settings) {
             let next = expansion(base, suffix, &mut buf)?;
-            let qtype = walk_type(&job.key.as_ref(), settings, next, ipv4_pod);
+            let zone = settings.router.route_in(job.key.as_ref().view(), next);
+            let qtype = walk_type(job.key.qtype(), zone, ipv4_pod);
             let key = Key::from_parts(next, qtype, job.key.qclass(), job.key.flags());
             match self.step(&key.as_ref(), settings, Instant::now()) {
                 Step::Denied => continue,
@@ -334,8 +337,7 @@ impl Shared {
             if self.namespace_denied(&key, settings, deadline).await {
                 continue;
             }
-            let zone = settings.router.route_in(key.view(), key.name())?.clone();
-            let entry = self.fetch(&key, &zone, settings, deadline).await?;
+            let entry = self.fetch(&key, zone?, settings, deadline).await?;
             match classify(&entry) {
                 Step::Denied => continue,
                 Step::Answered(entry) => return Some(entry),

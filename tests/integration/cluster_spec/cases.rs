@@ -57,31 +57,9 @@ spec:
   ports:
   - {name: http, port: 80, protocol: TCP}
 ---
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: dual-v4
-  namespace: spec-a
-  labels: {kubernetes.io/service-name: dual}
-addressType: IPv4
-ports:
-- {name: http, port: 8080, protocol: TCP}
-endpoints:
-- addresses: [10.244.2.60]
-  conditions: {ready: true}
+DUAL_SLICE_V4
 ---
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: dual-v6
-  namespace: spec-a
-  labels: {kubernetes.io/service-name: dual}
-addressType: IPv6
-ports:
-- {name: http, port: 8080, protocol: TCP}
-endpoints:
-- addresses: ["fd00:244::60"]
-  conditions: {ready: true}
+DUAL_SLICE_V6
 ---
 apiVersion: v1
 kind: Service
@@ -190,10 +168,23 @@ pub(super) fn db_slice(endpoints: &[(&str, &str, bool)]) -> String {
     )
 }
 
+/// A slice of `dual` of one address family, with one ready endpoint.
+fn dual_slice(family: &str, address: &str) -> String {
+    format!(
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: dual-{}\n  \
+         namespace: spec-a\n  labels: {{kubernetes.io/service-name: dual}}\n\
+         addressType: {family}\nports:\n- {{name: http, port: 8080, protocol: TCP}}\n\
+         endpoints:\n- addresses: [\"{address}\"]\n  conditions: {{ready: true}}\n",
+        family.to_ascii_lowercase()
+    )
+}
+
 /// The objects at the start.
 pub(super) fn objects() -> String {
     OBJECTS
         .replace("WEB_SLICE", &web_slice(&["10.244.2.10"]))
+        .replace("DUAL_SLICE_V4", &dual_slice("IPv4", "10.244.2.60"))
+        .replace("DUAL_SLICE_V6", &dual_slice("IPv6", "fd00:244::60"))
         .replace(
             "DB_SLICE",
             &db_slice(&[
