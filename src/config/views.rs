@@ -74,16 +74,37 @@ impl File {
 /// This host's addresses: loopback, and those of its interfaces.
 pub(crate) struct OwnAddresses(Option<Vec<IpAddr>>);
 
+/// The interface on which kube-proxy's IPVS mode puts every Service's
+/// ClusterIP: IPVS takes a packet to one of them before any socket, so a
+/// query sent there reaches the Service's endpoints, not nodens.
+const IPVS_SERVICES_LINK: &str = "kube-ipvs0";
+
 impl OwnAddresses {
     /// Reads the interfaces' addresses now (getifaddrs(3)); when they
     /// cannot be read, every address counts as this host's (the careful
-    /// side of the loop check).
+    /// side of the loop check). A unit test reads the host its thread set
+    /// with [`OwnAddresses::pretend`] (none but loopback unless it did),
+    /// so that no test's verdict depends on the machine it runs on.
+    #[cfg(not(test))]
     pub(crate) fn read() -> OwnAddresses {
-        OwnAddresses(
-            crate::ifaddrs::getifaddrs()
-                .ok()
-                .map(|links| links.into_iter().filter_map(|l| l.addr).collect()),
-        )
+        OwnAddresses::of(crate::ifaddrs::getifaddrs().ok())
+    }
+
+    #[cfg(test)]
+    pub(crate) fn read() -> OwnAddresses {
+        PRETENDED.with(|held| OwnAddresses(Some(held.borrow().clone())))
+    }
+
+    /// The addresses that count for the loop check among `links`: all but
+    /// the ClusterIPs on IPVS's interface.
+    fn of(links: Option<Vec<crate::ifaddrs::Link>>) -> OwnAddresses {
+        OwnAddresses(links.map(|links| {
+            links
+                .into_iter()
+                .filter(|l| l.name != IPVS_SERVICES_LINK)
+                .filter_map(|l| l.addr)
+                .collect()
+        }))
     }
 
     #[cfg(test)]
@@ -91,6 +112,19 @@ impl OwnAddresses {
         OwnAddresses(Some(ips))
     }
 
+    /// Makes [`OwnAddresses::read`] on this thread see a host holding `ips`.
+    #[cfg(test)]
+    pub(crate) fn pretend(ips: Vec<IpAddr>) {
+        PRETENDED.with(|held| *held.borrow_mut() = ips);
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    static PRETENDED: std::cell::RefCell<Vec<IpAddr>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl OwnAddresses {
     fn holds(&self, ip: IpAddr) -> bool {
         ip.is_loopback()
             || ip.is_unspecified()
@@ -132,6 +166,32 @@ mod tests {
         assert!(!own.loops(&one, addr("127.0.0.1:53")));
         let unknown = OwnAddresses(None);
         assert!(unknown.loops(&any, addr("10.96.0.10:53")));
+    }
+
+    #[test]
+    fn clusterips_on_the_ipvs_interface_are_not_this_hosts() {
+        let link = |name: &str, ip: &str| crate::ifaddrs::Link {
+            name: name.into(),
+            addr: Some(ip.parse().unwrap()),
+        };
+        let own = OwnAddresses::of(Some(vec![
+            link("eth0", "192.0.2.7"),
+            link("kube-ipvs0", "10.96.0.10"),
+            link("nodelocaldns", "169.254.20.10"),
+        ]));
+        let any = [addr("0.0.0.0:53")];
+        assert!(!own.loops(&any, addr("10.96.0.10:53")), "IPVS takes it");
+        assert!(own.loops(&any, addr("192.0.2.7:53")));
+        assert!(own.loops(&any, addr("169.254.20.10:53")));
+    }
+
+    #[test]
+    fn a_host_holding_an_address_loops_a_wildcard_listener_to_it() {
+        let text = "[server]\nlisten = [\"0.0.0.0:53\"]\n[[zone]]\nname = \".\"\nupstreams = [\"10.96.0.10\"]\n";
+        check(text).unwrap_or_else(|e| panic!("{e}"));
+        OwnAddresses::pretend(vec!["10.96.0.10".parse().unwrap()]);
+        let e = check(text).unwrap_err().to_string();
+        assert!(e.contains("forwarding loop"), "{e}");
     }
 
     fn check(text: &str) -> Result<crate::config::Config, crate::config::ConfigError> {
