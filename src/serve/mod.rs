@@ -160,6 +160,29 @@ impl Shared {
 
 /// The largest reply a client may get: its UDP size, or a TCP message's
 /// 16-bit length limit (an upstream's largest answer plus our OPT is over it).
+impl Shared {
+    /// The listener's stats for `settings`, built on the first query after
+    /// a reload, with the zones' observers.
+    #[inline]
+    fn stats_for(&self, listener: &ListenerView, settings: &Settings) -> stats::StatsGuard {
+        stats::for_listener(
+            listener,
+            settings,
+            &self.metrics,
+            &self.query_log,
+            &self.dnstap,
+        )
+    }
+
+    /// What a UDP worker's batch runs on: the settings now and their stats.
+    fn batch_for(&self, listener: &ListenerView) -> stats::Batch {
+        let settings = self.settings.load_full();
+        let stats = arc_swap::Guard::into_inner(self.stats_for(listener, &settings))
+            .expect("stats for the current settings");
+        stats::Batch { settings, stats }
+    }
+}
+
 fn reply_limit(proto: Proto, query: &query::Query<'_>, settings: &Settings) -> usize {
     match proto {
         Proto::Udp => query.udp_limit(settings.max_udp_payload),
@@ -236,16 +259,31 @@ impl Service for Shared {
         out: &mut Vec<u8>,
     ) -> Handled<Job> {
         let started = arrival.at;
-        let settings = self.settings.load();
+        // A UDP worker's batch loads the settings and stats once; a query
+        // counted alone (TCP, a walk's stages) loads its own.
+        let alone: (arc_swap::Guard<Arc<Settings>>, stats::StatsGuard);
+        let (settings, all_stats, tally) = match arrival.tally {
+            Some(tally) => {
+                let tally = tally.open(started, || self.batch_for(listener));
+                let batch = tally.batch();
+                (&batch.settings, &batch.stats, Some(tally))
+            }
+            None => {
+                let settings = self.settings.load();
+                let stats = self.stats_for(listener, &settings);
+                alone = (settings, stats);
+                let stats = alone.1.as_ref().expect("stats for the current settings");
+                (&*alone.0, stats, None)
+            }
+        };
         let unzoned = unzoned::Unzoned {
             packet,
             client,
             proto,
             started,
-            settings: &settings,
+            settings,
         };
-        if let Some(done) =
-            admit::admit(&settings, &self.metrics, packet, client.ip(), started, out)
+        if let Some(done) = admit::admit(settings, &self.metrics, packet, client.ip(), started, out)
         {
             return self.log_unzoned(&unzoned, done, out);
         }
@@ -281,20 +319,10 @@ impl Service for Shared {
             let done = route::refuse_unrouted(&self.metrics, &query, listener, proto, out);
             return self.log_unzoned(&unzoned, done, out);
         };
-        let stats_guard = stats::for_listener(
-            listener,
-            &settings,
-            &self.metrics,
-            &self.query_log,
-            &self.dnstap,
-        );
-        let all_stats = stats_guard
-            .as_ref()
-            .expect("stats for the current settings");
         let stats = all_stats.zone(zone.index);
-        let tally = match arrival.tally {
+        let tally = match tally {
             Some(tally) => {
-                let counts = tally.zone(all_stats, zone.index, started);
+                let counts = tally.zone(zone.index);
                 counts.request(stats, proto, query.qtype, packet.len(), query.dnssec_ok());
                 Some(counts)
             }
@@ -307,7 +335,7 @@ impl Service for Shared {
             query: &query,
             key: &key,
             zone,
-            settings: &settings,
+            settings,
             stats,
             tally,
             proto,
@@ -322,14 +350,14 @@ impl Service for Shared {
         {
             return Handled::Reply;
         }
-        if let Some(at) = self.autopath_candidate(&key, client.ip(), &settings) {
+        if let Some(at) = self.autopath_candidate(&key, client.ip(), settings) {
             match self.autopath_from_cache(&request, at, out) {
                 autopath::FromCache::Answered => return Handled::Reply,
                 autopath::FromCache::Plain => {}
                 autopath::FromCache::Wait => {
                     // Ahead of the walk, the names it will ask (their A
                     // where the AAAA filter answers the pod's AAAA).
-                    self.maybe_speculate(&self.walk_key(&request), &settings);
+                    self.maybe_speculate(&self.walk_key(&request), settings);
                     if let Some(job) = self.autopath_job(&request, all_stats, at) {
                         return job;
                     }

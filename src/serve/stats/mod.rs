@@ -23,6 +23,7 @@ use crate::listen::Proto;
 use crate::querylog::Hub;
 use crate::wire::{QTYPE_LABELS, QTYPE_OTHER, qtype_slot};
 
+pub(in crate::serve) use tally::Batch;
 pub(crate) use tally::Tally;
 pub(crate) use tally::ZoneTally;
 

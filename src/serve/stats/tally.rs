@@ -16,7 +16,7 @@
 //! counted. Misses, the other stages and TCP count into the shared metrics
 //! directly, as before: their counts and a tally's add up to the same series.
 
-use std::cell::{Cell, OnceCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -25,13 +25,17 @@ use prometheus::local::LocalHistogram;
 use super::{ListenerStats, PROTOS, RCODES, TYPES, ZoneStats, response_slot};
 use crate::answered::Answered;
 use crate::listen::Proto;
+use crate::serve::Settings;
 use crate::wire::qtype_slot;
 
-/// A worker's tally: the zones its current batch touched, for the
-/// listener's stats of that batch.
+/// A worker's tally: the settings and stats its current batch runs on,
+/// and the zones the batch touched.
 pub struct Tally {
-    /// The stats the batch counts for (held only while a batch is open).
-    stats: Option<Arc<ListenerStats>>,
+    /// Held only while a batch is open: loaded at its first query, read by
+    /// the rest without an atomic (two `ArcSwap` loads a query before). A
+    /// reload lands between batches: a batch is one `recvmmsg`'s queries,
+    /// all of which arrived before it was read.
+    batch: Option<Batch>,
     /// The batch's arrival time.
     arrived: Instant,
     /// One per zone of the stats the cells were made for.
@@ -40,68 +44,80 @@ pub struct Tally {
     /// handles are its zones').
     made_for: Option<u64>,
     /// Indices into `zones` touched in this batch.
-    dirty: Vec<usize>,
+    dirty: RefCell<Vec<usize>>,
+}
+
+/// What a batch runs on: the settings, and the listener's stats of them.
+pub(in crate::serve) struct Batch {
+    pub(in crate::serve) settings: Arc<Settings>,
+    pub(in crate::serve) stats: Arc<ListenerStats>,
 }
 
 impl Default for Tally {
     fn default() -> Tally {
         Tally {
-            stats: None,
+            batch: None,
             arrived: Instant::now(),
             zones: Vec::new(),
             made_for: None,
-            dirty: Vec::new(),
+            dirty: RefCell::default(),
         }
     }
 }
 
 impl Tally {
-    /// The cells of zone `index` for a query of the batch that arrived at
-    /// `received`, counting for `all` (the listener's stats now). A query
-    /// that finds other stats than the batch's (a reload in the middle of
-    /// a batch) ends the batch so far first.
+    /// The open batch, opened with `load` at its first query (arrived at
+    /// `received`).
     #[inline]
-    pub(in crate::serve) fn zone(
+    pub(in crate::serve) fn open(
         &mut self,
-        all: &Arc<ListenerStats>,
-        index: usize,
         received: Instant,
-    ) -> &ZoneTally {
-        if !self.stats.as_ref().is_some_and(|s| Arc::ptr_eq(s, all)) {
-            self.open(all, received);
+        load: impl FnOnce() -> Batch,
+    ) -> &Tally {
+        if self.batch.is_none() {
+            let batch = load();
+            if self.made_for != Some(batch.stats.generation) {
+                self.zones = batch
+                    .stats
+                    .zones
+                    .iter()
+                    .map(|_| ZoneTally::default())
+                    .collect();
+                self.made_for = Some(batch.stats.generation);
+            }
+            self.batch = Some(batch);
+            self.arrived = received;
         }
+        self
+    }
+
+    /// What the open batch runs on.
+    #[inline]
+    pub(in crate::serve) fn batch(&self) -> &Batch {
+        self.batch.as_ref().expect("an open batch")
+    }
+
+    /// The cells of zone `index` of the open batch's stats.
+    #[inline]
+    pub(in crate::serve) fn zone(&self, index: usize) -> &ZoneTally {
         let zone = &self.zones[index];
         if !zone.touched.replace(true) {
-            self.dirty.push(index);
+            self.dirty.borrow_mut().push(index);
         }
         zone
     }
 
-    /// Opens a batch (its first query; or a query that finds the stats
-    /// of a reload in the middle of one, which ends the batch so far).
-    fn open(&mut self, all: &Arc<ListenerStats>, received: Instant) {
-        if self.stats.is_some() {
-            self.end(Instant::now());
-        }
-        if self.made_for != Some(all.generation) {
-            self.zones = all.zones.iter().map(|_| ZoneTally::default()).collect();
-            self.made_for = Some(all.generation);
-        }
-        self.stats = Some(Arc::clone(all));
-        self.arrived = received;
-    }
-
     /// Ends the batch at `now`: everything counted goes into the shared
-    /// metrics, and the stats are let go until the next batch.
+    /// metrics, and the settings and stats are let go until the next batch.
     pub fn end(&mut self, now: Instant) {
-        let Some(stats) = self.stats.take() else {
+        let Some(batch) = self.batch.take() else {
             return;
         };
         let seconds = now.saturating_duration_since(self.arrived).as_secs_f64();
-        for index in self.dirty.drain(..) {
+        for index in self.dirty.get_mut().drain(..) {
             let zone = &self.zones[index];
             zone.touched.set(false);
-            stats.zone(index).add(zone, seconds);
+            batch.stats.zone(index).add(zone, seconds);
         }
     }
 }
