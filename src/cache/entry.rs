@@ -61,6 +61,8 @@ pub struct Entry {
     lifetime_secs: u32,
     /// The TTL the entry started with, in seconds (for prefetch).
     pub original_ttl: u32,
+    /// Hits, counted up to the zone's `prefetch_min_hits` and not past it
+    /// (prefetch asks only whether the threshold is reached).
     pub hits: AtomicU32,
     /// Set once a prefetch for this entry has been started.
     pub prefetch_started: AtomicBool,

@@ -26,8 +26,12 @@ impl Shared {
         }
         let settings = request.settings;
         let policy = &request.zone.cache;
-        let hits = entry.hits.fetch_add(1, Ordering::Relaxed) + 1;
-        if hits < policy.prefetch_min_hits {
+        // Counted up to the threshold only: past it a hit writes nothing
+        // shared (an atomic add on every hit of a hot entry, its cache line
+        // passed between the workers that serve it).
+        if entry.hits.load(Ordering::Relaxed) < policy.prefetch_min_hits
+            && entry.hits.fetch_add(1, Ordering::Relaxed) + 1 < policy.prefetch_min_hits
+        {
             return;
         }
         let threshold = Duration::from_millis(
