@@ -126,6 +126,7 @@ impl File {
         self.check_shared_upstreams(&zones)?;
         let kube_dns = self.apply_kube_dns(&mut zones)?;
         let budget = self.budget.compile()?;
+        let startup_taint = self.compile_startup_taint()?;
         Ok(Config {
             listen: s.listen.iter().map(|a| a.get_ref().0).collect(),
             skipped: self.inputs.take_skipped(),
@@ -206,11 +207,13 @@ impl File {
                 || zones.iter().any(|z| z.no_aaaa_for_ipv4_pods)
                 || self.cluster.follow_api
                 || ((budget.is_some() || s.workload_counters)
-                    && self.kubernetes.node_name().is_some()))
+                    && self.kubernetes.node_name().is_some())
+                || startup_taint.is_some())
             .then(|| super::KubernetesPlan {
                 kubeconfig: self.kubernetes.kubeconfig.clone(),
                 node_name: self.kubernetes.node_name(),
                 streaming_lists: self.kubernetes.streaming_lists,
+                startup_taint,
             }),
             zones,
             kube_dns,
@@ -258,6 +261,25 @@ impl File {
 
     /// `[cluster] follow_api` and `hold_past_ttl`, which needs it and is
     /// bounded: a held answer rests on the watch, not on its TTL.
+    /// `[kubernetes] startup_taint`: a taint key, on a node nodens knows.
+    fn compile_startup_taint(&self) -> Result<Option<String>, Invalid> {
+        let Some(key) = &self.kubernetes.startup_taint else {
+            return Ok(None);
+        };
+        let here = |message: String| super::check::key(&["kubernetes", "startup_taint"], message);
+        if let Err(why) = crate::kubernetes::config::check_taint_key(key) {
+            return Err(here(format!("startup_taint '{key}': {why}")));
+        }
+        if self.kubernetes.node_name().is_none() {
+            return Err(here(
+                "startup_taint needs the node's name: `[kubernetes] node_name` or $NODE_NAME \
+                 (the chart sets it from spec.nodeName)"
+                    .into(),
+            ));
+        }
+        Ok(Some(key.clone()))
+    }
+
     fn compile_follow_api(&self) -> Result<Option<super::FollowApiPlan>, Invalid> {
         let c = &self.cluster;
         let hold = c.hold_past_ttl;

@@ -60,6 +60,9 @@ pub struct KubernetesConfig {
     /// Lists as streaming lists (WatchList) where the API server serves
     /// them (docs/scale.md says what they cost).
     pub streaming_lists: bool,
+    /// A taint key nodens removes from its own node once it serves, so
+    /// that pods are scheduled on a new node only when its cache answers.
+    pub startup_taint: Option<String>,
 }
 
 impl Default for KubernetesConfig {
@@ -70,6 +73,7 @@ impl Default for KubernetesConfig {
             kube_dns_config: None,
             kube_dns_config_interval: Duration::from_secs(10),
             streaming_lists: false,
+            startup_taint: None,
         }
     }
 }

@@ -132,6 +132,30 @@ fn autopath_takes_the_node_name() {
 }
 
 #[test]
+fn a_startup_taint_is_a_taint_key_on_a_named_node() {
+    let c = Config::parse(
+        "[kubernetes]\nnode_name = \"n1\"\nstartup_taint = \"node.nodens.io/agent-not-ready\"\n",
+    )
+    .unwrap();
+    let plan = c.kubernetes.expect("the API is wanted for the taint alone");
+    assert_eq!(
+        plan.startup_taint.as_deref(),
+        Some("node.nodens.io/agent-not-ready")
+    );
+    let e = Config::parse("[kubernetes]\nnode_name = \"n1\"\nstartup_taint = \"Bad Key\"\n")
+        .unwrap_err();
+    assert!(
+        e.to_string().starts_with("3:") && e.to_string().contains("not a taint key"),
+        "{e}"
+    );
+    // No node name here unless the environment gives one.
+    if std::env::var_os("NODE_NAME").is_none() {
+        let e = Config::parse("[kubernetes]\nstartup_taint = \"a/b\"\n").unwrap_err();
+        assert!(e.to_string().contains("needs the node's name"), "{e}");
+    }
+}
+
+#[test]
 fn unknown_key_names_line() {
     let e = Config::parse("[cache]\ncapacity = \"1 MiB\"\nprefetch = 3\n").unwrap_err();
     assert_eq!(e.position.unwrap().0, 3, "{e}");

@@ -48,6 +48,78 @@ pub struct KubernetesPlan {
     pub node_name: Option<String>,
     /// Lists are asked as streaming lists first (`streaming_lists`).
     pub streaming_lists: bool,
+    /// The taint nodens removes from its node once it serves
+    /// (`startup_taint`, `startup_taint.rs`).
+    pub startup_taint: Option<String>,
+}
+
+/// Whether `key` is a taint key as the API server takes one: a name of at
+/// most 63 characters (letters, digits, `-`, `_`, `.`, starting and ending
+/// with a letter or digit), with an optional DNS subdomain and `/` before
+/// it. A key the API server would refuse is a config error, not a patch
+/// that fails on every node.
+pub(crate) fn check_taint_key(key: &str) -> Result<(), &'static str> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    let alnum = |c: char| c.is_ascii_alphanumeric();
+    if name.is_empty()
+        || name.len() > 63
+        || !name.starts_with(alnum)
+        || !name.ends_with(alnum)
+        || !name
+            .chars()
+            .all(|c| alnum(c) || matches!(c, '-' | '_' | '.'))
+    {
+        return Err(
+            "not a taint key (a name of letters, digits, '-', '_' and '.', at most 63, after an optional DNS subdomain and '/')",
+        );
+    }
+    if let Some(prefix) = prefix {
+        let label = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.starts_with(alnum)
+                && l.ends_with(alnum)
+                && l.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        };
+        if prefix.len() > 253 || !prefix.split('.').all(label) {
+            return Err("its prefix is not a DNS subdomain (lower-case labels joined by '.')");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod taint_key_tests {
+    use super::check_taint_key;
+
+    #[test]
+    fn taint_keys_as_the_api_server_takes_them() {
+        for good in [
+            "node.nodens.io/agent-not-ready",
+            "not-ready",
+            "a",
+            "x.y/Z_1.b",
+        ] {
+            assert!(check_taint_key(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "/x",
+            "a/",
+            "Node.io/x",
+            "a b",
+            "-x",
+            "x-",
+            &"x".repeat(64),
+            "a/b/c",
+        ] {
+            assert!(check_taint_key(bad).is_err(), "{bad}");
+        }
+    }
 }
 
 /// The watches a configuration needs, and what each feature behind them

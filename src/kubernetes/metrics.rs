@@ -3,7 +3,7 @@
 //! many objects it holds.
 
 use crate::metrics::{Counters, Gauges, Registry, label_set};
-use prometheus::IntCounter;
+use prometheus::{IntCounter, IntGauge};
 
 label_set! {
     pub struct WatchLabels { resource = "resource", watch = "watch" }
@@ -23,6 +23,10 @@ pub struct KubeMetrics {
     /// API dropped, and the entries dropped.
     pub purged_names: IntCounter,
     pub purged_entries: IntCounter,
+    /// `[kubernetes] startup_taint`: 1 until nodens has seen its node
+    /// without the taint, and the failed attempts to get there.
+    pub startup_taint_pending: IntGauge,
+    pub startup_taint_errors: IntCounter,
 }
 
 impl KubeMetrics {
@@ -67,6 +71,14 @@ impl KubeMetrics {
             purged_entries: r.counter(
                 "nodens_cluster_purged_entries_total",
                 "Cached answers dropped because a Service or EndpointSlice change may have changed them.",
+            ),
+            startup_taint_pending: r.gauge(
+                "nodens_kubernetes_startup_taint_pending",
+                "1 from the start until nodens has seen its node without its startup taint ([kubernetes] startup_taint; 0 when none is configured): while 1, no pod is scheduled on the node.",
+            ),
+            startup_taint_errors: r.counter(
+                "nodens_kubernetes_startup_taint_errors_total",
+                "Failed attempts to read the node or remove its startup taint (no RBAC for nodes get/patch, the node not found, the API unreachable); each is retried after a backoff.",
             ),
         }
     }

@@ -23,6 +23,8 @@ mod pod_view;
 #[cfg(feature = "kubernetes")]
 pub(crate) mod pods;
 #[cfg(feature = "kubernetes")]
+mod startup_taint;
+#[cfg(feature = "kubernetes")]
 mod watch;
 #[cfg(feature = "kubernetes")]
 mod watches;

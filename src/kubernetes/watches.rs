@@ -79,6 +79,8 @@ pub(crate) struct Watches {
     shared: std::sync::Arc<dyn follow::Followed>,
     follow_state: Option<std::sync::Arc<follow::FollowState>>,
     follow_watch: Option<tokio::task::AbortHandle>,
+    /// Whether the startup taint's removal was started (once a process).
+    startup_taint_started: bool,
 }
 
 impl Watches {
@@ -103,7 +105,29 @@ impl Watches {
             shared,
             follow_state: None,
             follow_watch: None,
+            startup_taint_started: false,
         }
+    }
+
+    /// nodens serves: the startup taint comes off its node
+    /// (`[kubernetes] startup_taint`), once a process.
+    pub(crate) fn serving(&mut self, upkeep: &Upkeep) {
+        let Some((plan, client)) = &self.client else {
+            return;
+        };
+        let (Some(key), Some(node)) = (&plan.startup_taint, &plan.node_name) else {
+            return;
+        };
+        if std::mem::replace(&mut self.startup_taint_started, true) {
+            return;
+        }
+        self.metrics.startup_taint_pending.set(1);
+        upkeep.spawn(super::startup_taint::remove(
+            client.clone(),
+            node.clone(),
+            key.clone(),
+            self.metrics.clone(),
+        ));
     }
 
     /// Runs the watches `want` asks for (a watch for each Service zones
@@ -114,6 +138,10 @@ impl Watches {
     pub(crate) async fn watch_for(&mut self, want: &Wanted<'_>, upkeep: &Upkeep) {
         let wanted = &want.endpoints;
         let plan = want.api;
+        if !self.startup_taint_started && plan.is_some_and(|p| p.startup_taint.is_some()) {
+            // Until it is seen gone: without an API client, for ever.
+            self.metrics.startup_taint_pending.set(1);
+        }
         if self.client.as_ref().map(|(p, _)| p) != plan {
             // Another API (or none): every watch starts over.
             self.client = None;

@@ -83,9 +83,6 @@ impl UdpWorkers {
         let mut sockets = Vec::new();
         let mut progress = Vec::new();
         for i in 0..workers.max(1).max(inherited.len()) {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
             let socket = match inherited.pop() {
                 Some(socket) => {
                     socket.set_read_timeout(Some(STOP_POLL))?;
@@ -94,6 +91,12 @@ impl UdpWorkers {
                 None => bind(addr)?,
             };
             sockets.push(socket.try_clone()?);
+            // After the socket: a runtime dropped here, on the main
+            // runtime, by a bind that failed would panic (tokio forbids
+            // it) instead of saying why nodens cannot listen.
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
             let worker = Worker {
                 runtime,
                 socket,

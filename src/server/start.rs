@@ -170,6 +170,7 @@ impl Server {
             tracing::info!("handover: took over; the previous process drains and stops reading");
         }
         server.shared.ready.store(true, Ordering::Relaxed);
+        server.watches.serving(server.shared.tasks.upkeep());
         server.shared.prime();
         let (shared, telemetry) = (&server.shared, &server.telemetry);
         let upkeep = shared.tasks.upkeep();

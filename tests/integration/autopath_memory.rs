@@ -104,6 +104,7 @@ fn rss_per_watched_pod_against_coredns_pods_verified() {
         kubeconfig: Some(kube.kubeconfig.clone()),
         node_name: None,
         streaming_lists: false,
+        startup_taint: None,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

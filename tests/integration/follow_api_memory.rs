@@ -169,6 +169,7 @@ fn rss_per_watched_service_against_kube_proxy_and_coredns() {
         kubeconfig: Some(kube.kubeconfig.clone()),
         node_name: None,
         streaming_lists: false,
+        startup_taint: None,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

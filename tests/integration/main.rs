@@ -50,6 +50,7 @@ mod rewrite_dns64;
 mod search_rules;
 mod snapshot_trust;
 mod stale_prefetch;
+mod startup_taint;
 mod tcp;
 mod transport_fallback;
 mod truncation;

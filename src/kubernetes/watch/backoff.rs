@@ -12,7 +12,7 @@ const FIRST: Duration = Duration::from_secs(1);
 const MAX: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Default)]
-pub(super) struct Backoff {
+pub(in crate::kubernetes) struct Backoff {
     failures: u32,
 }
 
@@ -23,7 +23,7 @@ impl Backoff {
     }
 
     /// A failure: the time to wait before asking again.
-    pub(super) fn next(&mut self) -> Duration {
+    pub(in crate::kubernetes) fn next(&mut self) -> Duration {
         let window = self.window();
         self.failures = self.failures.saturating_add(1);
         let ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);

@@ -37,7 +37,7 @@ use kube::api::WatchEvent;
 use rand::Rng;
 
 use super::metrics::{KubeMetrics, WatchLabels};
-use backoff::Backoff;
+pub(super) use backoff::Backoff;
 pub(crate) use protobuf::Protobuf;
 use source::{Events, ListError};
 pub(crate) use source::{Metadata, Objects, Query, Source};
