@@ -158,8 +158,6 @@ impl Shared {
     }
 }
 
-/// The largest reply a client may get: its UDP size, or a TCP message's
-/// 16-bit length limit (an upstream's largest answer plus our OPT is over it).
 impl Shared {
     /// The listener's stats for `settings`, built on the first query after
     /// a reload, with the zones' observers.
@@ -183,6 +181,8 @@ impl Shared {
     }
 }
 
+/// The largest reply a client may get: its UDP size, or a TCP message's
+/// 16-bit length limit (an upstream's largest answer plus our OPT is over it).
 fn reply_limit(proto: Proto, query: &query::Query<'_>, settings: &Settings) -> usize {
     match proto {
         Proto::Udp => query.udp_limit(settings.max_udp_payload),
