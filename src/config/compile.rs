@@ -261,7 +261,9 @@ impl File {
 
     /// `[cluster] follow_api` and `hold_past_ttl`, which needs it and is
     /// bounded: a held answer rests on the watch, not on its TTL.
-    /// `[kubernetes] startup_taint`: a taint key, on a node nodens knows.
+    /// `[kubernetes] startup_taint`: a taint key. Its node's name may come
+    /// from an environment the fail-open guard, which reads this file too,
+    /// does not have: a missing one is the server's error, at its start.
     fn compile_startup_taint(&self) -> Result<Option<String>, Invalid> {
         let Some(key) = &self.kubernetes.startup_taint else {
             return Ok(None);
@@ -269,13 +271,6 @@ impl File {
         let here = |message: String| super::check::key(&["kubernetes", "startup_taint"], message);
         if let Err(why) = crate::kubernetes::config::check_taint_key(key) {
             return Err(here(format!("startup_taint '{key}': {why}")));
-        }
-        if self.kubernetes.node_name().is_none() {
-            return Err(here(
-                "startup_taint needs the node's name: `[kubernetes] node_name` or $NODE_NAME \
-                 (the chart sets it from spec.nodeName)"
-                    .into(),
-            ));
         }
         Ok(Some(key.clone()))
     }

@@ -115,12 +115,20 @@ impl Watches {
         let Some((plan, client)) = &self.client else {
             return;
         };
-        let (Some(key), Some(node)) = (&plan.startup_taint, &plan.node_name) else {
+        let Some(key) = &plan.startup_taint else {
             return;
         };
         if std::mem::replace(&mut self.startup_taint_started, true) {
             return;
         }
+        let Some(node) = &plan.node_name else {
+            tracing::error!(
+                taint = key,
+                "startup_taint: no node name (`[kubernetes] node_name` or $NODE_NAME, which the \
+                 chart sets from spec.nodeName): the taint stays on the node"
+            );
+            return;
+        };
         self.metrics.startup_taint_pending.set(1);
         upkeep.spawn(super::startup_taint::remove(
             client.clone(),

@@ -180,11 +180,17 @@ reconcile_interval = {{ .Values.node.reconcileInterval | toJson }}
 state_dir = "/run/nodens"
 {{- end }}
 
-{{- if .Values.upstream.kubeDnsConfigMap }}
+{{- if or .Values.upstream.kubeDnsConfigMap .Values.startupTaint.enabled }}
 
 [kubernetes]
+{{- if .Values.upstream.kubeDnsConfigMap }}
 # The kube-dns ConfigMap (upstream.kubeDnsConfigMap), mounted here.
 kube_dns_config = "/etc/kube-dns"
+{{- end }}
+{{- if .Values.startupTaint.enabled }}
+# Removed from this node ($NODE_NAME) once nodens serves (startupTaint).
+startup_taint = {{ .Values.startupTaint.key | toJson }}
+{{- end }}
 {{- end }}
 
 [cluster]
