@@ -31,6 +31,7 @@ pub(crate) async fn remove(
 ) {
     let api: Api<Node> = Api::all(client);
     let mut backoff = Backoff::default();
+    let mut conflicts = 0;
     loop {
         match remove_once(&api, &node, &key).await {
             Ok(Outcome::Removed) => {
@@ -45,9 +46,12 @@ pub(crate) async fn remove(
                 tracing::debug!(node, taint = key, "startup taint not on the node");
                 break;
             }
-            // Another party changed the node since it was read: read again.
-            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            // Another party changed the node since it was read: read again
+            // at once, three times in a row at most, then after a backoff
+            // (a node that changes all the time is not asked in a loop).
+            Err(kube::Error::Api(e)) if e.code == 409 && conflicts < 3 => conflicts += 1,
             Err(e) => {
+                conflicts = 0;
                 metrics.startup_taint_errors.inc();
                 let wait = backoff.next();
                 tracing::warn!(
