@@ -227,7 +227,7 @@ impl File {
             }
             if let Some(e) = &zone.endpoints {
                 for (value, what) in [(&e.service, "service"), (&e.namespace, "namespace")] {
-                    if !is_dns_label(value.get_ref()) {
+                    if !crate::vocab::is_dns_label(value.get_ref()) {
                         let message = format!(
                             "zone {name}: endpoints.{what} '{}' is not a Kubernetes name \
                              (lower-case letters, digits and '-', at most 63)",
@@ -273,14 +273,4 @@ impl File {
         }
         Invalid::Key(vec![Key("zone"), Step::Index(index), Key(field)], message)
     }
-}
-
-/// An RFC 1123 label, as Kubernetes names Services and namespaces.
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
 }

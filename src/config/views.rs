@@ -79,6 +79,12 @@ pub(crate) struct OwnAddresses(Option<Vec<IpAddr>>);
 /// query sent there reaches the Service's endpoints, not nodens.
 const IPVS_SERVICES_LINK: &str = "kube-ipvs0";
 
+// The host a unit test's thread pretends (`OwnAddresses::pretend`).
+#[cfg(test)]
+thread_local! {
+    static PRETENDED: std::cell::RefCell<Vec<IpAddr>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl OwnAddresses {
     /// Reads the interfaces' addresses now (getifaddrs(3)); when they
     /// cannot be read, every address counts as this host's (the careful
@@ -117,14 +123,7 @@ impl OwnAddresses {
     pub(crate) fn pretend(ips: Vec<IpAddr>) {
         PRETENDED.with(|held| *held.borrow_mut() = ips);
     }
-}
 
-#[cfg(test)]
-thread_local! {
-    static PRETENDED: std::cell::RefCell<Vec<IpAddr>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-impl OwnAddresses {
     fn holds(&self, ip: IpAddr) -> bool {
         ip.is_loopback()
             || ip.is_unspecified()

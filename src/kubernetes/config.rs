@@ -77,15 +77,7 @@ pub(crate) fn check_taint_key(key: &str) -> Result<(), &'static str> {
         );
     }
     if let Some(prefix) = prefix {
-        let label = |l: &str| {
-            !l.is_empty()
-                && l.len() <= 63
-                && l.starts_with(alnum)
-                && l.ends_with(alnum)
-                && l.chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        };
-        if prefix.len() > 253 || !prefix.split('.').all(label) {
+        if prefix.len() > 253 || !prefix.split('.').all(crate::vocab::is_dns_label) {
             return Err("its prefix is not a DNS subdomain (lower-case labels joined by '.')");
         }
     }

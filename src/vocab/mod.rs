@@ -11,4 +11,5 @@ pub(crate) mod values;
 
 pub(crate) use inputs::Inputs;
 pub(crate) use invalid::{Invalid, key};
+pub(crate) use values::is_dns_label;
 pub use values::{BadValue, DnsAddr, HttpListen, LogFilter, ZoneName};

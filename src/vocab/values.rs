@@ -107,3 +107,13 @@ impl FromStr for LogFilter {
     }
 }
 deserialize_from_str!(LogFilter);
+
+/// An RFC 1123 label, as Kubernetes names Services and namespaces.
+pub(crate) fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
