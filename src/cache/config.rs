@@ -38,6 +38,13 @@ pub struct CacheConfig {
     /// response timer); 0: at once (CoreDNS `serve_stale immediate`).
     #[serde(with = "humantime_serde")]
     pub stale_answer_timeout: Duration,
+    /// A positive answer within `stale_max_age` is served over a denial
+    /// (NXDOMAIN, NODATA) or a SERVFAIL its refresh brings, and the denial
+    /// is not stored: a name that had addresses a moment ago keeps them
+    /// through an upstream's transient NXDOMAIN (CoreDNS's `serve_stale`
+    /// serves stale only when upstream is unreachable). Off by default: a
+    /// name really deleted is then answered until `stale_max_age` runs out.
+    pub stale_over_denial: bool,
     /// Hits an entry needs before it is refreshed ahead of expiry; 0 disables prefetch.
     pub prefetch_min_hits: u32,
     /// Refresh when this percentage of the original TTL or less remains.
@@ -60,6 +67,7 @@ impl Default for CacheConfig {
             stale_ttl: Duration::from_secs(30),
             stale_max_age: Duration::from_secs(3600),
             stale_answer_timeout: Duration::from_secs(1),
+            stale_over_denial: false,
             prefetch_min_hits: 3,
             prefetch_percent: 10,
             snapshot_file: None,
@@ -170,6 +178,7 @@ pub struct ZoneCacheConfig {
     /// 0: a stale answer at once (CoreDNS `serve_stale ... immediate`).
     #[serde(with = "humantime_serde")]
     pub stale_answer_timeout: Option<Duration>,
+    pub stale_over_denial: Option<bool>,
     /// 0: no prefetch for this zone.
     pub prefetch_min_hits: Option<u32>,
     pub prefetch_percent: Option<Spanned<u8>>,
@@ -189,6 +198,9 @@ pub struct CachePolicy {
     pub stale_max_age: Duration,
     /// How long a miss with a stale answer waits on upstream first.
     pub stale_answer_timeout: Duration,
+    /// A positive answer within `stale_max_age` is served over a denial
+    /// its refresh brings (`[cache] stale_over_denial`).
+    pub stale_over_denial: bool,
     /// Hits before a refresh ahead of expiry; 0: no prefetch.
     pub prefetch_min_hits: u32,
     pub prefetch_percent: u8,
@@ -244,6 +256,7 @@ impl ZoneCacheConfig {
             stale_answer_timeout: self
                 .stale_answer_timeout
                 .unwrap_or(global.stale_answer_timeout),
+            stale_over_denial: self.stale_over_denial.unwrap_or(global.stale_over_denial),
             prefetch_min_hits: self.prefetch_min_hits.unwrap_or(global.prefetch_min_hits),
             prefetch_percent: percent,
         })
@@ -262,11 +275,11 @@ mod tests {
 
     #[test]
     fn each_key_falls_back_to_the_global_cache() {
-        let text = "[cache]\nservfail_ttl = \"7s\"\nstale_max_age = \"2h\"\nprefetch_min_hits = 4\nprefetch_percent = 20\n\
+        let text = "[cache]\nservfail_ttl = \"7s\"\nstale_max_age = \"2h\"\nprefetch_min_hits = 4\nprefetch_percent = 20\nstale_over_denial = true\n\
                     [[zone]]\nname = \"a\"\nupstreams = [\"127.0.0.1\"]\n\
                     [zone.cache]\nstale_answer_timeout = \"0s\"\nprefetch_percent = 50\n\
                     [[zone]]\nname = \"b\"\nupstreams = [\"127.0.0.2\"]\n\
-                    [zone.cache]\nenabled = false\nservfail_ttl = \"0s\"\nstale_max_age = \"0s\"\nsuccess = false\n\
+                    [zone.cache]\nenabled = false\nservfail_ttl = \"0s\"\nstale_max_age = \"0s\"\nsuccess = false\nstale_over_denial = false\n\
                     [[zone]]\nname = \"c\"\nupstreams = [\"127.0.0.3\"]\n";
         let z = zones(text);
         let (a, b, c) = (&z[0].cache, &z[1].cache, &z[2].cache);
@@ -281,6 +294,14 @@ mod tests {
         assert_eq!(b.stale_window(), Duration::ZERO);
         assert_eq!(c.stale_answer_timeout, Duration::from_secs(1));
         assert_eq!((c.prefetch_min_hits, c.prefetch_percent), (4, 20));
+        assert_eq!(
+            (
+                a.stale_over_denial,
+                b.stale_over_denial,
+                c.stale_over_denial
+            ),
+            (true, false, true)
+        );
         // The failure TTL of a SERVFAIL from upstream follows the zone's too.
         assert_eq!(z[1].ttl.failure_ttl, 0);
         assert_eq!(z[2].ttl.failure_ttl, 7);

@@ -25,7 +25,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
@@ -74,6 +74,9 @@ pub(crate) struct Coverage {
     /// names are covered (they come from the Service), the other names
     /// below it (their endpoints' names) are not.
     pub partial: HashSet<Box<[u8]>>,
+    /// The node of every Service the watch knows: what it vouches exists
+    /// (`cache::last_good`).
+    pub services: HashSet<Box<[u8]>>,
 }
 
 impl Coverage {
@@ -90,6 +93,17 @@ impl Coverage {
                 && !below_partial;
         }
         reverse_address(name).is_some_and(|ip| self.addresses.contains(&ip))
+    }
+
+    /// Whether the watch vouches that `name` exists: the node of a Service
+    /// it knows (not one whose answers come from elsewhere), or one of its
+    /// SRV names, which the Service's ports make.
+    pub(crate) fn vouches_for(&self, name: &[u8]) -> bool {
+        service_node(name, &self.svc_zone).is_some_and(|node| {
+            (node == 0 || is_port_protocol(&name[..node]))
+                && self.services.contains(&name[node..])
+                && !self.uncovered.contains(&name[node..])
+        })
     }
 }
 
@@ -171,6 +185,9 @@ pub(crate) struct Following {
     /// Seconds past its TTL a holdable entry is served now; 0 while the
     /// watch is not current or holding is off.
     hold_secs: AtomicU32,
+    /// Whether the watch is current and its word replaces a denial
+    /// (`cache::last_good`).
+    vouching: AtomicBool,
     /// What the watch covers, while it runs.
     coverage: ArcSwapOption<Coverage>,
     /// Lately purged Service nodes and addresses, with when.
@@ -208,6 +225,24 @@ impl Cache {
         self.following.hold_secs.store(secs, Ordering::Relaxed);
     }
 
+    /// Whether the watch's word on which Services exist replaces a denial
+    /// now (`cache::last_good`): set while the watch is current, unless
+    /// `[cluster] keep_last_good` is off.
+    pub(crate) fn set_vouching(&self, on: bool) {
+        self.following.vouching.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether the watch vouches now that `name` exists.
+    pub(super) fn vouches_for(&self, name: &[u8]) -> bool {
+        self.following.vouching.load(Ordering::Relaxed)
+            && self
+                .following
+                .coverage
+                .load()
+                .as_ref()
+                .is_some_and(|c| c.vouches_for(name))
+    }
+
     /// Seconds an expired covered entry may still be served now.
     #[inline]
     pub(super) fn hold_secs(&self) -> u32 {
@@ -229,6 +264,9 @@ impl Cache {
         let starts = coverage.is_some() && self.following.coverage.load().is_none();
         if starts {
             *crate::lock::lock(&self.following.all_purged_at) = Some(now);
+        }
+        if coverage.is_none() {
+            self.kept.clear();
         }
         self.following.coverage.store(coverage);
     }
@@ -359,8 +397,22 @@ impl Cache {
             }
         }
         let before = self.success.len() + self.denial.len();
-        self.success.retain(|key, _| !purge.covers(key.name()));
+        // The positive answers of Services that still exist (the coverage
+        // is the new one) are kept aside for `last_good`; those of Services
+        // gone are forgotten.
+        let coverage = self.following.coverage.load_full();
+        let vouched = |name: &[u8]| coverage.as_ref().is_some_and(|c| c.vouches_for(name));
+        let dropped = Mutex::new(Vec::new());
+        self.success.retain(|key, entry| {
+            let covered = purge.covers(key.name());
+            if covered && vouched(key.name()) {
+                crate::lock::lock(&dropped).push((key.clone(), entry.clone()));
+            }
+            !covered
+        });
         self.denial.retain(|key, _| !purge.covers(key.name()));
+        self.kept.retain(|key| vouched(key.name()));
+        self.kept.keep(dropped.into_inner().unwrap_or_default());
         before.saturating_sub(self.success.len() + self.denial.len())
     }
 }

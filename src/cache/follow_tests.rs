@@ -28,6 +28,12 @@ fn service_nodes_and_coverage() {
         uncovered: [wire("ext.team-a.svc.cluster.local.")].into(),
         addresses: ["10.96.0.20".parse().unwrap()].into(),
         partial: [wire("db.team-a.svc.cluster.local.")].into(),
+        services: [
+            wire("web.team-a.svc.cluster.local."),
+            wire("db.team-a.svc.cluster.local."),
+            wire("ext.team-a.svc.cluster.local."),
+        ]
+        .into(),
     };
     assert!(coverage.holds(&name));
     // A Service whose slices are not read: its own node and its SRV names,
@@ -46,6 +52,17 @@ fn service_nodes_and_coverage() {
     assert!(coverage.holds(&wire("20.0.96.10.in-addr.arpa.")));
     assert!(!coverage.holds(&wire("21.0.96.10.in-addr.arpa.")));
     assert!(!coverage.holds(&wire("example.com.")));
+    // What the watch vouches exists: a Service's node and its SRV names,
+    // not its endpoints' names, not an ExternalName, not a Service it
+    // does not know.
+    assert!(coverage.vouches_for(&wire("web.team-a.svc.cluster.local.")));
+    assert!(coverage.vouches_for(&name));
+    assert!(coverage.vouches_for(&wire("db.team-a.svc.cluster.local.")));
+    assert!(!coverage.vouches_for(&wire("pod-1.web.team-a.svc.cluster.local.")));
+    assert!(!coverage.vouches_for(&wire("ext.team-a.svc.cluster.local.")));
+    assert!(!coverage.vouches_for(&wire("nope.team-b.svc.cluster.local.")));
+    assert!(!coverage.vouches_for(&wire("team-a.svc.cluster.local.")));
+    assert!(!coverage.vouches_for(&wire("example.com.")));
 }
 
 fn failure(cache: &Cache, name: &str, view: u8) -> Key {

@@ -23,6 +23,8 @@ pub struct CacheGauges {
     evictions: Counters<CacheKindLabels<'static>>,
     bytes: IntGauge,
     capacity: IntGauge,
+    /// Positive answers kept aside for `last_good`.
+    kept: IntGauge,
     /// Records of the cache snapshot read at a takeover, loaded or refused.
     snapshot_records: Counters<ResultLabels<'static>>,
     /// Eviction totals at the last scrape, to turn them into increments.
@@ -49,6 +51,10 @@ impl CacheGauges {
             capacity: r.gauge(
                 "nodens_cache_capacity_bytes",
                 "The configured cache capacity in bytes.",
+            ),
+            kept: r.gauge(
+                "nodens_cache_kept_answers",
+                "Positive answers a change of the API dropped, kept while the watch says their Service exists ([cluster] keep_last_good).",
             ),
             snapshot_records: r.counters(
                 "nodens_cache_snapshot_records_total",
@@ -78,6 +84,7 @@ impl CacheGauges {
         }
         self.bytes.set(stats.bytes as i64);
         self.capacity.set(stats.capacity as i64);
+        self.kept.set(stats.kept_answers as i64);
     }
 
     /// Counts what a snapshot load did.

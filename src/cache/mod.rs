@@ -20,6 +20,7 @@ pub(crate) mod entry;
 pub(crate) mod follow;
 pub(crate) mod inspect;
 pub(crate) mod key;
+pub(crate) mod last_good;
 pub(crate) mod metrics;
 mod prefetch_gain;
 pub(crate) mod snapshot;
@@ -88,6 +89,8 @@ pub struct Cache {
     capacity: AtomicU64,
     /// What the API watch tells the cache (`follow`).
     following: follow::Following,
+    /// Positive answers a change dropped, for `last_good`.
+    kept: last_good::Kept,
 }
 
 /// Counts for metrics.
@@ -99,6 +102,8 @@ pub struct CacheStats {
     pub denial_evictions: u64,
     pub bytes: u64,
     pub capacity: u64,
+    /// Positive answers kept aside for `last_good`.
+    pub kept_answers: usize,
 }
 
 fn part(capacity: u64, evictions: &EvictionCounter) -> Part {
@@ -124,6 +129,7 @@ impl Cache {
             denial_evictions,
             capacity: AtomicU64::new(capacity_bytes),
             following: follow::Following::default(),
+            kept: last_good::Kept::default(),
         }
     }
 
@@ -171,6 +177,7 @@ impl Cache {
             denial_evictions: self.denial_evictions.0.load(Ordering::Relaxed),
             bytes: self.success.weight() + self.denial.weight(),
             capacity: self.capacity(),
+            kept_answers: self.kept.len(),
         }
     }
 

@@ -291,6 +291,12 @@ impl File {
                     "follow_api_endpoints needs `follow_api = true`",
                 ));
             }
+            if c.keep_last_good.is_some() {
+                return Err(super::check::key(
+                    &["cluster", "keep_last_good"],
+                    "keep_last_good needs `follow_api = true`: the watch says which Services exist",
+                ));
+            }
             if !hold.is_zero() {
                 return Err(super::check::key(
                     &["cluster", "hold_past_ttl"],
@@ -302,6 +308,7 @@ impl File {
         Ok(Some(super::FollowApiPlan {
             hold_past_ttl: hold,
             endpoints: c.follow_api_endpoints.unwrap_or_default(),
+            keep_last_good: c.keep_last_good.unwrap_or(true),
         }))
     }
 

@@ -163,6 +163,10 @@ pub struct ClusterConfig {
     /// With `follow_api`, which EndpointSlices are watched: `"headless"`
     /// (when unset) or `"all"` (`kubernetes::FollowEndpoints`).
     pub follow_api_endpoints: Option<crate::kubernetes::FollowEndpoints>,
+    /// With `follow_api`: a denial of a Service the watch says exists is
+    /// replaced by its last positive answer (`cache::last_good`); on when
+    /// unset.
+    pub keep_last_good: Option<bool>,
 }
 
 impl Default for ClusterConfig {
@@ -184,6 +188,7 @@ impl Default for ClusterConfig {
             follow_api: false,
             hold_past_ttl: Duration::ZERO,
             follow_api_endpoints: None,
+            keep_last_good: None,
         }
     }
 }

@@ -16,6 +16,9 @@ pub struct FollowApiPlan {
     pub hold_past_ttl: Duration,
     /// Which EndpointSlices the watch reads.
     pub endpoints: FollowEndpoints,
+    /// A denial of a Service the watch says exists is replaced by its
+    /// last positive answer (`[cluster] keep_last_good`, `cache::last_good`).
+    pub keep_last_good: bool,
 }
 
 /// Which EndpointSlices `follow_api` watches (`[cluster]

@@ -31,7 +31,7 @@ use k8s_pb::api::core::v1::Service;
 use k8s_pb::api::discovery::v1::EndpointSlice;
 use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::config::FollowEndpoints;
+use super::config::{FollowApiPlan, FollowEndpoints};
 use super::metrics::{KubeMetrics, WatchLabels};
 use super::watch::{Follower, Protobuf, Query, follow};
 use crate::cache::follow::{Coverage, Purge};
@@ -177,6 +177,8 @@ struct Inner {
     /// `svc.<domain>`, lower-case wire form.
     svc_zone: Box<[u8]>,
     hold: Duration,
+    /// `[cluster] keep_last_good`.
+    keep_last_good: bool,
     services: BTreeMap<Id, ServiceView>,
     slices: BTreeMap<Id, SliceView>,
     services_current: bool,
@@ -212,10 +214,12 @@ impl FollowState {
         inner.svc_zone.get(4..) == Some(domain) && self.endpoints == endpoints
     }
 
-    /// Sets how long covered answers are held while current (on reload).
-    pub(crate) fn set_hold(&self, hold: Duration) {
+    /// Sets how long covered answers are held while current, and whether
+    /// the watch's word replaces a denial (on reload).
+    pub(crate) fn set_plan(&self, plan: &FollowApiPlan) {
         let mut inner = crate::lock::lock(&self.inner);
-        inner.hold = hold;
+        inner.hold = plan.hold_past_ttl;
+        inner.keep_last_good = plan.keep_last_good;
         self.apply_hold(&inner);
     }
 
@@ -225,6 +229,7 @@ impl FollowState {
         inner.services_current = false;
         inner.slices_current = false;
         self.shared.cache().set_hold(Duration::ZERO);
+        self.shared.cache().set_vouching(false);
         self.shared.cache().set_coverage(None, Instant::now());
     }
 
@@ -232,6 +237,9 @@ impl FollowState {
         let current = inner.services_current && inner.slices_current;
         let hold = if current { inner.hold } else { Duration::ZERO };
         self.shared.cache().set_hold(hold);
+        self.shared
+            .cache()
+            .set_vouching(current && inner.keep_last_good);
     }
 
     fn service_node(svc_zone: &[u8], namespace: &str, name: &str) -> Box<[u8]> {
@@ -312,11 +320,17 @@ impl FollowState {
                 .map(|((ns, name), _)| Self::service_node(&inner.svc_zone, ns, name))
                 .collect(),
         };
+        let services = inner
+            .services
+            .keys()
+            .map(|(ns, name)| Self::service_node(&inner.svc_zone, ns, name))
+            .collect();
         Coverage {
             svc_zone: inner.svc_zone.clone(),
             uncovered,
             addresses,
             partial,
+            services,
         }
     }
 

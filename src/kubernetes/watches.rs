@@ -214,7 +214,7 @@ impl Watches {
                     follow_api.endpoints,
                 ))
             });
-            state.set_hold(follow_api.hold_past_ttl);
+            state.set_plan(&follow_api);
             if self.follow_watch.is_none()
                 && let Some((api, client)) = &self.client
             {

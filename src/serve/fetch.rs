@@ -158,10 +158,16 @@ impl Shared {
                     let settled = self
                         .cache
                         .settled(key, asked, || follow::received_ttl(&f.msg, &f.layout));
-                    if settled != Settled::No {
+                    // A denial of a name something vouches for is neither
+                    // stored over its positive answer nor learned from
+                    // (`cache::last_good`; the miss writes that answer).
+                    let vouched = entry.kind != Kind::Success
+                        && self.cache.last_good(key, policy, now).is_some();
+                    if settled != Settled::No && !vouched {
                         self.learn(&settings.cluster, key, zone, &entry, (&f.msg, &f.layout));
                     }
                     if settled != Settled::No
+                        && !vouched
                         && policy.stores(entry.kind)
                         && (entry.kind != Kind::Failure || !has_usable())
                     {

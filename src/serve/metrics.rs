@@ -78,6 +78,8 @@ pub struct ServeMetrics {
     pub query_log_errors: IntCounter,
     /// Answers served past their TTL while the API watch is current.
     pub held_answers: IntCounter,
+    /// Denials replaced by a last-known-good answer, by what vouched.
+    pub last_good_answers: Counters<RuleLabels<'static>>,
     /// Queries over a namespace's (or unknown client's) budget.
     pub(crate) budget_exceeded: Counters<crate::admission::budget::BudgetLabels<'static>>,
     /// dnstap's messages sent, dropped and its reconnections.
@@ -206,6 +208,10 @@ impl ServeMetrics {
             held_answers: r.counter(
                 "nodens_cache_held_answers_total",
                 "Answers served past their TTL while the Service and EndpointSlice watch was current ([cluster] hold_past_ttl).",
+            ),
+            last_good_answers: r.counters(
+                "nodens_cache_last_good_answers_total",
+                "Denials and SERVFAILs from upstream answered with the name's last positive answer instead, by what vouched for it: \"cluster\" (the API watch says the Service exists, [cluster] keep_last_good) or \"stale_over_denial\" ([cache] stale_over_denial).",
             ),
             budget_exceeded: r.counters(
                 "nodens_budget_exceeded_total",

@@ -38,6 +38,7 @@ mod fetch;
 mod follow;
 mod hit;
 pub(crate) mod identity;
+mod last_good;
 mod local;
 pub(crate) mod metrics;
 mod miss;

@@ -35,6 +35,7 @@ mod forwarding;
 mod handover;
 mod http_bounds;
 mod ipv4_pods;
+mod last_good;
 mod lifecycle;
 mod local_records;
 mod malformed;

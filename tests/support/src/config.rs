@@ -257,6 +257,7 @@ impl Cfg {
         stale_ttl: Duration,
         stale_max_age: Duration,
         stale_answer_timeout: Duration,
+        stale_over_denial: bool,
         prefetch_min_hits: u32,
         prefetch_percent: u8,
         snapshot_file: &str,
