@@ -72,7 +72,7 @@ pub(super) fn run(args: CacheArgs) -> Result<Outcome, Failure> {
             Reply::Entry(entry) => print_entry(entry, detailed),
             Reply::Done { entries } => println!("{entries} entries"),
             Reply::Flushed { scope, entries } => println!("flushed ({scope}): {entries} entries"),
-            Reply::Top(_) | Reply::Error(_) | Reply::Probe { .. } => {}
+            Reply::Top(_) | Reply::Error(_) | Reply::Probe { .. } | Reply::Status(_) => {}
         }
     }
     Ok(Outcome::Done)

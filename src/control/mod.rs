@@ -33,7 +33,7 @@ use std::time::Duration;
 pub use crate::workloads::{Rates, TopView, Workload};
 pub use client::{Client, ClientError, connect};
 pub use metrics::ControlMetrics;
-pub use protocol::{CachedEntry, FlushScope, ProbeKind, Reply, Request};
+pub use protocol::{CachedEntry, FlushScope, ProbeKind, Reply, Request, StatusView, TaintView};
 
 use crate::log_limit::LogLimiter;
 use protocol::MAX_REQUEST;
@@ -62,6 +62,8 @@ pub(crate) trait Served: Send + Sync + 'static {
     /// the workload counters are off.
     fn top(&self, limit: usize) -> Option<TopView>;
     fn ready(&self) -> bool;
+    /// What `status` reports.
+    fn status(&self) -> StatusView;
 }
 
 /// What the commands act on.
@@ -215,6 +217,10 @@ fn serve(stream: UnixStream, context: &Context) {
                 }
             };
             write_reply(&mut out, &Reply::Probe { ok, page })
+        }
+        Request::Status => {
+            context.metrics.request("status");
+            write_reply(&mut out, &Reply::Status(context.shared.status()))
         }
     };
     let _ = result.and_then(|()| out.flush());

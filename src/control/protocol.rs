@@ -34,6 +34,10 @@ pub enum Request {
     /// runs (`/health`), or whether nodens serves and is not draining
     /// (`/ready`). Over the socket, no TCP port anyone could take or fill.
     Probe { what: ProbeKind },
+    /// What a running nodens would otherwise say only in its metrics and
+    /// logs, for `nodens doctor`: its startup taint, the denials it
+    /// answered with a last-known-good answer.
+    Status,
 }
 
 /// What a probe asks.
@@ -79,8 +83,38 @@ pub enum Reply {
     /// The reply to a probe: its verdict, and the page `/health` or
     /// `/ready` would show.
     Probe { ok: bool, page: String },
+    /// The reply to `status`.
+    Status(StatusView),
     /// The request was refused or failed; nothing was done.
     Error(String),
+}
+
+/// A running nodens's state for `nodens doctor` (`status`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusView {
+    /// `[kubernetes] startup_taint`, when one is configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_taint: Option<TaintView>,
+    /// Denials and SERVFAILs from upstream answered with the name's last
+    /// positive answer, since start: the API watch vouched (`cluster`), or
+    /// `stale_over_denial` (`stale`).
+    pub last_good_cluster: u64,
+    pub last_good_stale: u64,
+    /// Positive answers kept aside for a denial that may follow.
+    pub kept_answers: u64,
+}
+
+/// Where the startup taint's removal stands.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaintView {
+    pub key: String,
+    /// This node's name; none when nodens was given none.
+    pub node: Option<String>,
+    /// Removed (or found absent): pods may be scheduled on the node.
+    pub removed: bool,
+    /// Failed attempts so far, and the last one's error.
+    pub errors: u64,
+    pub last_error: Option<String>,
 }
 
 /// A cached entry as an operator reads it.

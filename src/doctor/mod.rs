@@ -11,6 +11,7 @@ pub(crate) mod finding;
 pub(crate) mod node;
 pub(crate) mod probe;
 pub(crate) mod resolver;
+pub(crate) mod status;
 pub(crate) mod trace;
 pub(crate) mod workloads;
 
@@ -71,6 +72,12 @@ pub fn run(options: Options) -> Report {
         && let Some((lines, findings)) = workloads::check(socket)
     {
         report.section("Workloads (nodens's counts)", lines);
+        report.add(findings);
+    }
+    if let Some(socket) = &options.control_socket
+        && let Some((lines, findings)) = status::check(socket)
+    {
+        report.section("nodens's status", lines);
         report.add(findings);
     }
     report.rank();

@@ -23,7 +23,7 @@ mod pod_view;
 #[cfg(feature = "kubernetes")]
 pub(crate) mod pods;
 #[cfg(feature = "kubernetes")]
-mod startup_taint;
+pub(crate) mod startup_taint;
 #[cfg(feature = "kubernetes")]
 mod watch;
 #[cfg(feature = "kubernetes")]

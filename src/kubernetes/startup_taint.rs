@@ -13,13 +13,47 @@
 //! counted, logged and retried after a full-jitter backoff; DNS is served
 //! either way: the taint only holds pods back.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 
 use super::metrics::KubeMetrics;
 use super::watch::Backoff;
+use crate::control::TaintView;
+
+/// Where the removal stands, for `nodens doctor` (the control channel's
+/// `status`): a taint nodens cannot remove keeps every pod off the node,
+/// and only the logs and a gauge would say why.
+#[derive(Default)]
+pub(crate) struct TaintState(Mutex<Option<TaintView>>);
+
+impl TaintState {
+    pub(crate) fn view(&self) -> Option<TaintView> {
+        crate::lock::lock(&self.0).clone()
+    }
+
+    pub(super) fn begin(&self, key: &str, node: Option<&str>) {
+        *crate::lock::lock(&self.0) = Some(TaintView {
+            key: key.to_string(),
+            node: node.map(str::to_string),
+            ..TaintView::default()
+        });
+    }
+
+    fn update(&self, change: impl FnOnce(&mut TaintView)) {
+        if let Some(view) = crate::lock::lock(&self.0).as_mut() {
+            change(view);
+        }
+    }
+
+    pub(super) fn failed(&self, error: String) {
+        self.update(|v| {
+            v.errors += 1;
+            v.last_error = Some(error);
+        });
+    }
+}
 
 /// Removes taint `key` from node `node`, retrying until it is gone (or was
 /// never there).
@@ -28,7 +62,9 @@ pub(crate) async fn remove(
     node: String,
     key: String,
     metrics: Arc<KubeMetrics>,
+    state: Arc<TaintState>,
 ) {
+    state.begin(&key, Some(&node));
     let api: Api<Node> = Api::all(client);
     let mut backoff = Backoff::default();
     let mut conflicts = 0;
@@ -53,6 +89,10 @@ pub(crate) async fn remove(
             Err(e) => {
                 conflicts = 0;
                 metrics.startup_taint_errors.inc();
+                state.failed(match &e {
+                    kube::Error::Api(status) => format!("{} ({})", status.message, status.code),
+                    other => other.to_string(),
+                });
                 let wait = backoff.next();
                 tracing::warn!(
                     node,
@@ -66,6 +106,7 @@ pub(crate) async fn remove(
         }
     }
     metrics.startup_taint_pending.set(0);
+    state.update(|v| v.removed = true);
 }
 
 enum Outcome {

@@ -79,8 +79,10 @@ pub(crate) struct Watches {
     shared: std::sync::Arc<dyn follow::Followed>,
     follow_state: Option<std::sync::Arc<follow::FollowState>>,
     follow_watch: Option<tokio::task::AbortHandle>,
-    /// Whether the startup taint's removal was started (once a process).
+    /// Whether the startup taint's removal was started (once a process),
+    /// and where it stands.
     startup_taint_started: bool,
+    startup_taint: std::sync::Arc<super::startup_taint::TaintState>,
 }
 
 impl Watches {
@@ -106,7 +108,13 @@ impl Watches {
             follow_state: None,
             follow_watch: None,
             startup_taint_started: false,
+            startup_taint: Default::default(),
         }
+    }
+
+    /// Where the startup taint's removal stands (the control channel).
+    pub(crate) fn startup_taint(&self) -> std::sync::Arc<super::startup_taint::TaintState> {
+        self.startup_taint.clone()
     }
 
     /// nodens serves: the startup taint comes off its node
@@ -122,6 +130,8 @@ impl Watches {
             return;
         }
         let Some(node) = &plan.node_name else {
+            self.startup_taint.begin(key, None);
+            self.startup_taint.failed("no node name".into());
             tracing::error!(
                 taint = key,
                 "startup_taint: no node name (`[kubernetes] node_name` or $NODE_NAME, which the \
@@ -135,6 +145,7 @@ impl Watches {
             node.clone(),
             key.clone(),
             self.metrics.clone(),
+            self.startup_taint.clone(),
         ));
     }
 

@@ -26,6 +26,15 @@ pub(super) struct Kept {
 }
 
 impl Shared {
+    /// Denials answered with a last-known-good answer since start, of one
+    /// rule (`cluster`, `stale_over_denial`), for the control channel.
+    pub(crate) fn last_good_answers(&self, rule: &'static str) -> u64 {
+        self.metrics
+            .last_good_answers
+            .get(&RuleLabels { rule })
+            .get()
+    }
+
     /// What to write instead of `fetched` for `key`, if anything vouches
     /// for a positive answer. Counted.
     pub(super) fn last_good_over(

@@ -1,18 +1,28 @@
-//! What the control channel reads of the request path's state.
+//! What the control channel reads of the running server.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::control::StatusView;
+use crate::kubernetes::startup_taint::TaintState;
 use crate::serve::Shared;
 
-/// The control channel's view of the request path's state.
-impl crate::control::Served for Shared {
+/// The control channel's view: the request path's state, and where the
+/// startup taint's removal stands.
+pub(super) struct ControlView {
+    pub(super) shared: Arc<Shared>,
+    pub(super) startup_taint: Arc<TaintState>,
+}
+
+impl crate::control::Served for ControlView {
     fn cache(&self) -> &crate::cache::Cache {
-        &self.cache
+        &self.shared.cache
     }
 
     fn stale_window(&self, view: u8, name: &[u8]) -> Duration {
-        self.settings
+        self.shared
+            .settings
             .load()
             .router
             .route_in(view, name)
@@ -20,11 +30,21 @@ impl crate::control::Served for Shared {
     }
 
     fn top(&self, limit: usize) -> Option<crate::control::TopView> {
-        let workloads = self.settings.load().workloads.clone()?;
-        Some(workloads.view(&self.search.clients, limit))
+        let workloads = self.shared.settings.load().workloads.clone()?;
+        Some(workloads.view(&self.shared.search.clients, limit))
     }
 
     fn ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed)
+        self.shared.ready.load(Ordering::Relaxed)
+    }
+
+    fn status(&self) -> StatusView {
+        let last_good = |rule| self.shared.last_good_answers(rule);
+        StatusView {
+            startup_taint: self.startup_taint.view(),
+            last_good_cluster: last_good("cluster"),
+            last_good_stale: last_good("stale_over_denial"),
+            kept_answers: self.shared.cache.stats().kept_answers as u64,
+        }
     }
 }

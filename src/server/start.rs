@@ -156,12 +156,12 @@ impl Server {
             server.handover = Some(listen_for_successor(path)?);
         }
         if let Some(path) = &config.server.control_socket {
-            crate::control::listen(
-                path,
-                server.shared.clone(),
-                server.telemetry.control.clone(),
-            )
-            .context("the control socket")?;
+            let view = super::served::ControlView {
+                shared: server.shared.clone(),
+                startup_taint: server.watches.startup_taint(),
+            };
+            crate::control::listen(path, Arc::new(view), server.telemetry.control.clone())
+                .context("the control socket")?;
         }
         // Only now, with everything serving: until the previous process
         // hears `ready` it keeps reading, so a start that fails loses nothing.

@@ -99,3 +99,52 @@ fn the_startup_taint_comes_off_its_own_node_once_nodens_serves() {
         );
     });
 }
+
+/// A taint nodens cannot remove keeps every pod off its node, and only a
+/// gauge and the logs would say so: `nodens doctor`, reading the control
+/// socket, names it with the API's answer. Here nodens is told a node
+/// name the API does not know (as a DaemonSet without NODE_NAME from
+/// spec.nodeName would be).
+#[test]
+fn doctor_names_a_startup_taint_nodens_cannot_remove() {
+    let ns = Netns::create("taintdoc");
+    let kube = Kube::start(&ns);
+    let dir = private_dir();
+    let socket = dir.path().join("control.sock");
+    let net = Net::fixed(24);
+    let upstream = SocketAddr::new(net.ip(2), 53);
+    let toml = Cfg::new(&net)
+        .server_option("control_socket", &format!("\"{}\"", socket.display()))
+        .zone(Zone::new(".", &[upstream]))
+        .raw(&format!(
+            "{}startup_taint = \"{TAINT}\"\n",
+            kube.pod_watch("node-nobody-knows")
+        ))
+        .to_toml();
+    let mut nodens = Nodens::launch(&toml, &ns.exec());
+    in_netns(&ns.name, || nodens.wait_ready());
+    wait_until(secs(20), "a failed attempt", || {
+        in_netns(&ns.name, || {
+            (nodens.metric("nodens_kubernetes_startup_taint_errors_total", &[]) > 0.0).then_some(())
+        })
+    });
+    let resolv = dir.path().join("resolv.conf");
+    std::fs::write(&resolv, "nameserver 127.0.0.1\n").unwrap();
+    let out = std::process::Command::new(nodens_bin())
+        .args(["doctor", "--no-probes", "--no-node", "--resolv-conf"])
+        .arg(&resolv)
+        .arg("--control-socket")
+        .arg(&socket)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{report}");
+    let stuck = report
+        .split("\n[")
+        .find(|f| f.contains("(startup-taint-stuck)"))
+        .unwrap_or_else(|| panic!("no startup-taint-stuck finding: {report}"));
+    assert!(stuck.contains("node-nobody-knows"), "{stuck}");
+    assert!(stuck.contains("not found"), "the API's answer: {stuck}");
+    assert!(!out.status.success(), "a critical finding fails doctor");
+    in_netns(&ns.name, || nodens.assert_alive());
+}

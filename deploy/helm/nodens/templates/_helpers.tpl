@@ -225,6 +225,9 @@ hold_past_ttl = {{ toJson . }}
 {{- if ne (.Values.search.followApiEndpoints | default "headless") "headless" }}
 follow_api_endpoints = {{ toJson .Values.search.followApiEndpoints }}
 {{- end }}
+{{- if eq (toString .Values.search.keepLastGood) "false" }}
+keep_last_good = false
+{{- end }}
 {{- end }}
 {{- with .Values.search.exceptions }}
 exceptions = {{ toJson . }}

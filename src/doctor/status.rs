@@ -1,0 +1,128 @@
+//! What a running nodens says of itself over its control socket
+//! (`status`): what would otherwise show only in its metrics and logs.
+//!
+//! - `startup-taint-stuck`: nodens cannot remove its node's startup taint
+//!   (`[kubernetes] startup_taint`), so no pod is scheduled on the node;
+//! - `startup-taint-pending`: it has not removed it yet (nodens not ready);
+//! - `cluster-dns-denies-services`: the cluster DNS denied names of
+//!   Services the API says exist, and nodens answered them with their last
+//!   answers (`[cluster] keep_last_good`): a rollout's moment without a
+//!   ready pod, or a cluster DNS that does not see the API.
+
+use super::finding::{Finding, Severity};
+use crate::control::{Reply, Request, StatusView};
+
+/// The status section and its findings; `None` when nothing answers on
+/// the socket (the workloads section has said why, if it was named).
+pub(crate) fn check(socket: &super::ControlSocket) -> Option<(Vec<String>, Vec<Finding>)> {
+    let asked = crate::control::connect(&socket.path).and_then(|c| c.ask(&Request::Status));
+    match asked.map(|r| r.into_iter().next()) {
+        Ok(Some(Reply::Status(view))) => Some(analyse(&view)),
+        _ => None,
+    }
+}
+
+pub(crate) fn analyse(view: &StatusView) -> (Vec<String>, Vec<Finding>) {
+    let mut lines = Vec::new();
+    let mut findings = Vec::new();
+    if let Some(taint) = &view.startup_taint {
+        let node = taint.node.as_deref().unwrap_or("(no node name)");
+        lines.push(format!(
+            "startup taint {} on {node}: {}",
+            taint.key,
+            if taint.removed {
+                "removed"
+            } else {
+                "still on the node"
+            }
+        ));
+        if !taint.removed && taint.errors > 0 {
+            findings.push(
+                Finding::new(
+                    "startup-taint-stuck",
+                    Severity::Critical,
+                    format!(
+                        "nodens cannot remove the startup taint {} from {node}: no pod is scheduled there",
+                        taint.key
+                    ),
+                )
+                .evidence(format!(
+                    "{} failed attempts; the last: {}",
+                    taint.errors,
+                    taint.last_error.as_deref().unwrap_or("-")
+                ))
+                .fix(
+                    "give nodens's ServiceAccount `get` and `patch` on nodes (the chart's \
+                     startupTaint does, with a ValidatingAdmissionPolicy that needs Kubernetes \
+                     1.30 and the node's name in the pod's token), and NODE_NAME from \
+                     spec.nodeName; or remove the taint by hand (kubectl taint nodes NODE KEY-)",
+                ),
+            );
+        } else if !taint.removed {
+            findings.push(
+                Finding::new(
+                    "startup-taint-pending",
+                    Severity::Info,
+                    format!("the startup taint {} is still on {node}", taint.key),
+                )
+                .evidence("nodens removes it once it serves (/ready); no attempt failed yet"),
+            );
+        }
+    }
+    lines.push(format!(
+        "last-known-good answers: {} (the API watch vouched), {} (stale_over_denial); {} kept aside",
+        view.last_good_cluster, view.last_good_stale, view.kept_answers
+    ));
+    if view.last_good_cluster > 0 {
+        findings.push(
+            Finding::new(
+                "cluster-dns-denies-services",
+                Severity::Info,
+                "the cluster DNS denied names of Services the API says exist",
+            )
+            .evidence(format!(
+                "{} denials answered with the Service's last answer since nodens started \
+                 (nodens_cache_last_good_answers_total{{rule=\"cluster\"}})",
+                view.last_good_cluster
+            ))
+            .fix(
+                "a few during rollouts are what keep_last_good is for; a rate that lasts means \
+                 the cluster DNS does not see the API (its logs, its watch) or a headless \
+                 Service has no ready pod",
+            ),
+        );
+    }
+    (lines, findings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::TaintView;
+
+    fn ids(view: &StatusView) -> Vec<&'static str> {
+        analyse(view).1.iter().map(|f| f.id).collect()
+    }
+
+    #[test]
+    fn a_taint_nodens_cannot_remove_is_critical() {
+        let mut view = StatusView {
+            startup_taint: Some(TaintView {
+                key: "node.nodens.io/agent-not-ready".into(),
+                node: Some("node-1".into()),
+                errors: 3,
+                last_error: Some("nodes \"node-1\" is forbidden".into()),
+                ..TaintView::default()
+            }),
+            ..StatusView::default()
+        };
+        assert_eq!(ids(&view), ["startup-taint-stuck"]);
+        view.startup_taint.as_mut().unwrap().errors = 0;
+        assert_eq!(ids(&view), ["startup-taint-pending"]);
+        view.startup_taint.as_mut().unwrap().removed = true;
+        assert!(ids(&view).is_empty());
+        view.last_good_cluster = 4;
+        assert_eq!(ids(&view), ["cluster-dns-denies-services"]);
+        assert!(ids(&StatusView::default()).is_empty());
+    }
+}
