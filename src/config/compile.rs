@@ -399,12 +399,47 @@ impl File {
             query_log: z.query_log.as_ref().and_then(|q| q.compile()),
             no_aaaa_for_ipv4_pods: z.no_aaaa_for_ipv4_pods,
             minimal: z.minimal,
+            max_misses_in_flight: self.zone_misses(z.max_misses_in_flight.as_ref())?,
         })
     }
 
     /// One server gets one connection pool and one health state, so every
     /// zone that lists it (directly or through resolv.conf) must agree on
     /// their settings.
+    /// A zone's bulkhead (`max_misses_in_flight`): its own bound, else the
+    /// server's per zone; never above the server's own bound.
+    fn zone_misses(&self, own: Option<&toml::Spanned<usize>>) -> Result<usize, Invalid> {
+        let total = self.server.max_misses_in_flight;
+        if let Some(n) = self.server.max_misses_in_flight_per_zone
+            && n > total
+        {
+            return Err(super::check::key(
+                &["server", "max_misses_in_flight_per_zone"],
+                format!(
+                    "server.max_misses_in_flight_per_zone: {n} is more than max_misses_in_flight ({total})"
+                ),
+            ));
+        }
+        match own {
+            Some(n) if *n.get_ref() > total => Err(Invalid::At(
+                n.span(),
+                format!(
+                    "zone.max_misses_in_flight: {} is more than [server] max_misses_in_flight ({total})",
+                    n.get_ref()
+                ),
+            )),
+            Some(n) => Ok(*n.get_ref()),
+            None => Ok(self.default_zone_misses()),
+        }
+    }
+
+    /// The bulkhead of a zone that sets none.
+    pub(super) fn default_zone_misses(&self) -> usize {
+        let s = &self.server;
+        s.max_misses_in_flight_per_zone
+            .unwrap_or(s.max_misses_in_flight / 2)
+    }
+
     fn check_shared_upstreams(&self, zones: &[ZonePlan]) -> Result<(), Invalid> {
         for (i, zone) in zones.iter().enumerate() {
             for (k, &addr) in zone.upstreams.iter().enumerate() {

@@ -241,6 +241,11 @@ pub struct ServerConfig {
     /// stale answer if there is one, else no answer (it is dropped, as
     /// unbound drops queries beyond `num-queries-per-thread`).
     pub max_misses_in_flight: usize,
+    /// Cache misses one zone may have waiting on its upstreams at once (a
+    /// bulkhead: a silent stub domain cannot take the others' room); unset:
+    /// half of `max_misses_in_flight`; 0: no bound per zone. A zone's own
+    /// `max_misses_in_flight` overrides it.
+    pub max_misses_in_flight_per_zone: Option<usize>,
     /// On SIGTERM, how long in-flight queries may take to finish.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
@@ -298,6 +303,7 @@ impl Default for ServerConfig {
             client_rate_limit: 0,
             client_rate_burst: 0,
             max_misses_in_flight: 2048,
+            max_misses_in_flight_per_zone: None,
             shutdown_grace: Duration::from_secs(5),
             handover_socket: None,
             identity: true,
@@ -354,6 +360,10 @@ pub struct ZoneConfig {
     /// Discover the upstreams from a Service's EndpointSlices (`[kubernetes]`).
     #[serde(default)]
     pub endpoints: Option<EndpointsConfig>,
+    /// Cache misses this zone may have waiting on its upstreams at once
+    /// (`[server] max_misses_in_flight_per_zone` when unset; 0: no bound).
+    #[serde(default)]
+    pub max_misses_in_flight: Option<Spanned<usize>>,
     /// Consecutive failed exchanges after which an upstream is marked down:
     /// skipped while another is up, and probed with backoff until it answers.
     #[serde(default = "default_max_fails")]
@@ -443,6 +453,7 @@ impl ZoneConfig {
             randomize_case: None,
             endpoints: None,
             pool: PoolConfig::default(),
+            max_misses_in_flight: None,
             max_fails: default_max_fails(),
             health_check: default_health_check(),
             cache: Default::default(),

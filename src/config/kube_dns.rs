@@ -321,6 +321,7 @@ impl File {
             query_log: None,
             no_aaaa_for_ipv4_pods: false,
             minimal: false,
+            max_misses_in_flight: self.default_zone_misses(),
         }
     }
 }

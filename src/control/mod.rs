@@ -33,7 +33,9 @@ use std::time::Duration;
 pub use crate::workloads::{Rates, TopView, Workload};
 pub use client::{Client, ClientError, connect};
 pub use metrics::ControlMetrics;
-pub use protocol::{CachedEntry, FlushScope, ProbeKind, Reply, Request, StatusView, TaintView};
+pub use protocol::{
+    CachedEntry, FlushScope, ProbeKind, Reply, Request, StatusView, TaintView, ZoneView,
+};
 
 use crate::log_limit::LogLimiter;
 use protocol::MAX_REQUEST;

@@ -102,6 +102,22 @@ pub struct StatusView {
     pub last_good_stale: u64,
     /// Positive answers kept aside for a denial that may follow.
     pub kept_answers: u64,
+    /// Each zone's bulkhead (`[[zone]] max_misses_in_flight`).
+    #[serde(default)]
+    pub zones: Vec<ZoneView>,
+}
+
+/// A zone's misses in flight against its bulkhead.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZoneView {
+    pub zone: String,
+    /// Its listen addresses ("" for every listener).
+    pub view: String,
+    pub in_flight: u64,
+    /// 0: no bound but the server's.
+    pub max: u64,
+    /// Misses turned away because the zone had `max` in flight.
+    pub rejected: u64,
 }
 
 /// Where the startup taint's removal stands.

@@ -278,6 +278,9 @@ fn zone(w: &mut String, z: &ZoneOut) {
             let _ = writeln!(w, "{key} = {}", quote(&duration(d)));
         }
     }
+    if let Some(n) = z.max_misses_in_flight {
+        let _ = writeln!(w, "max_misses_in_flight = {n}   # forward's max_concurrent");
+    }
     if let Some(n) = z.max_fails {
         let _ = writeln!(w, "max_fails = {n}");
     }

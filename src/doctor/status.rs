@@ -7,7 +7,10 @@
 //! - `cluster-dns-denies-services`: the cluster DNS denied names of
 //!   Services the API says exist, and nodens answered them with their last
 //!   answers (`[cluster] keep_last_good`): a rollout's moment without a
-//!   ready pod, or a cluster DNS that does not see the API.
+//!   ready pod, or a cluster DNS that does not see the API;
+//! - `zone-over-bulkhead`: a zone turned misses away at its bound of misses
+//!   in flight (`[[zone]] max_misses_in_flight`): its upstreams are silent
+//!   or slow, and its clients got SERVFAIL or stale answers.
 
 use super::finding::{Finding, Severity};
 use crate::control::{Reply, Request, StatusView};
@@ -92,6 +95,47 @@ pub(crate) fn analyse(view: &StatusView) -> (Vec<String>, Vec<Finding>) {
             ),
         );
     }
+    for z in &view.zones {
+        let bound = if z.max == 0 {
+            "no bound".to_string()
+        } else {
+            z.max.to_string()
+        };
+        let zone = if z.view.is_empty() {
+            z.zone.clone()
+        } else {
+            format!("{} (view {})", z.zone, z.view)
+        };
+        lines.push(format!(
+            "zone {zone}: {} misses in flight of {bound}, {} turned away",
+            z.in_flight, z.rejected
+        ));
+    }
+    let over: Vec<_> = view.zones.iter().filter(|z| z.rejected > 0).collect();
+    if !over.is_empty() {
+        let mut f = Finding::new(
+            "zone-over-bulkhead",
+            Severity::Warning,
+            format!(
+                "{} zone{} turned misses away at {} bound of misses in flight",
+                over.len(),
+                if over.len() == 1 { "" } else { "s" },
+                if over.len() == 1 { "its" } else { "their" }
+            ),
+        );
+        for z in over {
+            f = f.evidence(format!(
+                "{}: {} misses answered stale or SERVFAIL at once; {} in flight now of {}",
+                z.zone, z.rejected, z.in_flight, z.max
+            ));
+        }
+        findings.push(f.fix(
+            "the zone's upstreams are silent or slow (nodens_upstream_errors_total, \
+             nodens_upstream_healthy for them): fix or remove the zone; the bound keeps the \
+             other zones answering meanwhile. A busy zone with healthy upstreams needs a \
+             higher `max_misses_in_flight` of its own",
+        ));
+    }
     (lines, findings)
 }
 
@@ -124,5 +168,22 @@ mod tests {
         view.last_good_cluster = 4;
         assert_eq!(ids(&view), ["cluster-dns-denies-services"]);
         assert!(ids(&StatusView::default()).is_empty());
+        let zone = |rejected| crate::control::ZoneView {
+            zone: "corp.example.".into(),
+            max: 1024,
+            in_flight: 1024,
+            rejected,
+            ..Default::default()
+        };
+        let quiet = StatusView {
+            zones: vec![zone(0)],
+            ..StatusView::default()
+        };
+        assert!(ids(&quiet).is_empty());
+        let over = StatusView {
+            zones: vec![zone(7)],
+            ..StatusView::default()
+        };
+        assert_eq!(ids(&over), ["zone-over-bulkhead"]);
     }
 }

@@ -59,6 +59,9 @@ pub struct MissJob {
     proto: Proto,
     /// Taken by the fetch behind a stale answer, which outlives the job.
     ticket: Option<MissTicket>,
+    /// The place among its zone's misses in flight (`upstream::bulkhead`),
+    /// taken with `ticket`.
+    place: Option<crate::upstream::bulkhead::ZoneTicket>,
     client: SocketAddr,
     /// `key` is the A of an AAAA question from an IPv4-only pod, answered
     /// from it (`serve::aaaa`).
@@ -186,22 +189,39 @@ impl Shared {
         request.stats.cache_miss();
         let settings = request.settings;
         let budget = self.take_miss_budget(request);
-        let ticket = match &budget {
-            Ok(_) => MissTicket::take(&self.misses_in_flight, settings.max_misses_in_flight),
-            Err(_) => None,
+        // The namespace's budget, then the zone's bulkhead, then the
+        // server's bound: a zone over its share is turned away at once
+        // (stale, else SERVFAIL), before it can take the others' room.
+        let place = budget
+            .as_ref()
+            .ok()
+            .and_then(|_| request.zone.bulkhead.enter());
+        let ticket = match &place {
+            Some(_) => MissTicket::take(&self.misses_in_flight, settings.max_misses_in_flight),
+            None => None,
         };
         let Some(ticket) = ticket else {
+            let zone_full = place.is_none();
+            let reason = if zone_full {
+                "zone over its misses in flight"
+            } else {
+                "too many misses in flight"
+            };
             let Some(stale) = stale else {
                 return match budget {
                     Err(action) => self.over_miss_budget(request, action, out),
+                    Ok(_) if zone_full => {
+                        self.metrics.rejected(reason);
+                        self.zone_full(request, out)
+                    }
                     Ok(_) => {
-                        self.metrics.rejected("too many misses in flight");
+                        self.metrics.rejected(reason);
                         Handled::Drop
                     }
                 };
             };
             if budget.is_ok() {
-                self.metrics.rejected("too many misses in flight");
+                self.metrics.rejected(reason);
             }
             // Written as a hit is: against the query's arrival.
             let limit = reply_limit(request.proto, request.query, settings);
@@ -230,6 +250,7 @@ impl Shared {
             started: request.started,
             proto: request.proto,
             ticket: Some(ticket),
+            place,
             client: request.client,
             for_ipv4_pod,
             look_again,
@@ -341,7 +362,7 @@ impl Shared {
     ) -> tokio::sync::oneshot::Receiver<Option<Arc<Entry>>> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let deadline = job.started + job.settings.query_timeout;
-        let ticket = job.ticket.take();
+        let ticket = (job.ticket.take(), job.place.take());
         let budget = job.budget.take();
         let (this, key, zone, settings) = (
             self.clone(),
@@ -363,6 +384,28 @@ impl Shared {
             let _ = tx.send(fetched);
         });
         rx
+    }
+
+    /// A miss its zone has no room for (`upstream::bulkhead`) and nothing
+    /// stale to give: SERVFAIL at once, with the Extended DNS Error "No
+    /// Reachable Authority", so the client moves on instead of waiting
+    /// out its timeout as it would for a drop.
+    fn zone_full(&self, request: &Request<'_, '_>, out: &mut Vec<u8>) -> Handled<Job> {
+        let query = request.query;
+        let ede = Some(ede::NO_REACHABLE_AUTHORITY);
+        build::servfail(query.packet, query.name_end + 4, query.edns, ede, out);
+        let seconds = request.started.elapsed().as_secs_f64();
+        let answered = request.answered(Source::Local, out);
+        let stats = request.stats;
+        stats.reply(
+            request.proto,
+            rcode::SERVFAIL,
+            false,
+            out.len(),
+            seconds,
+            answered,
+        );
+        Handled::Reply
     }
 
     /// Writes what the miss came to, at `now`, and counts the reply.

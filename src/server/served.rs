@@ -45,6 +45,21 @@ impl crate::control::Served for ControlView {
             last_good_cluster: last_good("cluster"),
             last_good_stale: last_good("stale_over_denial"),
             kept_answers: self.shared.cache.stats().kept_answers as u64,
+            zones: self
+                .shared
+                .settings
+                .load()
+                .router
+                .zones()
+                .iter()
+                .map(|z| crate::control::ZoneView {
+                    zone: z.name.clone(),
+                    view: z.view.clone(),
+                    in_flight: z.bulkhead.in_flight() as u64,
+                    max: z.bulkhead.max() as u64,
+                    rejected: z.bulkhead.rejected(),
+                })
+                .collect(),
         }
     }
 }

@@ -45,6 +45,9 @@ pub struct ZonePlan {
     pub no_aaaa_for_ipv4_pods: bool,
     /// Answers keep only their answer section (`minimal`).
     pub minimal: bool,
+    /// Cache misses the zone may have waiting at once (its bulkhead); 0:
+    /// no bound but the server's.
+    pub max_misses_in_flight: usize,
 }
 
 /// What an upstream is built from; an upstream whose settings did not

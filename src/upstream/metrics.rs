@@ -19,6 +19,8 @@ label_set! {
     pub struct ToResultLabels { to = "to", result = "result" }
     pub struct StateLabels { to = "to", state = "state" }
     pub struct ToReasonLabels { to = "to", reason = "reason" }
+    /// A zone's bulkhead (`bulkhead.rs`).
+    pub struct ZoneViewLabels { zone = "zone", view = "view" }
 }
 
 pub struct UpstreamMetrics {
@@ -39,6 +41,9 @@ pub struct UpstreamMetrics {
     pub queue_capacity: Gauges<ToLabels<'static>>,
     pub queue_wait: Histograms<ToLabels<'static>>,
     pub queue_rejected: Counters<ToReasonLabels<'static>>,
+    /// A zone's misses in flight, and those turned away by its bulkhead.
+    pub zone_misses: Gauges<ZoneViewLabels<'static>>,
+    pub zone_rejected: Counters<ZoneViewLabels<'static>>,
     /// Answers a rewrite or a dns64 synthesis would have made longer than
     /// a DNS message can be (answered SERVFAIL), with their warning.
     pub(crate) rewrite_too_long: super::rules::TooLong,
@@ -116,6 +121,14 @@ impl UpstreamMetrics {
             queue_rejected: r.counters(
                 "nodens_upstream_queue_rejected_total",
                 "Queries failed by the wait queue: it was full, or the wait expired.",
+            ),
+            zone_misses: r.gauges(
+                "nodens_zone_misses_in_flight",
+                "Cache misses of a zone waiting on its upstreams now (its bulkhead: [[zone]] max_misses_in_flight).",
+            ),
+            zone_rejected: r.counters(
+                "nodens_zone_misses_rejected_total",
+                "Cache misses of a zone turned away because the zone had its max_misses_in_flight waiting: answered stale or SERVFAIL at once.",
             ),
             rewrite_too_long: super::rules::TooLong::new(r.counter(
                 "nodens_rewrite_too_long_total",

@@ -6,6 +6,7 @@
 //! Request path: a miss (`serve::fetch`) asks the zone the router picked,
 //! through `forward` (or `rules` when the zone rewrites).
 
+pub(crate) mod bulkhead;
 pub(crate) mod case;
 pub(crate) mod config;
 mod error;
@@ -157,6 +158,8 @@ pub(crate) struct Zone {
     pub dnstap: crate::dnstap::ForwarderSlot,
     /// The request path's upstream metrics.
     pub metrics: Arc<UpstreamMetrics>,
+    /// The misses this zone may have waiting at once (`bulkhead`).
+    pub bulkhead: bulkhead::Bulkhead,
 }
 
 impl Zone {
@@ -268,8 +271,24 @@ impl Router {
                 .iter()
                 .map(|&addr| router.upstream(addr, &plan.upstream, metrics, upkeep, previous))
                 .collect();
+            let view = views::label(&plan.listen);
+            let before = previous
+                .and_then(|p| {
+                    p.zones
+                        .iter()
+                        .find(|z| z.name == plan.name && z.view == view)
+                })
+                .map(|z| &z.bulkhead);
+            let bulkhead = bulkhead::Bulkhead::new(
+                plan.max_misses_in_flight,
+                before,
+                metrics,
+                &plan.name,
+                &view,
+            );
             router.zones.push(Arc::new(Zone {
                 index,
+                bulkhead,
                 name: plan.name.clone(),
                 upstreams,
                 policy: plan.policy,
@@ -279,7 +298,7 @@ impl Router {
                 ttl: plan.ttl,
                 cache: plan.cache.clone(),
                 next_first: AtomicUsize::new(0),
-                view: views::label(&plan.listen),
+                view,
                 rules: plan.rules.clone(),
                 minimal: plan.minimal,
                 no_aaaa_for_ipv4_pods: plan.no_aaaa_for_ipv4_pods.then(|| {

@@ -16,6 +16,7 @@ mod abuse;
 mod autopath;
 mod autopath_memory;
 mod budgets;
+mod bulkheads;
 mod cluster_schema;
 mod cluster_spec;
 mod coalescing;

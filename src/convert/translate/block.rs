@@ -138,6 +138,7 @@ pub(super) fn translate_block(
             force_tcp: out.force_tcp,
             policy,
             max_fails: out.max_fails,
+            max_misses_in_flight: out.max_concurrent,
             health_check: out.health_check,
             idle_timeout: out.idle_timeout,
             min_ttl: out.min_ttl,

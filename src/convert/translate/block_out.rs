@@ -17,6 +17,8 @@ pub(super) struct BlockOut {
     pub(super) force_tcp: bool,
     pub(super) policy: Option<(&'static str, &'static str)>,
     pub(super) max_fails: Option<u32>,
+    /// `forward ... max_concurrent`: the zone's bulkhead.
+    pub(super) max_concurrent: Option<u32>,
     pub(super) health_check: Option<Duration>,
     pub(super) idle_timeout: Option<Duration>,
     pub(super) cached: bool,

@@ -189,10 +189,11 @@ fn forward_option(option: &Directive, out: &mut BlockOut, plan: &mut Plan) {
         "max_concurrent" => match args.first().and_then(|a| a.parse::<u32>().ok()) {
             Some(0) => {}
             Some(n) => {
+                out.max_concurrent = Some(n);
                 *plan.max_misses_in_flight.get_or_insert(0) += u64::from(n);
                 plan.notes.add(
                     line,
-                    "forward max_concurrent: nodens bounds misses in flight for the whole server (server.max_misses_in_flight, the sum); beyond it a miss gets a stale answer or none, where CoreDNS answered REFUSED",
+                    "forward max_concurrent: the zone's max_misses_in_flight, and the server's the sum of them; beyond the zone's a miss gets a stale answer or SERVFAIL at once, where CoreDNS answered REFUSED",
                 );
             }
             None => plan.untranslated.add(line, format!("forward {}: expected a number", describe(option))),

@@ -109,6 +109,8 @@ pub(super) struct ZoneOut {
     /// `"random"` or `"sequential"` and why, when not nodens' default.
     pub policy: Option<(&'static str, &'static str)>,
     pub max_fails: Option<u32>,
+    /// `max_misses_in_flight`, from `forward`'s `max_concurrent`.
+    pub max_misses_in_flight: Option<u32>,
     pub health_check: Option<Duration>,
     /// `[zone.pool] idle_timeout`, from `forward`'s `expire`.
     pub idle_timeout: Option<Duration>,
