@@ -265,6 +265,46 @@ fn zone_errors_name_the_field() {
 }
 
 #[test]
+fn a_zones_bulkhead_is_its_own_or_half_the_servers_and_never_above_it() {
+    let zones = |text: &str| Config::parse(text).map(|c| c.zones);
+    let text = "[server]\nmax_misses_in_flight = 100\n\
+                [[zone]]\nname = \"a\"\nupstreams = [\"127.0.0.1\"]\nmax_misses_in_flight = 7\n\
+                [[zone]]\nname = \"b\"\nupstreams = [\"127.0.0.2\"]\n";
+    let z = zones(text).unwrap();
+    assert_eq!(
+        (z[0].max_misses_in_flight, z[1].max_misses_in_flight),
+        (7, 50)
+    );
+    let per_zone = text.replace(
+        "max_misses_in_flight = 100\n",
+        "max_misses_in_flight = 100\nmax_misses_in_flight_per_zone = 0\n",
+    );
+    assert_eq!(
+        zones(&per_zone).unwrap()[1].max_misses_in_flight,
+        0,
+        "0: no bound"
+    );
+    let above = text.replace("max_misses_in_flight = 7", "max_misses_in_flight = 700");
+    let e = zones(&above).unwrap_err();
+    assert_eq!(e.position.unwrap().0, 6, "{e}");
+    assert!(
+        e.message
+            .contains("more than [server] max_misses_in_flight (100)"),
+        "{e}"
+    );
+    let server = text.replace(
+        "max_misses_in_flight = 100\n",
+        "max_misses_in_flight = 100\nmax_misses_in_flight_per_zone = 101\n",
+    );
+    assert!(
+        zones(&server)
+            .unwrap_err()
+            .message
+            .contains("max_misses_in_flight_per_zone")
+    );
+}
+
+#[test]
 fn a_key_left_out_is_located_through_its_table() {
     use crate::vocab::position::Step::{Index, Key};
     let text = "[server]\nworkers = 1\n\n[[zone]]\nname = \"a\"\n";

@@ -296,6 +296,28 @@ mod tests {
         }
     }
 
+    /// `forward ... max_concurrent`: each block's zone gets its bulkhead,
+    /// the server the sum, and the result loads.
+    #[test]
+    fn max_concurrent_is_each_zones_bulkhead() {
+        let c = ok(
+            "corp.example:53 {\n  bind 127.0.0.1\n  forward . 127.0.0.1:5300 {\n    max_concurrent 300\n  }\n}\n\
+                    .:53 {\n  bind 127.0.0.1\n  forward . 127.0.0.1:5301 {\n    max_concurrent 1000\n  }\n}\n",
+        );
+        let t: toml::Table = c.toml.parse().unwrap();
+        assert_eq!(t["server"]["max_misses_in_flight"].as_integer(), Some(1300));
+        let config = crate::config::Config::parse(&c.toml).unwrap();
+        let bound = |name: &str| {
+            config
+                .zones
+                .iter()
+                .find(|z| z.name == name)
+                .map(|z| z.max_misses_in_flight)
+        };
+        assert_eq!(bound("corp.example."), Some(300));
+        assert_eq!(bound("."), Some(1000));
+    }
+
     #[test]
     fn blocks_nodens_cannot_serve_are_listed() {
         let c = ok("tls://secure.example:853 {\n  forward . 127.0.0.1\n}\n\
