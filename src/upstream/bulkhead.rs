@@ -72,6 +72,24 @@ impl Bulkhead {
         }
     }
 
+    /// The bulkhead of `plan`'s zone in `view`, counting on from the same
+    /// zone of the router it replaces.
+    pub(crate) fn after(
+        previous: Option<&super::Router>,
+        plan: &super::ZonePlan,
+        view: &str,
+        metrics: &UpstreamMetrics,
+    ) -> Bulkhead {
+        let before = previous
+            .and_then(|p| {
+                p.zones()
+                    .iter()
+                    .find(|z| z.name == plan.name && z.view == view)
+            })
+            .map(|z| &z.bulkhead);
+        Bulkhead::new(plan.max_misses_in_flight, before, metrics, &plan.name, view)
+    }
+
     /// A place for one more miss, or none (counted) when the zone has
     /// its bound's worth in flight.
     #[inline]

@@ -272,23 +272,9 @@ impl Router {
                 .map(|&addr| router.upstream(addr, &plan.upstream, metrics, upkeep, previous))
                 .collect();
             let view = views::label(&plan.listen);
-            let before = previous
-                .and_then(|p| {
-                    p.zones
-                        .iter()
-                        .find(|z| z.name == plan.name && z.view == view)
-                })
-                .map(|z| &z.bulkhead);
-            let bulkhead = bulkhead::Bulkhead::new(
-                plan.max_misses_in_flight,
-                before,
-                metrics,
-                &plan.name,
-                &view,
-            );
             router.zones.push(Arc::new(Zone {
                 index,
-                bulkhead,
+                bulkhead: bulkhead::Bulkhead::after(previous, plan, &view, metrics),
                 name: plan.name.clone(),
                 upstreams,
                 policy: plan.policy,
