@@ -381,6 +381,7 @@ impl File {
                 namespace: e.namespace.get_ref().clone(),
                 service: e.service.get_ref().clone(),
                 port: e.port.clone(),
+                topology: e.topology,
             }),
             cache,
             records: crate::records::config::compile(
@@ -400,6 +401,7 @@ impl File {
             no_aaaa_for_ipv4_pods: z.no_aaaa_for_ipv4_pods,
             minimal: z.minimal,
             max_misses_in_flight: self.zone_misses(z.max_misses_in_flight.as_ref())?,
+            near: [0, 0],
         })
     }
 

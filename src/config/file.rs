@@ -100,6 +100,9 @@ pub struct EndpointsConfig {
     /// The name of the Service port to ask (its UDP port; TCP uses the same number).
     #[serde(default = "default_endpoints_port")]
     pub port: String,
+    /// Which endpoints are asked first: `auto`, `prefer_close`, `off`.
+    #[serde(default)]
+    pub topology: crate::upstream::Topology,
 }
 
 fn default_endpoints_namespace() -> Spanned<String> {

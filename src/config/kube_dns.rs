@@ -322,6 +322,7 @@ impl File {
             no_aaaa_for_ipv4_pods: false,
             minimal: false,
             max_misses_in_flight: self.default_zone_misses(),
+            near: [0, 0],
         }
     }
 }

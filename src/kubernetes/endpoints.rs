@@ -19,6 +19,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::metrics::{KubeMetrics, WatchLabels};
+use super::near::{Found, Here};
 use super::watch::{Follower, Objects, Query, follow};
 use crate::upstream::EndpointsPlan;
 
@@ -31,9 +32,14 @@ const DNS_PORT: u16 = 53;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Discovery {
     pub plan: EndpointsPlan,
-    /// The ready endpoints, sorted; None: ask the configured upstreams.
-    pub upstreams: Option<Vec<SocketAddr>>,
+    /// The ready endpoints, nearest first (`near`); None: ask the
+    /// configured upstreams.
+    pub upstreams: Option<Found>,
 }
+
+/// One slice's ready endpoints: address, how near (`near::Here::tier`),
+/// and whether its slice carries topology hints.
+type Ready = Vec<(SocketAddr, u8, bool)>;
 
 /// Watches `plan`'s EndpointSlices until the receiver of `publish` is gone,
 /// sending a [`Discovery`] whenever what it knows changes (see
@@ -41,10 +47,12 @@ pub(crate) struct Discovery {
 pub(crate) async fn watch(
     client: kube::Client,
     plan: EndpointsPlan,
+    node: Option<String>,
     metrics: Arc<KubeMetrics>,
     publish: UnboundedSender<Discovery>,
     streaming: bool,
 ) {
+    let here = Here::find(&client, node.as_deref(), plan.topology).await;
     let api: kube::Api<EndpointSlice> = kube::Api::namespaced(client, &plan.namespace);
     let selector = format!("{SERVICE_NAME_LABEL}={}", plan.service);
     let watch_name = format!("{}/{}", plan.namespace, plan.service);
@@ -65,7 +73,7 @@ pub(crate) async fn watch(
             ..Query::default()
         },
         |slice: &EndpointSlice| slice.metadata.name.clone(),
-        |slice| ready_addresses(slice, &plan.port),
+        |slice| ready_addresses(slice, &plan.port, &here),
         labels,
         &metrics,
         &mut publisher,
@@ -77,12 +85,15 @@ pub(crate) async fn watch(
 struct Publisher<'a> {
     plan: &'a EndpointsPlan,
     publish: &'a UnboundedSender<Discovery>,
-    last: Option<Option<Vec<SocketAddr>>>,
+    last: Option<Option<Found>>,
 }
 
-impl Follower<String, Vec<SocketAddr>> for Publisher<'_> {
-    fn publish(&mut self, slices: Option<&BTreeMap<String, Vec<SocketAddr>>>) -> bool {
-        let upstreams = slices.map(ready).filter(|u| !u.is_empty());
+impl Follower<String, Ready> for Publisher<'_> {
+    fn publish(&mut self, slices: Option<&BTreeMap<String, Ready>>) -> bool {
+        let topology = self.plan.topology;
+        let upstreams = slices
+            .map(|s| super::near::order(s.values().flatten().copied().collect(), topology))
+            .filter(|u| !u.addrs.is_empty());
         if self.last.as_ref() == Some(&upstreams) {
             return true;
         }
@@ -90,8 +101,11 @@ impl Follower<String, Vec<SocketAddr>> for Publisher<'_> {
         match (&upstreams, slices) {
             (Some(u), _) => tracing::info!(
                 watch,
-                "EndpointSlices: asking {} endpoints directly: {u:?}",
-                u.len()
+                "EndpointSlices: asking {} endpoints directly, {} on this node and {} in its zone first: {:?}",
+                u.addrs.len(),
+                u.near[0],
+                u.near[1],
+                u.addrs
             ),
             (None, Some(_)) => tracing::warn!(
                 watch,
@@ -109,19 +123,10 @@ impl Follower<String, Vec<SocketAddr>> for Publisher<'_> {
     }
 }
 
-/// Every ready endpoint of the Service's slices, sorted and once (an
-/// address may be in two slices while the controller moves it).
-fn ready(slices: &BTreeMap<String, Vec<SocketAddr>>) -> Vec<SocketAddr> {
-    let mut all: Vec<SocketAddr> = slices.values().flatten().copied().collect();
-    all.sort();
-    all.dedup();
-    all
-}
-
 /// The slice's ready endpoints at the UDP port named `port_name` (53 when
 /// the slice has no such port). An endpoint whose `ready` condition is
 /// unset counts as ready, as the API defines it.
-fn ready_addresses(slice: &EndpointSlice, port_name: &str) -> Vec<SocketAddr> {
+fn ready_addresses(slice: &EndpointSlice, port_name: &str, here: &Here) -> Ready {
     let port = slice
         .ports
         .iter()
@@ -134,9 +139,12 @@ fn ready_addresses(slice: &EndpointSlice, port_name: &str) -> Vec<SocketAddr> {
         .endpoints
         .iter()
         .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
-        .flat_map(|e| e.addresses.iter())
-        .filter_map(|a| a.parse::<IpAddr>().ok())
-        .map(|ip| SocketAddr::new(ip, port))
+        .flat_map(|e| {
+            let (tier, hinted) = here.tier(e);
+            e.addresses.iter().map(move |a| (a, tier, hinted))
+        })
+        .filter_map(|(a, tier, hinted)| Some((a.parse::<IpAddr>().ok()?, tier, hinted)))
+        .map(|(ip, tier, hinted)| (SocketAddr::new(ip, port), tier, hinted))
         .collect()
 }
 
@@ -198,7 +206,11 @@ mod tests {
             ],
             Some(("dns", 5353)),
         );
-        let got = ready_addresses(&s, "dns");
+        let here = Here::default();
+        let got: Vec<SocketAddr> = ready_addresses(&s, "dns", &here)
+            .into_iter()
+            .map(|e| e.0)
+            .collect();
         assert_eq!(
             got,
             [
@@ -207,24 +219,24 @@ mod tests {
             ]
         );
         // No port of that name: 53.
-        assert_eq!(ready_addresses(&s, "other")[0].port(), 53);
+        assert_eq!(ready_addresses(&s, "other", &here)[0].0.port(), 53);
     }
 
     #[test]
     fn slices_merge_sorted_and_once() {
-        let mut all = BTreeMap::new();
-        all.insert(
-            "b".to_string(),
-            ready_addresses(
-                &slice("b", &[("10.0.0.9", None), ("10.0.0.1", None)], None),
-                "dns",
-            ),
+        let here = Here::default();
+        let mut all = ready_addresses(
+            &slice("b", &[("10.0.0.9", None), ("10.0.0.1", None)], None),
+            "dns",
+            &here,
         );
-        all.insert(
-            "a".to_string(),
-            ready_addresses(&slice("a", &[("10.0.0.1", None)], None), "dns"),
-        );
-        let got: Vec<String> = ready(&all).iter().map(|a| a.to_string()).collect();
+        all.extend(ready_addresses(
+            &slice("a", &[("10.0.0.1", None)], None),
+            "dns",
+            &here,
+        ));
+        let found = crate::kubernetes::near::order(all, crate::upstream::Topology::Auto);
+        let got: Vec<String> = found.addrs.iter().map(|a| a.to_string()).collect();
         assert_eq!(got, ["10.0.0.1:53", "10.0.0.9:53"]);
     }
 }

@@ -8,6 +8,7 @@ use prometheus::{IntCounter, IntGauge};
 label_set! {
     pub struct WatchLabels { resource = "resource", watch = "watch" }
     pub struct ZoneLabels { zone = "zone" }
+    pub struct ZoneNearLabels { zone = "zone", near = "near" }
 }
 
 pub struct KubeMetrics {
@@ -19,6 +20,8 @@ pub struct KubeMetrics {
     pub list_requests: Counters<WatchLabels<'static>>,
     pub resumes: Counters<WatchLabels<'static>>,
     pub discovered_upstreams: Gauges<ZoneLabels<'static>>,
+    /// Of those, on this node and in its zone (asked first).
+    pub near_upstreams: Gauges<ZoneNearLabels<'static>>,
     /// Names (`[cluster] follow_api`) whose cached answers a change of the
     /// API dropped, and the entries dropped.
     pub purged_names: IntCounter,
@@ -63,6 +66,10 @@ impl KubeMetrics {
             discovered_upstreams: r.gauges(
                 "nodens_zone_discovered_upstreams",
                 "Upstreams of the zone taken from EndpointSlices; 0 while the zone asks its configured upstreams (the ClusterIP).",
+            ),
+            near_upstreams: r.gauges(
+                "nodens_zone_near_upstreams",
+                "Of the zone's upstreams taken from EndpointSlices, those on this node (near=\"node\") and in its zone (near=\"zone\"): asked first ([zone.endpoints] topology).",
             ),
             purged_names: r.counter(
                 "nodens_cluster_purged_names_total",

@@ -19,6 +19,8 @@ pub(crate) mod metrics;
 #[cfg(feature = "kubernetes")]
 pub(crate) mod namespaces;
 #[cfg(feature = "kubernetes")]
+mod near;
+#[cfg(feature = "kubernetes")]
 mod pod_view;
 #[cfg(feature = "kubernetes")]
 pub(crate) mod pods;

@@ -3,7 +3,6 @@
 //! changes on reload).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
@@ -70,7 +69,7 @@ pub(crate) struct Watches {
     /// The API client and the plan it was made for.
     client: Option<(KubernetesPlan, kube::Client)>,
     watches: HashMap<EndpointsPlan, tokio::task::AbortHandle>,
-    found: HashMap<EndpointsPlan, Vec<SocketAddr>>,
+    found: HashMap<EndpointsPlan, super::near::Found>,
     sender: UnboundedSender<endpoints::Discovery>,
     receiver: UnboundedReceiver<endpoints::Discovery>,
     /// The request path, whose cache the Service and EndpointSlice watch
@@ -258,11 +257,13 @@ impl Watches {
             );
             self.pod_watch = Some(upkeep.spawn_stoppable(task));
         }
+        let node = plan.node_name.clone();
         for &plan in wanted {
             if !self.watches.contains_key(plan) {
                 let task = endpoints::watch(
                     client.clone(),
                     plan.clone(),
+                    node.clone(),
                     self.metrics.clone(),
                     self.sender.clone(),
                     streaming,
@@ -343,12 +344,21 @@ impl Watches {
         for zone in zones {
             let found = zone.endpoints.as_ref().and_then(|p| self.found.get(p));
             if let Some(found) = found {
-                zone.upstreams = found.clone();
+                zone.upstreams = found.addrs.clone();
+                zone.near = found.near;
                 zone.policy = Policy::Random;
             }
             if zone.endpoints.is_some() {
                 let labels = metrics::ZoneLabels { zone: &zone.name };
-                let n = found.map_or(0, Vec::len);
+                let n = found.map_or(0, |f| f.addrs.len());
+                let near = found.map_or([0, 0], |f| f.near);
+                for (i, near_label) in ["node", "zone"].into_iter().enumerate() {
+                    let labels = metrics::ZoneNearLabels {
+                        zone: &zone.name,
+                        near: near_label,
+                    };
+                    self.metrics.near_upstreams.get(&labels).set(near[i] as i64);
+                }
                 self.metrics.discovered_upstreams.get(&labels).set(n as i64);
             }
         }

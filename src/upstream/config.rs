@@ -48,6 +48,9 @@ pub struct ZonePlan {
     /// Cache misses the zone may have waiting at once (its bulkhead); 0:
     /// no bound but the server's.
     pub max_misses_in_flight: usize,
+    /// How many of `upstreams` (at their front) are on this node, then in
+    /// its zone: asked first (`[zone.endpoints] topology`). [0, 0]: none.
+    pub near: [usize; 2],
 }
 
 /// What an upstream is built from; an upstream whose settings did not
@@ -70,6 +73,26 @@ pub struct EndpointsPlan {
     pub namespace: String,
     pub service: String,
     pub port: String,
+    /// Which endpoints are asked first (`topology`).
+    pub topology: Topology,
+}
+
+/// Which of a Service's endpoints a zone asks first (`[zone.endpoints]
+/// topology`): those on this node, then those in its zone, then the rest
+/// (each in the zone's order, those marked down last), as kube-proxy
+/// routes a Service with `trafficDistribution`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Topology {
+    /// Near first when the Service asks for it: its slices carry the
+    /// hints `trafficDistribution` (PreferClose, PreferSameZone,
+    /// PreferSameNode) or topology-aware routing put there.
+    #[default]
+    Auto,
+    /// Near first, always (the endpoints' node and zone).
+    PreferClose,
+    /// Any endpoint, in random order.
+    Off,
 }
 
 /// In which order a zone's upstreams are tried.

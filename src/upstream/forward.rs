@@ -87,6 +87,9 @@ pub(crate) async fn forward(zone: &Zone, key: &Key, deadline: Instant) -> Option
 fn try_order(zone: &Zone) -> TryOrder<'_> {
     let upstreams = &zone.upstreams[..];
     let n = upstreams.len();
+    if zone.near != [0, 0] {
+        return near_first(zone);
+    }
     let first = match zone.policy {
         Policy::Sequential => 0,
         Policy::Random => rand::rng().random_range(0..n.max(1)),
@@ -103,6 +106,33 @@ fn try_order(zone: &Zone) -> TryOrder<'_> {
     let mut order: Vec<(bool, &Arc<Upstream>)> =
         in_policy_order.map(|u| (!u.health.is_up(), u)).collect();
     // Stable: the policy's order holds among the up and among the down.
+    order.sort_by_key(|&(down, _)| down);
+    TryOrder::DownLast(order.into_iter())
+}
+
+/// The order of a zone whose Service's endpoints on this node and in its
+/// zone come first (`kubernetes::near`): each tier (this node, this zone,
+/// the rest) in the zone's policy order, up before down, so when the near
+/// ones fail or are marked down the others take over.
+fn near_first(zone: &Zone) -> TryOrder<'_> {
+    let upstreams = &zone.upstreams[..];
+    let [node, here] = zone.near;
+    let tiers = [0..node, node..node + here, node + here..upstreams.len()];
+    let mut order: Vec<(bool, &Arc<Upstream>)> = Vec::with_capacity(upstreams.len());
+    for tier in tiers {
+        let members = &upstreams[tier.start.min(upstreams.len())..tier.end.min(upstreams.len())];
+        let n = members.len().max(1);
+        let first = match zone.policy {
+            Policy::Sequential => 0,
+            Policy::Random => rand::rng().random_range(0..n),
+            Policy::RoundRobin => zone.next_first.fetch_add(1, Ordering::Relaxed) % n,
+        };
+        order.extend((0..members.len()).map(|i| {
+            let u = &members[(first + i) % members.len()];
+            (!u.health.is_up(), u)
+        }));
+    }
+    // Stable: the tiers' order holds among the up and among the down.
     order.sort_by_key(|&(down, _)| down);
     TryOrder::DownLast(order.into_iter())
 }

@@ -18,6 +18,7 @@ pub(crate) mod rules;
 pub(crate) mod udp;
 mod views;
 
+pub(crate) use config::Topology;
 pub use config::{EndpointsPlan, Policy, Transport, UpstreamSettings, ZonePlan};
 pub(crate) use error::ExchangeError;
 pub use pool::PoolConfig;
@@ -160,6 +161,9 @@ pub(crate) struct Zone {
     pub metrics: Arc<UpstreamMetrics>,
     /// The misses this zone may have waiting at once (`bulkhead`).
     pub bulkhead: bulkhead::Bulkhead,
+    /// How many upstreams, at the front, are on this node and then in its
+    /// zone: tried first (`kubernetes::near`).
+    pub near: [usize; 2],
 }
 
 impl Zone {
@@ -275,6 +279,7 @@ impl Router {
             router.zones.push(Arc::new(Zone {
                 index,
                 bulkhead: bulkhead::Bulkhead::after(previous, plan, &view, metrics),
+                near: plan.near,
                 name: plan.name.clone(),
                 upstreams,
                 policy: plan.policy,

@@ -42,6 +42,7 @@ mod local_records;
 mod malformed;
 mod metrics;
 mod minimal;
+mod near_endpoints;
 mod negative;
 mod node;
 mod node_setup;

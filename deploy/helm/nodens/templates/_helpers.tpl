@@ -80,7 +80,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 name = {{ index . 0 | toJson }}
 upstream_service = {{ $v.upstream.service.name | toJson }}
 {{- if $v.upstream.endpointSlices }}
-endpoints = { service = {{ $v.upstream.service.name | toJson }}, namespace = {{ $root.Release.Namespace | toJson }}, port = "dns" }
+endpoints = { service = {{ $v.upstream.service.name | toJson }}, namespace = {{ $root.Release.Namespace | toJson }}, port = "dns"{{ if ne ($v.upstream.endpointsTopology | default "auto") "auto" }}, topology = {{ $v.upstream.endpointsTopology | toJson }}{{ end }} }
 {{- end }}
 transport = {{ $v.upstream.transport | toJson }}
 upstream_timeout = {{ $v.upstream.timeout | toJson }}
