@@ -5,7 +5,8 @@
 //! - **the API watch** (`[cluster] follow_api`, on unless `[cluster]
 //!   keep_last_good = false`): a Service's own name and its SRV names
 //!   (`_port._proto.<svc>.<ns>.svc.<domain>`) while the watch is current
-//!   and says the Service exists. The cluster DNS answers them NXDOMAIN
+//!   and says the Service exists (with a ClusterIP; a headless one while
+//!   its slices list an endpoint, ready or not: not one scaled to zero). The cluster DNS answers them NXDOMAIN
 //!   for a moment when a headless Service's slice is empty in a rollout,
 //!   or when it restarts with a cold cache; a deleted Service is never
 //!   bridged: its deletion drops its answers and the watch no longer

@@ -320,10 +320,23 @@ impl FollowState {
                 .map(|((ns, name), _)| Self::service_node(&inner.svc_zone, ns, name))
                 .collect(),
         };
+        // What `last_good` may vouch for: a Service with a ClusterIP, whose
+        // answer is that address whatever its pods do; a headless one only
+        // while its slices list an endpoint, ready or not (a rollout's
+        // pods), not one scaled to zero, whose NXDOMAIN is the truth.
+        let with_endpoints: HashSet<(&str, &str)> = inner
+            .slices
+            .iter()
+            .filter(|(_, s)| !s.addresses.is_empty())
+            .filter_map(|((ns, _), s)| Some((&**ns, s.service.as_deref()?)))
+            .collect();
         let services = inner
             .services
-            .keys()
-            .map(|(ns, name)| Self::service_node(&inner.svc_zone, ns, name))
+            .iter()
+            .filter(|((ns, name), s)| {
+                !s.addresses.is_empty() || with_endpoints.contains(&(&**ns, &**name))
+            })
+            .map(|((ns, name), _)| Self::service_node(&inner.svc_zone, ns, name))
             .collect();
         Coverage {
             svc_zone: inner.svc_zone.clone(),

@@ -126,4 +126,16 @@ fn a_headless_service_whose_slices_are_not_read_is_not_held() {
     assert!(holds(Headless, "web.a.svc.cluster.local."));
     assert!(!holds(Headless, "pod-1.web.a.svc.cluster.local."));
     assert!(holds(All, "pod-1.web.a.svc.cluster.local."));
+    // What the watch vouches exists (`cache::last_good`): a Service with a
+    // ClusterIP; a headless one only while its slices list an endpoint.
+    let vouches = |name: &str| {
+        FollowState::coverage(&inner, Headless)
+            .vouches_for(&crate::wire::name::from_text(name).unwrap())
+    };
+    assert!(vouches("web.a.svc.cluster.local."));
+    assert!(vouches("db.a.svc.cluster.local."));
+    assert!(
+        !vouches("manual.a.svc.cluster.local."),
+        "no endpoint known: scaled to zero"
+    );
 }

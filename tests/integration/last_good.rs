@@ -33,6 +33,15 @@ fn slice(ip: &str, ready: bool) -> String {
     )
 }
 
+/// The slice of `db` scaled to zero: no endpoint at all.
+fn no_endpoints() -> String {
+    format!(
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: db-1\n  \
+         namespace: {NS}\n  labels: {{kubernetes.io/service-name: db, service.kubernetes.io/headless: \"\"}}\n\
+         addressType: IPv4\nports: [{{name: pg, port: 5432, protocol: TCP}}]\nendpoints: []\n"
+    )
+}
+
 struct Lab {
     kube: Kube,
     core: KubeDns,
@@ -224,6 +233,27 @@ fn a_service_the_watch_says_exists_keeps_its_last_answer_until_it_is_deleted() {
             .all(|a| positive(a, "10.244.1.6") && !a.contains("10.244.1.5")),
         "{follow:?}"
     );
+
+    // Scaled to zero (no endpoint at all, not a rollout): the denial is
+    // the truth, and "follow" gives it within the promise.
+    let scaled = Instant::now();
+    lab.kube.apply(&no_endpoints());
+    let zero = wait_until(
+        Duration::from_secs(10),
+        "follow to deny db scaled to zero",
+        || {
+            lab.ask(&lab.follow, Rt::A)
+                .filter(|a| !a.contains("10.244.1.6"))
+                .map(|_| scaled.elapsed())
+        },
+    );
+    eprintln!("scaled to zero: follow denied db after {zero:?}");
+    assert!(zero < Duration::from_secs(3), "denied after {zero:?}");
+    lab.kube.apply(&slice("10.244.1.6", true));
+    wait_until(Duration::from_secs(10), "follow to answer db again", || {
+        lab.ask(&lab.follow, Rt::A)
+            .filter(|a| positive(a, "10.244.1.6"))
+    });
 
     // The Service deleted: NXDOMAIN within the promise, never the old
     // address after. "stale" has no watch to tell it.
