@@ -77,7 +77,16 @@ pub(crate) struct Coverage {
     /// The node of every Service the watch knows: what it vouches exists
     /// (`cache::last_good`).
     pub services: HashSet<Box<[u8]>>,
+    /// The nodes of headless Services whose slices list no endpoint, and
+    /// since when: vouched for only [`EMPTY_GRACE`] past that (a rollout's
+    /// moment; a Service scaled to zero then gets its NXDOMAIN).
+    pub emptied: HashMap<Box<[u8]>, Instant>,
 }
+
+/// How long a headless Service whose slices list no endpoint is still
+/// vouched for: the gap of a `Recreate` rollout or a StatefulSet pod's
+/// restart, between the old pod gone and the new one listed.
+pub(crate) const EMPTY_GRACE: Duration = Duration::from_secs(30);
 
 impl Coverage {
     /// Whether an answer for `name` (folded wire form) may be held: a name
@@ -98,11 +107,16 @@ impl Coverage {
     /// Whether the watch vouches that `name` exists: the node of a Service
     /// it knows (not one whose answers come from elsewhere), or one of its
     /// SRV names, which the Service's ports make.
-    pub(crate) fn vouches_for(&self, name: &[u8]) -> bool {
+    pub(crate) fn vouches_for(&self, name: &[u8], now: Instant) -> bool {
         service_node(name, &self.svc_zone).is_some_and(|node| {
+            let service = &name[node..];
             (node == 0 || is_port_protocol(&name[..node]))
-                && self.services.contains(&name[node..])
-                && !self.uncovered.contains(&name[node..])
+                && self.services.contains(service)
+                && !self.uncovered.contains(service)
+                && self
+                    .emptied
+                    .get(service)
+                    .is_none_or(|&at| now.saturating_duration_since(at) < EMPTY_GRACE)
         })
     }
 }
@@ -233,14 +247,14 @@ impl Cache {
     }
 
     /// Whether the watch vouches now that `name` exists.
-    pub(super) fn vouches_for(&self, name: &[u8]) -> bool {
+    pub(super) fn vouches_for(&self, name: &[u8], now: Instant) -> bool {
         self.following.vouching.load(Ordering::Relaxed)
             && self
                 .following
                 .coverage
                 .load()
                 .as_ref()
-                .is_some_and(|c| c.vouches_for(name))
+                .is_some_and(|c| c.vouches_for(name, now))
     }
 
     /// Seconds an expired covered entry may still be served now.
@@ -401,7 +415,7 @@ impl Cache {
         // is the new one) are kept aside for `last_good`; those of Services
         // gone are forgotten.
         let coverage = self.following.coverage.load_full();
-        let vouched = |name: &[u8]| coverage.as_ref().is_some_and(|c| c.vouches_for(name));
+        let vouched = |name: &[u8]| coverage.as_ref().is_some_and(|c| c.vouches_for(name, now));
         let dropped = Mutex::new(Vec::new());
         self.success.retain(|key, entry| {
             let covered = purge.covers(key.name());

@@ -23,6 +23,7 @@ fn service_nodes_and_coverage() {
         service_node(&wire("web.team-a.xsvc.cluster.local."), &zone),
         None
     );
+    let emptied = Instant::now();
     let coverage = Coverage {
         svc_zone: zone,
         uncovered: [wire("ext.team-a.svc.cluster.local.")].into(),
@@ -34,6 +35,8 @@ fn service_nodes_and_coverage() {
             wire("ext.team-a.svc.cluster.local."),
         ]
         .into(),
+        // db's slices list no endpoint since `emptied`.
+        emptied: [(wire("db.team-a.svc.cluster.local."), emptied)].into(),
     };
     assert!(coverage.holds(&name));
     // A Service whose slices are not read: its own node and its SRV names,
@@ -55,14 +58,22 @@ fn service_nodes_and_coverage() {
     // What the watch vouches exists: a Service's node and its SRV names,
     // not its endpoints' names, not an ExternalName, not a Service it
     // does not know.
-    assert!(coverage.vouches_for(&wire("web.team-a.svc.cluster.local.")));
-    assert!(coverage.vouches_for(&name));
-    assert!(coverage.vouches_for(&wire("db.team-a.svc.cluster.local.")));
-    assert!(!coverage.vouches_for(&wire("pod-1.web.team-a.svc.cluster.local.")));
-    assert!(!coverage.vouches_for(&wire("ext.team-a.svc.cluster.local.")));
-    assert!(!coverage.vouches_for(&wire("nope.team-b.svc.cluster.local.")));
-    assert!(!coverage.vouches_for(&wire("team-a.svc.cluster.local.")));
-    assert!(!coverage.vouches_for(&wire("example.com.")));
+    assert!(coverage.vouches_for(&wire("web.team-a.svc.cluster.local."), emptied));
+    assert!(coverage.vouches_for(&name, emptied));
+    assert!(coverage.vouches_for(&wire("db.team-a.svc.cluster.local."), emptied));
+    assert!(!coverage.vouches_for(&wire("pod-1.web.team-a.svc.cluster.local."), emptied));
+    assert!(!coverage.vouches_for(&wire("ext.team-a.svc.cluster.local."), emptied));
+    assert!(!coverage.vouches_for(&wire("nope.team-b.svc.cluster.local."), emptied));
+    assert!(!coverage.vouches_for(&wire("team-a.svc.cluster.local."), emptied));
+    assert!(!coverage.vouches_for(&wire("example.com."), emptied));
+    // A headless Service without endpoints: a rollout's moment, then not.
+    let db = wire("db.team-a.svc.cluster.local.");
+    assert!(coverage.vouches_for(&db, emptied + EMPTY_GRACE / 2));
+    assert!(!coverage.vouches_for(&db, emptied + EMPTY_GRACE));
+    assert!(coverage.vouches_for(
+        &wire("web.team-a.svc.cluster.local."),
+        emptied + EMPTY_GRACE * 10
+    ));
 }
 
 fn failure(cache: &Cache, name: &str, view: u8) -> Key {

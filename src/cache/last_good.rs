@@ -6,7 +6,8 @@
 //!   keep_last_good = false`): a Service's own name and its SRV names
 //!   (`_port._proto.<svc>.<ns>.svc.<domain>`) while the watch is current
 //!   and says the Service exists (with a ClusterIP; a headless one while
-//!   its slices list an endpoint, ready or not: not one scaled to zero). The cluster DNS answers them NXDOMAIN
+//!   its slices list an endpoint, ready or not, and for a rollout's moment
+//!   after they list none: not one scaled to zero). The cluster DNS answers them NXDOMAIN
 //!   for a moment when a headless Service's slice is empty in a rollout,
 //!   or when it restarts with a cold cache; a deleted Service is never
 //!   bridged: its deletion drops its answers and the watch no longer
@@ -104,7 +105,7 @@ impl Cache {
                 .peek(&key.as_ref().hashed())
                 .filter(|e| e.kind == Kind::Success)
         };
-        if self.vouches_for(key.name()) {
+        if self.vouches_for(key.name(), now) {
             if let Some(entry) = positive().or_else(|| self.kept.get(key)) {
                 return Some((entry, Vouched::Cluster));
             }

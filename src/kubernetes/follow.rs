@@ -21,7 +21,7 @@
 //! outage or a restart of the watch, so the list taken after it drops
 //! what changed meanwhile.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
@@ -183,6 +183,9 @@ struct Inner {
     slices: BTreeMap<Id, SliceView>,
     services_current: bool,
     slices_current: bool,
+    /// Headless Services whose slices list no endpoint, since when
+    /// (`cache::follow::Coverage::emptied`).
+    emptied: HashMap<Id, Instant>,
 }
 
 impl FollowState {
@@ -320,23 +323,12 @@ impl FollowState {
                 .map(|((ns, name), _)| Self::service_node(&inner.svc_zone, ns, name))
                 .collect(),
         };
-        // What `last_good` may vouch for: a Service with a ClusterIP, whose
-        // answer is that address whatever its pods do; a headless one only
-        // while its slices list an endpoint, ready or not (a rollout's
-        // pods), not one scaled to zero, whose NXDOMAIN is the truth.
-        let with_endpoints: HashSet<(&str, &str)> = inner
-            .slices
+        let node = |(ns, name): &Id| Self::service_node(&inner.svc_zone, ns, name);
+        let services = inner.services.keys().map(node).collect();
+        let emptied = inner
+            .emptied
             .iter()
-            .filter(|(_, s)| !s.addresses.is_empty())
-            .filter_map(|((ns, _), s)| Some((&**ns, s.service.as_deref()?)))
-            .collect();
-        let services = inner
-            .services
-            .iter()
-            .filter(|((ns, name), s)| {
-                !s.addresses.is_empty() || with_endpoints.contains(&(&**ns, &**name))
-            })
-            .map(|((ns, name), _)| Self::service_node(&inner.svc_zone, ns, name))
+            .map(|(id, at)| (node(id), *at))
             .collect();
         Coverage {
             svc_zone: inner.svc_zone.clone(),
@@ -344,6 +336,7 @@ impl FollowState {
             addresses,
             partial,
             services,
+            emptied,
         }
     }
 
@@ -389,6 +382,7 @@ impl FollowState {
     /// marked holdable by the old one after the purge), then the purge,
     /// then holding, if both watches are current.
     fn updated(&self, inner: &mut Inner, purge: &Purge, current: impl FnOnce(&mut Inner)) {
+        Self::note_emptied(inner, Instant::now());
         self.shared.cache().set_coverage(
             Some(Arc::new(Self::coverage(inner, self.endpoints))),
             Instant::now(),
@@ -396,6 +390,32 @@ impl FollowState {
         self.purge(purge);
         current(inner);
         self.apply_hold(inner);
+    }
+}
+
+impl FollowState {
+    /// Which headless Services' slices list no endpoint now, and since
+    /// when: a rollout's moment (`last_good` bridges it) or a Service
+    /// scaled to zero (its NXDOMAIN is the truth once the moment is over).
+    fn note_emptied(inner: &mut Inner, now: Instant) {
+        let with_endpoints: HashSet<(&str, &str)> = inner
+            .slices
+            .iter()
+            .filter(|(_, s)| !s.addresses.is_empty())
+            .filter_map(|((ns, _), s)| Some((&**ns, s.service.as_deref()?)))
+            .collect();
+        let empty: HashSet<Id> = inner
+            .services
+            .iter()
+            .filter(|((ns, name), s)| {
+                s.addresses.is_empty() && !with_endpoints.contains(&(&**ns, &**name))
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        inner.emptied.retain(|id, _| empty.contains(id));
+        for id in empty {
+            inner.emptied.entry(id).or_insert(now);
+        }
     }
 }
 

@@ -127,15 +127,32 @@ fn a_headless_service_whose_slices_are_not_read_is_not_held() {
     assert!(!holds(Headless, "pod-1.web.a.svc.cluster.local."));
     assert!(holds(All, "pod-1.web.a.svc.cluster.local."));
     // What the watch vouches exists (`cache::last_good`): a Service with a
-    // ClusterIP; a headless one only while its slices list an endpoint.
-    let vouches = |name: &str| {
-        FollowState::coverage(&inner, Headless)
-            .vouches_for(&crate::wire::name::from_text(name).unwrap())
-    };
-    assert!(vouches("web.a.svc.cluster.local."));
-    assert!(vouches("db.a.svc.cluster.local."));
+    // ClusterIP always; a headless one whose slices list no endpoint only
+    // for a rollout's moment after they emptied.
+    let mut inner = inner;
+    let t0 = std::time::Instant::now();
+    FollowState::note_emptied(&mut inner, t0);
+    let coverage = FollowState::coverage(&inner, All);
+    let vouches =
+        |name: &str, at| coverage.vouches_for(&crate::wire::name::from_text(name).unwrap(), at);
+    let late = t0 + crate::cache::follow::EMPTY_GRACE;
+    assert!(vouches("web.a.svc.cluster.local.", late));
     assert!(
-        !vouches("manual.a.svc.cluster.local."),
-        "no endpoint known: scaled to zero"
+        vouches("db.a.svc.cluster.local.", late),
+        "its slice lists an endpoint"
     );
+    assert!(
+        vouches("manual.a.svc.cluster.local.", t0),
+        "a rollout's moment"
+    );
+    assert!(
+        !vouches("manual.a.svc.cluster.local.", late),
+        "scaled to zero"
+    );
+    // Still empty later: the clock is not restarted; listed anew, it is.
+    FollowState::note_emptied(&mut inner, late);
+    assert_eq!(inner.emptied[&id("manual")], t0);
+    inner.emptied.clear();
+    FollowState::note_emptied(&mut inner, late);
+    assert_eq!(inner.emptied[&id("manual")], late);
 }
