@@ -116,6 +116,9 @@ fn stale_answers_at_the_misses_in_flight_cap_are_counted() {
     let nodens = Nodens::start(
         &Cfg::new(&net)
             .max_misses_in_flight(5)
+            // No bulkhead: the server's own cap is what this fills
+            // (tests/integration/bulkheads.rs has the zone's).
+            .server_option("max_misses_in_flight_per_zone", "0")
             .query_timeout(secs(4))
             .stale_max_age(secs(3600))
             .stale_ttl(secs(30))
