@@ -204,23 +204,6 @@ fn too_many_purges_to_remember_hold_nothing_aged_for_a_window() {
     assert_eq!(cache.settled(&key, secs(21), || 10), Settled::Yes);
 }
 
-/// An A answer for `name` with TTL 5.
-fn answer(name: &[u8], now: Instant) -> Arc<crate::cache::Entry> {
-    let mut m = vec![0, 1, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0];
-    m.extend(name);
-    m.extend([
-        0, 1, 0, 1, 0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 5, 0, 4, 192, 0, 2, 1,
-    ]);
-    let layout = crate::wire::response::layout(&m).unwrap();
-    let policy = crate::cache::TtlPolicy {
-        min_ttl: 0,
-        max_ttl: 3600,
-        negative_max_ttl: 3600,
-        failure_ttl: 5,
-    };
-    Arc::new(crate::cache::Entry::from_response(&m, &layout, &policy, now).unwrap())
-}
-
 #[test]
 fn only_marked_answers_are_held_and_only_while_a_hold_is_set() {
     let cache = Cache::new(1 << 20);
@@ -235,10 +218,10 @@ fn only_marked_answers_are_held_and_only_while_a_hold_is_set() {
         }
         .to_owned()
     };
-    let marked = answer(&covered, t0);
+    let marked = crate::cache::testing::answer(&covered, 5, t0);
     marked.mark_holdable();
     cache.insert(key(&covered), marked);
-    cache.insert(key(&other), answer(&other, t0));
+    cache.insert(key(&other), crate::cache::testing::answer(&other, 5, t0));
     let at =
         |k: &Key, secs| cache.lookup(&k.as_ref(), t0 + Duration::from_secs(secs), Duration::ZERO);
     // Holding off (the watch not current): expired is expired.

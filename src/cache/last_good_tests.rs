@@ -4,9 +4,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::cache::Lookup;
 use crate::cache::config::{CacheConfig, ZoneCacheConfig};
 use crate::cache::follow::{Coverage, Purge};
-use crate::cache::{KeyRef, Lookup, TtlPolicy};
+use crate::cache::testing;
 use crate::wire::name::from_text;
 
 fn wire(s: &str) -> Box<[u8]> {
@@ -14,31 +15,7 @@ fn wire(s: &str) -> Box<[u8]> {
 }
 
 fn key(name: &str) -> Key {
-    let name = wire(name);
-    KeyRef {
-        name: &name,
-        qtype: 1,
-        qclass: 1,
-        flags: 0,
-    }
-    .to_owned()
-}
-
-/// An A answer for `name` with TTL 60, received at `now`.
-fn answer(name: &[u8], now: Instant) -> Arc<Entry> {
-    let mut m = vec![0, 1, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0];
-    m.extend(name);
-    m.extend([
-        0, 1, 0, 1, 0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 10, 0, 0, 7,
-    ]);
-    let layout = crate::wire::response::layout(&m).unwrap();
-    let ttl = TtlPolicy {
-        min_ttl: 0,
-        max_ttl: 3600,
-        negative_max_ttl: 3600,
-        failure_ttl: 5,
-    };
-    Arc::new(Entry::from_response(&m, &layout, &ttl, now).unwrap())
+    testing::key(&wire(name)).to_owned()
 }
 
 fn policy(stale_over_denial: bool, stale_max_age: Duration) -> CachePolicy {
@@ -63,7 +40,7 @@ fn stale_over_denial_keeps_a_positive_answer_within_the_stale_window() {
     let cache = Cache::new(1 << 20);
     let t0 = Instant::now();
     let k = key("www.example.com.");
-    cache.insert(k.clone(), answer(k.name(), t0));
+    cache.insert(k.clone(), testing::answer(k.name(), 60, t0));
     let later = |s| t0 + Duration::from_secs(s);
     let on = policy(true, Duration::from_secs(100));
     // Fresh (a prefetch that brought a denial), then stale, then too old.
@@ -102,8 +79,8 @@ fn the_watch_vouches_for_a_service_that_exists_while_it_is_current() {
     let off = policy(false, Duration::ZERO);
     let web = key("web.team-a.svc.cluster.local.");
     let pod = key("pod-1.web.team-a.svc.cluster.local.");
-    cache.insert(web.clone(), answer(web.name(), t0));
-    cache.insert(pod.clone(), answer(pod.name(), t0));
+    cache.insert(web.clone(), testing::answer(web.name(), 60, t0));
+    cache.insert(pod.clone(), testing::answer(pod.name(), 60, t0));
     cache.set_coverage(Some(watching(&["web.team-a.svc.cluster.local."])), t0);
     // An hour past its TTL, beyond any stale window: the Service exists.
     let late = t0 + Duration::from_secs(3600);
@@ -133,7 +110,7 @@ fn a_change_keeps_the_answer_aside_and_a_deletion_forgets_it() {
     let t0 = Instant::now();
     let off = policy(false, Duration::ZERO);
     let web = key("web.team-a.svc.cluster.local.");
-    cache.insert(web.clone(), answer(web.name(), t0));
+    cache.insert(web.clone(), testing::answer(web.name(), 60, t0));
     cache.set_coverage(Some(watching(&["web.team-a.svc.cluster.local."])), t0);
     cache.set_vouching(true);
     let purge = Purge {
@@ -159,7 +136,7 @@ fn a_change_keeps_the_answer_aside_and_a_deletion_forgets_it() {
     assert_eq!(cache.stats().kept_answers, 0);
     assert!(cache.last_good(&web, &off, t0).is_none());
     // A watch that stops forgets all it kept.
-    cache.insert(web.clone(), answer(web.name(), t0));
+    cache.insert(web.clone(), testing::answer(web.name(), 60, t0));
     cache.set_coverage(Some(watching(&["web.team-a.svc.cluster.local."])), t0);
     cache.purge(&purge, t0);
     assert_eq!(cache.stats().kept_answers, 1);

@@ -231,23 +231,6 @@ mod tests {
         assert_eq!(cache.stats().denial_entries, 1);
     }
 
-    /// An A answer for `name` with TTL 60.
-    fn answer(name: &[u8], now: Instant) -> Arc<Entry> {
-        let mut m = vec![0, 1, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0];
-        m.extend(name);
-        m.extend([
-            0, 1, 0, 1, 0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 1,
-        ]);
-        let layout = crate::wire::response::layout(&m).expect("a well-formed answer");
-        let policy = TtlPolicy {
-            min_ttl: 0,
-            max_ttl: 3600,
-            negative_max_ttl: 3600,
-            failure_ttl: 5,
-        };
-        Arc::new(Entry::from_response(&m, &layout, &policy, now).unwrap())
-    }
-
     fn name_of(prefix: u8, i: u32) -> Vec<u8> {
         [&[5u8, prefix][..], &i.to_be_bytes(), &[0]].concat()
     }
@@ -270,7 +253,7 @@ mod tests {
                 qclass: 1,
                 flags: 0,
             };
-            (key.to_owned().weight() + answer(&name, t0).weight()) as u64
+            (key.to_owned().weight() + crate::cache::testing::answer(&name, 60, t0).weight()) as u64
         };
         // The success cache holds 3/4 of the capacity: room for 1,111 entries.
         let cache = Cache::new(entry_bytes * 1111 * 4 / 3);
@@ -292,7 +275,7 @@ mod tests {
             };
             let hit = matches!(cache.lookup(&key, t0, Duration::ZERO), Lookup::Fresh(_));
             if !hit {
-                cache.insert(key.to_owned(), answer(&name, t0));
+                cache.insert(key.to_owned(), crate::cache::testing::answer(&name, 60, t0));
             }
             // After the warm-up: every popular name has been asked.
             if popular && step >= 20_000 {

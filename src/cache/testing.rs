@@ -1,8 +1,12 @@
 //! What the cache's unit tests share: one TTL policy, the lookup key of an
-//! A question, and a snapshot reader's policy that takes every name.
+//! A question, an A answer as an upstream sends it, and a snapshot
+//! reader's policy that takes every name.
 
-use super::TtlPolicy;
+use std::sync::Arc;
+use std::time::Instant;
+
 use super::key::KeyRef;
+use super::{Entry, TtlPolicy};
 
 pub(crate) const POLICY: TtlPolicy = TtlPolicy {
     min_ttl: 0,
@@ -19,6 +23,18 @@ pub(crate) fn key(name: &[u8]) -> KeyRef<'_> {
         qclass: 1,
         flags: 0,
     }
+}
+
+/// An A answer (192.0.2.1) for `name` (wire form) with TTL `ttl`,
+/// received at `now`.
+pub(crate) fn answer(name: &[u8], ttl: u8, now: Instant) -> Arc<Entry> {
+    let mut m = vec![0, 1, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0];
+    m.extend(name);
+    m.extend([
+        0, 1, 0, 1, 0xc0, 12, 0, 1, 0, 1, 0, 0, 0, ttl, 0, 4, 192, 0, 2, 1,
+    ]);
+    let layout = crate::wire::response::layout(&m).expect("a well-formed answer");
+    Arc::new(Entry::from_response(&m, &layout, &POLICY, now).expect("a cacheable answer"))
 }
 
 /// A snapshot reader's policy: [`POLICY`] for every name.

@@ -90,11 +90,7 @@ fn try_order(zone: &Zone) -> TryOrder<'_> {
     if zone.near != [0, 0] {
         return near_first(zone);
     }
-    let first = match zone.policy {
-        Policy::Sequential => 0,
-        Policy::Random => rand::rng().random_range(0..n.max(1)),
-        Policy::RoundRobin => zone.next_first.fetch_add(1, Ordering::Relaxed) % n.max(1),
-    };
+    let first = first_of(zone, n);
     let in_policy_order = (0..n).map(move |i| &upstreams[(first + i) % n]);
     if in_policy_order.clone().all(|u| u.health.is_up()) {
         return TryOrder::AllUp {
@@ -110,6 +106,16 @@ fn try_order(zone: &Zone) -> TryOrder<'_> {
     TryOrder::DownLast(order.into_iter())
 }
 
+/// Where the zone's policy starts among `n` upstreams.
+fn first_of(zone: &Zone, n: usize) -> usize {
+    let n = n.max(1);
+    match zone.policy {
+        Policy::Sequential => 0,
+        Policy::Random => rand::rng().random_range(0..n),
+        Policy::RoundRobin => zone.next_first.fetch_add(1, Ordering::Relaxed) % n,
+    }
+}
+
 /// The order of a zone whose Service's endpoints on this node and in its
 /// zone come first (`kubernetes::near`): each tier (this node, this zone,
 /// the rest) in the zone's policy order, up before down, so when the near
@@ -121,12 +127,7 @@ fn near_first(zone: &Zone) -> TryOrder<'_> {
     let mut order: Vec<(bool, &Arc<Upstream>)> = Vec::with_capacity(upstreams.len());
     for tier in tiers {
         let members = &upstreams[tier.start.min(upstreams.len())..tier.end.min(upstreams.len())];
-        let n = members.len().max(1);
-        let first = match zone.policy {
-            Policy::Sequential => 0,
-            Policy::Random => rand::rng().random_range(0..n),
-            Policy::RoundRobin => zone.next_first.fetch_add(1, Ordering::Relaxed) % n,
-        };
+        let first = first_of(zone, members.len());
         order.extend((0..members.len()).map(|i| {
             let u = &members[(first + i) % members.len()];
             (!u.health.is_up(), u)

@@ -128,23 +128,10 @@ fn doctor_names_a_startup_taint_nodens_cannot_remove() {
             (nodens.metric("nodens_kubernetes_startup_taint_errors_total", &[]) > 0.0).then_some(())
         })
     });
-    let resolv = dir.path().join("resolv.conf");
-    std::fs::write(&resolv, "nameserver 127.0.0.1\n").unwrap();
-    let out = std::process::Command::new(nodens_bin())
-        .args(["doctor", "--no-probes", "--no-node", "--resolv-conf"])
-        .arg(&resolv)
-        .arg("--control-socket")
-        .arg(&socket)
-        .output()
-        .unwrap();
-    let report = String::from_utf8_lossy(&out.stdout);
-    eprintln!("{report}");
-    let stuck = report
-        .split("\n[")
-        .find(|f| f.contains("(startup-taint-stuck)"))
-        .unwrap_or_else(|| panic!("no startup-taint-stuck finding: {report}"));
+    let (report, passed) = doctor_against(&socket, "nameserver 127.0.0.1\n");
+    let stuck = finding(&report, "startup-taint-stuck");
     assert!(stuck.contains("node-nobody-knows"), "{stuck}");
     assert!(stuck.contains("not found"), "the API's answer: {stuck}");
-    assert!(!out.status.success(), "a critical finding fails doctor");
+    assert!(!passed, "a critical finding fails doctor");
     in_netns(&ns.name, || nodens.assert_alive());
 }

@@ -296,22 +296,8 @@ fn top_names_the_pods_of_two_namespaces_live_and_in_metrics() {
         assert!(hits > 0.9, "web-1 asks one name: hit ratio {hits}");
 
         // doctor, run against this nodens, names the pod behind a finding.
-        let dir = tempfile::tempdir().unwrap();
-        let resolv = dir.path().join("resolv.conf");
-        std::fs::write(&resolv, "nameserver 127.0.0.1\noptions ndots:5\n").unwrap();
-        let out = Command::new(nodens_bin())
-            .args(["doctor", "--no-probes", "--no-node", "--resolv-conf"])
-            .arg(&resolv)
-            .arg("--control-socket")
-            .arg(&socket)
-            .output()
-            .unwrap();
-        let report = String::from_utf8_lossy(&out.stdout);
-        eprintln!("{report}");
-        let tax = report
-            .split("\n[")
-            .find(|f| f.contains("(workload-search-tax)"))
-            .unwrap_or_else(|| panic!("no workload-search-tax finding: {report}"));
+        let (report, _) = doctor_against(&socket, "nameserver 127.0.0.1\noptions ndots:5\n");
+        let tax = finding(&report, "workload-search-tax");
         assert!(tax.contains("team-b/batch:"), "{tax}");
         assert!(!tax.contains("web-1"), "web-1 walks no search list: {tax}");
         assert!(

@@ -155,3 +155,31 @@ pub const AS_THE_CHART_RUNS_IT: [&str; 3] = [
     "--bounding-set=-all,+chown,+setuid,+setgid,+net_bind_service,+net_admin,+net_raw",
     "--",
 ];
+
+/// `nodens doctor` against the nodens whose control socket is `socket`
+/// (no probes, no node checks), reading `resolv_conf` as the pod's
+/// resolv.conf: its report, and whether it exited 0 (no critical finding).
+pub fn doctor_against(socket: &Path, resolv_conf: &str) -> (String, bool) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let resolv = dir.path().join("resolv.conf");
+    std::fs::write(&resolv, resolv_conf).expect("resolv.conf written");
+    let out = Command::new(nodens_bin())
+        .args(["doctor", "--no-probes", "--no-node", "--resolv-conf"])
+        .arg(&resolv)
+        .arg("--control-socket")
+        .arg(socket)
+        .output()
+        .expect("nodens doctor runs");
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    eprintln!("{report}");
+    (report, out.status.success())
+}
+
+/// The finding `id` of a doctor report (from its `[SEVERITY]` line to the
+/// next finding); panics, with the report, when there is none.
+pub fn finding<'a>(report: &'a str, id: &str) -> &'a str {
+    report
+        .split("\n[")
+        .find(|f| f.contains(&format!("({id})")))
+        .unwrap_or_else(|| panic!("no {id} finding: {report}"))
+}
