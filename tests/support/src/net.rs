@@ -55,6 +55,26 @@ fn try_lock(n: u8) -> Option<File> {
     (rc == 0).then_some(file)
 }
 
+/// Whether nodens's addresses in block `n` can be bound. A block whose lock
+/// is free should be, but a process a test leaked (or one outside the
+/// tests) may still hold them; such a block is skipped, and said so, rather
+/// than failing the next test with "Address already in use".
+fn free(n: u8) -> bool {
+    let ip = IpAddr::V4(Ipv4Addr::new(127, 0, n, 1));
+    let probes = [
+        std::net::TcpListener::bind((ip, 1053)).map(drop),
+        std::net::UdpSocket::bind((ip, 1053)).map(drop),
+        std::net::TcpListener::bind((ip, 9253)).map(drop),
+    ];
+    match probes.into_iter().find_map(Result::err) {
+        None => true,
+        Some(e) => {
+            eprintln!("loopback block 127.0.{n}.0/24 is unlocked but in use ({e}); skipping it");
+            false
+        }
+    }
+}
+
 impl Net {
     /// A free block, held until the returned value is dropped. Waits (up to
     /// 60 s) if every block is taken.
@@ -67,7 +87,8 @@ impl Net {
         wait_until(Duration::from_secs(60), "a free loopback block", || {
             (0..count).find_map(|i| {
                 let n = FIRST + ((start + i) % count) as u8;
-                try_lock(n).map(|lock| Net {
+                let lock = try_lock(n)?;
+                free(n).then_some(Net {
                     n,
                     _lock: Some(lock),
                 })
