@@ -356,6 +356,7 @@ impl File {
                 .map_err(|e| self.zone_error(index, "resolv_conf", format!("zone {name}: {e}")))?
         };
         let cache = z.cache.compile(&self.cache)?;
+        let tls = self.compile_tls(index, z, &upstreams)?;
         Ok(ZonePlan {
             name,
             upstreams,
@@ -373,7 +374,11 @@ impl File {
                 pool: z.pool.clone(),
                 max_fails: z.max_fails,
                 health_check: z.health_check,
-                probe_over_tcp: z.transport == super::Transport::ForceTcp,
+                probe_over_tcp: matches!(
+                    z.transport,
+                    super::Transport::ForceTcp | super::Transport::Tls
+                ),
+                tls,
                 probe_timeout: z.upstream_timeout,
                 log_interval: self.log.upstream_error_interval,
             },
@@ -405,9 +410,43 @@ impl File {
         })
     }
 
-    /// One server gets one connection pool and one health state, so every
-    /// zone that lists it (directly or through resolv.conf) must agree on
-    /// their settings.
+    /// A `transport = "tls"` zone's client (`[zone.tls]`, or the system's
+    /// roots and each upstream's address as its name). A TLS section on
+    /// another transport, or a TLS upstream on port 53 (written without
+    /// its port, most likely), is an error, not a query in the clear.
+    fn compile_tls(
+        &self,
+        index: usize,
+        z: &ZoneConfig,
+        upstreams: &[std::net::SocketAddr],
+    ) -> Result<Option<crate::upstream::tls::TlsClient>, Invalid> {
+        let name = &z.name.get_ref().0;
+        if z.transport != super::Transport::Tls {
+            return match z.tls {
+                Some(_) => Err(self.zone_error(
+                    index,
+                    "tls",
+                    format!("zone {name}: [zone.tls] is set but transport is not \"tls\""),
+                )),
+                None => Ok(None),
+            };
+        }
+        if let Some(plain) = upstreams.iter().find(|a| a.port() == 53) {
+            return Err(self.zone_error(
+                index,
+                "upstreams",
+                format!(
+                    "zone {name}: upstream {plain} with transport \"tls\": DNS over TLS is served on port 853; write the upstream's TLS port"
+                ),
+            ));
+        }
+        let section = z.tls.clone().unwrap_or_default();
+        section
+            .compile()
+            .map(Some)
+            .map_err(|e| self.zone_error(index, "tls", format!("zone {name}: {e}")))
+    }
+
     /// A zone's bulkhead (`max_misses_in_flight`): its own bound, else the
     /// server's per zone; never above the server's own bound.
     fn zone_misses(&self, own: Option<&toml::Spanned<usize>>) -> Result<usize, Invalid> {
@@ -442,6 +481,9 @@ impl File {
             .unwrap_or(s.max_misses_in_flight / 2)
     }
 
+    /// One server gets one connection pool and one health state, so every
+    /// zone that lists it (directly or through resolv.conf) must agree on
+    /// their settings.
     fn check_shared_upstreams(&self, zones: &[ZonePlan]) -> Result<(), Invalid> {
         for (i, zone) in zones.iter().enumerate() {
             for (k, &addr) in zone.upstreams.iter().enumerate() {
@@ -450,7 +492,7 @@ impl File {
                     .find(|z| z.upstreams.contains(&addr) && !z.upstream.agrees(&zone.upstream));
                 if let Some(other) = earlier {
                     let message = format!(
-                        "upstream {addr} is also listed by zone {} with different pool, max_fails or health_check settings; \
+                        "upstream {addr} is also listed by zone {} with different pool, max_fails, health_check or TLS settings; \
                          one server gets one connection pool, so they must agree",
                         other.name
                     );
@@ -472,5 +514,6 @@ impl UpstreamSettings {
         self.pool == other.pool
             && self.max_fails == other.max_fails
             && self.health_check == other.health_check
+            && self.tls == other.tls
     }
 }

@@ -363,6 +363,9 @@ pub struct ZoneConfig {
     /// Discover the upstreams from a Service's EndpointSlices (`[kubernetes]`).
     #[serde(default)]
     pub endpoints: Option<EndpointsConfig>,
+    /// How a `transport = "tls"` zone checks its upstreams' certificates.
+    #[serde(default)]
+    pub tls: Option<crate::upstream::tls::config::TlsConfig>,
     /// Cache misses this zone may have waiting on its upstreams at once
     /// (`[server] max_misses_in_flight_per_zone` when unset; 0: no bound).
     #[serde(default)]
@@ -455,6 +458,7 @@ impl ZoneConfig {
             transport: Transport::default(),
             randomize_case: None,
             endpoints: None,
+            tls: None,
             pool: PoolConfig::default(),
             max_misses_in_flight: None,
             max_fails: default_max_fails(),

@@ -249,9 +249,12 @@ impl File {
             // Every `.` zone: one per view when the file has views.
             for root in zones.iter_mut().filter(|z| z.name == ".") {
                 root.upstreams = data.upstream_nameservers.clone();
-                if root.transport == Transport::ForceTcp {
+                // The ConfigMap's servers speak plain DNS: not over TLS,
+                // and not forced over TCP (node-cache's own behaviour).
+                if matches!(root.transport, Transport::ForceTcp | Transport::Tls) {
                     root.transport = Transport::PreferUdp;
                     root.upstream.probe_over_tcp = false;
+                    root.upstream.tls = None;
                 }
             }
         }
@@ -294,6 +297,7 @@ impl File {
                     max_fails: defaults.max_fails,
                     health_check: defaults.health_check,
                     probe_over_tcp: false,
+                    tls: None,
                     probe_timeout: defaults.upstream_timeout,
                     log_interval: self.log.upstream_error_interval,
                 },

@@ -60,8 +60,10 @@ pub struct UpstreamSettings {
     pub pool: PoolConfig,
     pub max_fails: u32,
     pub health_check: Duration,
-    /// Probe over TCP (the first zone listing it forces TCP) or UDP.
+    /// Probe through the pool (the zone forces TCP or TLS) or over UDP.
     pub probe_over_tcp: bool,
+    /// DNS over TLS (`[zone.tls]`): every connection of the pool is a TLS session.
+    pub tls: Option<super::tls::TlsClient>,
     pub probe_timeout: Duration,
     /// At most one log line per this interval for the upstream's errors.
     pub log_interval: Duration,
@@ -121,4 +123,7 @@ pub enum Transport {
     /// UDP, and the same query over TCP if UDP gets no answer within half
     /// the upstream timeout (a datagram lost to a conntrack race, say).
     TcpFallbackOnTimeout,
+    /// Every query over TLS (RFC 7858) through the pool, checked as
+    /// `[zone.tls]` says; never in the clear.
+    Tls,
 }

@@ -34,6 +34,7 @@ impl ExchangeError {
         match self {
             ExchangeError::Timeout => "timeout",
             ExchangeError::Io(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => "refused",
+            ExchangeError::Io(e) if super::tls::is_tls_error(e) => "tls",
             ExchangeError::Io(_) => "network",
             ExchangeError::Malformed => "malformed",
             ExchangeError::Closed => "closed",

@@ -212,7 +212,7 @@ async fn ask(attempt: &Attempt<'_>) -> Result<Forwarded, ExchangeError> {
     // The UDP answer, or `None` when TCP is to be asked. Decided before TCP
     // is awaited, so the two exchanges share their room in the future.
     let over_udp = match zone.transport {
-        Transport::ForceTcp => None,
+        Transport::ForceTcp | Transport::Tls => None,
         Transport::PreferUdp => match ask_udp(attempt, deadline).await {
             Ok(msg) if read_u16(&msg, 2) & flag::TC == 0 => Some(msg),
             Ok(_) => None,

@@ -37,6 +37,8 @@ pub struct UpstreamMetrics {
     pub pool_dials: Counters<ToLabels<'static>>,
     pub pool_dial_failures: Counters<ToLabels<'static>>,
     pub pool_closed: Counters<ToReasonLabels<'static>>,
+    /// DNS-over-TLS handshakes, by how they ended (`tls`).
+    pub tls_handshakes: Counters<ToResultLabels<'static>>,
     pub queue_length: Gauges<ToLabels<'static>>,
     pub queue_capacity: Gauges<ToLabels<'static>>,
     pub queue_wait: Histograms<ToLabels<'static>>,
@@ -104,6 +106,10 @@ impl UpstreamMetrics {
             pool_closed: r.counters(
                 "nodens_upstream_tcp_closed_total",
                 "TCP connections to an upstream closed, by reason.",
+            ),
+            tls_handshakes: r.counters(
+                "nodens_upstream_tls_handshakes_total",
+                "TLS handshakes with a DNS-over-TLS upstream, by result: full, resumed (a session resumed), certificate (the upstream's certificate refused), timeout, error.",
             ),
             queue_length: r.gauges(
                 "nodens_upstream_queue_length",

@@ -2,7 +2,8 @@
 //! servers, and the transports that carry a query to one of them.
 //!
 //! Configuration: each `[[zone]]`'s upstream keys (`config.rs`: the zone
-//! plan, its policy and transport) and `[zone.pool]` (`pool/config.rs`).
+//! plan, its policy and transport), `[zone.pool]` (`pool/config.rs`) and
+//! `[zone.tls]` (`tls/config.rs`).
 //! Request path: a miss (`serve::fetch`) asks the zone the router picked,
 //! through `forward` (or `rules` when the zone rewrites).
 
@@ -15,6 +16,7 @@ pub(crate) mod health;
 pub(crate) mod metrics;
 pub(crate) mod pool;
 pub(crate) mod rules;
+pub(crate) mod tls;
 pub(crate) mod udp;
 mod views;
 
@@ -89,7 +91,14 @@ impl Upstream {
         Upstream {
             addr,
             udp,
-            pool: Pool::new(addr, settings.pool.clone(), metrics, &label, upkeep.clone()),
+            pool: Pool::new(
+                addr,
+                settings.pool.clone(),
+                settings.tls.clone(),
+                metrics,
+                &label,
+                upkeep.clone(),
+            ),
             log_limit: LogLimiter::new(settings.log_interval),
             health_log: [
                 LogLimiter::new(settings.log_interval),

@@ -26,6 +26,7 @@ mod differential;
 mod dnstap;
 mod dnstap_peer;
 mod doctor;
+mod dot;
 mod doctor_node;
 mod endpoint_discovery;
 mod fail_open;

@@ -1,14 +1,15 @@
-//! The task that owns one upstream TCP connection: dialling it, writing
-//! queries, matching answers by ID, and deciding when it ends.
+//! The task that owns one upstream TCP connection (or TLS session over
+//! one): dialling it, writing queries, matching answers by ID, and
+//! deciding when it ends.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use rand::Rng;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
-use tokio::time::{Instant, sleep_until, timeout, timeout_at};
+use tokio::time::{Instant, sleep_until, timeout_at};
 
 use super::{CloseReason, Conn, InFlight, Inner, Message};
 use crate::upstream::ExchangeError;
@@ -19,15 +20,7 @@ use crate::wire::{read_u16, write_u16};
 impl Inner {
     pub(super) async fn dial(self: Arc<Self>) {
         self.m.dials.inc();
-        let connected =
-            match timeout(self.config.connect_timeout, TcpStream::connect(self.addr)).await {
-                Ok(Ok(stream)) => stream.set_nodelay(true).map(|_| stream),
-                Ok(Err(e)) => Err(e),
-                Err(_) => Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "connect timed out",
-                )),
-            };
+        let connected = self.connect().await;
         let mut st = self.lock();
         st.dialing -= 1;
         match connected {
@@ -41,8 +34,10 @@ impl Inner {
                     retiring: None,
                     messages: tx,
                 });
-                self.upkeep
-                    .spawn(self.clone().run_connection(id, stream, rx));
+                match stream {
+                    Dialled::Tcp(s) => self.upkeep.spawn(self.clone().run_connection(id, s, rx)),
+                    Dialled::Tls(s) => self.upkeep.spawn(self.clone().run_connection(id, *s, rx)),
+                }
                 self.pump(&mut st);
             }
             Err(e) => {
@@ -51,10 +46,7 @@ impl Inner {
                 // taking connections. Fail the waiters now, not at their timeout.
                 if st.conns.is_empty() && st.dialing == 0 {
                     for waiter in st.queue.drain(..) {
-                        let _ = waiter.slot.send(Err(ExchangeError::Io(std::io::Error::new(
-                            e.kind(),
-                            e.to_string(),
-                        ))));
+                        let _ = waiter.slot.send(Err(ExchangeError::Io(copy(&e))));
                     }
                 }
             }
@@ -62,15 +54,41 @@ impl Inner {
         self.publish(&st);
     }
 
+    /// A connection to the upstream, TLS-handshaken if the zone says so,
+    /// within `connect_timeout` in all.
+    async fn connect(&self) -> std::io::Result<Dialled> {
+        let deadline = Instant::now() + self.config.connect_timeout;
+        let tcp = match timeout_at(deadline, TcpStream::connect(self.addr)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "connect timed out",
+                ));
+            }
+        };
+        tcp.set_nodelay(true)?;
+        match &self.tls {
+            None => Ok(Dialled::Tcp(tcp)),
+            Some((client, counts)) => client
+                .handshake(self.addr, tcp, deadline, counts)
+                .await
+                .map(|s| Dialled::Tls(Box::new(s))),
+        }
+    }
+
     /// The task that owns one connection: writes queries, matches answers by
     /// ID, and decides when the connection ends.
-    async fn run_connection(
+    async fn run_connection<S>(
         self: Arc<Self>,
         id: u64,
-        stream: TcpStream,
+        stream: S,
         mut messages: mpsc::UnboundedReceiver<Message>,
-    ) {
-        let (mut reader, mut writer) = stream.into_split();
+    ) where
+        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        let (mut reader, mut writer) = tokio::io::split(stream);
         let mut pending: HashMap<u16, Pending> = HashMap::new();
         let mut received = Vec::with_capacity(1024);
         let mut framed = Vec::new();
@@ -98,7 +116,12 @@ impl Inner {
                     frame(&request.query, &mut framed);
                     let deadline = request.deadline;
                     pending.insert(qid, Pending { question: request.question, deadline, answer: request.answer, in_flight: request.in_flight });
-                    match timeout_at(deadline, writer.write_all(&framed)).await {
+                    // Flushed: a TLS session holds the record until then.
+                    let sent = async {
+                        writer.write_all(&framed).await?;
+                        writer.flush().await
+                    };
+                    match timeout_at(deadline, sent).await {
                         Ok(Ok(())) => {}
                         Ok(Err(_)) => break CloseReason::Error,
                         // The server stopped reading: our send buffer is full.
@@ -164,6 +187,21 @@ impl Inner {
             let _ = p.answer.send(Err(reason.error()));
         }
         let _ = writer.shutdown().await;
+    }
+}
+
+/// A dialled connection: plain TCP or a TLS session over it.
+enum Dialled {
+    Tcp(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+/// The dial's error for each waiter it fails (an `io::Error` is not
+/// `Clone`): its kind, and the TLS error inside it kept as such.
+fn copy(e: &std::io::Error) -> std::io::Error {
+    match e.get_ref().and_then(|inner| inner.downcast_ref::<tokio_rustls::rustls::Error>()) {
+        Some(tls) => std::io::Error::new(e.kind(), tls.clone()),
+        None => std::io::Error::new(e.kind(), e.to_string()),
     }
 }
 

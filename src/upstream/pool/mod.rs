@@ -1,4 +1,5 @@
-//! A bounded pool of TCP connections to one upstream, with a bounded queue.
+//! A bounded pool of TCP connections (or TLS sessions, `upstream::tls`) to
+//! one upstream, with a bounded queue.
 //!
 //! The field failure this exists for: a node cache that opens a new TCP
 //! connection whenever none is free, and expires idle ones on a ticker,
@@ -33,6 +34,7 @@ mod metrics;
 
 use super::ExchangeError;
 use super::metrics::UpstreamMetrics;
+use super::tls::{Handshakes, TlsClient};
 use crate::tasks::Upkeep;
 pub use config::PoolConfig;
 use metrics::PoolMetrics;
@@ -47,6 +49,8 @@ pub(crate) struct Pool {
 struct Inner {
     addr: SocketAddr,
     config: PoolConfig,
+    /// DNS over TLS: each connection is a TLS session (`upstream::tls`).
+    tls: Option<(TlsClient, Handshakes)>,
     /// Connection tasks are upkeep (see `tasks`): on the main runtime, not
     /// the UDP worker's whose miss happened to dial.
     upkeep: Upkeep,
@@ -163,6 +167,7 @@ impl Pool {
     pub(crate) fn new(
         addr: SocketAddr,
         config: PoolConfig,
+        tls: Option<TlsClient>,
         metrics: &Arc<UpstreamMetrics>,
         label: &str,
         upkeep: Upkeep,
@@ -172,6 +177,7 @@ impl Pool {
             inner: Arc::new(Inner {
                 addr,
                 config,
+                tls: tls.map(|client| (client, Handshakes::new(metrics, label))),
                 upkeep,
                 state: Mutex::new(State::default()),
                 m,

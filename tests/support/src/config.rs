@@ -105,6 +105,7 @@ pub enum Transport {
     PreferUdp,
     ForceTcp,
     TcpFallbackOnTimeout,
+    Tls,
 }
 
 impl Toml for Transport {
@@ -113,6 +114,7 @@ impl Toml for Transport {
             Transport::PreferUdp => "prefer_udp",
             Transport::ForceTcp => "force_tcp",
             Transport::TcpFallbackOnTimeout => "tcp_fallback_on_timeout",
+            Transport::Tls => "tls",
         }
         .toml()
     }
@@ -158,6 +160,12 @@ impl Zone {
     }
     pub fn pool(mut self, pool: Pool) -> Zone {
         self.table.set("pool", pool.table.inline());
+        self
+    }
+    /// `[zone.tls]`, given as an inline TOML table:
+    /// `{ server_name = "dns.test", ca = "/path/ca.pem" }`.
+    pub fn tls(mut self, inline_table: &str) -> Zone {
+        self.table.set("tls", inline_table.to_string());
         self
     }
     /// `[zone.query_log]`, given as an inline TOML table: `{}` logs every

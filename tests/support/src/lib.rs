@@ -20,6 +20,7 @@ mod config;
 mod coredns;
 mod corefile_server;
 mod dns;
+mod dot;
 mod fixture;
 mod http;
 mod intruder;
@@ -50,6 +51,7 @@ pub use compared::Compared;
 pub use config::{Cfg, Pool, Transport, Zone};
 pub use coredns::{CoreDns, ERRATIC_A, LOG_SETTLE, LoggedQuery};
 pub use corefile_server::CorefileServer;
+pub use dot::{Issued, Pki, Stall, Unbound};
 pub use dns::{
     EdeCodes, Q, Reply, Rt, Tcp, TcpRead, ipv4, question_of, take_frame, tcp_query,
     tcp_query_timeout, udp_exchange, udp_exchange_from, udp_query, udp_query_timeout,

@@ -1,0 +1,135 @@
+//! DNS over TLS to upstreams (RFC 7858), against unbound's TLS listener
+//! with a certificate authority made in the test.
+//!
+//! Proves: a `transport = "tls"` zone's answers come over TLS through the
+//! bounded pool (many queries, few handshakes: sessions are reused, and a
+//! new connection resumes a session); a certificate for another name, an
+//! expired one, or one from an authority nodens was not told to trust is
+//! refused (SERVFAIL, counted as `certificate`, nothing asked in the
+//! clear); a server that accepts the connection and stalls the handshake
+//! costs at most `connect_timeout` before the next upstream answers.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+const DOT_PORT: u16 = 8853;
+const SERVER_NAME: &str = "dns.test";
+
+/// unbound on `net`'s first upstream address, with `cert` for its TLS
+/// listener.
+fn unbound(net: &Net, cert: &Issued) -> Unbound {
+    Unbound::start(net.upstream(0).ip(), DOT_PORT, cert)
+}
+
+/// nodens forwarding `test.` over TLS to `upstreams`, trusting `ca` for `name`.
+fn nodens(net: &Net, upstreams: &[SocketAddr], name: &str, ca: &std::path::Path, pool: Pool) -> Nodens {
+    Nodens::start(
+        &Cfg::new(net).zone(
+            Zone::new("test.", upstreams)
+                .transport(Transport::Tls)
+                .upstream_timeout(secs(4))
+                .pool(pool)
+                .tls(&format!("{{ server_name = \"{name}\", ca = \"{}\" }}", ca.display())),
+        ),
+    )
+}
+
+fn handshakes(nodens: &Nodens, to: SocketAddr, result: &str) -> f64 {
+    nodens.metric(
+        "nodens_upstream_tls_handshakes_total",
+        &[("to", &to.to_string()), ("result", result)],
+    )
+}
+
+#[test]
+fn answers_come_over_tls_on_few_reused_sessions() {
+    needs!(Need::Tool("unbound"));
+    let net = Net::alloc();
+    let pki = Pki::new("test CA");
+    let ip = net.upstream(0).ip().to_string();
+    let server = unbound(&net, &pki.issue("server", &[SERVER_NAME, &ip], false));
+    let nodens = nodens(
+        &net,
+        &[server.dot],
+        SERVER_NAME,
+        &pki.ca,
+        Pool::new().max_connections(2).idle_timeout(ms(300)),
+    );
+    for i in 0..40 {
+        let r = udp_query(nodens.dns, &Q::new(&format!("n{i}.test."), Rt::A));
+        assert_eq!(r.a(), vec![ipv4("192.0.2.1")], "n{i}.test.");
+    }
+    for i in 0..40 {
+        assert_eq!(server.count_queries(&format!("n{i}.test.")), 1, "n{i}.test. asked once");
+    }
+    let full = handshakes(&nodens, server.dot, "full");
+    assert!((1.0..=2.0).contains(&full), "{full} full handshakes for 40 queries");
+    // The idle connection closes; the next miss resumes the session.
+    wait_until(secs(5), "the idle connection to close", || {
+        (nodens.metric("nodens_upstream_tcp_connections", &[("to", &server.dot.to_string()), ("state", "idle")]) == 0.0)
+            .then_some(())
+    });
+    let r = udp_query(nodens.dns, &Q::new("after.test.", Rt::A));
+    assert_eq!(r.a(), vec![ipv4("192.0.2.1")]);
+    assert_eq!(handshakes(&nodens, server.dot, "resumed"), 1.0, "a resumed session");
+    assert_eq!(handshakes(&nodens, server.dot, "full"), full, "no new full handshake");
+}
+
+/// Each certificate nodens must refuse: SERVFAIL, counted, the question
+/// never reaching the server.
+#[test]
+fn certificates_for_another_name_expired_or_from_another_authority_are_refused() {
+    needs!(Need::Tool("unbound"));
+    let pki = Pki::new("test CA");
+    let stranger = Pki::new("another CA");
+    for (case, cert, trusted) in [
+        ("another name", pki.issue("other", &["other.test"], false), &pki),
+        ("expired", pki.issue("expired", &[SERVER_NAME], true), &pki),
+        ("another authority", stranger.issue("stranger", &[SERVER_NAME], false), &pki),
+    ] {
+        let net = Net::alloc();
+        let server = unbound(&net, &cert);
+        let nodens = nodens(&net, &[server.dot], SERVER_NAME, &trusted.ca, Pool::new());
+        let r = udp_query(nodens.dns, &Q::new("secret.test.", Rt::A));
+        assert_eq!(r.rcode(), rcode::SERVFAIL, "{case}: SERVFAIL");
+        assert!(
+            handshakes(&nodens, server.dot, "certificate") >= 1.0,
+            "{case}: counted as a refused certificate"
+        );
+        let errors = nodens.metric(
+            "nodens_upstream_errors_total",
+            &[("to", &server.dot.to_string()), ("error", "tls")],
+        );
+        assert!(errors >= 1.0, "{case}: nodens_upstream_errors_total{{error=\"tls\"}} {errors}");
+        assert_eq!(server.count_queries("secret.test."), 0, "{case}: nothing asked");
+    }
+}
+
+/// A server that accepts and never speaks: the handshake is given up at
+/// `connect_timeout` (300 ms), and the next upstream answers, well before
+/// the upstream timeout (4 s) the query would otherwise wait out.
+#[test]
+fn a_stalled_handshake_costs_at_most_the_connect_timeout() {
+    needs!(Need::Tool("unbound"));
+    let net = Net::alloc();
+    let pki = Pki::new("test CA");
+    let server = unbound(&net, &pki.issue("server", &[SERVER_NAME], false));
+    let stall = Stall::bind(SocketAddr::new(net.upstream(1).ip(), DOT_PORT));
+    let nodens = nodens(
+        &net,
+        &[stall.addr, server.dot],
+        SERVER_NAME,
+        &pki.ca,
+        Pool::new().connect_timeout(ms(300)),
+    );
+    let t0 = Instant::now();
+    let r = udp_query_timeout(nodens.dns, &Q::new("stalled.test.", Rt::A), secs(10))
+        .expect("an answer");
+    let took = t0.elapsed();
+    assert_eq!(r.a(), vec![ipv4("192.0.2.1")]);
+    assert!(stall.connections() >= 1, "the stalled server was dialled");
+    assert_eq!(handshakes(&nodens, stall.addr, "timeout"), 1.0);
+    assert!(took < Duration::from_secs(3), "answered after {took:?}");
+}
