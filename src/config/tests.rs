@@ -324,3 +324,59 @@ fn missing_resolv_conf_names_the_zone() {
     assert_eq!(e.position.unwrap().0, 3, "{e}");
     assert!(e.message.contains("/nonexistent/resolv.conf"), "{e}");
 }
+
+#[test]
+fn tls_zones_are_checked_before_any_query_goes_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    // Not a certificate, but PEM of another kind: no roots in it.
+    std::fs::write(&ca, "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n").unwrap();
+    let zone = |upstream: &str, transport: &str, tls: &str| {
+        format!(
+            "[[zone]]\nname = \"a\"\nupstreams = [\"{upstream}\"]\ntransport = \"{transport}\"\n{tls}"
+        )
+    };
+    for (text, line, want) in [
+        (
+            zone("127.0.0.1:853", "force_tcp", "[zone.tls]\nserver_name = \"dns.a\"\n"),
+            5,
+            "transport is not \"tls\"",
+        ),
+        (zone("127.0.0.1", "tls", ""), 3, "served on port 853"),
+        (
+            zone("127.0.0.1:853", "tls", "[zone.tls]\nserver_name = \"not a name!\"\n"),
+            5,
+            "not a DNS name",
+        ),
+        (
+            zone("127.0.0.1:853", "tls", "[zone.tls]\ncert = \"/c.pem\"\n"),
+            5,
+            "set both or neither",
+        ),
+        (
+            zone("127.0.0.1:853", "tls", "[zone.tls]\nca = \"/nonexistent/ca.pem\"\n"),
+            5,
+            "cannot read /nonexistent/ca.pem",
+        ),
+        (
+            zone("127.0.0.1:853", "tls", &format!("[zone.tls]\nca = \"{}\"\n", ca.display())),
+            5,
+            "holds no PEM certificates",
+        ),
+    ] {
+        let e = Config::parse(&text).unwrap_err();
+        assert!(e.to_string().contains(want), "{text}\n{e}");
+        assert_eq!(e.position.map(|p| p.0), Some(line), "{text}\n{e}");
+    }
+}
+
+#[test]
+fn zones_sharing_a_tls_upstream_must_agree_on_its_name() {
+    let text = "[[zone]]\nname = \"a\"\nupstreams = [\"127.0.0.1:853\"]\ntransport = \"tls\"\n\
+                [zone.tls]\nserver_name = \"one.example\"\n\
+                [[zone]]\nname = \"b\"\nupstreams = [\"127.0.0.1:853\"]\ntransport = \"tls\"\n\
+                [zone.tls]\nserver_name = \"two.example\"\n";
+    let e = Config::parse(text).unwrap_err();
+    assert!(e.to_string().contains("TLS settings"), "{e}");
+    assert_eq!(e.position.map(|p| p.0), Some(9), "{e}");
+}

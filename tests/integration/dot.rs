@@ -133,3 +133,60 @@ fn a_stalled_handshake_costs_at_most_the_connect_timeout() {
     assert_eq!(handshakes(&nodens, stall.addr, "timeout"), 1.0);
     assert!(took < Duration::from_secs(3), "answered after {took:?}");
 }
+
+/// Mutual TLS: CoreDNS's DoT listener (`tls CERT KEY CA` with
+/// `client_auth require_and_verify`) answers nodens only when nodens
+/// presents the client certificate `[zone.tls] cert`/`key` names.
+#[test]
+fn a_client_certificate_is_presented_when_configured() {
+    needs!(Need::CoreDns);
+    let net = Net::alloc();
+    let pki = Pki::new("test CA");
+    let server = pki.issue("server", &[SERVER_NAME], false);
+    let client = pki.issue("client", &["nodens.test"], false);
+    let dot = SocketAddr::new(net.upstream(0).ip(), DOT_PORT);
+    let plain = net.upstream(0);
+    let corefile = format!(
+        "tls://test.:{port} {{\n  bind {ip}\n  tls {cert} {key} {ca} {{\n    client_auth require_and_verify\n  }}\n  \
+         template IN A test {{\n    answer \"{{{{ .Name }}}} 60 IN A 192.0.2.7\"\n  }}\n  log\n}}\n\
+         test.:{pport} {{\n  bind {ip}\n  template IN A test {{\n    answer \"{{{{ .Name }}}} 60 IN A 192.0.2.7\"\n  }}\n}}\n",
+        port = DOT_PORT,
+        pport = plain.port(),
+        ip = dot.ip(),
+        cert = server.cert.display(),
+        key = server.key.display(),
+        ca = pki.ca.display(),
+    );
+    let core = CorefileServer::launch("coredns-dot", &[], &corefile, &[]);
+    wait_until(secs(15), "CoreDNS to answer", || {
+        udp_query_timeout(plain, &Q::new("ready.test.", Rt::A), ms(200)).map(|_| ())
+    });
+    let with_cert = |cert: Option<&Issued>| {
+        let keys = cert.map_or(String::new(), |c| {
+            format!(", cert = \"{}\", key = \"{}\"", c.cert.display(), c.key.display())
+        });
+        Nodens::start(
+            &Cfg::new(&net).zone(
+                Zone::new("test.", &[dot])
+                    .transport(Transport::Tls)
+                    .tls(&format!(
+                        "{{ server_name = \"{SERVER_NAME}\", ca = \"{}\"{keys} }}",
+                        pki.ca.display()
+                    )),
+            ),
+        )
+    };
+    let without = with_cert(None);
+    let r = udp_query(without.dns, &Q::new("anonymous.test.", Rt::A));
+    assert_eq!(r.rcode(), rcode::SERVFAIL, "no client certificate: refused");
+    drop(without);
+    let nodens = with_cert(Some(&client));
+    let r = udp_query(nodens.dns, &Q::new("known.test.", Rt::A));
+    assert_eq!(r.a(), vec![ipv4("192.0.2.7")], "with the client certificate");
+    let logged = core.proc.lines().iter().filter(|l| l.contains("known.test.")).count();
+    assert_eq!(logged, 1, "CoreDNS's DoT listener answered it");
+    assert!(
+        !core.proc.lines().iter().any(|l| l.contains("anonymous.test.")),
+        "the anonymous question never reached CoreDNS"
+    );
+}
