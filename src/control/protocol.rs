@@ -105,6 +105,24 @@ pub struct StatusView {
     /// Each zone's bulkhead (`[[zone]] max_misses_in_flight`).
     #[serde(default)]
     pub zones: Vec<ZoneView>,
+    /// Each DNS-over-TLS upstream's handshakes (`[zone.tls]`).
+    #[serde(default)]
+    pub tls: Vec<TlsView>,
+}
+
+/// How one DNS-over-TLS upstream's handshakes went since it was built.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TlsView {
+    pub upstream: String,
+    /// Sessions made: a full handshake, or a resumed one.
+    pub full: u64,
+    pub resumed: u64,
+    /// Handshakes that failed: the server's certificate refused, none
+    /// within `connect_timeout`, or another TLS or network failure.
+    pub certificate: u64,
+    pub timeout: u64,
+    pub error: u64,
+    pub last_error: Option<String>,
 }
 
 /// A zone's misses in flight against its bulkhead.

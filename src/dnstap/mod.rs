@@ -38,9 +38,9 @@ use prometheus::IntCounter;
 use super::config::DnstapPlan;
 use crate::answered::queue::Queue;
 use crate::answered::{Event, Observer};
-use crate::listen::Proto;
 use crate::metrics::{ReasonLabels, Registry};
 use crate::search::Clients;
+pub(crate) use record::Carrier;
 use record::{Record, Side};
 
 /// dnstap's counters, in messages (two per exchange).
@@ -209,7 +209,7 @@ impl Observer for ClientTap {
         let replied = answered.started + Duration::from_secs_f64(event.seconds.max(0.0));
         self.sink.queue.offer(Record::take(
             Side::Client,
-            event.proto,
+            event.proto.into(),
             Some(answered.client),
             self.listener,
             answered.started,
@@ -230,7 +230,7 @@ impl ForwarderSlot {
     /// if upstream exchanges are sent: one `ArcSwap` load when they are not.
     pub(crate) fn offer(
         &self,
-        proto: Proto,
+        proto: Carrier,
         upstream: SocketAddr,
         asked: Instant,
         query: &[u8],

@@ -31,7 +31,7 @@ pub(super) struct Message {
     /// `SocketFamily`: INET 1, INET6 2.
     #[prost(int32, optional, tag = "2")]
     pub(super) socket_family: Option<i32>,
-    /// `SocketProtocol`: UDP 1, TCP 2.
+    /// `SocketProtocol`: UDP 1, TCP 2, DOT 3.
     #[prost(int32, optional, tag = "3")]
     pub(super) socket_protocol: Option<i32>,
     #[prost(bytes = "vec", optional, tag = "4")]
@@ -69,6 +69,8 @@ pub(super) const INET: i32 = 1;
 pub(super) const INET6: i32 = 2;
 pub(super) const UDP: i32 = 1;
 pub(super) const TCP: i32 = 2;
+/// DNS over TLS (dnstap.proto's `DOT`).
+pub(super) const DOT: i32 = 3;
 
 #[cfg(test)]
 mod tests {

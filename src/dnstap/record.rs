@@ -20,10 +20,28 @@ pub(crate) enum Side {
     Forwarder,
 }
 
+/// How an exchange travelled: dnstap's `SocketProtocol`. The listeners
+/// speak UDP and TCP; an upstream may be asked over TLS as well.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Carrier {
+    Udp,
+    Tcp,
+    Dot,
+}
+
+impl From<Proto> for Carrier {
+    fn from(proto: Proto) -> Carrier {
+        match proto {
+            Proto::Udp => Carrier::Udp,
+            Proto::Tcp => Carrier::Tcp,
+        }
+    }
+}
+
 /// One exchange, before it is encoded as two dnstap messages.
 pub(crate) struct Record {
     pub(crate) side: Side,
-    pub(crate) proto: Proto,
+    pub(crate) proto: Carrier,
     /// The side that asked: the client (client side); none known for
     /// nodens's own socket (forwarder side).
     pub(crate) asker: Option<SocketAddr>,
@@ -57,7 +75,7 @@ impl Record {
     #[inline]
     pub(crate) fn take(
         side: Side,
-        proto: Proto,
+        proto: Carrier,
         asker: Option<SocketAddr>,
         answerer: SocketAddr,
         asked: Instant,
@@ -117,7 +135,7 @@ mod tests {
     fn messages_come_back_inline_or_boxed() {
         let at = Instant::now();
         let addr: SocketAddr = "10.0.0.1:53".parse().unwrap();
-        let take = |m| Record::take(Side::Client, Proto::Udp, None, addr, at, at, m);
+        let take = |m| Record::take(Side::Client, Carrier::Udp, None, addr, at, at, m);
         assert!(take(None).messages().is_none());
         let (q, r) = (vec![1u8; 40], vec![2u8; 300]);
         assert_eq!(take(Some((&q, &r))).messages(), Some((&q[..], &r[..])));

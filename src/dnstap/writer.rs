@@ -14,9 +14,8 @@ use super::Counters;
 use super::config::DnstapPlan;
 use super::fstrm;
 use super::proto::{self, Dnstap, Message, MessageType};
-use super::record::{Record, Side};
+use super::record::{Carrier, Record, Side};
 use crate::answered::queue::Writer;
-use crate::listen::Proto;
 use crate::search::Clients;
 
 /// Bytes gathered before a write.
@@ -196,8 +195,9 @@ fn messages(record: &Record, clock: &Clock) -> [Message; 2] {
         proto::INET6
     };
     let protocol = match record.proto {
-        Proto::Udp => proto::UDP,
-        Proto::Tcp => proto::TCP,
+        Carrier::Udp => proto::UDP,
+        Carrier::Tcp => proto::TCP,
+        Carrier::Dot => proto::DOT,
     };
     let base = Message {
         r#type: 0,
@@ -276,7 +276,7 @@ mod tests {
         let answered = asked + Duration::from_micros(150);
         let record = Record::take(
             Side::Client,
-            Proto::Udp,
+            Carrier::Udp,
             Some(client),
             listener,
             asked,
@@ -298,5 +298,24 @@ mod tests {
         assert_eq!(took, 150_000);
         assert_eq!(r.socket_family, Some(proto::INET));
         assert_eq!(r.socket_protocol, Some(proto::UDP));
+    }
+
+    #[test]
+    fn an_exchange_over_tls_is_marked_dot() {
+        let clock = Clock::now();
+        let upstream: SocketAddr = "[2001:db8::53]:853".parse().unwrap();
+        let record = Record::take(
+            Side::Forwarder,
+            Carrier::Dot,
+            None,
+            upstream,
+            clock.now,
+            clock.now,
+            None,
+        );
+        let [q, r] = messages(&record, &clock);
+        assert_eq!(q.r#type, MessageType::ForwarderQuery as i32);
+        assert_eq!((q.socket_protocol, r.socket_protocol), (Some(proto::DOT), Some(proto::DOT)));
+        assert_eq!(r.socket_family, Some(proto::INET6));
     }
 }

@@ -10,7 +10,10 @@
 //!   ready pod, or a cluster DNS that does not see the API;
 //! - `zone-over-bulkhead`: a zone turned misses away at its bound of misses
 //!   in flight (`[[zone]] max_misses_in_flight`): its upstreams are silent
-//!   or slow, and its clients got SERVFAIL or stale answers.
+//!   or slow, and its clients got SERVFAIL or stale answers;
+//! - `upstream-tls-refused`: a DNS-over-TLS upstream's certificate was
+//!   refused (or its handshake never finished) and no session was made:
+//!   every query to it fails over, silently but for the metric.
 
 use super::finding::{Finding, Severity};
 use crate::control::{Reply, Request, StatusView};
@@ -136,7 +139,59 @@ pub(crate) fn analyse(view: &StatusView) -> (Vec<String>, Vec<Finding>) {
              higher `max_misses_in_flight` of its own",
         ));
     }
+    tls(view, &mut lines, &mut findings);
     (lines, findings)
+}
+
+/// Each DNS-over-TLS upstream's sessions, and a finding for those that
+/// fail every handshake: a wrong `server_name` or `ca`, an expired
+/// certificate, or a server that does not speak TLS there.
+fn tls(view: &StatusView, lines: &mut Vec<String>, findings: &mut Vec<Finding>) {
+    for t in &view.tls {
+        lines.push(format!(
+            "DNS over TLS to {}: {} sessions ({} resumed); {} certificates refused, {} handshakes timed out, {} failed",
+            t.upstream,
+            t.full + t.resumed,
+            t.resumed,
+            t.certificate,
+            t.timeout,
+            t.error
+        ));
+    }
+    let failing: Vec<_> = view
+        .tls
+        .iter()
+        .filter(|t| t.full + t.resumed == 0 && t.certificate + t.timeout + t.error > 0)
+        .collect();
+    if failing.is_empty() {
+        return;
+    }
+    let mut f = Finding::new(
+        "upstream-tls-refused",
+        Severity::Critical,
+        format!(
+            "{} DNS-over-TLS upstream{} never completed a handshake: every query to {} fails over",
+            failing.len(),
+            if failing.len() == 1 { "" } else { "s" },
+            if failing.len() == 1 { "it" } else { "them" }
+        ),
+    );
+    for t in failing {
+        f = f.evidence(format!(
+            "{}: {} certificates refused, {} timed out, {} failed; the last: {}",
+            t.upstream,
+            t.certificate,
+            t.timeout,
+            t.error,
+            t.last_error.as_deref().unwrap_or("-")
+        ));
+    }
+    findings.push(f.fix(
+        "check the zone's [zone.tls]: server_name must be a name in the server's certificate \
+         (or unset, for its IP address), ca the authority that signed it (or unset, for the \
+         system's roots, which nodens's image does not carry); an expired certificate is the \
+         server's to renew; a timeout means nothing speaks TLS at that address and port (853)",
+    ));
 }
 
 #[cfg(test)]
@@ -185,5 +240,22 @@ mod tests {
             ..StatusView::default()
         };
         assert_eq!(ids(&over), ["zone-over-bulkhead"]);
+        let tls = |full, certificate| crate::control::TlsView {
+            upstream: "192.0.2.53:853".into(),
+            full,
+            certificate,
+            last_error: Some("invalid peer certificate: Expired".into()),
+            ..Default::default()
+        };
+        let refused = StatusView {
+            tls: vec![tls(0, 3)],
+            ..StatusView::default()
+        };
+        assert_eq!(ids(&refused), ["upstream-tls-refused"]);
+        let recovered = StatusView {
+            tls: vec![tls(1, 3)],
+            ..StatusView::default()
+        };
+        assert!(ids(&recovered).is_empty(), "a session was made after all");
     }
 }

@@ -15,6 +15,31 @@ pub(super) struct ControlView {
     pub(super) startup_taint: Arc<TaintState>,
 }
 
+impl ControlView {
+    /// Each DNS-over-TLS upstream's handshakes, by address.
+    fn tls(&self) -> Vec<crate::control::TlsView> {
+        let settings = self.shared.settings.load();
+        let mut views: Vec<_> = settings
+            .router
+            .upstreams()
+            .filter_map(|u| {
+                let c = u.pool.tls_handshakes()?;
+                Some(crate::control::TlsView {
+                    upstream: u.label.clone(),
+                    full: c.full,
+                    resumed: c.resumed,
+                    certificate: c.certificate,
+                    timeout: c.timeout,
+                    error: c.error,
+                    last_error: c.last_error,
+                })
+            })
+            .collect();
+        views.sort_by(|a, b| a.upstream.cmp(&b.upstream));
+        views
+    }
+}
+
 impl crate::control::Served for ControlView {
     fn cache(&self) -> &crate::cache::Cache {
         &self.shared.cache
@@ -60,6 +85,7 @@ impl crate::control::Served for ControlView {
                     rejected: z.bulkhead.rejected(),
                 })
                 .collect(),
+            tls: self.tls(),
         }
     }
 }

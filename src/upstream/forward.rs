@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use super::config::{Policy, Transport};
 use super::{ExchangeError, Upstream, Zone, case, udp};
 use crate::cache::Key;
-use crate::listen::Proto;
+use crate::dnstap::Carrier;
 use crate::wire::response::Case;
 use crate::wire::response::{self, Layout};
 use crate::wire::{HEADER_LEN, build, flag, rcode, rcode_name, read_u16};
@@ -256,7 +256,11 @@ async fn ask_tcp(attempt: &Attempt<'_>) -> Result<Vec<u8>, ExchangeError> {
         .await;
     if let Ok(msg) = &result {
         let upstream = attempt.upstream.addr;
-        (attempt.zone.dnstap).offer(Proto::Tcp, upstream, asked, &query, msg);
+        let carrier = match attempt.zone.transport {
+            Transport::Tls => Carrier::Dot,
+            _ => Carrier::Tcp,
+        };
+        (attempt.zone.dnstap).offer(carrier, upstream, asked, &query, msg);
     }
     result
 }
@@ -319,7 +323,7 @@ async fn ask_udp(attempt: &Attempt<'_>, deadline: Instant) -> Result<Vec<u8>, Ex
         }
     };
     // As it went out and came back: the question in the case it was sent.
-    (zone.dnstap).offer(Proto::Udp, upstream.addr, started.into_std(), &query, &msg);
+    (zone.dnstap).offer(Carrier::Udp, upstream.addr, started.into_std(), &query, &msg);
     if randomised {
         upstream.case.preserved();
     }

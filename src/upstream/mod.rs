@@ -380,6 +380,11 @@ impl Router {
         longest_stale + Duration::from_secs(longest_ttl.into())
     }
 
+    /// Every upstream server, once (zones share them).
+    pub(crate) fn upstreams(&self) -> impl Iterator<Item = &Arc<Upstream>> {
+        self.upstreams.values()
+    }
+
     pub(crate) fn zones(&self) -> &[Arc<Zone>] {
         &self.zones
     }

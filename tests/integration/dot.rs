@@ -190,3 +190,34 @@ fn a_client_certificate_is_presented_when_configured() {
         "the anonymous question never reached CoreDNS"
     );
 }
+
+/// `nodens doctor` names a DNS-over-TLS upstream whose certificate is
+/// refused at every handshake, with the TLS library's words for why.
+#[test]
+fn doctor_names_an_upstream_whose_certificate_is_refused() {
+    needs!(Need::Tool("unbound"));
+    let net = Net::alloc();
+    let pki = Pki::new("test CA");
+    let server = unbound(&net, &pki.issue("expired", &[SERVER_NAME], true));
+    let dir = private_dir();
+    let socket = dir.path().join("control.sock");
+    let nodens = Nodens::start(
+        &Cfg::new(&net)
+            .server_option("control_socket", &format!("\"{}\"", socket.display()))
+            .zone(
+                Zone::new("test.", &[server.dot])
+                    .transport(Transport::Tls)
+                    .tls(&format!(
+                        "{{ server_name = \"{SERVER_NAME}\", ca = \"{}\" }}",
+                        pki.ca.display()
+                    )),
+            ),
+    );
+    let r = udp_query(nodens.dns, &Q::new("doctor.test.", Rt::A));
+    assert_eq!(r.rcode(), rcode::SERVFAIL);
+    let (report, passed) = doctor_against(&socket, "nameserver 127.0.0.1\n");
+    let f = finding(&report, "upstream-tls-refused");
+    assert!(f.contains(&server.dot.to_string()), "{f}");
+    assert!(f.contains("Expired") || f.contains("expired"), "{f}");
+    assert!(!passed, "a critical finding fails the doctor");
+}

@@ -226,6 +226,11 @@ impl Pool {
 }
 
 impl Pool {
+    /// How its TLS handshakes went; `None` for a plain TCP pool.
+    pub(crate) fn tls_handshakes(&self) -> Option<super::tls::HandshakeCounts> {
+        self.inner.tls.as_ref().map(|(_, counts)| counts.counts())
+    }
+
     /// Waits until `deadline` for the answer to a query handed to a connection.
     async fn wait_for(
         &self,

@@ -15,7 +15,7 @@ pub(crate) mod config;
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use prometheus::IntCounter;
 use tokio::net::TcpStream;
@@ -80,10 +80,13 @@ impl TlsClient {
                 } else {
                     counts.error.inc();
                 }
+                *crate::lock::lock(&counts.last_error) = Some(e.to_string());
                 Err(e)
             }
             Err(_) => {
                 counts.timeout.inc();
+                *crate::lock::lock(&counts.last_error) =
+                    Some("no handshake within connect_timeout".into());
                 Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     "TLS handshake timed out",
@@ -124,13 +127,26 @@ impl fmt::Debug for TlsClient {
     }
 }
 
-/// `nodens_upstream_tls_handshakes_total{to, result}` of one upstream.
+/// `nodens_upstream_tls_handshakes_total{to, result}` of one upstream,
+/// and its last failure's words (for `nodens doctor`).
 pub(crate) struct Handshakes {
     full: IntCounter,
     resumed: IntCounter,
     certificate: IntCounter,
     timeout: IntCounter,
     error: IntCounter,
+    last_error: Mutex<Option<String>>,
+}
+
+/// How an upstream's handshakes ended since it was built.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HandshakeCounts {
+    pub(crate) full: u64,
+    pub(crate) resumed: u64,
+    pub(crate) certificate: u64,
+    pub(crate) timeout: u64,
+    pub(crate) error: u64,
+    pub(crate) last_error: Option<String>,
 }
 
 impl Handshakes {
@@ -142,6 +158,18 @@ impl Handshakes {
             certificate: count("certificate"),
             timeout: count("timeout"),
             error: count("error"),
+            last_error: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn counts(&self) -> HandshakeCounts {
+        HandshakeCounts {
+            full: self.full.get(),
+            resumed: self.resumed.get(),
+            certificate: self.certificate.get(),
+            timeout: self.timeout.get(),
+            error: self.error.get(),
+            last_error: crate::lock::lock(&self.last_error).clone(),
         }
     }
 }
