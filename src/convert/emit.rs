@@ -258,7 +258,9 @@ fn zone(w: &mut String, z: &ZoneOut) {
             quoted_list(&z.listen)
         );
     }
-    if z.force_tcp {
+    if let Some(tls) = &z.tls {
+        tls.write_keys(w);
+    } else if z.force_tcp {
         let _ = writeln!(w, "transport = \"force_tcp\"");
     }
     if z.minimal {
@@ -292,6 +294,9 @@ fn zone(w: &mut String, z: &ZoneOut) {
             "\n[zone.pool]\nidle_timeout = {}   # forward's expire",
             quote(&duration(idle))
         );
+    }
+    if let Some(tls) = &z.tls {
+        tls.write_table(w, z.forward_line);
     }
     zone_cache(w, &z.cache);
     w.push_str(&z.records.tables);

@@ -16,6 +16,8 @@ pub(crate) mod corefile;
 mod emit;
 mod import;
 mod pillars;
+#[cfg(test)]
+mod tls_tests;
 mod token;
 mod translate;
 #[cfg(test)]
@@ -339,9 +341,16 @@ mod tests {
             "{:?}",
             c.untranslated
         );
-        assert!(listed(&c, 17, "plain DNS"), "{:?}", c.untranslated);
+        // Forwarding over TLS is translated (tls_tests.rs); serving it is not.
+        assert!(!c.untranslated.iter().any(|f| f.lines.contains(&17)));
         assert!(c.toml.contains("name = \"10.in-addr.arpa\""), "{}", c.toml);
-        assert!(!c.toml.contains("name = \".\""), "{}", c.toml);
+        assert!(c.toml.contains("name = \".\""), "{}", c.toml);
+        assert!(c.toml.contains("transport = \"tls\""), "{}", c.toml);
+        assert!(
+            c.toml.contains("server_name = \"dns.quad9.net\""),
+            "{}",
+            c.toml
+        );
     }
 
     #[test]

@@ -136,6 +136,7 @@ pub(super) fn translate_block(
             upstream: upstream.clone(),
             forward_line,
             force_tcp: out.force_tcp,
+            tls: out.tls.clone(),
             policy,
             max_fails: out.max_fails,
             max_misses_in_flight: out.max_concurrent,

@@ -15,6 +15,11 @@ pub(super) struct BlockOut {
     pub(super) binds: Vec<IpAddr>,
     pub(super) forward: Option<(Upstream, usize)>,
     pub(super) force_tcp: bool,
+    /// `forward`'s `tls` and `tls_servername`, until its destinations say
+    /// whether they apply.
+    pub(super) tls_options: super::tls::TlsOptions,
+    /// The zones' TLS, when `forward`'s destinations are `tls://`.
+    pub(super) tls: Option<super::tls::TlsOut>,
     pub(super) policy: Option<(&'static str, &'static str)>,
     pub(super) max_fails: Option<u32>,
     /// `forward ... max_concurrent`: the zone's bulkhead.

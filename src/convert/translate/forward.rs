@@ -1,7 +1,8 @@
 //! `forward`: where a zone's queries go (addresses, a resolv.conf, the
-//! Service or resolv.conf a pillar stands for) and its options. nodens
-//! keeps one pool and one health state per upstream server, so zones that
-//! share a server must agree on the pool's settings ([`agree_on_pools`]).
+//! Service or resolv.conf a pillar stands for) and its options; `tls://`
+//! destinations and the TLS options are `tls.rs`'s. nodens keeps one pool
+//! and one health state per upstream server, so zones that share a server
+//! must agree on the pool's settings, TLS included ([`agree_on_pools`]).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -13,6 +14,7 @@ use super::super::pillars::{CLUSTER_DNS, UPSTREAM_SERVERS};
 use super::super::{ConvertError, Options};
 use super::block_out::{BlockOut, describe};
 use super::keys::Keys;
+use super::tls::{self, TlsDestinations};
 use super::{Plan, Upstream, ZoneOut, zone_defaults};
 use crate::config::ZoneName;
 
@@ -51,8 +53,7 @@ pub(super) fn forward(
     if to.is_empty() {
         return Err(ConvertError::at(line, "forward without a destination"));
     }
-    let upstream = destinations(to, options, plan)?;
-    let Some(upstream) = upstream else {
+    let Some((upstream, tls)) = destinations(to, options, plan)? else {
         return Ok(());
     };
     if let Upstream::ResolvConf(_, true) = upstream {
@@ -74,18 +75,26 @@ pub(super) fn forward(
     for option in d.block.iter().flatten() {
         forward_option(option, out, plan);
     }
-    Ok(())
+    tls::settle(tls, line, out, plan)
 }
 
-/// `forward`'s destinations: addresses, a resolv.conf, or a pillar.
+/// `forward`'s destinations: addresses (plain, or all `tls://` with what
+/// they say about TLS), a resolv.conf, or a pillar. `None` when they are
+/// listed as not translated.
 fn destinations(
     to: &[Token],
     options: &Options,
     plan: &mut Plan,
-) -> Result<Option<Upstream>, ConvertError> {
+) -> Result<Option<(Upstream, Option<TlsDestinations>)>, ConvertError> {
     let mut addresses = Vec::new();
+    let mut tls = Vec::new();
     let mut other: Option<Upstream> = None;
     for t in to {
+        if let Some((addr, name)) = tls::destination(t)? {
+            addresses.push(addr);
+            tls.push((addr, name));
+            continue;
+        }
         let text = t.text.as_str();
         let kind = if text == CLUSTER_DNS {
             Upstream::Service(options.upstream_service.clone())
@@ -98,7 +107,7 @@ fn destinations(
             if bare.contains("://") {
                 plan.untranslated.add(
                     t.line,
-                    format!("forward to `{text}`: nodens forwards plain DNS only; this forward is not translated"),
+                    format!("forward to `{text}`: nodens forwards plain DNS and DNS over TLS (tls://) only; this forward is not translated"),
                 );
                 return Ok(None);
             }
@@ -127,11 +136,21 @@ fn destinations(
         }
         other = Some(kind);
     }
+    let line = to[0].line;
+    if !tls.is_empty() && tls.len() < addresses.len() {
+        plan.untranslated.add(
+            line,
+            "forward mixes tls:// and plain destinations: CoreDNS speaks TLS to some and plain DNS to the others, nodens has one transport per zone; this forward is not translated",
+        );
+        return Ok(None);
+    }
     match (other, addresses.is_empty()) {
-        (Some(kind), true) => Ok(Some(kind)),
-        (None, false) => Ok(Some(Upstream::Addresses(addresses))),
+        (Some(kind), true) => Ok(Some((kind, None))),
+        (None, false) if tls.is_empty() => Ok(Some((Upstream::Addresses(addresses), None))),
+        (None, false) => Ok(tls::destinations(&tls, line, plan)
+            .map(|tls| (Upstream::Addresses(addresses), Some(tls)))),
         (Some(_), false) => Err(ConvertError::at(
-            to[0].line,
+            line,
             "forward mixes addresses with a resolv.conf or a Service: nodens takes one kind per zone",
         )),
         (None, true) => unreachable!("`to` is not empty"),
@@ -139,6 +158,9 @@ fn destinations(
 }
 
 fn forward_option(option: &Directive, out: &mut BlockOut, plan: &mut Plan) {
+    if tls::option(option, out, plan) {
+        return;
+    }
     let line = option.line();
     let args = option.arg_texts();
     let duration = |plan: &mut Plan| -> Option<Duration> {
@@ -206,41 +228,82 @@ fn forward_option(option: &Directive, out: &mut BlockOut, plan: &mut Plan) {
 }
 
 /// nodens gives one server one connection pool and one health state, so
-/// zones that share an upstream must agree on `expire`, `max_fails` and
-/// `health_check`: the first zone's settings are kept, and a later zone
-/// that asked for others is listed.
-pub(super) fn agree_on_pools(plan: &mut Plan) {
-    type Settings = (Duration, u32, Duration);
+/// zones that share an upstream must agree on `expire`, `max_fails`,
+/// `health_check` and TLS (`tls_servername`, `tls`): the first zone's
+/// settings are kept, and a later zone that asked for others is listed.
+/// One zone over TLS and another in the clear to the same server is an
+/// error: keeping either zone's would change what the other sends.
+pub(super) fn agree_on_pools(plan: &mut Plan) -> Result<(), ConvertError> {
     // What a zone that does not set them has.
     let defaults = zone_defaults();
-    let settings = |z: &ZoneOut| -> Settings {
-        (
-            z.idle_timeout.unwrap_or(defaults.pool.idle_timeout),
-            z.max_fails.unwrap_or(defaults.max_fails),
-            z.health_check.unwrap_or(defaults.health_check),
-        )
+    let differences = |a: &ZoneOut, b: &ZoneOut| -> Vec<&'static str> {
+        let differs = [
+            (
+                a.idle_timeout.unwrap_or(defaults.pool.idle_timeout)
+                    != b.idle_timeout.unwrap_or(defaults.pool.idle_timeout),
+                "expire",
+            ),
+            (
+                a.max_fails.unwrap_or(defaults.max_fails)
+                    != b.max_fails.unwrap_or(defaults.max_fails),
+                "max_fails",
+            ),
+            (
+                a.health_check.unwrap_or(defaults.health_check)
+                    != b.health_check.unwrap_or(defaults.health_check),
+                "health_check",
+            ),
+            (a.tls != b.tls, "tls_servername / tls"),
+        ];
+        differs
+            .iter()
+            .filter(|(d, _)| *d)
+            .map(|&(_, what)| what)
+            .collect()
     };
     let mut owners: BTreeMap<String, usize> = BTreeMap::new();
     for i in 0..plan.zones.len() {
         let keys = plan.zones[i].upstream.share_keys();
-        let owner = keys.iter().find_map(|k| owners.get(k).copied());
-        if let Some(j) = owner
-            && settings(&plan.zones[i]) != settings(&plan.zones[j])
-        {
-            let (first, first_line) = (plan.zones[j].clone(), plan.zones[j].line);
+        let owner = keys.iter().find_map(|k| owners.get(k).map(|&j| (k, j)));
+        if let Some((server, j)) = owner {
+            let first = plan.zones[j].clone();
             let zone = &mut plan.zones[i];
-            zone.idle_timeout = first.idle_timeout;
-            zone.max_fails = first.max_fails;
-            zone.health_check = first.health_check;
-            let message = format!(
-                "zone {}: forward's expire / max_fails / health_check differ from zone {} (line {first_line}), which forwards to the same server; nodens keeps one pool per server, so zone {}'s are used",
-                zone.name, first.name, first.name
-            );
-            let line = zone.line;
-            plan.untranslated.add(line, message);
+            if zone.tls.is_some() != first.tls.is_some() {
+                return Err(ConvertError::at(
+                    zone.forward_line,
+                    format!(
+                        "forward to {server}: zone {} forwards to it {} (line {}); nodens keeps one pool per server, TLS or plain, not both",
+                        first.name,
+                        if first.tls.is_some() {
+                            "over TLS"
+                        } else {
+                            "in the clear"
+                        },
+                        first.forward_line
+                    ),
+                ));
+            }
+            let differ = differences(zone, &first);
+            if !differ.is_empty() {
+                zone.idle_timeout = first.idle_timeout;
+                zone.max_fails = first.max_fails;
+                zone.health_check = first.health_check;
+                zone.tls = first.tls.clone();
+                let message = format!(
+                    "zone {}: forward's {} differ from zone {} (line {}), which forwards to the same server; nodens keeps one pool per server, so zone {}'s are used",
+                    zone.name,
+                    differ.join(" / "),
+                    first.name,
+                    first.line,
+                    first.name
+                );
+                let line = zone.line;
+                plan.untranslated.add(line, message);
+            }
         }
         for k in keys {
             owners.entry(k).or_insert(i);
         }
     }
+    Ok(())
 }

@@ -8,9 +8,10 @@
 //!
 //! One file per job: [`keys`] reads a server block's keys (zones, port),
 //! [`block`] walks a block's plugins (`bind`, `prometheus`, `health` and
-//! the ones that become notes) and makes its zones, [`forward`], [`cache`]
-//! and [`log`] translate those plugins; this file holds the [`Plan`]
-//! they fill and puts the blocks together.
+//! the ones that become notes) and makes its zones, [`forward`] (with
+//! [`tls`] for its `tls://` destinations), [`cache`] and [`log`] translate
+//! those plugins; this file holds the [`Plan`] they fill and puts the
+//! blocks together.
 
 mod block;
 mod block_out;
@@ -23,6 +24,7 @@ mod keys;
 mod log;
 mod records;
 mod rewrite;
+pub(super) mod tls;
 mod unforwarded;
 mod views;
 pub(super) mod zone_rules;
@@ -106,6 +108,8 @@ pub(super) struct ZoneOut {
     /// The `forward` it comes from.
     pub forward_line: usize,
     pub force_tcp: bool,
+    /// `transport = "tls"` and `[zone.tls]`, from a `forward` to `tls://`.
+    pub tls: Option<tls::TlsOut>,
     /// `"random"` or `"sequential"` and why, when not nodens' default.
     pub policy: Option<(&'static str, &'static str)>,
     pub max_fails: Option<u32>,
@@ -242,7 +246,7 @@ pub(super) fn translate(corefile: &Corefile, options: &Options) -> Result<Plan, 
         .listen
         .iter()
         .any(|a| !a.ip().is_loopback() && !a.ip().is_unspecified());
-    forward::agree_on_pools(&mut plan);
+    forward::agree_on_pools(&mut plan)?;
     plan.cluster_domain = cluster_domain(&plan, options);
     Ok(plan)
 }
