@@ -221,3 +221,84 @@ fn doctor_names_an_upstream_whose_certificate_is_refused() {
     assert!(f.contains("Expired") || f.contains("expired"), "{f}");
     assert!(!passed, "a critical finding fails the doctor");
 }
+
+/// A Corefile whose only `forward` is `tls://` (CoreDNS's `tls CA` and
+/// `tls_servername`), converted by `nodens convert-corefile`, serves: the
+/// converted nodens and CoreDNS running the Corefile itself get the same
+/// answer from the same DoT server, each over TLS.
+#[test]
+fn a_converted_tls_forward_answers_as_coredns_does() {
+    needs!(Need::CoreDns, Need::Tool("unbound"));
+    let net = Net::alloc();
+    let pki = Pki::new("test CA");
+    let server = unbound(&net, &pki.issue("server", &[SERVER_NAME], false));
+    let corefile = |bind: std::net::IpAddr, prometheus: &str| {
+        format!(
+            ".:1053 {{\n  bind {bind}\n  {prometheus}\n  forward . tls://{} {{\n    tls_servername {SERVER_NAME}\n    tls {}\n  }}\n}}\n",
+            server.dot,
+            pki.ca.display()
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("Corefile");
+    std::fs::write(&path, corefile(net.ip(1), &format!("prometheus {}", net.metrics()))).unwrap();
+    let out = std::process::Command::new(nodens_bin())
+        .arg("convert-corefile")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let toml = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{}\n{toml}", String::from_utf8_lossy(&out.stderr));
+    assert!(toml.contains("transport = \"tls\""), "{toml}");
+    let nodens = Nodens::start_toml(&toml);
+    let coredns_at = net.ip(20);
+    let _core = CorefileServer::launch("coredns-tls-forward", &[], &corefile(coredns_at, ""), &[]);
+    let coredns = SocketAddr::new(coredns_at, 1053);
+    wait_until(secs(15), "CoreDNS to forward", || {
+        udp_query_timeout(coredns, &Q::new("ready.test.", Rt::A), ms(500))
+            .filter(|r| r.rcode() == rcode::NOERROR)
+            .map(|_| ())
+    });
+    let ours = udp_query(nodens.dns, &Q::new("same.test.", Rt::A));
+    let theirs = udp_query(coredns, &Q::new("same.test.", Rt::A));
+    assert_eq!(ours.a(), vec![ipv4("192.0.2.1")]);
+    assert_eq!(ours.a(), theirs.a());
+    assert_eq!(ours.rcode(), theirs.rcode());
+    assert_eq!(server.count_queries("same.test."), 2, "each asked unbound over TLS");
+    assert!(handshakes(&nodens, server.dot, "full") >= 1.0);
+}
+
+/// A connection per query (`max_queries_per_connection = 1`, 4
+/// connections) with 8 clients asking 10 names each: every query gets its
+/// answer on a session of its own, and all but the first few sessions are
+/// resumed from the tickets the earlier ones left. (What that costs, and
+/// how long it takes a release build: bench/dot's `tls-fresh`.)
+#[test]
+fn a_connection_per_query_resumes_a_session_each_time() {
+    needs!(Need::Tool("unbound"));
+    let net = Net::alloc();
+    let pki = Pki::new("test CA");
+    let server = unbound(&net, &pki.issue("server", &[SERVER_NAME], false));
+    let nodens = nodens(
+        &net,
+        &[server.dot],
+        SERVER_NAME,
+        &pki.ca,
+        Pool::new().max_queries_per_connection(1).max_queue(1000),
+    );
+    std::thread::scope(|s| {
+        for c in 0..8 {
+            let dns = nodens.dns;
+            s.spawn(move || {
+                for i in 0..10 {
+                    let r = udp_query(dns, &Q::new(&format!("fresh{c}-{i}.test."), Rt::A));
+                    assert_eq!(r.a(), vec![ipv4("192.0.2.1")], "fresh{c}-{i}.test.");
+                }
+            });
+        }
+    });
+    let full = handshakes(&nodens, server.dot, "full");
+    let resumed = handshakes(&nodens, server.dot, "resumed");
+    assert!(full + resumed >= 80.0, "a session per query: {full} full, {resumed} resumed");
+    assert!(full <= 8.0, "{full} full handshakes: sessions are resumed");
+}

@@ -3,6 +3,7 @@
 //! deciding when it ends.
 
 use std::collections::HashMap;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::sync::Arc;
 
 use rand::Rng;
@@ -35,8 +36,15 @@ impl Inner {
                     messages: tx,
                 });
                 match stream {
-                    Dialled::Tcp(s) => self.upkeep.spawn(self.clone().run_connection(id, s, rx)),
-                    Dialled::Tls(s) => self.upkeep.spawn(self.clone().run_connection(id, *s, rx)),
+                    Dialled::Tcp(s) => {
+                        self.upkeep
+                            .spawn(self.clone().run_connection(id, s, None, rx))
+                    }
+                    Dialled::Tls(s) => {
+                        let fd = s.get_ref().0.as_raw_fd();
+                        self.upkeep
+                            .spawn(self.clone().run_connection(id, *s, Some(fd), rx))
+                    }
                 }
                 self.pump(&mut st);
             }
@@ -79,11 +87,14 @@ impl Inner {
     }
 
     /// The task that owns one connection: writes queries, matches answers by
-    /// ID, and decides when the connection ends.
+    /// ID, and decides when the connection ends. `quickack`: the socket of a
+    /// TLS session, acknowledged at once after its first query is written
+    /// (`tls::ack_tickets_at_once`).
     async fn run_connection<S>(
         self: Arc<Self>,
         id: u64,
         stream: S,
+        mut quickack: Option<RawFd>,
         mut messages: mpsc::UnboundedReceiver<Message>,
     ) where
         S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
@@ -122,7 +133,14 @@ impl Inner {
                         writer.flush().await
                     };
                     match timeout_at(deadline, sent).await {
-                        Ok(Ok(())) => {}
+                        Ok(Ok(())) => {
+                            if let Some(fd) = quickack.take() {
+                                // SAFETY: `fd` is the socket under `stream`,
+                                // whose halves this task holds: open until it returns.
+                                let socket = unsafe { BorrowedFd::borrow_raw(fd) };
+                                crate::upstream::tls::ack_tickets_at_once(socket);
+                            }
+                        }
                         Ok(Err(_)) => break CloseReason::Error,
                         // The server stopped reading: our send buffer is full.
                         Err(_) => break CloseReason::Stuck,
