@@ -330,7 +330,11 @@ fn tls_zones_are_checked_before_any_query_goes_out() {
     let dir = tempfile::tempdir().unwrap();
     let ca = dir.path().join("ca.pem");
     // Not a certificate, but PEM of another kind: no roots in it.
-    std::fs::write(&ca, "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n").unwrap();
+    std::fs::write(
+        &ca,
+        "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
+    )
+    .unwrap();
     let zone = |upstream: &str, transport: &str, tls: &str| {
         format!(
             "[[zone]]\nname = \"a\"\nupstreams = [\"{upstream}\"]\ntransport = \"{transport}\"\n{tls}"
@@ -338,13 +342,21 @@ fn tls_zones_are_checked_before_any_query_goes_out() {
     };
     for (text, line, want) in [
         (
-            zone("127.0.0.1:853", "force_tcp", "[zone.tls]\nserver_name = \"dns.a\"\n"),
+            zone(
+                "127.0.0.1:853",
+                "force_tcp",
+                "[zone.tls]\nserver_name = \"dns.a\"\n",
+            ),
             5,
             "transport is not \"tls\"",
         ),
         (zone("127.0.0.1", "tls", ""), 3, "served on port 853"),
         (
-            zone("127.0.0.1:853", "tls", "[zone.tls]\nserver_name = \"not a name!\"\n"),
+            zone(
+                "127.0.0.1:853",
+                "tls",
+                "[zone.tls]\nserver_name = \"not a name!\"\n",
+            ),
             5,
             "not a DNS name",
         ),
@@ -354,12 +366,20 @@ fn tls_zones_are_checked_before_any_query_goes_out() {
             "set both or neither",
         ),
         (
-            zone("127.0.0.1:853", "tls", "[zone.tls]\nca = \"/nonexistent/ca.pem\"\n"),
+            zone(
+                "127.0.0.1:853",
+                "tls",
+                "[zone.tls]\nca = \"/nonexistent/ca.pem\"\n",
+            ),
             5,
             "cannot read /nonexistent/ca.pem",
         ),
         (
-            zone("127.0.0.1:853", "tls", &format!("[zone.tls]\nca = \"{}\"\n", ca.display())),
+            zone(
+                "127.0.0.1:853",
+                "tls",
+                &format!("[zone.tls]\nca = \"{}\"\n", ca.display()),
+            ),
             5,
             "holds no PEM certificates",
         ),

@@ -315,7 +315,10 @@ mod tests {
         );
         let [q, r] = messages(&record, &clock);
         assert_eq!(q.r#type, MessageType::ForwarderQuery as i32);
-        assert_eq!((q.socket_protocol, r.socket_protocol), (Some(proto::DOT), Some(proto::DOT)));
+        assert_eq!(
+            (q.socket_protocol, r.socket_protocol),
+            (Some(proto::DOT), Some(proto::DOT))
+        );
         assert_eq!(r.socket_family, Some(proto::INET6));
     }
 }

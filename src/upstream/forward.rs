@@ -323,7 +323,13 @@ async fn ask_udp(attempt: &Attempt<'_>, deadline: Instant) -> Result<Vec<u8>, Ex
         }
     };
     // As it went out and came back: the question in the case it was sent.
-    (zone.dnstap).offer(Carrier::Udp, upstream.addr, started.into_std(), &query, &msg);
+    (zone.dnstap).offer(
+        Carrier::Udp,
+        upstream.addr,
+        started.into_std(),
+        &query,
+        &msg,
+    );
     if randomised {
         upstream.case.preserved();
     }

@@ -24,14 +24,23 @@ fn unbound(net: &Net, cert: &Issued) -> Unbound {
 }
 
 /// nodens forwarding `test.` over TLS to `upstreams`, trusting `ca` for `name`.
-fn nodens(net: &Net, upstreams: &[SocketAddr], name: &str, ca: &std::path::Path, pool: Pool) -> Nodens {
+fn nodens(
+    net: &Net,
+    upstreams: &[SocketAddr],
+    name: &str,
+    ca: &std::path::Path,
+    pool: Pool,
+) -> Nodens {
     Nodens::start(
         &Cfg::new(net).zone(
             Zone::new("test.", upstreams)
                 .transport(Transport::Tls)
                 .upstream_timeout(secs(4))
                 .pool(pool)
-                .tls(&format!("{{ server_name = \"{name}\", ca = \"{}\" }}", ca.display())),
+                .tls(&format!(
+                    "{{ server_name = \"{name}\", ca = \"{}\" }}",
+                    ca.display()
+                )),
         ),
     )
 }
@@ -62,19 +71,37 @@ fn answers_come_over_tls_on_few_reused_sessions() {
         assert_eq!(r.a(), vec![ipv4("192.0.2.1")], "n{i}.test.");
     }
     for i in 0..40 {
-        assert_eq!(server.count_queries(&format!("n{i}.test.")), 1, "n{i}.test. asked once");
+        assert_eq!(
+            server.count_queries(&format!("n{i}.test.")),
+            1,
+            "n{i}.test. asked once"
+        );
     }
     let full = handshakes(&nodens, server.dot, "full");
-    assert!((1.0..=2.0).contains(&full), "{full} full handshakes for 40 queries");
+    assert!(
+        (1.0..=2.0).contains(&full),
+        "{full} full handshakes for 40 queries"
+    );
     // The idle connection closes; the next miss resumes the session.
     wait_until(secs(5), "the idle connection to close", || {
-        (nodens.metric("nodens_upstream_tcp_connections", &[("to", &server.dot.to_string()), ("state", "idle")]) == 0.0)
+        (nodens.metric(
+            "nodens_upstream_tcp_connections",
+            &[("to", &server.dot.to_string()), ("state", "idle")],
+        ) == 0.0)
             .then_some(())
     });
     let r = udp_query(nodens.dns, &Q::new("after.test.", Rt::A));
     assert_eq!(r.a(), vec![ipv4("192.0.2.1")]);
-    assert_eq!(handshakes(&nodens, server.dot, "resumed"), 1.0, "a resumed session");
-    assert_eq!(handshakes(&nodens, server.dot, "full"), full, "no new full handshake");
+    assert_eq!(
+        handshakes(&nodens, server.dot, "resumed"),
+        1.0,
+        "a resumed session"
+    );
+    assert_eq!(
+        handshakes(&nodens, server.dot, "full"),
+        full,
+        "no new full handshake"
+    );
 }
 
 /// Each certificate nodens must refuse: SERVFAIL, counted, the question
@@ -85,9 +112,17 @@ fn certificates_for_another_name_expired_or_from_another_authority_are_refused()
     let pki = Pki::new("test CA");
     let stranger = Pki::new("another CA");
     for (case, cert, trusted) in [
-        ("another name", pki.issue("other", &["other.test"], false), &pki),
+        (
+            "another name",
+            pki.issue("other", &["other.test"], false),
+            &pki,
+        ),
         ("expired", pki.issue("expired", &[SERVER_NAME], true), &pki),
-        ("another authority", stranger.issue("stranger", &[SERVER_NAME], false), &pki),
+        (
+            "another authority",
+            stranger.issue("stranger", &[SERVER_NAME], false),
+            &pki,
+        ),
     ] {
         let net = Net::alloc();
         let server = unbound(&net, &cert);
@@ -102,8 +137,15 @@ fn certificates_for_another_name_expired_or_from_another_authority_are_refused()
             "nodens_upstream_errors_total",
             &[("to", &server.dot.to_string()), ("error", "tls")],
         );
-        assert!(errors >= 1.0, "{case}: nodens_upstream_errors_total{{error=\"tls\"}} {errors}");
-        assert_eq!(server.count_queries("secret.test."), 0, "{case}: nothing asked");
+        assert!(
+            errors >= 1.0,
+            "{case}: nodens_upstream_errors_total{{error=\"tls\"}} {errors}"
+        );
+        assert_eq!(
+            server.count_queries("secret.test."),
+            0,
+            "{case}: nothing asked"
+        );
     }
 }
 
@@ -163,17 +205,19 @@ fn a_client_certificate_is_presented_when_configured() {
     });
     let with_cert = |cert: Option<&Issued>| {
         let keys = cert.map_or(String::new(), |c| {
-            format!(", cert = \"{}\", key = \"{}\"", c.cert.display(), c.key.display())
+            format!(
+                ", cert = \"{}\", key = \"{}\"",
+                c.cert.display(),
+                c.key.display()
+            )
         });
         Nodens::start(
-            &Cfg::new(&net).zone(
-                Zone::new("test.", &[dot])
-                    .transport(Transport::Tls)
-                    .tls(&format!(
-                        "{{ server_name = \"{SERVER_NAME}\", ca = \"{}\"{keys} }}",
-                        pki.ca.display()
-                    )),
-            ),
+            &Cfg::new(&net).zone(Zone::new("test.", &[dot]).transport(Transport::Tls).tls(
+                &format!(
+                    "{{ server_name = \"{SERVER_NAME}\", ca = \"{}\"{keys} }}",
+                    pki.ca.display()
+                ),
+            )),
         )
     };
     let without = with_cert(None);
@@ -182,11 +226,24 @@ fn a_client_certificate_is_presented_when_configured() {
     drop(without);
     let nodens = with_cert(Some(&client));
     let r = udp_query(nodens.dns, &Q::new("known.test.", Rt::A));
-    assert_eq!(r.a(), vec![ipv4("192.0.2.7")], "with the client certificate");
-    let logged = core.proc.lines().iter().filter(|l| l.contains("known.test.")).count();
+    assert_eq!(
+        r.a(),
+        vec![ipv4("192.0.2.7")],
+        "with the client certificate"
+    );
+    let logged = core
+        .proc
+        .lines()
+        .iter()
+        .filter(|l| l.contains("known.test."))
+        .count();
     assert_eq!(logged, 1, "CoreDNS's DoT listener answered it");
     assert!(
-        !core.proc.lines().iter().any(|l| l.contains("anonymous.test.")),
+        !core
+            .proc
+            .lines()
+            .iter()
+            .any(|l| l.contains("anonymous.test.")),
         "the anonymous question never reached CoreDNS"
     );
 }
@@ -241,14 +298,22 @@ fn a_converted_tls_forward_answers_as_coredns_does() {
     };
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("Corefile");
-    std::fs::write(&path, corefile(net.ip(1), &format!("prometheus {}", net.metrics()))).unwrap();
+    std::fs::write(
+        &path,
+        corefile(net.ip(1), &format!("prometheus {}", net.metrics())),
+    )
+    .unwrap();
     let out = std::process::Command::new(nodens_bin())
         .arg("convert-corefile")
         .arg(&path)
         .output()
         .unwrap();
     let toml = String::from_utf8(out.stdout).unwrap();
-    assert!(out.status.success(), "{}\n{toml}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}\n{toml}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(toml.contains("transport = \"tls\""), "{toml}");
     let nodens = Nodens::start_toml(&toml);
     let coredns_at = net.ip(20);
@@ -264,7 +329,11 @@ fn a_converted_tls_forward_answers_as_coredns_does() {
     assert_eq!(ours.a(), vec![ipv4("192.0.2.1")]);
     assert_eq!(ours.a(), theirs.a());
     assert_eq!(ours.rcode(), theirs.rcode());
-    assert_eq!(server.count_queries("same.test."), 2, "each asked unbound over TLS");
+    assert_eq!(
+        server.count_queries("same.test."),
+        2,
+        "each asked unbound over TLS"
+    );
     assert!(handshakes(&nodens, server.dot, "full") >= 1.0);
 }
 
@@ -299,6 +368,9 @@ fn a_connection_per_query_resumes_a_session_each_time() {
     });
     let full = handshakes(&nodens, server.dot, "full");
     let resumed = handshakes(&nodens, server.dot, "resumed");
-    assert!(full + resumed >= 80.0, "a session per query: {full} full, {resumed} resumed");
+    assert!(
+        full + resumed >= 80.0,
+        "a session per query: {full} full, {resumed} resumed"
+    );
     assert!(full <= 8.0, "{full} full handshakes: sessions are resumed");
 }

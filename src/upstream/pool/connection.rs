@@ -36,10 +36,9 @@ impl Inner {
                     messages: tx,
                 });
                 match stream {
-                    Dialled::Tcp(s) => {
-                        self.upkeep
-                            .spawn(self.clone().run_connection(id, s, None, rx))
-                    }
+                    Dialled::Tcp(s) => self
+                        .upkeep
+                        .spawn(self.clone().run_connection(id, s, None, rx)),
                     Dialled::Tls(s) => {
                         let fd = s.get_ref().0.as_raw_fd();
                         self.upkeep
@@ -217,7 +216,10 @@ enum Dialled {
 /// The dial's error for each waiter it fails (an `io::Error` is not
 /// `Clone`): its kind, and the TLS error inside it kept as such.
 fn copy(e: &std::io::Error) -> std::io::Error {
-    match e.get_ref().and_then(|inner| inner.downcast_ref::<tokio_rustls::rustls::Error>()) {
+    match e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<tokio_rustls::rustls::Error>())
+    {
         Some(tls) => std::io::Error::new(e.kind(), tls.clone()),
         None => std::io::Error::new(e.kind(), e.to_string()),
     }

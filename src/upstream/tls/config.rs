@@ -48,7 +48,10 @@ pub enum TlsConfigError {
         source: rustls::pki_types::pem::Error,
     },
     #[error("{}: a certificate the TLS library refuses as a root: {source}", path.display())]
-    BadRoot { path: PathBuf, source: rustls::Error },
+    BadRoot {
+        path: PathBuf,
+        source: rustls::Error,
+    },
     #[error(
         "no system root certificates found ({0}); set tls.ca to the PEM file of the authority that signed the upstreams' certificates"
     )]
@@ -76,12 +79,10 @@ impl TlsConfig {
             Some(path) => {
                 let pem = read(path, &mut identity)?;
                 for cert in certificates(path, &pem)? {
-                    roots
-                        .add(cert)
-                        .map_err(|source| TlsConfigError::BadRoot {
-                            path: path.clone(),
-                            source,
-                        })?;
+                    roots.add(cert).map_err(|source| TlsConfigError::BadRoot {
+                        path: path.clone(),
+                        source,
+                    })?;
                 }
             }
             None => {
@@ -97,12 +98,11 @@ impl TlsConfig {
                 identity.extend_from_slice(format!("system roots: {added}").as_bytes());
             }
         }
-        let builder = ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default protocol versions")
-        .with_root_certificates(roots);
+        let builder =
+            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .expect("ring supports the default protocol versions")
+                .with_root_certificates(roots);
         let config = match (&self.cert, &self.key) {
             (None, None) => builder.with_no_client_auth(),
             (Some(cert), Some(key)) => {
@@ -135,10 +135,7 @@ fn read(path: &Path, identity: &mut Vec<u8>) -> Result<Vec<u8>, TlsConfigError> 
     Ok(bytes)
 }
 
-fn certificates(
-    path: &Path,
-    pem: &[u8],
-) -> Result<Vec<CertificateDer<'static>>, TlsConfigError> {
+fn certificates(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsConfigError> {
     let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|source| TlsConfigError::BadPem {

@@ -71,7 +71,12 @@ impl TlsClient {
         match timeout_at(deadline, self.connector.connect(self.name_for(addr), tcp)).await {
             Ok(Ok(stream)) => {
                 let resumed = stream.get_ref().1.handshake_kind() == Some(HandshakeKind::Resumed);
-                if resumed { &counts.resumed } else { &counts.full }.inc();
+                if resumed {
+                    &counts.resumed
+                } else {
+                    &counts.full
+                }
+                .inc();
                 Ok(stream)
             }
             Ok(Err(e)) => {

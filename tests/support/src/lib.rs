@@ -51,11 +51,11 @@ pub use compared::Compared;
 pub use config::{Cfg, Pool, Transport, Zone};
 pub use coredns::{CoreDns, ERRATIC_A, LOG_SETTLE, LoggedQuery};
 pub use corefile_server::CorefileServer;
-pub use dot::{Issued, Pki, Stall, Unbound};
 pub use dns::{
     EdeCodes, Q, Reply, Rt, Tcp, TcpRead, ipv4, question_of, take_frame, tcp_query,
     tcp_query_timeout, udp_exchange, udp_exchange_from, udp_query, udp_query_timeout,
 };
+pub use dot::{Issued, Pki, Stall, Unbound};
 pub use fixture::{
     delayed_force_tcp, ms, secs, setup, setup_custom, setup_with, silent_first, silent_first_with,
 };
