@@ -356,7 +356,8 @@ impl File {
                 .map_err(|e| self.zone_error(index, "resolv_conf", format!("zone {name}: {e}")))?
         };
         let cache = z.cache.compile(&self.cache)?;
-        let tls = self.compile_tls(index, z, &upstreams)?;
+        let tls = crate::upstream::tls::config::for_zone(z.transport, z.tls.as_ref(), &upstreams)
+            .map_err(|e| self.zone_error(index, e.field(), format!("zone {name}: {e}")))?;
         Ok(ZonePlan {
             name,
             upstreams,
@@ -408,43 +409,6 @@ impl File {
             max_misses_in_flight: self.zone_misses(z.max_misses_in_flight.as_ref())?,
             near: [0, 0],
         })
-    }
-
-    /// A `transport = "tls"` zone's client (`[zone.tls]`, or the system's
-    /// roots and each upstream's address as its name). A TLS section on
-    /// another transport, or a TLS upstream on port 53 (written without
-    /// its port, most likely), is an error, not a query in the clear.
-    fn compile_tls(
-        &self,
-        index: usize,
-        z: &ZoneConfig,
-        upstreams: &[std::net::SocketAddr],
-    ) -> Result<Option<crate::upstream::tls::TlsClient>, Invalid> {
-        let name = &z.name.get_ref().0;
-        if z.transport != super::Transport::Tls {
-            return match z.tls {
-                Some(_) => Err(self.zone_error(
-                    index,
-                    "tls",
-                    format!("zone {name}: [zone.tls] is set but transport is not \"tls\""),
-                )),
-                None => Ok(None),
-            };
-        }
-        if let Some(plain) = upstreams.iter().find(|a| a.port() == 53) {
-            return Err(self.zone_error(
-                index,
-                "upstreams",
-                format!(
-                    "zone {name}: upstream {plain} with transport \"tls\": DNS over TLS is served on port 853; write the upstream's TLS port"
-                ),
-            ));
-        }
-        let section = z.tls.clone().unwrap_or_default();
-        section
-            .compile()
-            .map(Some)
-            .map_err(|e| self.zone_error(index, "tls", format!("zone {name}: {e}")))
     }
 
     /// A zone's bulkhead (`max_misses_in_flight`): its own bound, else the

@@ -16,6 +16,7 @@ pub(crate) mod health;
 pub(crate) mod metrics;
 pub(crate) mod pool;
 pub(crate) mod rules;
+mod table;
 pub(crate) mod tls;
 pub(crate) mod udp;
 mod views;
@@ -37,10 +38,10 @@ use crate::cache::config::CachePolicy;
 use crate::cache::{PrefetchGain, TtlPolicy};
 use crate::log_limit::LogLimiter;
 use crate::tasks::Upkeep;
-use crate::wire::name;
 use health::Health;
 use metrics::{ToLabels, UpstreamMetrics};
 use pool::Pool;
+use table::Table;
 
 /// One upstream server, shared by every zone that lists its address, so
 /// that its connection bound and its health are per server, not per zone.
@@ -202,61 +203,9 @@ pub(crate) struct Router {
     upstreams: HashMap<SocketAddr, Arc<Upstream>>,
 }
 
-/// The zones one view routes to.
-#[derive(Default)]
-struct Table {
-    /// Hashed with ahash: a lookup is on every query's path, hits included.
-    by_name: HashMap<Vec<u8>, usize, ahash::RandomState>,
-    /// The wire lengths of the zone names, so a suffix no zone has the
-    /// length of is not looked up: most queries are routed with one lookup.
-    lengths: NameLengths,
-    /// The root zone, kept out of `by_name`: a name no other zone has is
-    /// routed to it without hashing (the common case of a node cache, whose
-    /// other zones are the cluster's).
-    root: Option<usize>,
-}
-
 /// Views at most: a view is a cache partition, kept in six bits of the
 /// cache key's flag byte (`cache::key`), and 0 is "no views".
 pub(crate) const MAX_VIEWS: usize = 63;
-
-/// A set of wire name lengths (at most 255).
-#[derive(Default)]
-struct NameLengths([u64; 4]);
-
-impl NameLengths {
-    fn insert(&mut self, len: usize) {
-        self.0[len / 64 % 4] |= 1 << (len % 64);
-    }
-
-    fn contains(&self, len: usize) -> bool {
-        len < 256 && self.0[len / 64] & (1 << (len % 64)) != 0
-    }
-}
-
-impl Table {
-    fn insert(&mut self, zone: &Zone) {
-        let wire = name::from_text(&zone.name).expect("a checked zone name");
-        if wire == [0] {
-            self.root = Some(zone.index);
-            return;
-        }
-        self.lengths.insert(wire.len());
-        self.by_name.insert(wire, zone.index);
-    }
-
-    #[inline]
-    fn route(&self, folded_name: &[u8]) -> Option<usize> {
-        if self.by_name.is_empty() {
-            return self.root;
-        }
-        name::label_starts(folded_name)
-            .filter(|&start| self.lengths.contains(folded_name.len() - start))
-            .find_map(|start| self.by_name.get(&folded_name[start..]))
-            .copied()
-            .or(self.root)
-    }
-}
 
 impl Router {
     /// Builds `zones` for the listen addresses `listen`, reusing the
@@ -416,6 +365,7 @@ impl Router {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::name;
 
     /// The router of a config's zones (built on a runtime of its own).
     fn router(config: &str) -> Router {

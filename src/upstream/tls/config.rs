@@ -2,6 +2,7 @@
 //! its upstreams' certificates (RFC 7858 DNS over TLS), and its compile
 //! step, which reads the certificate files once per configuration load.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -11,6 +12,7 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName}
 use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
 
 use super::TlsClient;
+use crate::upstream::Transport;
 
 /// `[zone.tls]`: the name the upstreams' certificates must carry and who
 /// may have signed them. CoreDNS's `forward` `tls_servername` and `tls`.
@@ -33,6 +35,12 @@ pub struct TlsConfig {
 /// Why a `[zone.tls]` section cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsConfigError {
+    #[error("[zone.tls] is set but transport is not \"tls\"")]
+    NotTlsTransport,
+    #[error(
+        "upstream {0} with transport \"tls\": DNS over TLS is served on port 853; write the upstream's TLS port"
+    )]
+    Port53(SocketAddr),
     #[error("tls.server_name `{0}` is not a DNS name or an IP address")]
     ServerName(String),
     #[error("cannot read {}: {source}", path.display())]
@@ -60,6 +68,38 @@ pub enum TlsConfigError {
     HalfClientCert,
     #[error("the client certificate and key: {0}")]
     ClientCert(rustls::Error),
+}
+
+impl TlsConfigError {
+    /// The zone's key the error is about, for its line.
+    pub fn field(&self) -> &'static str {
+        match self {
+            TlsConfigError::Port53(_) => "upstreams",
+            _ => "tls",
+        }
+    }
+}
+
+/// A zone's TLS client: `transport = "tls"` with its section (or the
+/// defaults: the system's roots, each upstream's address as its name), or
+/// none. A section on another transport, or a TLS upstream on port 53
+/// (written without its port, most likely), is an error, not a query in
+/// the clear.
+pub(crate) fn for_zone(
+    transport: Transport,
+    section: Option<&TlsConfig>,
+    upstreams: &[SocketAddr],
+) -> Result<Option<TlsClient>, TlsConfigError> {
+    if transport != Transport::Tls {
+        return match section {
+            Some(_) => Err(TlsConfigError::NotTlsTransport),
+            None => Ok(None),
+        };
+    }
+    if let Some(&plain) = upstreams.iter().find(|a| a.port() == 53) {
+        return Err(TlsConfigError::Port53(plain));
+    }
+    section.cloned().unwrap_or_default().compile().map(Some)
 }
 
 impl TlsConfig {
