@@ -375,7 +375,7 @@ impl File {
                 pool: z.pool.clone(),
                 max_fails: z.max_fails,
                 health_check: z.health_check,
-                probe_over_tcp: matches!(
+                probe_through_pool: matches!(
                     z.transport,
                     super::Transport::ForceTcp | super::Transport::Tls
                 ),

@@ -253,7 +253,7 @@ impl File {
                 // and not forced over TCP (node-cache's own behaviour).
                 if matches!(root.transport, Transport::ForceTcp | Transport::Tls) {
                     root.transport = Transport::PreferUdp;
-                    root.upstream.probe_over_tcp = false;
+                    root.upstream.probe_through_pool = false;
                     root.upstream.tls = None;
                 }
             }
@@ -296,7 +296,7 @@ impl File {
                     pool: defaults.pool.clone(),
                     max_fails: defaults.max_fails,
                     health_check: defaults.health_check,
-                    probe_over_tcp: false,
+                    probe_through_pool: false,
                     tls: None,
                     probe_timeout: defaults.upstream_timeout,
                     log_interval: self.log.upstream_error_interval,

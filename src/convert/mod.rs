@@ -17,6 +17,8 @@ mod emit;
 mod import;
 mod pillars;
 #[cfg(test)]
+mod testing;
+#[cfg(test)]
 mod tls_tests;
 mod token;
 mod translate;
@@ -150,22 +152,8 @@ pub fn convert(
 
 #[cfg(test)]
 mod tests {
+    use super::testing::{listed, ok, run};
     use super::*;
-
-    fn run(text: &str) -> Result<Conversion, ConvertError> {
-        convert(text, &Options::default(), &|_| None)
-    }
-
-    fn ok(text: &str) -> Conversion {
-        run(text).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// Whether something about `line` saying `words` was listed as not translated.
-    fn listed(c: &Conversion, line: usize, words: &str) -> bool {
-        c.untranslated
-            .iter()
-            .any(|f| f.lines.contains(&line) && f.message.contains(words))
-    }
 
     #[test]
     fn options_without_equivalent_are_listed() {

@@ -5,6 +5,7 @@
 //! port 53) and TLS options without `tls://` are listed; zones sharing a
 //! TLS upstream agree on its settings.
 
+use super::testing::{listed, noted, ok, run};
 use super::*;
 
 /// A self-signed certificate (a CA, `dns.example`) and its key, made once
@@ -56,26 +57,6 @@ fn pki() -> Pki {
         cert,
         key,
     }
-}
-
-fn run(text: &str) -> Result<Conversion, ConvertError> {
-    convert(text, &Options::default(), &|_| None)
-}
-
-fn ok(text: &str) -> Conversion {
-    run(text).unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn listed(c: &Conversion, line: usize, words: &str) -> bool {
-    c.untranslated
-        .iter()
-        .any(|f| f.lines.contains(&line) && f.message.contains(words))
-}
-
-fn noted(c: &Conversion, line: usize, words: &str) -> bool {
-    c.notes
-        .iter()
-        .any(|f| f.lines.contains(&line) && f.message.contains(words))
 }
 
 /// The `[[zone]]` tables of the output, by name.

@@ -2,15 +2,8 @@
 //! loop check of a wildcard listener, dropped addresses, the cluster domain
 //! and what nodens does with a block without `forward`.
 
+use super::testing::{ok, run};
 use super::*;
-
-fn run(text: &str) -> Result<Conversion, ConvertError> {
-    convert(text, &Options::default(), &|_| None)
-}
-
-fn ok(text: &str) -> Conversion {
-    run(text).unwrap_or_else(|e| panic!("{e}"))
-}
 
 /// The converted file, read back as nodens reads it.
 fn file(c: &Conversion) -> File {

@@ -61,7 +61,7 @@ pub struct UpstreamSettings {
     pub max_fails: u32,
     pub health_check: Duration,
     /// Probe through the pool (the zone forces TCP or TLS) or over UDP.
-    pub probe_over_tcp: bool,
+    pub probe_through_pool: bool,
     /// DNS over TLS (`[zone.tls]`): every connection of the pool is a TLS session.
     pub tls: Option<super::tls::TlsClient>,
     pub probe_timeout: Duration,

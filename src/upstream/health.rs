@@ -142,7 +142,7 @@ async fn probe(up: &Upstream) -> bool {
     let query = build::upstream_query(id, PROBE_QUESTION, false, false);
     let now = Instant::now();
     let deadline = now + up.settings.probe_timeout;
-    if up.settings.probe_over_tcp {
+    if up.settings.probe_through_pool {
         up.pool
             .exchange(&query, PROBE_QUESTION, deadline)
             .await

@@ -23,24 +23,26 @@ fn unbound(net: &Net, cert: &Issued) -> Unbound {
     Unbound::start(net.upstream(0).ip(), DOT_PORT, cert)
 }
 
-/// nodens forwarding `test.` over TLS to `upstreams`, trusting `ca` for `name`.
-fn nodens(
-    net: &Net,
-    upstreams: &[SocketAddr],
-    name: &str,
-    ca: &std::path::Path,
-    pool: Pool,
-) -> Nodens {
+/// The zone `test.` over TLS to `upstreams`, whose certificates must name
+/// SERVER_NAME and chain to `ca`; `more`: further `[zone.tls]` keys
+/// (", cert = ..."), or "".
+fn tls_zone(upstreams: &[SocketAddr], ca: &std::path::Path, more: &str) -> Zone {
+    Zone::new("test.", upstreams)
+        .transport(Transport::Tls)
+        .tls(&format!(
+            "{{ server_name = \"{SERVER_NAME}\", ca = \"{}\"{more} }}",
+            ca.display()
+        ))
+}
+
+/// nodens forwarding `test.` over TLS to `upstreams` (`tls_zone`), with
+/// `pool` and a 4 s upstream timeout.
+fn nodens(net: &Net, upstreams: &[SocketAddr], ca: &std::path::Path, pool: Pool) -> Nodens {
     Nodens::start(
         &Cfg::new(net).zone(
-            Zone::new("test.", upstreams)
-                .transport(Transport::Tls)
+            tls_zone(upstreams, ca, "")
                 .upstream_timeout(secs(4))
-                .pool(pool)
-                .tls(&format!(
-                    "{{ server_name = \"{name}\", ca = \"{}\" }}",
-                    ca.display()
-                )),
+                .pool(pool),
         ),
     )
 }
@@ -62,7 +64,6 @@ fn answers_come_over_tls_on_few_reused_sessions() {
     let nodens = nodens(
         &net,
         &[server.dot],
-        SERVER_NAME,
         &pki.ca,
         Pool::new().max_connections(2).idle_timeout(ms(300)),
     );
@@ -72,7 +73,7 @@ fn answers_come_over_tls_on_few_reused_sessions() {
     }
     for i in 0..40 {
         assert_eq!(
-            server.count_queries(&format!("n{i}.test.")),
+            server.wait_queries(&format!("n{i}.test."), 1),
             1,
             "n{i}.test. asked once"
         );
@@ -126,7 +127,7 @@ fn certificates_for_another_name_expired_or_from_another_authority_are_refused()
     ] {
         let net = Net::alloc();
         let server = unbound(&net, &cert);
-        let nodens = nodens(&net, &[server.dot], SERVER_NAME, &trusted.ca, Pool::new());
+        let nodens = nodens(&net, &[server.dot], &trusted.ca, Pool::new());
         let r = udp_query(nodens.dns, &Q::new("secret.test.", Rt::A));
         assert_eq!(r.rcode(), rcode::SERVFAIL, "{case}: SERVFAIL");
         assert!(
@@ -162,7 +163,6 @@ fn a_stalled_handshake_costs_at_most_the_connect_timeout() {
     let nodens = nodens(
         &net,
         &[stall.addr, server.dot],
-        SERVER_NAME,
         &pki.ca,
         Pool::new().connect_timeout(ms(300)),
     );
@@ -211,14 +211,7 @@ fn a_client_certificate_is_presented_when_configured() {
                 c.key.display()
             )
         });
-        Nodens::start(
-            &Cfg::new(&net).zone(Zone::new("test.", &[dot]).transport(Transport::Tls).tls(
-                &format!(
-                    "{{ server_name = \"{SERVER_NAME}\", ca = \"{}\"{keys} }}",
-                    pki.ca.display()
-                ),
-            )),
-        )
+        Nodens::start(&Cfg::new(&net).zone(tls_zone(&[dot], &pki.ca, &keys)))
     };
     let without = with_cert(None);
     let r = udp_query(without.dns, &Q::new("anonymous.test.", Rt::A));
@@ -231,13 +224,22 @@ fn a_client_certificate_is_presented_when_configured() {
         vec![ipv4("192.0.2.7")],
         "with the client certificate"
     );
-    let logged = core
-        .proc
-        .lines()
-        .iter()
-        .filter(|l| l.contains("known.test."))
-        .count();
-    assert_eq!(logged, 1, "CoreDNS's DoT listener answered it");
+    // CoreDNS's `log` writes its line after the reply has gone: wait for it.
+    let logged = |name: &str| {
+        core.proc
+            .lines()
+            .iter()
+            .filter(|l| l.contains(name))
+            .count()
+    };
+    wait_until(secs(5), "CoreDNS's log line of known.test.", || {
+        (logged("known.test.") > 0).then_some(())
+    });
+    assert_eq!(
+        logged("known.test."),
+        1,
+        "CoreDNS's DoT listener answered it"
+    );
     assert!(
         !core
             .proc
@@ -261,14 +263,7 @@ fn doctor_names_an_upstream_whose_certificate_is_refused() {
     let nodens = Nodens::start(
         &Cfg::new(&net)
             .server_option("control_socket", &format!("\"{}\"", socket.display()))
-            .zone(
-                Zone::new("test.", &[server.dot])
-                    .transport(Transport::Tls)
-                    .tls(&format!(
-                        "{{ server_name = \"{SERVER_NAME}\", ca = \"{}\" }}",
-                        pki.ca.display()
-                    )),
-            ),
+            .zone(tls_zone(&[server.dot], &pki.ca, "")),
     );
     let r = udp_query(nodens.dns, &Q::new("doctor.test.", Rt::A));
     assert_eq!(r.rcode(), rcode::SERVFAIL);
@@ -330,7 +325,7 @@ fn a_converted_tls_forward_answers_as_coredns_does() {
     assert_eq!(ours.a(), theirs.a());
     assert_eq!(ours.rcode(), theirs.rcode());
     assert_eq!(
-        server.count_queries("same.test."),
+        server.wait_queries("same.test.", 2),
         2,
         "each asked unbound over TLS"
     );
@@ -351,7 +346,6 @@ fn a_connection_per_query_resumes_a_session_each_time() {
     let nodens = nodens(
         &net,
         &[server.dot],
-        SERVER_NAME,
         &pki.ca,
         Pool::new().max_queries_per_connection(1).max_queue(1000),
     );

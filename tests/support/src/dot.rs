@@ -117,6 +117,20 @@ impl Unbound {
         }
     }
 
+    /// The queries for `name` unbound has logged once at least `n` have
+    /// (or 5 s have passed): its log reaches the test through a pipe, a
+    /// moment after the answer does.
+    pub fn wait_queries(&self, name: &str, n: usize) -> usize {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let seen = self.count_queries(name);
+            if seen >= n || std::time::Instant::now() >= deadline {
+                return seen;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// The queries for `name` (lower case, with its final dot) unbound logged.
     pub fn count_queries(&self, name: &str) -> usize {
         let needle = format!(" {name} ");
