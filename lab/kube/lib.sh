@@ -49,6 +49,10 @@ BPF_SYSCTL=/proc/sys/kernel/unprivileged_bpf_disabled
 PAUSE_IMAGE=registry.k8s.io/pause:3.10-nodens
 BUSYBOX_IMAGE=docker.io/library/busybox:nodens
 COREDNS_IMAGE=registry.k8s.io/coredns/coredns:v1.13.2-nodens
+# The repository deploy/image/build names nodens's image (tagged with the
+# version) and the lab imports it as: every helm install passes it
+# (image.repository has no default).
+NODENS_IMAGE=docker.io/library/nodens
 
 # The image cache is keyed on what goes into the images.
 images_key() {

@@ -25,7 +25,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
 {{- define "nodens.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- $repository := required "image.repository is required: the nodens image in your registry, e.g. --set image.repository=registry.example.com/nodens (push the image deploy/image/build makes there; no public registry publishes nodens)" .Values.image.repository -}}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
 {{/* An address and a port as nodens writes them: IP:port or [IPv6]:port. */}}
