@@ -47,12 +47,30 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- end -}}
 
+{{/* The cluster DNS Service IP(s), as a JSON list: clusterDns.ips, or when
+     that is empty the clusterIPs of the Service clusterDns.service, looked
+     up at install (empty with helm template, which has no cluster). */}}
+{{- define "nodens.clusterDnsIps" -}}
+{{- $ips := .Values.clusterDns.ips | default list -}}
+{{- if not $ips -}}
+{{- with .Values.clusterDns.service -}}
+{{- $svc := lookup "v1" "Service" (.namespace | default "kube-system") (.name | default "kube-dns") -}}
+{{- if $svc -}}
+{{- range ($svc.spec.clusterIPs | default (list $svc.spec.clusterIP)) -}}
+{{- if and . (ne . "None") -}}{{- $ips = append $ips . -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $ips -}}
+{{- end -}}
+
 {{/* The addresses nodens listens on, port 53: on the pod network every
      address of the pod (the redirect sends DNS to its IP). */}}
 {{- define "nodens.listen" -}}
 {{- if include "nodens.podNetwork" . -}}
 {{- $out := list "0.0.0.0:53" -}}
-{{- range concat .Values.localAddresses .Values.clusterDns.ips -}}{{- if contains ":" . -}}{{- $out = list "0.0.0.0:53" "[::]:53" -}}{{- end -}}{{- end -}}
+{{- range concat .Values.localAddresses (include "nodens.clusterDnsIps" . | fromJsonArray) -}}{{- if contains ":" . -}}{{- $out = list "0.0.0.0:53" "[::]:53" -}}{{- end -}}{{- end -}}
 {{- toJson $out -}}
 {{- else -}}
 {{- include "nodens.hostListen" . -}}
@@ -65,8 +83,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- $out := list -}}
 {{- range .Values.localAddresses -}}{{- $out = append $out (include "nodens.hostPort" (list . 53)) -}}{{- end -}}
 {{- if .Values.clusterDns.listen -}}
-{{- if not .Values.clusterDns.ips -}}{{- fail "clusterDns.listen is true but clusterDns.ips is empty: list the cluster DNS Service IP(s), or set clusterDns.listen=false" -}}{{- end -}}
-{{- range .Values.clusterDns.ips -}}{{- $out = append $out (include "nodens.hostPort" (list . 53)) -}}{{- end -}}
+{{- $ips := include "nodens.clusterDnsIps" . | fromJsonArray -}}
+{{- if not $ips -}}
+{{- $svc := printf "%s/%s" .Values.clusterDns.service.namespace .Values.clusterDns.service.name -}}
+{{- fail (printf "clusterDns.ips is empty and the Service %s was not found to take its IPs from (helm template has no cluster to look it up in): set clusterDns.ips to the cluster DNS Service IP(s), the kubelet's clusterDNS (kubectl -n %s get svc %s -o jsonpath='{.spec.clusterIPs}'), or clusterDns.service.namespace and .name to that Service; or set clusterDns.listen=false" $svc .Values.clusterDns.service.namespace .Values.clusterDns.service.name) -}}
+{{- end -}}
+{{- range $ips -}}{{- $out = append $out (include "nodens.hostPort" (list . 53)) -}}{{- end -}}
 {{- end -}}
 {{- if not $out -}}{{- fail "no address to listen on: set localAddresses or clusterDns.ips" -}}{{- end -}}
 {{- toJson $out -}}
