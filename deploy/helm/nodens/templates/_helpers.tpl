@@ -96,6 +96,44 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- toJson $ips -}}
 {{- end -}}
 
+{{/* The ranges nodens answers when [server] allow is unset
+     (src/admission/acl.rs, docs/configuration.md#server). */}}
+{{- define "nodens.defaultAllow" -}}
+["127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16", "::1/128", "fc00::/7", "fe80::/10"]
+{{- end -}}
+
+{{/* "true" when the CIDR given lies within nodens.defaultAllow. IPv6 by its
+     first group written in full (fd00::/64, not fd::/64): a range missed
+     here is only listed twice. */}}
+{{- define "nodens.inDefaultAllow" -}}
+{{- $parts := splitList "/" . -}}
+{{- $len := index $parts 1 | default "0" | int -}}
+{{- $ip := index $parts 0 | lower -}}
+{{- if contains ":" $ip -}}
+{{- $h := splitList ":" $ip | first -}}
+{{- if and (eq (len $h) 4) (or (hasPrefix "fc" $h) (hasPrefix "fd" $h)) (ge $len 7) -}}true
+{{- else if and (eq (len $h) 4) (has (substr 0 3 $h) (list "fe8" "fe9" "fea" "feb")) (ge $len 10) -}}true
+{{- end -}}
+{{- else -}}
+{{- $o := splitList "." $ip -}}
+{{- $a := index $o 0 | int -}}{{- $b := index $o 1 | int -}}
+{{- if or (and (has $a (list 10 127)) (ge $len 8)) (and (eq $a 172) (ge $b 16) (le $b 31) (ge $len 12)) (and (eq $a 192) (eq $b 168) (ge $len 16)) (and (eq $a 100) (ge $b 64) (le $b 127) (ge $len 10)) (and (eq $a 169) (eq $b 254) (ge $len 16)) -}}true
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The nodes' pod ranges (spec.podCIDRs, looked up at install; none with
+     helm template) that nodens's default ranges do not cover, a JSON list. */}}
+{{- define "nodens.podCidrs" -}}
+{{- $out := list -}}
+{{- range (lookup "v1" "Node" "" "").items | default list -}}
+{{- range .spec.podCIDRs | default (compact (list .spec.podCIDR)) -}}
+{{- if and (contains "/" .) (not (include "nodens.inDefaultAllow" .)) -}}{{- $out = append $out . -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $out | uniq | sortAlpha | toJson -}}
+{{- end -}}
+
 {{/* The addresses nodens listens on, port 53: on the pod network every
      address of the pod (the redirect sends DNS to its IP). */}}
 {{- define "nodens.listen" -}}
@@ -174,6 +212,12 @@ lameduck = {{ . | toJson }}
 {{- end }}
 {{- with .Values.server.allow }}
 allow = {{ toJson . }}
+{{- else }}
+{{- with include "nodens.podCidrs" . | fromJsonArray }}
+# nodens's default ranges and the nodes' pod ranges outside them (their
+# spec.podCIDRs when this was installed or upgraded: server.allow).
+allow = {{ concat (include "nodens.defaultAllow" $ | fromJsonArray) . | toJson }}
+{{- end }}
 {{- end }}
 {{- if and .Values.handover.enabled (not (include "nodens.podNetwork" .)) }}
 handover_socket = "/run/nodens/handover.sock"
