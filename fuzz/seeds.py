@@ -281,7 +281,7 @@ transport = "force_tcp"
 
 [zone.pool]
 max_connections = 4
-max_inflight = 1
+max_in_flight = 1
 idle_timeout = "1s"
 ''',
     "every_option": b'''[server]
@@ -290,7 +290,7 @@ workers = 2
 max_udp_payload = 1232
 tcp_idle_timeout = "10s"
 tcp_max_connections = 1024
-tcp_max_inflight = 64
+tcp_max_in_flight = 64
 query_timeout = "4s"
 shutdown_grace = "5s"
 
@@ -324,7 +324,7 @@ health_check = "500ms"
 
 [zone.pool]
 max_connections = 4
-max_inflight = 1
+max_in_flight = 1
 max_queries_per_connection = 100
 connect_timeout = "1s"
 idle_timeout = "10s"

@@ -44,7 +44,7 @@ fuzz_target!(|data: &[u8]| {
         Ok(config) => {
             assert!(!config.server.listen.is_empty(), "no listen address");
             assert!(config.server.max_udp_payload >= 512);
-            assert!(config.server.tcp_max_connections >= 1 && config.server.tcp_max_inflight >= 1);
+            assert!(config.server.tcp_max_connections >= 1 && config.server.tcp_max_in_flight >= 1);
             assert!(!config.server.query_timeout.is_zero());
             assert!(config.cache.prefetch_percent <= 100);
             assert!(!config.zones.is_empty(), "no zone");
@@ -69,7 +69,7 @@ fuzz_target!(|data: &[u8]| {
                     "zone {name}: min_ttl > max_ttl"
                 );
                 assert!(!z.upstream_timeout.is_zero());
-                assert!(z.pool.max_connections >= 1 && z.pool.max_inflight >= 1);
+                assert!(z.pool.max_connections >= 1 && z.pool.max_in_flight >= 1);
                 for up in &z.upstreams {
                     let up = up.get_ref().0;
                     // A wildcard listener loops to this host's addresses only

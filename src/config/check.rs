@@ -148,7 +148,7 @@ impl File {
                 "tcp_max_connections_per_client",
                 s.tcp_max_connections_per_client,
             ),
-            ("tcp_max_inflight", s.tcp_max_inflight),
+            ("tcp_max_in_flight", s.tcp_max_in_flight),
             ("max_misses_in_flight", s.max_misses_in_flight),
         ];
         if let Some((name, _)) = at_least_one.iter().find(|(_, v)| *v == 0) {
@@ -203,8 +203,8 @@ impl File {
                 ),
                 (
                     "pool",
-                    pool.max_connections == 0 || pool.max_inflight == 0,
-                    "pool.max_connections and pool.max_inflight must be at least 1",
+                    pool.max_connections == 0 || pool.max_in_flight == 0,
+                    "pool.max_connections and pool.max_in_flight must be at least 1",
                 ),
                 (
                     "pool",

@@ -130,6 +130,7 @@ impl File {
         Ok(Config {
             listen: s.listen.iter().map(|a| a.get_ref().0).collect(),
             skipped: self.inputs.take_skipped(),
+            deprecated: self.deprecated.clone(),
             workers: s.workers,
             server: ServerSettings {
                 max_udp_payload: s.max_udp_payload,
@@ -138,7 +139,7 @@ impl File {
                     read_timeout: s.tcp_read_timeout,
                     max_connections: s.tcp_max_connections,
                     max_connections_per_client: s.tcp_max_connections_per_client,
-                    max_inflight: s.tcp_max_inflight,
+                    max_in_flight: s.tcp_max_in_flight,
                 },
                 query_timeout: s.query_timeout,
                 allow: match &s.allow {

@@ -37,6 +37,10 @@ pub struct File {
     /// skipped, not an error, and said.
     #[serde(skip)]
     pub(super) inputs: crate::vocab::Inputs,
+    /// The deprecated keys the text writes, read as their replacements
+    /// (`deprecated.rs`).
+    #[serde(skip)]
+    pub deprecated: Vec<super::Deprecation>,
 }
 
 /// How nodens reaches the Kubernetes API, for the features that read it
@@ -228,7 +232,7 @@ pub struct ServerConfig {
     /// Concurrent TCP connections from one client address.
     pub tcp_max_connections_per_client: usize,
     /// Queries in flight on one client TCP connection before we stop reading it.
-    pub tcp_max_inflight: usize,
+    pub tcp_max_in_flight: usize,
     /// The whole time a cache miss may take before the client gets SERVFAIL.
     #[serde(with = "humantime_serde")]
     pub query_timeout: Duration,
@@ -300,7 +304,7 @@ impl Default for ServerConfig {
             tcp_read_timeout: Duration::from_secs(2),
             tcp_max_connections: 1024,
             tcp_max_connections_per_client: 64,
-            tcp_max_inflight: 64,
+            tcp_max_in_flight: 64,
             query_timeout: Duration::from_secs(4),
             allow: None,
             client_rate_limit: 0,

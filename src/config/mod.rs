@@ -20,6 +20,7 @@
 
 mod check;
 mod compile;
+mod deprecated;
 mod file;
 mod kube_dns;
 pub(crate) mod resolv_conf;
@@ -32,14 +33,17 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ipnet::IpNet;
+use serde::Deserialize;
+use toml::de::DeTable;
 
 pub use crate::admission::budget::{
     BudgetAction, BudgetConfig, BudgetLimits, BudgetPlan, NamespaceBudgetConfig,
 };
 pub use crate::dnstap::config::{DnstapConfig, DnstapPlan, DnstapQueue, DnstapSocket};
 pub use crate::records::config::{FallthroughConfig, HostsConfig, RecordsPlan, TemplateConfig};
-use crate::vocab::position::Document;
+use crate::vocab::position::{Document, line_col};
 use check::Invalid;
+pub use deprecated::{Deprecated, Deprecation, KEYS as DEPRECATED_KEYS};
 pub use file::{File, ServerConfig, ZoneConfig};
 pub use kube_dns::{KubeDnsPoll, KubeDnsSource};
 
@@ -70,6 +74,9 @@ pub struct Config {
     /// Inputs other parties edit that a start skipped, and why
     /// ([`Config::load_to_start`]); always empty from a strict load.
     pub skipped: Vec<String>,
+    /// The deprecated keys the file writes, in file order: each loads as
+    /// its replacement, and is said (`check-config`, the log at each load).
+    pub deprecated: Vec<Deprecation>,
     /// Worker threads asked for; 0: from the CPU quota and affinity.
     pub workers: usize,
     pub server: ServerSettings,
@@ -211,40 +218,75 @@ impl Config {
         })?;
         let mut file = File::parse(&text).map_err(named)?;
         file.inputs = crate::vocab::Inputs::new(lenient);
-        file.compile()
-            .map_err(|invalid| named(error_at(&text, invalid)))
+        let mut config = file
+            .compile()
+            .map_err(|invalid| named(error_at(&text, invalid, &file.deprecated)))?;
+        for d in &mut config.deprecated {
+            d.file = Some(path.to_owned());
+        }
+        Ok(config)
     }
 
     /// Parses, checks and compiles configuration text; compiling reads the
     /// resolv.conf of each zone that lists no upstreams.
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
         let file = File::parse(text)?;
-        file.compile().map_err(|invalid| error_at(text, invalid))
+        file.compile()
+            .map_err(|invalid| error_at(text, invalid, &file.deprecated))
     }
 }
 
 impl File {
-    /// Parses and checks configuration text, without compiling it.
+    /// Parses and checks configuration text, without compiling it. A
+    /// deprecated key ([`DEPRECATED_KEYS`]) is read as its replacement and
+    /// listed in [`File::deprecated`].
     pub fn parse(text: &str) -> Result<File, ConfigError> {
-        let mut file: File = toml::from_str(text).map_err(|e| ConfigError {
+        File::parse_with(text, deprecated::KEYS)
+    }
+
+    /// [`File::parse`] with `keys` as the table of deprecated keys.
+    pub(crate) fn parse_with(text: &str, keys: &'static [Deprecated]) -> Result<File, ConfigError> {
+        let at = |span: std::ops::Range<usize>| Some(line_col(text, span.start));
+        let syntax = |e: toml::de::Error| ConfigError {
             file: None,
-            position: e
-                .span()
-                .map(|s| crate::vocab::position::line_col(text, s.start)),
+            position: e.span().and_then(at),
             message: e.message().trim_end().to_string(),
-        })?;
+        };
+        let mut root = DeTable::parse(text).map_err(syntax)?;
+        let renamed =
+            deprecated::rename(root.get_mut(), keys).map_err(|(span, message)| ConfigError {
+                file: None,
+                position: at(span),
+                message,
+            })?;
+        let mut file = File::deserialize(toml::de::Deserializer::from(root)).map_err(syntax)?;
+        file.deprecated = renamed
+            .into_iter()
+            .map(|r| Deprecation {
+                file: None,
+                position: line_col(text, r.span.start),
+                key: r.key,
+            })
+            .collect();
         if file.zones.is_empty() {
             file.zones.push(file::ZoneConfig::root());
         }
-        file.check().map_err(|invalid| error_at(text, invalid))?;
+        file.check()
+            .map_err(|invalid| error_at(text, invalid, &file.deprecated))?;
         Ok(file)
     }
 }
 
 /// The error for a broken rule, positioned in `text` (parsed again for its
-/// spans only now, when there is an error to place).
-fn error_at(text: &str, invalid: Invalid) -> ConfigError {
-    let doc = Document::new(text);
+/// spans only now, when there is an error to place, with the deprecated
+/// keys the file wrote renamed as the load renamed them).
+fn error_at(text: &str, invalid: Invalid, renamed: &[Deprecation]) -> ConfigError {
+    let tree = DeTable::parse(text).ok().map(|mut root| {
+        // The load renamed these without an error: so does this.
+        let _ = deprecated::rename(root.get_mut(), renamed.iter().map(|d| d.key));
+        root
+    });
+    let doc = Document::with_tree(text, tree);
     let (span, message) = match invalid {
         Invalid::At(span, message) => (Some(span), message),
         Invalid::Key(path, message) => (doc.locate(&path), message),

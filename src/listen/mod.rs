@@ -39,7 +39,7 @@ pub struct TcpLimits {
     pub read_timeout: Duration,
     pub max_connections: usize,
     pub max_connections_per_client: usize,
-    pub max_inflight: usize,
+    pub max_in_flight: usize,
 }
 
 /// The transport a query came over.

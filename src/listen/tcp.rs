@@ -226,9 +226,9 @@ async fn serve_connection<S: Service>(
     let limits = service.tcp_limits();
     let _ = stream.set_nodelay(true);
     let (mut reader, writer) = stream.into_split();
-    let (replies, outbox) = mpsc::channel::<Vec<u8>>(limits.max_inflight);
+    let (replies, outbox) = mpsc::channel::<Vec<u8>>(limits.max_in_flight);
     let writing = tokio::spawn(write_replies(writer, outbox));
-    let slots = Arc::new(Semaphore::new(limits.max_inflight));
+    let slots = Arc::new(Semaphore::new(limits.max_in_flight));
     let mut pending: Vec<u8> = Vec::with_capacity(1024);
     let mut out = Vec::new();
     // When the message being read (the first one, from the accept) must
@@ -274,7 +274,7 @@ async fn serve_connection<S: Service>(
         if !pending.is_empty() && message_deadline.is_none() {
             message_deadline = Some(Instant::now() + limits.read_timeout);
         }
-        let nothing_in_flight = slots.available_permits() == limits.max_inflight;
+        let nothing_in_flight = slots.available_permits() == limits.max_in_flight;
         // Idle only counts when nothing is in flight: a client waiting
         // for a slow answer is not idle.
         let idle_deadline = nothing_in_flight.then(|| {
@@ -295,7 +295,7 @@ async fn serve_connection<S: Service>(
             if nothing_in_flight {
                 std::future::pending::<()>().await;
             }
-            let _ = slots.acquire_many(limits.max_inflight as u32).await;
+            let _ = slots.acquire_many(limits.max_in_flight as u32).await;
         };
         let read = tokio::select! {
             _ = stop.cancelled() => break,

@@ -21,11 +21,15 @@ pub(crate) struct Document<'t> {
 }
 
 impl<'t> Document<'t> {
+    #[cfg(test)]
     pub(crate) fn new(text: &'t str) -> Document<'t> {
-        Document {
-            text,
-            root: DeTable::parse(text).ok(),
-        }
+        Document::with_tree(text, DeTable::parse(text).ok())
+    }
+
+    /// The text with a tree parsed from it (and perhaps changed since, its
+    /// spans kept: the configuration's deprecated keys renamed).
+    pub(crate) fn with_tree(text: &'t str, root: Option<Spanned<DeTable<'t>>>) -> Document<'t> {
+        Document { text, root }
     }
 
     /// The span of the deepest step of `path` that the file has: the key

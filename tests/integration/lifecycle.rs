@@ -2,7 +2,8 @@
 //! and SIGTERM drain.
 //!
 //! Proves that `check-config` exits 0 on a good file and 1 naming FILE:LINE
-//! on a bad one; that /health and /ready answer 200; that SIGHUP applies a
+//! on a bad one, and prints a deprecated key's warning with its line and
+//! still exits 0; that /health and /ready answer 200; that SIGHUP applies a
 //! new config (zone moved to another upstream, TTL policy, an added listen
 //! address) while dnsperf runs across it losing no query; that an invalid
 //! file on SIGHUP is logged and the old config keeps serving; and that
@@ -75,6 +76,69 @@ fn check_config_names_the_bad_line() {
         .unwrap();
     assert_eq!(missing.status.code(), Some(1), "missing file");
     assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/nodens.toml"));
+}
+
+/// The warning of a deprecated key (`nodens::config::DEPRECATED_KEYS`) at
+/// `line:col` of `path`.
+fn deprecation(path: &std::path::Path, line: usize, col: usize, old: &str) -> String {
+    let key = nodens::config::DEPRECATED_KEYS
+        .iter()
+        .find(|k| k.old == old)
+        .expect("a deprecated key");
+    format!(
+        "{}:{line}:{col}: `{} {old}` is deprecated since {} and will be removed in {}: write `{}` instead",
+        path.display(),
+        key.section,
+        key.since,
+        key.removed_in,
+        key.new
+    )
+}
+
+#[test]
+fn check_config_warns_of_deprecated_keys_and_exits_0() {
+    let text = "[server]\nlisten = [\"127.0.0.1:1053\"]\ntcp_max_inflight = 8\n\n[[zone]]\nname = \"test.\"\nupstreams = [\"127.0.0.2:5300\"]\npool = { max_inflight = 2 }\n";
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nodens.toml");
+    std::fs::write(&path, text).unwrap();
+    let out = Command::new(nodens_bin())
+        .arg("check-config")
+        .arg(&path)
+        .output()
+        .expect("run nodens check-config");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "warnings are not errors: {stderr}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("{}: OK\n", path.display())
+    );
+    assert_eq!(
+        stderr.lines().collect::<Vec<_>>(),
+        [
+            deprecation(&path, 3, 1, "tcp_max_inflight"),
+            deprecation(&path, 8, 10, "max_inflight"),
+        ]
+    );
+
+    // The old name beside the new one: an error at the old one's line.
+    let both = text.replace(
+        "pool = { max_inflight = 2 }",
+        "pool = { max_in_flight = 2, max_inflight = 2 }",
+    );
+    let (code, stderr, path, _d) = check_config(&both);
+    assert_eq!(code, 1, "{stderr}");
+    let want = format!(
+        "{}:8:29: `[zone.pool] max_inflight` and `max_in_flight` are the same key",
+        path.display()
+    );
+    assert!(
+        stderr.contains(&want),
+        "stderr does not say {want}:\n{stderr}"
+    );
 }
 
 #[test]

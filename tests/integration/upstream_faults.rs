@@ -829,7 +829,7 @@ fn down_upstream_marked_unhealthy_then_recovers() {
 
 /// RFC 7766 allows answers in any order. An upstream (CoreDNS's answers,
 /// proxied) that collects the pipelined queries of a connection and answers
-/// them in reverse: with max_inflight = 4 on one connection, four
+/// them in reverse: with max_in_flight = 4 on one connection, four
 /// concurrent queries each get their own answer; nothing is a mismatch.
 #[test]
 fn out_of_order_answers_matched_by_id() {
@@ -871,7 +871,7 @@ fn out_of_order_answers_matched_by_id() {
             Zone::new("test.", &[reverser.addr])
                 .transport(Transport::ForceTcp)
                 .upstream_timeout(secs(5))
-                .pool(Pool::new().max_connections(1).max_inflight(4)),
+                .pool(Pool::new().max_connections(1).max_in_flight(4)),
         ),
     );
 

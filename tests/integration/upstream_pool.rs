@@ -13,7 +13,7 @@
 //! than `max_queue_wait` fails; sequential queries reuse one connection; an
 //! idle connection is closed `idle_timeout` after its last answer (measured,
 //! not just "eventually"); `max_queries_per_connection` retires connections;
-//! `max_inflight` > 1 pipelines queries on one connection; `prefer_udp`
+//! `max_in_flight` > 1 pipelines queries on one connection; `prefer_udp`
 //! uses TCP only after TC and reuses that connection; dnsmasq (which needs
 //! one query at a time per connection) is served correctly and within the
 //! connection bound. After each test the pool gauges are back at idle.
@@ -170,7 +170,7 @@ fn force_tcp_sends_every_query_over_tcp() {
     nodens.wait_pool_idle(&[&to]);
 }
 
-/// The bound: max_connections = 2, max_inflight = 1, a burst of 40 distinct
+/// The bound: max_connections = 2, max_in_flight = 1, a burst of 40 distinct
 /// misses that CoreDNS answers after 100 ms each. The upstream never sees
 /// more than 2 established connections (ss, polled every 20 ms) and nodens
 /// never reports more; the rest wait in the queue (its gauge rises above 0);
@@ -186,7 +186,7 @@ fn connections_never_exceed_max_connections() {
         secs(12),
         Pool::new()
             .max_connections(2)
-            .max_inflight(1)
+            .max_in_flight(1)
             .max_queue(256)
             .max_queue_wait(secs(12)),
     );
@@ -306,10 +306,10 @@ fn connections_never_exceed_max_connections() {
     );
     nodens.wait_pool_idle(&[&to]);
     // "In flight" = sent on a connection and not yet answered; the queued
-    // ones are nodens_upstream_queue_length. At most 2 x max_inflight 1.
+    // ones are nodens_upstream_queue_length. At most 2 x max_in_flight 1.
     assert!(
         max_inflight <= 2.0,
-        "{INFLIGHT} reached {max_inflight} with 2 connections x max_inflight 1 (queue peak {max_queue}): queued queries counted as in flight"
+        "{INFLIGHT} reached {max_inflight} with 2 connections x max_in_flight 1 (queue peak {max_queue}): queued queries counted as in flight"
     );
 }
 
@@ -327,7 +327,7 @@ fn full_queue_fails_at_once() {
         secs(8),
         Pool::new()
             .max_connections(1)
-            .max_inflight(1)
+            .max_in_flight(1)
             .max_queue(2)
             .max_queue_wait(secs(5)),
     );
@@ -449,7 +449,7 @@ fn queue_wait_expires() {
         secs(6),
         Pool::new()
             .max_connections(1)
-            .max_inflight(1)
+            .max_in_flight(1)
             .max_queue(16)
             .max_queue_wait(ms(500)),
     );
@@ -735,7 +735,7 @@ fn max_queries_per_connection_retires_connections() {
     nodens.wait_pool_idle(&[&to]);
 }
 
-/// max_inflight = 4 on max_connections = 1: four concurrent slow misses go
+/// max_in_flight = 4 on max_connections = 1: four concurrent slow misses go
 /// out together on one connection. CoreDNS (one query at a time per
 /// connection, 300 ms each) has the later queries waiting unread in its
 /// socket (Recv-Q > 0 at the upstream: only pipelining puts them there),
@@ -748,7 +748,7 @@ fn pipelining_on_one_connection() {
         "300ms",
         secs(6),
         secs(5),
-        Pool::new().max_connections(1).max_inflight(4),
+        Pool::new().max_connections(1).max_in_flight(4),
     );
     let to = core.addr.to_string();
     // The connection first: queries that arrive while it is being dialled
@@ -805,7 +805,7 @@ fn pipelining_on_one_connection() {
         max_recv_q > 0,
         "no query ever waited in CoreDNS's socket: the queries were not pipelined"
     );
-    assert_eq!(max_inflight, 4.0, "{INFLIGHT} peak (max_inflight = 4)");
+    assert_eq!(max_inflight, 4.0, "{INFLIGHT} peak (max_in_flight = 4)");
     assert_eq!(
         max_queue, 0.0,
         "{QUEUE_LEN}: queries queued although the connection had free slots"
@@ -971,7 +971,7 @@ impl Dnsmasq {
     }
 }
 
-/// dnsmasq as the upstream, force_tcp, max_inflight = 1 (it answers one
+/// dnsmasq as the upstream, force_tcp, max_in_flight = 1 (it answers one
 /// query at a time per connection) and max_connections = 2: answers equal
 /// CoreDNS's own; a burst of 12 slow misses never has more than 2
 /// connections at dnsmasq (ss) and is served by at most 2 dnsmasq TCP
@@ -992,7 +992,7 @@ fn dnsmasq_upstream_force_tcp() {
                 .pool(
                     Pool::new()
                         .max_connections(2)
-                        .max_inflight(1)
+                        .max_in_flight(1)
                         .max_queue_wait(secs(8)),
                 ),
         ),

@@ -14,7 +14,7 @@ pub struct PoolConfig {
     pub max_connections: usize,
     /// Queries in flight on one connection (RFC 7766 pipelining); 1 for
     /// servers that answer one query at a time, in order (dnsmasq).
-    pub max_inflight: usize,
+    pub max_in_flight: usize,
     /// A connection that has carried this many queries is retired; 0: no limit.
     pub max_queries_per_connection: u64,
     #[serde(with = "humantime_serde")]
@@ -33,7 +33,7 @@ impl Default for PoolConfig {
     fn default() -> Self {
         PoolConfig {
             max_connections: 4,
-            max_inflight: 1,
+            max_in_flight: 1,
             max_queries_per_connection: 0,
             connect_timeout: Duration::from_secs(1),
             idle_timeout: Duration::from_secs(10),

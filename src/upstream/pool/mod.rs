@@ -6,7 +6,7 @@
 //! drowns a server that serves 20 connections (dnsmasq). Here:
 //!
 //! - at most `max_connections` connections (dialling ones count), each with at
-//!   most `max_inflight` queries (RFC 7766 pipelining, answers matched by ID);
+//!   most `max_in_flight` queries (RFC 7766 pipelining, answers matched by ID);
 //! - a query that finds no free slot waits in a FIFO queue of `max_queue`, for
 //!   at most `max_queue_wait`; a full queue fails the query at once;
 //! - a connection is closed the moment it has had nothing in flight for
@@ -286,7 +286,7 @@ impl State {
         let conn = self
             .conns
             .iter_mut()
-            .find(|c| c.retiring.is_none() && c.inflight < config.max_inflight)?;
+            .find(|c| c.retiring.is_none() && c.inflight < config.max_in_flight)?;
         conn.inflight += 1;
         conn.assigned += 1;
         if config.max_queries_per_connection > 0
@@ -334,7 +334,7 @@ impl Inner {
             // Queries that connections yet to be dialled will take are not
             // queued behind busy ones: they do not use up `max_queue`.
             let dial_slots =
-                (self.config.max_connections - st.conns.len()) * self.config.max_inflight;
+                (self.config.max_connections - st.conns.len()) * self.config.max_in_flight;
             if st.queue.len() >= self.config.max_queue + dial_slots {
                 self.m.rejected_full.inc();
                 return Err(ExchangeError::QueueFull);
@@ -401,7 +401,7 @@ impl Inner {
                 st.undo(slot);
             }
         }
-        let per_conn = self.config.max_inflight;
+        let per_conn = self.config.max_in_flight;
         while st.dialing * per_conn < st.queue.len()
             && st.conns.len() + st.dialing < self.config.max_connections
         {

@@ -132,7 +132,7 @@ impl Pool {
     }
     setters!(table {
         max_connections: usize,
-        max_inflight: usize,
+        max_in_flight: usize,
         max_queries_per_connection: u64,
         connect_timeout: Duration,
         idle_timeout: Duration,
@@ -247,7 +247,7 @@ impl Cfg {
         tcp_read_timeout: Duration,
         tcp_max_connections: usize,
         tcp_max_connections_per_client: usize,
-        tcp_max_inflight: usize,
+        tcp_max_in_flight: usize,
         query_timeout: Duration,
         client_rate_limit: u32,
         client_rate_burst: u32,
