@@ -34,7 +34,8 @@ pub use crate::workloads::{Rates, TopView, Workload};
 pub use client::{Client, ClientError, connect};
 pub use metrics::ControlMetrics;
 pub use protocol::{
-    CachedEntry, FlushScope, ProbeKind, Reply, Request, StatusView, TaintView, TlsView, ZoneView,
+    CachedEntry, DeprecatedKeyView, FlushScope, ProbeKind, Reply, Request, StatusView, TaintView,
+    TlsView, ZoneView,
 };
 
 use crate::log_limit::LogLimiter;

@@ -36,7 +36,8 @@ pub enum Request {
     Probe { what: ProbeKind },
     /// What a running nodens would otherwise say only in its metrics and
     /// logs, for `nodens doctor`: its startup taint, the denials it
-    /// answered with a last-known-good answer.
+    /// answered with a last-known-good answer, its configuration's
+    /// deprecated keys.
     Status,
 }
 
@@ -108,6 +109,22 @@ pub struct StatusView {
     /// Each DNS-over-TLS upstream's handshakes (`[zone.tls]`).
     #[serde(default)]
     pub tls: Vec<TlsView>,
+    /// The deprecated keys the running configuration writes.
+    #[serde(default)]
+    pub deprecated_keys: Vec<DeprecatedKeyView>,
+}
+
+/// A deprecated key the running configuration writes, and what replaces it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeprecatedKeyView {
+    /// The key with its table, as docs/configuration.md writes it:
+    /// `[server] tcp_max_inflight`.
+    pub key: String,
+    pub replacement: String,
+    /// Its line in the configuration file.
+    pub line: usize,
+    /// The first release that may remove it.
+    pub removed_in: String,
 }
 
 /// How one DNS-over-TLS upstream's handshakes went since it was built.

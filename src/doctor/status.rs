@@ -13,7 +13,10 @@
 //!   or slow, and its clients got SERVFAIL or stale answers;
 //! - `upstream-tls-refused`: a DNS-over-TLS upstream's certificate was
 //!   refused (or its handshake never finished) and no session was made:
-//!   every query to it fails over, silently but for the metric.
+//!   every query to it fails over, silently but for the metric;
+//! - `config-deprecated-keys`: the configuration in force writes keys
+//!   under names a later release removes (docs/configuration.md,
+//!   "Deprecated keys").
 
 use super::finding::{Finding, Severity};
 use crate::control::{Reply, Request, StatusView};
@@ -140,7 +143,42 @@ pub(crate) fn analyse(view: &StatusView) -> (Vec<String>, Vec<Finding>) {
         ));
     }
     tls(view, &mut lines, &mut findings);
+    deprecated_keys(view, &mut lines, &mut findings);
     (lines, findings)
+}
+
+/// The configuration's deprecated keys: each works until the release that
+/// removes it, and then the file no longer loads.
+fn deprecated_keys(view: &StatusView, lines: &mut Vec<String>, findings: &mut Vec<Finding>) {
+    let keys = &view.deprecated_keys;
+    if keys.is_empty() {
+        return;
+    }
+    lines.push(format!(
+        "configuration: {} deprecated key{}",
+        keys.len(),
+        if keys.len() == 1 { "" } else { "s" }
+    ));
+    let names: Vec<String> = keys.iter().map(|k| format!("`{}`", k.key)).collect();
+    let mut f = Finding::new(
+        "config-deprecated-keys",
+        Severity::Warning,
+        format!(
+            "the configuration in force writes deprecated keys: {}",
+            names.join(", ")
+        ),
+    );
+    for k in keys {
+        f = f.evidence(format!(
+            "line {}: `{}`: write `{}`; removed in {}",
+            k.line, k.key, k.replacement, k.removed_in
+        ));
+    }
+    findings.push(f.fix(
+        "rename each in the configuration file (the chart's upstream.pool or configOverride \
+         for a chart's); `nodens check-config FILE` lists them. Each works as its replacement \
+         until the release that removes it, which then refuses the file",
+    ));
 }
 
 /// Each DNS-over-TLS upstream's sessions, and a finding for those that
@@ -257,5 +295,23 @@ mod tests {
             ..StatusView::default()
         };
         assert!(ids(&recovered).is_empty(), "a session was made after all");
+        let deprecated = StatusView {
+            deprecated_keys: vec![crate::control::DeprecatedKeyView {
+                key: "[server] tcp_max_inflight".into(),
+                replacement: "tcp_max_in_flight".into(),
+                line: 3,
+                removed_in: "0.3.0".into(),
+            }],
+            ..StatusView::default()
+        };
+        let (lines, findings) = analyse(&deprecated);
+        assert_eq!(ids(&deprecated), ["config-deprecated-keys"]);
+        assert_eq!(findings[0].severity, Severity::Warning);
+        assert!(
+            findings[0].title.contains("`[server] tcp_max_inflight`"),
+            "{}",
+            findings[0].title
+        );
+        assert!(lines.iter().any(|l| l == "configuration: 1 deprecated key"));
     }
 }

@@ -77,6 +77,8 @@ pub struct Server {
     kube_dns_poll: crate::config::KubeDnsPoll,
     /// Writes the cache to the node's disk now and then (`warm`).
     warm: crate::cache::warm::Writer,
+    /// The configuration's deprecated keys, for the control channel.
+    deprecated: served::Deprecated,
 }
 
 /// How giving our sockets to a successor ended: true when it took over.

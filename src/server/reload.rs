@@ -86,6 +86,7 @@ impl Server {
 
     pub(super) async fn try_reload(&mut self, path: &Path) -> Result<()> {
         let config = Config::load(path)?;
+        super::start::log_deprecated(&config);
         self.watches
             .watch_for(&config.kubernetes_wanted(), self.shared.tasks.upkeep())
             .await;
@@ -116,6 +117,7 @@ impl Server {
         }
         log_zones(&self.shared);
         self.shared.prime();
+        self.in_force(&config);
         self.config = config;
         Ok(())
     }

@@ -4,15 +4,38 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::control::StatusView;
+use arc_swap::ArcSwap;
+
+use crate::config::Config;
+use crate::control::{DeprecatedKeyView, StatusView};
 use crate::kubernetes::startup_taint::TaintState;
 use crate::serve::Shared;
 
-/// The control channel's view: the request path's state, and where the
-/// startup taint's removal stands.
+/// The control channel's view: the request path's state, where the
+/// startup taint's removal stands, and the running configuration's
+/// deprecated keys.
 pub(super) struct ControlView {
     pub(super) shared: Arc<Shared>,
     pub(super) startup_taint: Arc<TaintState>,
+    pub(super) deprecated: Deprecated,
+}
+
+/// The deprecated keys of the configuration in force, set at each load
+/// that takes effect.
+pub(super) type Deprecated = Arc<ArcSwap<Vec<DeprecatedKeyView>>>;
+
+/// `config`'s deprecated keys as the control channel shows them.
+pub(super) fn deprecated_keys(config: &Config) -> Vec<DeprecatedKeyView> {
+    config
+        .deprecated
+        .iter()
+        .map(|d| DeprecatedKeyView {
+            key: format!("{} {}", d.key.section, d.key.old),
+            replacement: d.key.new.to_string(),
+            line: d.position.0,
+            removed_in: d.key.removed_in.to_string(),
+        })
+        .collect()
 }
 
 impl ControlView {
@@ -86,6 +109,7 @@ impl crate::control::Served for ControlView {
                 })
                 .collect(),
             tls: self.tls(),
+            deprecated_keys: self.deprecated.load().to_vec(),
         }
     }
 }

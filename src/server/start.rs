@@ -43,6 +43,7 @@ impl Server {
             tracing::error!("configuration: skipped at start: {skipped}");
             telemetry.skipped_inputs.inc();
         }
+        log_deprecated(&config);
         let shared = Arc::new(settings::request_path(
             &config,
             &telemetry.upstream,
@@ -76,7 +77,9 @@ impl Server {
             kube_dns_poll: crate::config::KubeDnsPoll::default(),
             strangers: Vec::new(),
             warm: crate::cache::warm::Writer::default(),
+            deprecated: Default::default(),
         };
+        server.in_force(&config);
         let predecessor = match &config.server.handover_socket {
             Some(path) => {
                 let (shared, telemetry) = (&server.shared, &server.telemetry);
@@ -159,6 +162,7 @@ impl Server {
             let view = super::served::ControlView {
                 shared: server.shared.clone(),
                 startup_taint: server.watches.startup_taint(),
+                deprecated: server.deprecated.clone(),
             };
             crate::control::listen(path, Arc::new(view), server.telemetry.control.clone())
                 .context("the control socket")?;
@@ -231,6 +235,25 @@ pub(super) fn claim_when_free(upkeep: &crate::tasks::Upkeep, plan: &crate::confi
             }
         }
     });
+}
+
+/// Each deprecated key of a configuration just loaded, at warn level: once
+/// per load (start, reload), with its line and replacement.
+pub(super) fn log_deprecated(config: &Config) {
+    for deprecated in &config.deprecated {
+        tracing::warn!("configuration: {deprecated}");
+    }
+}
+
+impl Server {
+    /// What is said of the configuration that takes effect: its
+    /// deprecated keys' count (`nodens_config_deprecated_keys`) and list
+    /// (the control channel's `status`, for `nodens doctor`).
+    pub(super) fn in_force(&self, config: &Config) {
+        let keys = super::served::deprecated_keys(config);
+        self.telemetry.deprecated_keys.set(keys.len() as i64);
+        self.deprecated.store(Arc::new(keys));
+    }
 }
 
 pub(super) fn log_zones(shared: &Shared) {

@@ -29,6 +29,8 @@ pub struct Telemetry {
     pub reloads: Counters<ResultLabels<'static>>,
     /// Inputs others edit that a start skipped (`Config::load_to_start`).
     pub skipped_inputs: prometheus::IntCounter,
+    /// Deprecated keys the configuration in force writes.
+    pub deprecated_keys: IntGauge,
     pub workers: IntGauge,
     pub control: Arc<crate::control::ControlMetrics>,
     pub(crate) workloads: crate::workloads::WorkloadMetrics,
@@ -60,6 +62,10 @@ impl Telemetry {
             skipped_inputs: registry.counter(
                 "nodens_config_inputs_skipped_total",
                 "Inputs other parties edit (the kube-dns ConfigMap, hosts files) that were bad at start and skipped: nodens served without them.",
+            ),
+            deprecated_keys: registry.gauge(
+                "nodens_config_deprecated_keys",
+                "Deprecated keys the configuration in force writes (each logged at its load; nodens check-config names them).",
             ),
             control: Arc::new(crate::control::ControlMetrics::register(&registry)),
             workloads: crate::workloads::WorkloadMetrics::register(&registry),

@@ -22,6 +22,7 @@ mod cluster_spec;
 mod coalescing;
 mod control;
 mod convert_corefile;
+mod deprecated_keys;
 mod differential;
 mod dnstap;
 mod dnstap_peer;
