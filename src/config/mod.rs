@@ -1,5 +1,6 @@
 //! Configuration: the file assembled from the features' sections
-//! ([`File`], in `file.rs`), the rules across sections (`check.rs`,
+//! ([`File`], in `file.rs`), the keys renamed that still load under their
+//! old names (`deprecated.rs`), the rules across sections (`check.rs`,
 //! `views.rs`), the load (the file, resolv.conf, the kube-dns ConfigMap)
 //! and the compile step (`compile.rs`) that turns it into the [`Config`]
 //! snapshot that the server, reload and the request path read.
