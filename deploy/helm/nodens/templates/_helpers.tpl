@@ -57,7 +57,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{- define "nodens.image" -}}
 {{- $repository := required "image.repository is required: the nodens image in your registry, e.g. --set image.repository=registry.example.com/nodens (push the image deploy/image/build makes there; no public registry publishes nodens)" .Values.image.repository -}}
+{{- if .Values.image.digest -}}
+{{- if not (regexMatch "^sha256:[0-9a-f]{64}$" .Values.image.digest) -}}
+{{- fail (printf "image.digest %q is not a digest: sha256: and 64 hex digits, as deploy/supply-chain/verify prints it" .Values.image.digest) -}}
+{{- end -}}
+{{- printf "%s@%s" $repository .Values.image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* An address and a port as nodens writes them: IP:port or [IPv6]:port. */}}
