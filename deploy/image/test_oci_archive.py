@@ -23,6 +23,11 @@ def run(*args, check=True):
     return p
 
 
+def data(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def sha(b):
     return "sha256:" + hashlib.sha256(b).hexdigest()
 
@@ -157,6 +162,127 @@ class OciArchiveTest(unittest.TestCase):
                      ["--file", self.bin + ":/x", "--symlink", "y:/x"],
                      ["--file", self.bin + ":/x:99z"],
                      ["--env", "NOEQUALS"]):
+            p = run("--name", "example.test/x:1", "--out", out, *args, check=False)
+            self.assertEqual(p.returncode, 2, args)
+            self.assertFalse(os.path.exists(out), args)
+
+
+class MultiPlatformTest(unittest.TestCase):
+    """--platform: one image index, one manifest per platform."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.d = self.tmp.name
+        self.roots = {}
+        for arch in ("amd64", "arm64"):
+            root = os.path.join(self.d, arch)
+            os.makedirs(os.path.join(root, "usr", "bin"))
+            with open(os.path.join(root, "usr", "bin", "tool"), "wb") as f:
+                f.write(b"\x7fELF for " + arch.encode())
+            os.chmod(os.path.join(root, "usr", "bin", "tool"), 0o755)
+            self.roots[arch] = root
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def build(self, out, *platform_args):
+        return run("--name", "example.test/multi:2", "--out", out,
+                   "--entrypoint", "/usr/bin/tool", "--cmd", "serve", *platform_args)
+
+    def two(self, out, *extra):
+        return self.build(out, "--platform", "linux/amd64", "--dir", self.roots["amd64"] + ":/",
+                          "--platform", "linux/arm64", "--dir", self.roots["arm64"] + ":/",
+                          "--label", "a=b", *extra)
+
+    def read(self, out):
+        with tarfile.open(out) as t:
+            files = {m.name: t.extractfile(m).read() for m in t.getmembers() if m.isfile()}
+
+        def blob(digest):
+            data = files["blobs/sha256/" + digest.split(":", 1)[1]]
+            self.assertEqual(sha(data), digest)
+            return data
+        return files, blob
+
+    def test_index_of_manifests(self):
+        out = os.path.join(self.d, "m.tar")
+        p = self.two(out)
+        files, blob = self.read(out)
+        top = json.loads(files["index.json"])
+        (desc,) = top["manifests"]
+        self.assertEqual(desc["mediaType"], "application/vnd.oci.image.index.v1+json")
+        self.assertNotIn("platform", desc)
+        self.assertEqual(desc["annotations"], {"io.containerd.image.name": "example.test/multi:2",
+                                               "org.opencontainers.image.ref.name": "2"})
+        self.assertEqual(p.stdout.split()[-1], desc["digest"])
+        nested_bytes = blob(desc["digest"])
+        self.assertEqual(desc["size"], len(nested_bytes))
+        nested = json.loads(nested_bytes)
+        self.assertEqual(nested["mediaType"], "application/vnd.oci.image.index.v1+json")
+        self.assertEqual([m["platform"] for m in nested["manifests"]],
+                         [{"architecture": "amd64", "os": "linux"}, {"architecture": "arm64", "os": "linux"}])
+        for m in nested["manifests"]:
+            arch = m["platform"]["architecture"]
+            mbytes = blob(m["digest"])
+            self.assertEqual(m["size"], len(mbytes))
+            self.assertEqual(m["mediaType"], "application/vnd.oci.image.manifest.v1+json")
+            manifest = json.loads(mbytes)
+            config = json.loads(blob(manifest["config"]["digest"]))
+            self.assertEqual((config["architecture"], config["os"]), (arch, "linux"))
+            self.assertEqual(config["config"]["Entrypoint"], ["/usr/bin/tool"])
+            self.assertEqual(config["config"]["Cmd"], ["serve"])
+            self.assertEqual(config["config"]["Labels"], {"a": "b"})  # given after a --platform
+            (layer,) = manifest["layers"]
+            layer_tar = gzip.decompress(blob(layer["digest"]))
+            self.assertEqual(config["rootfs"]["diff_ids"], [sha(layer_tar)])
+            with tarfile.open(fileobj=io.BytesIO(layer_tar)) as t:
+                self.assertEqual(t.extractfile("usr/bin/tool").read(), b"\x7fELF for " + arch.encode())
+        # every blob is named by a descriptor: 1 index, 2 manifests, 2 configs, 2 layers
+        self.assertEqual(len([n for n in files if n.startswith("blobs/")]), 7)
+
+    def test_deterministic_and_ordered(self):
+        x, y, z = (os.path.join(self.d, n) for n in ("x.tar", "y.tar", "z.tar"))
+        self.two(x)
+        os.utime(os.path.join(self.roots["arm64"], "usr", "bin", "tool"), (5, 5))
+        self.two(y)
+        self.assertEqual(data(x), data(y))
+        self.build(z, "--label", "a=b", "--platform", "linux/arm64", "--dir", self.roots["arm64"] + ":/",
+                   "--platform", "linux/amd64", "--dir", self.roots["amd64"] + ":/")
+        files, blob = self.read(z)
+        nested = json.loads(blob(json.loads(files["index.json"])["manifests"][0]["digest"]))
+        self.assertEqual([m["platform"]["architecture"] for m in nested["manifests"]], ["arm64", "amd64"])
+
+    def test_one_platform_is_the_single_image(self):
+        a, b = os.path.join(self.d, "a.tar"), os.path.join(self.d, "b.tar")
+        self.build(a, "--arch", "arm64", "--dir", self.roots["arm64"] + ":/")
+        self.build(b, "--platform", "linux/arm64", "--dir", self.roots["arm64"] + ":/")
+        self.assertEqual(data(a), data(b))
+        files, _ = self.read(a)
+        (desc,) = json.loads(files["index.json"])["manifests"]
+        self.assertEqual(desc["platform"], {"architecture": "arm64", "os": "linux"})
+
+    def test_variant_and_shared_layer(self):
+        out = os.path.join(self.d, "v.tar")
+        self.build(out, "--platform", "linux/arm/v7", "--dir", self.roots["arm64"] + ":/",
+                   "--platform", "linux/arm64", "--dir", self.roots["arm64"] + ":/")
+        files, blob = self.read(out)
+        nested = json.loads(blob(json.loads(files["index.json"])["manifests"][0]["digest"]))
+        self.assertEqual(nested["manifests"][0]["platform"],
+                         {"architecture": "arm", "os": "linux", "variant": "v7"})
+        config = json.loads(blob(json.loads(blob(nested["manifests"][0]["digest"]))["config"]["digest"]))
+        self.assertEqual(config["variant"], "v7")
+        # the same layer twice is one blob: 1 index, 2 manifests, 2 configs, 1 layer
+        self.assertEqual(len([n for n in files if n.startswith("blobs/")]), 6)
+
+    def test_rejects_bad_platforms(self):
+        out = os.path.join(self.d, "bad.tar")
+        amd, arm = self.roots["amd64"] + ":/", self.roots["arm64"] + ":/"
+        for args in (["--platform", "arm64", "--dir", arm],
+                     ["--platform", "linux/", "--dir", arm],
+                     ["--platform", "linux/arm64", "--dir", arm, "--platform", "linux/arm64", "--dir", amd],
+                     ["--dir", amd, "--platform", "linux/arm64", "--dir", arm],
+                     ["--arch", "arm64", "--platform", "linux/arm64", "--dir", arm],
+                     ["--platform"]):
             p = run("--name", "example.test/x:1", "--out", out, *args, check=False)
             self.assertEqual(p.returncode, 2, args)
             self.assertFalse(os.path.exists(out), args)
