@@ -26,16 +26,16 @@ pub(super) fn describe(served: &dyn Served, key: &Key, entry: &Entry, now: Insta
     let (name, records) = match Message::from_vec(parts.wire) {
         Ok(msg) => {
             let name = msg
-                .queries()
+                .queries
                 .first()
                 .map_or_else(String::new, |q| q.name().to_string());
             let records = msg
-                .answers()
+                .answers
                 .iter()
-                .chain(msg.name_servers())
+                .chain(&msg.authorities)
                 .map(|r| {
                     let mut r = r.clone();
-                    r.set_ttl(r.ttl().saturating_sub(age.min(u32::MAX.into()) as u32));
+                    r.ttl = r.ttl.saturating_sub(age.min(u32::MAX.into()) as u32);
                     r.to_string()
                 })
                 .collect();

@@ -203,15 +203,15 @@ mod tests {
         let code = cname_reply(&q, &target_reply(), 1232, &mut out).unwrap();
         assert_eq!(code, 0);
         let msg = hickory_proto::op::Message::from_vec(&out).unwrap();
-        assert_eq!(msg.id(), 0x1234);
+        assert_eq!(msg.metadata.id, 0x1234);
         assert_eq!(
-            msg.queries()[0].name().to_ascii(),
+            msg.queries[0].name().to_ascii(),
             "Api.Example.Com.team-a.svc.cluster.local."
         );
         let answers: Vec<String> = msg
-            .answers()
+            .answers
             .iter()
-            .map(|r| format!("{} {} {} {}", r.name(), r.ttl(), r.record_type(), r.data()))
+            .map(|r| format!("{} {} {} {}", r.name, r.ttl, r.record_type(), r.data))
             .collect();
         assert_eq!(
             answers,
@@ -221,7 +221,7 @@ mod tests {
                 "cdn.example.net. 30 A 192.0.2.10",
             ]
         );
-        assert!(msg.extensions().is_some(), "OPT for an EDNS client");
+        assert!(msg.edns.is_some(), "OPT for an EDNS client");
     }
 
     #[test]

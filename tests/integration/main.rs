@@ -12,6 +12,10 @@
 //! (part of) its name. `tests/hit_no_alloc.rs` stays a binary of its own: it
 //! counts the process's allocations with a global allocator.
 
+// The tests read replies with the harness's hickory-proto (0.25), not the
+// product's (Cargo.toml's [dev-dependencies]).
+extern crate hickory_proto_tests as hickory_proto;
+
 mod abuse;
 mod autopath;
 mod autopath_memory;
