@@ -6,7 +6,9 @@ panels have series that move.
 Until trouble() is called, a list answers two namespaces and a watch stays
 open. trouble() closes the open watches; the next ones are answered from
 SCRIPT: 500s (watch errors: the watch is out of sync for the backoff after
-each), each run of them followed by a watch held open a while then closed
+each; each 500 is answered ERROR_DELAY after the request, so the three in a
+row keep the watch out of sync for seconds, longer than Prometheus's scrape
+interval, whatever backoff nodens draws: the staleness panel sees it), each run of them followed by a watch held open a while then closed
 (a resume: it went on from its version without a list; two, so that the
 counter, which appears at the first, also rises), one 410 Gone (nodens
 lists again), then watches held open until stop().
@@ -18,6 +20,7 @@ import threading
 import time
 
 SCRIPT = ["500", "500", "500", "open 1", "500", "open 2", "410"]
+ERROR_DELAY = 1.0  # seconds
 VERSION = "100"
 
 
@@ -68,6 +71,8 @@ class FakeApi:
                         step = api.script.pop(0) if api.script else "open"
                 if step in ("500", "410"):
                     code = int(step)
+                    if code == 500:
+                        time.sleep(ERROR_DELAY)
                     self.reply(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
                                       "reason": "Expired" if code == 410 else "InternalError",
                                       "message": "too old resource version" if code == 410 else "fake API",

@@ -31,12 +31,16 @@ pub(crate) struct Acl {
 }
 
 impl Acl {
+    /// Overlapping and adjacent ranges are merged first: an allow list
+    /// made of every node's pod range (the chart's default where they are
+    /// not private) becomes the few ranges they cover, so the check on every
+    /// query stays a few comparisons however many nodes there are.
     pub(crate) fn new(allowed: &[IpNet]) -> Acl {
         let mut acl = Acl {
             v4: Vec::new(),
             v6: Vec::new(),
         };
-        for &net in allowed {
+        for net in IpNet::aggregate(&allowed.to_vec()) {
             match net {
                 IpNet::V4(n) => acl
                     .v4
@@ -103,6 +107,27 @@ mod tests {
         ] {
             assert!(!acl.allows(refused.parse().unwrap()), "{refused}");
         }
+    }
+
+    #[test]
+    fn every_node_s_range_merged_into_what_they_cover() {
+        // 256 nodes' /24 pod ranges of 203.0.0.0/16 (one node missing) and
+        // the defaults: the same addresses allowed, in a handful of ranges.
+        let mut allowed = default_allow();
+        for i in (0..=255u32).filter(|&i| i != 77) {
+            allowed.push(format!("203.0.{i}.0/24").parse().unwrap());
+        }
+        let acl = Acl::new(&allowed);
+        assert!(acl.v4.len() <= default_allow().len() + 8, "{:?}", acl.v4);
+        for i in (0..=255u32).filter(|&i| i != 77) {
+            assert!(
+                acl.allows(format!("203.0.{i}.9").parse().unwrap()),
+                "203.0.{i}.9"
+            );
+        }
+        assert!(!acl.allows("203.0.77.9".parse().unwrap()));
+        assert!(!acl.allows("203.1.0.9".parse().unwrap()));
+        assert!(acl.allows("10.244.1.7".parse().unwrap()));
     }
 
     #[test]

@@ -39,14 +39,14 @@ pub const KEYS: &[Deprecated] = &[
         old: "tcp_max_inflight",
         new: "tcp_max_in_flight",
         since: "0.2.0",
-        removed_in: "0.3.0",
+        removed_in: "0.4.0",
     },
     Deprecated {
         section: "[zone.pool]",
         old: "max_inflight",
         new: "max_in_flight",
         since: "0.2.0",
-        removed_in: "0.3.0",
+        removed_in: "0.4.0",
     },
 ];
 
