@@ -7,7 +7,6 @@
 //! those of the configuration in force; and that `nodens doctor` names them
 //! from the control socket (`config-deprecated-keys`).
 
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -24,24 +23,8 @@ fn warnings(nodens: &Nodens, from: usize) -> Vec<String> {
 
 /// `nodens doctor`'s `config-deprecated-keys` finding, read from `socket`.
 fn doctor_finding(socket: &std::path::Path) -> Option<Value> {
-    let dir = tempfile::tempdir().unwrap();
-    let resolv = dir.path().join("resolv.conf");
-    std::fs::write(&resolv, "nameserver 10.96.0.10\n").unwrap();
-    let out = Command::new(nodens_bin())
-        .args([
-            "doctor",
-            "--no-probes",
-            "--no-node",
-            "--json",
-            "--resolv-conf",
-        ])
-        .arg(&resolv)
-        .arg("--control-socket")
-        .arg(socket)
-        .output()
-        .expect("nodens doctor runs");
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (report, passed) = doctor_json_against(socket, "nameserver 10.96.0.10\n");
+    assert!(passed, "{report}");
     report["findings"]
         .as_array()
         .unwrap()

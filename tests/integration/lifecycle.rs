@@ -17,6 +17,20 @@ use std::time::{Duration, Instant};
 use support::*;
 
 fn check_config(text: &str) -> (i32, String, std::path::PathBuf, tempfile::TempDir) {
+    let (out, path, dir) = check_config_output(text);
+    let code = out.status.code().expect("exit code");
+    (
+        code,
+        String::from_utf8_lossy(&out.stderr).to_string(),
+        path,
+        dir,
+    )
+}
+
+/// `nodens check-config` of `text` written to a file: its whole output.
+fn check_config_output(
+    text: &str,
+) -> (std::process::Output, std::path::PathBuf, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nodens.toml");
     std::fs::write(&path, text).unwrap();
@@ -25,13 +39,7 @@ fn check_config(text: &str) -> (i32, String, std::path::PathBuf, tempfile::TempD
         .arg(&path)
         .output()
         .expect("run nodens check-config");
-    let code = out.status.code().expect("exit code");
-    (
-        code,
-        String::from_utf8_lossy(&out.stderr).to_string(),
-        path,
-        dir,
-    )
+    (out, path, dir)
 }
 
 #[test]
@@ -98,14 +106,7 @@ fn deprecation(path: &std::path::Path, line: usize, col: usize, old: &str) -> St
 #[test]
 fn check_config_warns_of_deprecated_keys_and_exits_0() {
     let text = "[server]\nlisten = [\"127.0.0.1:1053\"]\ntcp_max_inflight = 8\n\n[[zone]]\nname = \"test.\"\nupstreams = [\"127.0.0.2:5300\"]\npool = { max_inflight = 2 }\n";
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("nodens.toml");
-    std::fs::write(&path, text).unwrap();
-    let out = Command::new(nodens_bin())
-        .arg("check-config")
-        .arg(&path)
-        .output()
-        .expect("run nodens check-config");
+    let (out, path, _dir) = check_config_output(text);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
         out.status.code(),

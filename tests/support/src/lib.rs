@@ -81,8 +81,9 @@ pub use skip::{ALLOW_SKIP, Need, Turn, begin, skip_because, skip_for};
 pub use ss::{SsConn, ss_established, ss_established_via, udp_connected_to};
 pub use stub::{build_go_lookup, build_musl_lookup};
 pub use tools::{
-    AS_THE_CHART_RUNS_IT, Converted, convert_corefile, coredns_bin, doctor_against, finding,
-    nodens_bin, private_dir, random_u64, tool, world_runnable_nodens, wrapped_command,
+    AS_THE_CHART_RUNS_IT, Converted, convert_corefile, coredns_bin, doctor_against,
+    doctor_json_against, finding, nodens_bin, private_dir, random_u64, tool, world_runnable_nodens,
+    wrapped_command,
 };
 pub use wait::{in_parallel, sample_during, sleep_until, wait_until};
 pub use zone::{BIG_TXT_COUNT, MID_TXT_COUNT, test_records, test_zone, zone_file};

@@ -160,19 +160,32 @@ pub const AS_THE_CHART_RUNS_IT: [&str; 3] = [
 /// (no probes, no node checks), reading `resolv_conf` as the pod's
 /// resolv.conf: its report, and whether it exited 0 (no critical finding).
 pub fn doctor_against(socket: &Path, resolv_conf: &str) -> (String, bool) {
+    let out = run_doctor(socket, resolv_conf, &[]);
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    eprintln!("{report}");
+    (report, out.status.success())
+}
+
+/// [`doctor_against`]'s report as JSON (`--json`), and whether it exited 0.
+pub fn doctor_json_against(socket: &Path, resolv_conf: &str) -> (serde_json::Value, bool) {
+    let out = run_doctor(socket, resolv_conf, &["--json"]);
+    let report = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("doctor's JSON: {e}: {out:?}"));
+    (report, out.status.success())
+}
+
+fn run_doctor(socket: &Path, resolv_conf: &str, extra: &[&str]) -> std::process::Output {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let resolv = dir.path().join("resolv.conf");
     std::fs::write(&resolv, resolv_conf).expect("resolv.conf written");
-    let out = Command::new(nodens_bin())
+    Command::new(nodens_bin())
         .args(["doctor", "--no-probes", "--no-node", "--resolv-conf"])
         .arg(&resolv)
         .arg("--control-socket")
         .arg(socket)
+        .args(extra)
         .output()
-        .expect("nodens doctor runs");
-    let report = String::from_utf8_lossy(&out.stdout).into_owned();
-    eprintln!("{report}");
-    (report, out.status.success())
+        .expect("nodens doctor runs")
 }
 
 /// The finding `id` of a doctor report (from its `[SEVERITY]` line to the
