@@ -6,7 +6,7 @@
 //! zone's policy, AA and TC cleared. The offsets of every TTL field are kept,
 //! so a hit rewrites TTLs without parsing the message again.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::wire::build::push_opt;
@@ -68,10 +68,16 @@ pub struct Entry {
     pub prefetch_started: AtomicBool,
     /// Fetched by search-list speculation and not asked for yet.
     speculative: AtomicBool,
-    /// Covered by the API watch: may be served past its TTL while the
-    /// watch is current (`cache::follow`).
-    holdable: AtomicBool,
+    /// [`HOLDABLE`] and [`RETIRED`], in one byte: the entry stays 56 bytes.
+    marks: AtomicU8,
 }
+
+/// Covered by the API watch: may be served past its TTL while the watch
+/// is current (`cache::follow`).
+const HOLDABLE: u8 = 1;
+/// Let go by the cache (evicted, replaced, removed): a worker's replayed
+/// copy of it is then no longer the cache's answer (`serve::replay`).
+const RETIRED: u8 = 2;
 
 /// An entry's contents, for writing it out and reading it back.
 #[derive(Debug, Clone, Copy)]
@@ -275,7 +281,7 @@ impl Entry {
             hits: AtomicU32::new(0),
             prefetch_started: AtomicBool::new(false),
             speculative: AtomicBool::new(false),
-            holdable: AtomicBool::new(false),
+            marks: AtomicU8::new(0),
         })
     }
 
@@ -346,21 +352,32 @@ impl Entry {
         self.age(now) < self.lifetime()
     }
 
+    /// Marks an entry the cache has let go of.
+    pub(crate) fn retire(&self) {
+        self.marks.fetch_or(RETIRED, Ordering::Relaxed);
+    }
+
+    /// Whether the cache has let go of the entry.
+    #[inline]
+    pub(crate) fn is_retired(&self) -> bool {
+        self.marks.load(Ordering::Relaxed) & RETIRED != 0
+    }
+
     /// Marks an entry the API watch covers (before it is stored).
     pub(crate) fn mark_holdable(&self) {
-        self.holdable.store(true, Ordering::Relaxed);
+        self.marks.fetch_or(HOLDABLE, Ordering::Relaxed);
     }
 
     /// Whether the entry is marked holdable.
     pub(crate) fn is_holdable(&self) -> bool {
-        self.holdable.load(Ordering::Relaxed)
+        self.marks.load(Ordering::Relaxed) & HOLDABLE != 0
     }
 
     /// Whether an expired entry is held at `now`, `hold_secs` past its
     /// TTL: an answer (not a failure) the watch covers.
     pub(crate) fn is_held(&self, now: Instant, hold_secs: u32) -> bool {
         self.kind != Kind::Failure
-            && self.holdable.load(Ordering::Relaxed)
+            && self.is_holdable()
             && self.age(now) < self.lifetime() + Duration::from_secs(hold_secs.into())
     }
 

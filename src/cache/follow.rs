@@ -369,8 +369,8 @@ impl Cache {
     pub(crate) fn purge_all(&self, now: Instant) -> usize {
         *crate::lock::lock(&self.following.all_purged_at) = Some(now);
         let before = self.success.len() + self.denial.len();
-        self.success.clear();
-        self.denial.clear();
+        self.retain(&self.success, |_, _| false);
+        self.retain(&self.denial, |_, _| false);
         before
     }
 
@@ -378,8 +378,8 @@ impl Cache {
     /// what changed since the last one marked them. One pass, at its start.
     pub(crate) fn forget_holdable(&self) {
         self.set_hold(Duration::ZERO);
-        self.success.retain(|_, e| !e.is_holdable());
-        self.denial.retain(|_, e| !e.is_holdable());
+        self.retain(&self.success, |_, e| !e.is_holdable());
+        self.retain(&self.denial, |_, e| !e.is_holdable());
     }
 
     /// Drops every cached answer `purge` covers, in every view, and
@@ -417,14 +417,14 @@ impl Cache {
         let coverage = self.following.coverage.load_full();
         let vouched = |name: &[u8]| coverage.as_ref().is_some_and(|c| c.vouches_for(name, now));
         let dropped = Mutex::new(Vec::new());
-        self.success.retain(|key, entry| {
+        self.retain(&self.success, |key, entry| {
             let covered = purge.covers(key.name());
             if covered && vouched(key.name()) {
                 crate::lock::lock(&dropped).push((key.clone(), entry.clone()));
             }
             !covered
         });
-        self.denial.retain(|key, _| !purge.covers(key.name()));
+        self.retain(&self.denial, |key, _| !purge.covers(key.name()));
         self.kept.retain(|key| vouched(key.name()));
         self.kept.keep(dropped.into_inner().unwrap_or_default());
         before.saturating_sub(self.success.len() + self.denial.len())

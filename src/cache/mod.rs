@@ -26,7 +26,7 @@ mod prefetch_gain;
 pub(crate) mod snapshot;
 pub(crate) mod snapshot_file;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 pub(crate) mod warm;
 
 use std::sync::Arc;
@@ -67,21 +67,36 @@ impl Weighter<Key, Arc<Entry>> for EntryWeight {
     }
 }
 
-/// Counts evictions (capacity pressure, not expiry).
+/// Counts evictions (capacity pressure, not expiry), and retires what
+/// leaves: quick_cache reports an entry replaced under its key here too.
 #[derive(Clone, Default)]
-struct EvictionCounter(Arc<AtomicU64>);
+struct EvictionCounter {
+    evictions: Arc<AtomicU64>,
+    retirements: Arc<AtomicU64>,
+}
 
 impl Lifecycle<Key, Arc<Entry>> for EvictionCounter {
     type RequestState = ();
     fn begin_request(&self) {}
-    fn on_evict(&self, _: &mut (), _: Key, _: Arc<Entry>) {
-        self.0.fetch_add(1, Ordering::Relaxed);
+    fn on_evict(&self, _: &mut (), _: Key, entry: Arc<Entry>) {
+        retire(&self.retirements, &entry);
+        self.evictions.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// Marks `entry` let go, and counts it where the workers' replays look
+/// first (`serve::replay`): while the count stands still, nothing they
+/// kept has gone.
+fn retire(retirements: &AtomicU64, entry: &Entry) {
+    entry.retire();
+    retirements.fetch_add(1, Ordering::Release);
 }
 
 type Part = Map<Key, Arc<Entry>, EntryWeight, KeyHashing, EvictionCounter>;
 
 pub struct Cache {
+    /// Entries let go of so far (evicted, replaced, removed).
+    retirements: Arc<AtomicU64>,
     success: Part,
     denial: Part,
     success_evictions: EvictionCounter,
@@ -120,9 +135,14 @@ fn part(capacity: u64, evictions: &EvictionCounter) -> Part {
 impl Cache {
     pub fn new(capacity_bytes: u64) -> Cache {
         let denial_bytes = capacity_bytes / DENIAL_SHARE;
-        let success_evictions = EvictionCounter::default();
-        let denial_evictions = EvictionCounter::default();
+        let retirements = Arc::new(AtomicU64::new(0));
+        let counter = || EvictionCounter {
+            evictions: Arc::default(),
+            retirements: retirements.clone(),
+        };
+        let (success_evictions, denial_evictions) = (counter(), counter());
         Cache {
+            retirements: retirements.clone(),
             success: part(capacity_bytes - denial_bytes, &success_evictions),
             denial: part(denial_bytes, &denial_evictions),
             success_evictions,
@@ -158,23 +178,46 @@ impl Cache {
             Kind::Success => (&self.success, &self.denial),
             Kind::Denial | Kind::Failure => (&self.denial, &self.success),
         };
-        other.remove(&key.as_ref());
+        if let Some((_, moved)) = other.remove(&key.as_ref()) {
+            retire(&self.retirements, &moved);
+        }
         into.insert(key, entry);
     }
 
     /// Drops every answer of a view (`[[zone]] listen`): after a reload
     /// that changed the views, a partition may stand for other listeners.
     pub(crate) fn forget_views(&self) {
-        self.success.retain(|key, _| key.view() == 0);
-        self.denial.retain(|key, _| key.view() == 0);
+        self.retain(&self.success, |key, _| key.view() == 0);
+        self.retain(&self.denial, |key, _| key.view() == 0);
+    }
+
+    /// Keeps the entries of `part` that `keep` keeps and retires the
+    /// others: every removal but eviction and replacement (retired by
+    /// [`EvictionCounter`]) goes through here or [`Cache::insert`], so that
+    /// no worker replays an answer the cache has dropped.
+    fn retain(&self, part: &Part, keep: impl Fn(&Key, &Arc<Entry>) -> bool) {
+        part.retain(|key, entry| {
+            let kept = keep(key, entry);
+            if !kept {
+                retire(&self.retirements, entry);
+            }
+            kept
+        });
+    }
+
+    /// How many entries the cache has let go of: a worker that kept a
+    /// reply checks its entry only when this moved.
+    #[inline]
+    pub(crate) fn retirements(&self) -> u64 {
+        self.retirements.load(Ordering::Acquire)
     }
 
     pub fn stats(&self) -> CacheStats {
         CacheStats {
             success_entries: self.success.len(),
             denial_entries: self.denial.len(),
-            success_evictions: self.success_evictions.0.load(Ordering::Relaxed),
-            denial_evictions: self.denial_evictions.0.load(Ordering::Relaxed),
+            success_evictions: self.success_evictions.evictions.load(Ordering::Relaxed),
+            denial_evictions: self.denial_evictions.evictions.load(Ordering::Relaxed),
             bytes: self.success.weight() + self.denial.weight(),
             capacity: self.capacity(),
             kept_answers: self.kept.len(),
@@ -206,6 +249,48 @@ mod tests {
         let mut q = name.to_vec();
         q.extend([0, 1, 0, 1]);
         Arc::new(Entry::failure(&q, ttl, now))
+    }
+
+    /// Every way an entry leaves is counted and marks it, so that no
+    /// worker replays it (`serve::replay`): replaced, moved to the other
+    /// part, flushed, evicted.
+    #[test]
+    fn every_entry_that_leaves_is_retired() {
+        use crate::cache::testing::{answer, key};
+        let cache = Cache::new(1 << 20);
+        let t0 = Instant::now();
+        let name = b"\x01a\x00";
+        let first = answer(name, 60, t0);
+        cache.insert(key(name).to_owned(), first.clone());
+        assert_eq!(cache.retirements(), 0);
+        let second = answer(name, 60, t0);
+        cache.insert(key(name).to_owned(), second.clone());
+        assert!(first.is_retired() && !second.is_retired());
+        assert_eq!(cache.retirements(), 1);
+        let denial = failure(name, 60, t0);
+        cache.insert(key(name).to_owned(), denial.clone());
+        assert!(second.is_retired() && !denial.is_retired());
+        assert_eq!(cache.retirements(), 2);
+        assert_eq!(cache.purge_all(t0), 1);
+        assert!(denial.is_retired());
+        assert_eq!(cache.retirements(), 3);
+        // Evicted: a small cache takes 200 names.
+        let small = Cache::new(8 << 10);
+        let names: Vec<[u8; 4]> = (0..200u8).map(|n| [2, b'c', n, 0]).collect();
+        let entries: Vec<Arc<Entry>> = names.iter().map(|n| answer(n, 60, t0)).collect();
+        for (name, entry) in names.iter().zip(&entries) {
+            small.insert(key(name).to_owned(), entry.clone());
+        }
+        let evicted = small.stats().success_evictions;
+        assert!(evicted > 0);
+        assert_eq!(small.retirements(), evicted);
+        for (name, entry) in names.iter().zip(&entries) {
+            let held = match small.lookup(&key(name), t0, Duration::ZERO) {
+                Lookup::Fresh(e) => Arc::ptr_eq(&e, entry),
+                _ => false,
+            };
+            assert_eq!(entry.is_retired(), !held, "{name:?}");
+        }
     }
 
     #[test]

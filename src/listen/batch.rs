@@ -154,6 +154,15 @@ impl RecvBatch {
         Ok(self.received)
     }
 
+    /// The bytes of datagram `i` of the last call, if it was not cut short.
+    #[inline]
+    pub(super) fn packet(&self, i: usize) -> Option<&[u8]> {
+        debug_assert!(i < self.received);
+        let header = &self.headers[i];
+        (header.msg_hdr.msg_flags & libc::MSG_TRUNC == 0)
+            .then(|| &self.buffers[i][..header.msg_len as usize])
+    }
+
     /// Datagram `i` of the last call, who sent it, and (on a wildcard
     /// socket) the address it was sent to; `None` if it was cut short or
     /// came from an address family we do not serve.

@@ -132,6 +132,11 @@ pub trait Service: Send + Sync + Sized + 'static {
         out: &mut Vec<u8>,
     ) -> Handled<Self::Job>;
 
+    /// Called for each query of a UDP batch before the first is handled:
+    /// a chance to fetch what handling it will read (nothing by default).
+    #[inline]
+    fn prepare(&self, _packet: &[u8], _tally: &Self::Tally) {}
+
     /// The end of a UDP batch, at `now`, before its replies are sent:
     /// what `tally` counted becomes visible.
     fn end_batch(&self, tally: &mut Self::Tally, now: Instant);

@@ -409,6 +409,11 @@ impl<S: Service> Worker<S> {
     ) {
         let arrived = std::time::Instant::now();
         for i in 0..count {
+            if let Some(packet) = received.packet(i) {
+                self.service.prepare(packet, tally);
+            }
+        }
+        for i in 0..count {
             let Some((packet, peer, local)) = received.get(i) else {
                 continue;
             };

@@ -121,6 +121,18 @@ fn walk_type(qtype: u16, zone: Option<&Arc<Zone>>, ipv4_pod: bool) -> u16 {
     if filtered { rtype::A } else { qtype }
 }
 
+/// Where `<ns>.svc.Z` starts when `key` may be a first expansion of some
+/// pod's search list: whether it is depends on the client.
+pub(super) fn autopath_namespace_at(key: &KeyRef<'_>, settings: &Settings) -> Option<usize> {
+    let rules = &settings.cluster;
+    // Local records answer a name before the cache and upstream, and
+    // the walk asks only those two: with records, no autopath.
+    if !rules.search().autopath || key.qclass != class::IN || settings.records.is_some() {
+        return None;
+    }
+    rules.svc_namespace_node(key.name)
+}
+
 impl Shared {
     /// Where `<ns>.svc.Z` starts when `key` is a first expansion from a
     /// verified pod of namespace `<ns>`.
@@ -130,13 +142,7 @@ impl Shared {
         client: IpAddr,
         settings: &Settings,
     ) -> Option<usize> {
-        let rules = &settings.cluster;
-        // Local records answer a name before the cache and upstream, and
-        // the walk asks only those two: with records, no autopath.
-        if !rules.search().autopath || key.qclass != class::IN || settings.records.is_some() {
-            return None;
-        }
-        let at = rules.svc_namespace_node(key.name)?;
+        let at = autopath_namespace_at(key, settings)?;
         let label = &key.name[at + 1..at + 1 + usize::from(key.name[at])];
         self.search.clients.is_pod_of(client, label).then_some(at)
     }
@@ -277,6 +283,7 @@ impl Shared {
                 proto: job.proto,
                 started: job.started,
                 client: job.client,
+                replay: None,
             };
             self.after_autopath(&request, listener, &job.stats, out)
         };

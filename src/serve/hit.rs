@@ -1,10 +1,13 @@
 //! The cache stage: a fresh entry is the reply; a stale one is kept in case
 //! upstream fails.
 
+use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
+use super::replay::{Counted, Kept, Replies};
 use super::stats::{ZoneStats, ZoneTally};
 use super::{ListenerView, Settings, Shared, reply_limit};
 use crate::answered::{Answered, Source};
@@ -12,6 +15,7 @@ use crate::cache::{Entry, Freshness, KeyRef, Kind, Lookup};
 use crate::listen::Proto;
 use crate::upstream::Zone;
 use crate::wire::query::Query;
+use crate::wire::rtype;
 
 /// A query past parsing and routing, as the later stages see it.
 pub(super) struct Request<'r, 'q> {
@@ -27,6 +31,10 @@ pub(super) struct Request<'r, 'q> {
     pub(super) started: Instant,
     /// The client's address and port (the query log).
     pub(super) client: SocketAddr,
+    /// The UDP worker's kept replies, with the settings generation and
+    /// the cache's retirement count of the batch (none for TCP and a
+    /// walk's stages).
+    pub(super) replay: Option<(&'r RefCell<Replies>, u64, u64)>,
 }
 
 impl Request<'_, '_> {
@@ -124,6 +132,9 @@ impl Shared {
                     self.maybe_prefetch(&entry, request, listener);
                 }
                 request.reply_from(&entry, Freshness::Fresh, None, out);
+                if let Some((replies, generation, retirements)) = request.replay {
+                    keep_for_replay(request, &entry, replies, (generation, retirements), out);
+                }
                 Cached::Answered
             }
             Lookup::Stale(entry) => Cached::Stale(entry),
@@ -140,4 +151,62 @@ impl Shared {
             Lookup::Miss => Cached::Miss,
         }
     }
+}
+
+/// Keeps a fresh entry's reply for the worker to replay, when the same
+/// bytes would get the same reply from any client: no stage before the
+/// cache that depends on the client (local records, which may answer
+/// `whoami`; a pod's autopath; the AAAA filter of IPv4 pods) could have
+/// answered it, nothing observes the zone's replies, and the hits a
+/// prefetch waits for are counted. It is replayed until the entry's
+/// prefetch window, where the cache stage decides again.
+fn keep_for_replay(
+    request: &Request<'_, '_>,
+    entry: &Arc<Entry>,
+    replies: &RefCell<Replies>,
+    (generation, retirements): (u64, u64),
+    out: &[u8],
+) {
+    let (settings, zone, query) = (request.settings, request.zone, request.query);
+    if settings.records.is_some()
+        || request.stats.is_observed()
+        || (query.qtype == rtype::AAAA && zone.no_aaaa_for_ipv4_pods.is_some())
+        || super::autopath::autopath_namespace_at(request.key, settings).is_some()
+    {
+        return;
+    }
+    let policy = &zone.cache;
+    let prefetch_from = if policy.prefetch_min_hits == 0 || entry.kind == Kind::Failure {
+        None
+    } else if entry.hits.load(Ordering::Relaxed) < policy.prefetch_min_hits {
+        return;
+    } else {
+        // Where `maybe_prefetch` starts to look: the last
+        // `prefetch_percent` of the TTL.
+        let threshold = Duration::from_millis(
+            u64::from(entry.original_ttl) * 10 * u64::from(policy.prefetch_percent),
+        );
+        Some(
+            entry
+                .expires_at()
+                .checked_sub(threshold)
+                .unwrap_or(request.started),
+        )
+    };
+    replies.borrow_mut().keep(Kept {
+        packet: query.packet,
+        reply: out,
+        entry,
+        generation,
+        retirements,
+        prefetch_from,
+        now: request.started,
+        counted: Counted {
+            zone: zone.index as u32,
+            qtype: query.qtype,
+            dnssec_ok: query.dnssec_ok(),
+            success: entry.kind == Kind::Success,
+            rcode: entry.rcode,
+        },
+    });
 }

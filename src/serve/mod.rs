@@ -6,6 +6,8 @@
 //!
 //! 1. `admit`: the allow list and the per-client rate limit; `budget`:
 //!    the rate budget of the client's namespace (when `[budget]` is on);
+//!    then `replay`: a UDP worker's kept reply to the same query bytes
+//!    (the `hit` stage keeps them);
 //! 2. parse: a malformed query gets FORMERR/NOTIMP (or nothing);
 //! 3. `route`: the zone of the name, REFUSED if none;
 //! 4. `identity`: the CHAOS identity names (`id.server`, `version.bind`);
@@ -45,6 +47,7 @@ mod miss;
 mod prefetch;
 mod prime;
 mod records;
+mod replay;
 mod route;
 mod search;
 mod settings;
@@ -178,7 +181,12 @@ impl Shared {
         let settings = self.settings.load_full();
         let stats = arc_swap::Guard::into_inner(self.stats_for(listener, &settings))
             .expect("stats for the current settings");
-        stats::Batch { settings, stats }
+        let retirements = self.cache.retirements();
+        stats::Batch {
+            settings,
+            stats,
+            retirements,
+        }
     }
 }
 
@@ -301,6 +309,22 @@ impl Service for Shared {
         {
             return self.log_unzoned(&unzoned, done, out);
         }
+        if let Some(tally) = tally
+            && let Some(counted) = tally.replies().borrow_mut().replay(
+                packet,
+                all_stats.generation(),
+                tally.batch().retirements,
+                started,
+                out,
+            )
+        {
+            let zone = counted.zone as usize;
+            let stats = all_stats.zone(zone);
+            tally
+                .zone(zone)
+                .replayed(stats, counted, packet.len(), out.len());
+            return Handled::Reply;
+        }
         let query = match query::parse(packet) {
             Ok(q) => q,
             Err(reject) => {
@@ -321,6 +345,7 @@ impl Service for Shared {
             return self.log_unzoned(&unzoned, done, out);
         };
         let stats = all_stats.zone(zone.index);
+        let replay = tally.map(|t| (t.replies(), all_stats.generation(), t.batch().retirements));
         let tally = match tally {
             Some(tally) => {
                 let counts = tally.zone(zone.index);
@@ -342,6 +367,7 @@ impl Service for Shared {
             proto,
             started,
             client,
+            replay,
         };
         if identity::answer(&request, settings.identity.as_ref(), out) {
             return Handled::Reply;
@@ -382,6 +408,11 @@ impl Service for Shared {
                 Either::Right(Box::pin(self.answer_autopath(walk, listener, out)))
             }
         }
+    }
+
+    #[inline]
+    fn prepare(&self, packet: &[u8], tally: &stats::Tally) {
+        tally.replies().borrow_mut().prefetch(packet);
     }
 
     fn end_batch(&self, tally: &mut stats::Tally, now: Instant) {

@@ -99,6 +99,13 @@ impl ZoneStats {
         self
     }
 
+    /// Whether anything (the query log, dnstap, workload counters) is
+    /// told of each of the zone's replies.
+    #[inline]
+    pub(in crate::serve) fn is_observed(&self) -> bool {
+        !self.observers.is_empty()
+    }
+
     /// A query arrived: `coredns_dns_requests_total` and its size.
     #[inline]
     pub fn request(&self, proto: Proto, qtype: u16, size: usize, dnssec_ok: bool) {
@@ -275,6 +282,12 @@ impl ListenerStats {
     #[inline]
     pub fn zone(&self, index: usize) -> &ZoneStats {
         &self.zones[index]
+    }
+
+    /// The settings generation these stats were made for.
+    #[inline]
+    pub(in crate::serve) fn generation(&self) -> u64 {
+        self.generation
     }
 }
 

@@ -26,10 +26,12 @@ use super::{ListenerStats, PROTOS, RCODES, TYPES, ZoneStats, response_slot};
 use crate::answered::Answered;
 use crate::listen::Proto;
 use crate::serve::Settings;
+use crate::serve::replay::{Counted, Replies};
 use crate::wire::qtype_slot;
 
 /// A worker's tally: the settings and stats its current batch runs on,
-/// and the zones the batch touched.
+/// the zones the batch touched, and the replies the worker keeps to
+/// replay (`serve::replay`), which live as long as the worker.
 pub struct Tally {
     /// Held only while a batch is open: loaded at its first query, read by
     /// the rest without an atomic (two `ArcSwap` loads a query before). A
@@ -45,12 +47,16 @@ pub struct Tally {
     made_for: Option<u64>,
     /// Indices into `zones` touched in this batch.
     dirty: RefCell<Vec<usize>>,
+    /// The worker's kept replies.
+    replies: RefCell<Replies>,
 }
 
 /// What a batch runs on: the settings, and the listener's stats of them.
 pub(in crate::serve) struct Batch {
     pub(in crate::serve) settings: Arc<Settings>,
     pub(in crate::serve) stats: Arc<ListenerStats>,
+    /// The cache's retirement count at the batch's start (`replay`).
+    pub(in crate::serve) retirements: u64,
 }
 
 impl Default for Tally {
@@ -61,6 +67,7 @@ impl Default for Tally {
             zones: Vec::new(),
             made_for: None,
             dirty: RefCell::default(),
+            replies: RefCell::default(),
         }
     }
 }
@@ -97,6 +104,12 @@ impl Tally {
         self.batch.as_ref().expect("an open batch")
     }
 
+    /// The worker's kept replies.
+    #[inline]
+    pub(in crate::serve) fn replies(&self) -> &RefCell<Replies> {
+        &self.replies
+    }
+
     /// The cells of zone `index` of the open batch's stats.
     #[inline]
     pub(in crate::serve) fn zone(&self, index: usize) -> &ZoneTally {
@@ -110,6 +123,7 @@ impl Tally {
     /// Ends the batch at `now`: everything counted goes into the shared
     /// metrics, and the settings and stats are let go until the next batch.
     pub fn end(&mut self, now: Instant) {
+        self.replies.get_mut().end_batch();
         let Some(batch) = self.batch.take() else {
             return;
         };
@@ -247,6 +261,35 @@ impl ZoneTally {
                 .get_or_init(|| stats.duration().local())
                 .observe(seconds);
         }
+        self.response(stats, proto, rcode, from_cache_plugin, size);
+    }
+
+    /// A replayed reply (`serve::replay`): counted as the cache hit it
+    /// replays was, request, hit and reply. Replies are kept only where
+    /// nothing observes them, so the duration is the batch's.
+    #[inline]
+    pub(in crate::serve) fn replayed(
+        &self,
+        stats: &ZoneStats,
+        counted: Counted,
+        size: usize,
+        reply: usize,
+    ) {
+        self.request(stats, Proto::Udp, counted.qtype, size, counted.dnssec_ok);
+        self.cache_hit(counted.success);
+        bump(&self.owed);
+        self.response(stats, Proto::Udp, counted.rcode, true, reply);
+    }
+
+    #[inline]
+    fn response(
+        &self,
+        stats: &ZoneStats,
+        proto: Proto,
+        rcode: u16,
+        from_cache_plugin: bool,
+        size: usize,
+    ) {
         self.responses.bump(response_slot(rcode, from_cache_plugin));
         self.response_size[proto as usize]
             .get_or_init(|| stats.response_size_of(proto).local())
