@@ -55,6 +55,7 @@ mod node_setup;
 mod privileges;
 mod query_log;
 mod querygen;
+mod replay;
 mod rewrite_dns64;
 mod search_rules;
 mod snapshot_trust;
