@@ -31,7 +31,8 @@ use std::time::{Duration, Instant};
 use crate::cache::Entry;
 
 /// Kept replies per worker, in sets of two: a name shares its set with
-/// one other before either is pushed out (the one replayed longer ago).
+/// one other; a third takes the place of the one replayed longer ago
+/// when it comes back before another name of the set does.
 /// 8,192 slots of 256 bytes: two mebibytes a worker, allocated at its
 /// first kept reply. A thousand names thrash in under 1 % of the sets.
 const SLOTS: usize = 8192;
@@ -45,6 +46,8 @@ const ROOM: usize = 200;
 pub(crate) struct Replies {
     /// Empty until the first reply is kept.
     slots: Box<[Slot]>,
+    /// Per set, the tag of the last query refused a place in it.
+    candidates: Box<[u32]>,
     /// Counts replays and keeps: a slot's `used` is this when it last was.
     clock: u32,
     hashing: ahash::RandomState,
@@ -142,6 +145,7 @@ impl Default for Replies {
     fn default() -> Replies {
         Replies {
             slots: Box::default(),
+            candidates: Box::default(),
             clock: 0,
             hashing: ahash::RandomState::new(),
             base: Instant::now(),
@@ -269,6 +273,7 @@ impl Replies {
         }
         if self.slots.is_empty() {
             self.slots = (0..SLOTS).map(|_| Slot::default()).collect();
+            self.candidates = vec![0; SLOTS / WAYS].into_boxed_slice();
         }
         let (first, tag) = self.set_of(query);
         self.clock = self.clock.wrapping_add(1);
@@ -280,12 +285,23 @@ impl Replies {
             .or_else(|| {
                 set.iter()
                     .position(|s| s.generation != kept.generation || now >= s.until)
-            })
-            .unwrap_or_else(|| {
+            });
+        let way = match way {
+            Some(way) => way,
+            // Both ways serve: a name takes one over only when it comes
+            // back before another name of its set does (a doorkeeper), so
+            // that more hot names than slots do not copy each hit in and
+            // out of the table.
+            None if self.candidates[first / WAYS] != tag => {
+                self.candidates[first / WAYS] = tag;
+                return;
+            }
+            None => {
                 let idle = |s: &Slot| clock.wrapping_sub(s.used);
                 let oldest = set.iter().enumerate().max_by_key(|(_, s)| idle(s));
                 oldest.map_or(0, |(way, _)| way)
-            });
+            }
+        };
         let slot = &mut set[way];
         slot.generation = kept.generation;
         slot.retirements = kept.retirements;

@@ -144,7 +144,7 @@ fn a_pair_larger_than_a_slot_is_not_kept() {
 }
 
 #[test]
-fn names_that_share_a_set_take_turns_by_use() {
+fn a_full_set_lets_a_name_in_when_it_comes_back_in_place_of_the_least_used() {
     let now = Instant::now();
     let mut replies = Replies::default();
     // Queries that differ in their question count land anywhere (the
@@ -183,6 +183,9 @@ fn names_that_share_a_set_take_turns_by_use() {
     keep(&mut replies, &same[1]);
     // The first is replayed since: the third takes the second's way.
     assert!(replies.replay(&same[0], 1, 0, now, &mut out).is_some());
+    // The third is let in when it comes back, not at once.
+    keep(&mut replies, &same[2]);
+    assert_eq!(replies.replay(&same[2], 1, 0, now, &mut out), None);
     keep(&mut replies, &same[2]);
     assert!(replies.replay(&same[0], 1, 0, now, &mut out).is_some());
     assert!(replies.replay(&same[2], 1, 0, now, &mut out).is_some());
