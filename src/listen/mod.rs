@@ -137,6 +137,11 @@ pub trait Service: Send + Sync + Sized + 'static {
     #[inline]
     fn prepare(&self, _packet: &[u8], _tally: &Self::Tally) {}
 
+    /// A UDP worker waited for a query and none came (it idles): a chance
+    /// to let go of what it kept between batches (nothing by default).
+    #[inline]
+    fn idle(&self, _tally: &mut Self::Tally) {}
+
     /// The end of a UDP batch, at `now`, before its replies are sent:
     /// what `tally` counted becomes visible.
     fn end_batch(&self, tally: &mut Self::Tally, now: Instant);

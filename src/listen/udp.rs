@@ -318,7 +318,10 @@ impl<S: Service> Worker<S> {
         let count = match received.recv(&self.socket, true) {
             Ok(n) => n,
             Err(e) => {
-                if !is_quiet(&e) {
+                if is_quiet(&e) {
+                    // The read timeout: nothing came for a while.
+                    self.service.idle(tally);
+                } else {
                     tracing::debug!(error = %e, "UDP receive failed");
                 }
                 return;

@@ -57,7 +57,7 @@ mod unzoned;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -78,7 +78,11 @@ use stats::StatsSlot;
 
 /// The request path's state, shared by every listener and task.
 pub struct Shared {
+    /// Replaced whole on reload, with [`Shared::set_settings`].
     pub(crate) settings: ArcSwap<Settings>,
+    /// The generation of `settings`, stored after them: a UDP worker
+    /// keeps its batch's settings while this stands still.
+    settings_generation: AtomicU64,
     pub(crate) cache: Cache,
     coalescer: Coalescer,
     /// What the search-list work (local answers, namespace checks,
@@ -125,6 +129,7 @@ impl Shared {
         let dnstap =
             crate::dnstap::Hub::new(search.clients.clone(), metrics.dnstap.clone(), forwarder);
         Shared {
+            settings_generation: AtomicU64::new(settings.generation),
             settings: ArcSwap::from_pointee(settings),
             cache: Cache::new(capacity),
             coalescer: Coalescer::default(),
@@ -174,6 +179,29 @@ impl Shared {
             &self.query_log,
             &self.dnstap,
         )
+    }
+
+    /// Puts `settings` in force: the next query of every listener runs on them.
+    pub(crate) fn set_settings(&self, settings: Settings) {
+        let generation = settings.generation;
+        self.settings.store(Arc::new(settings));
+        self.settings_generation
+            .store(generation, Ordering::Release);
+    }
+
+    /// Brings a UDP worker's `batch` up to now at the start of a batch:
+    /// the settings and stats it kept, unless a reload replaced them (one
+    /// relaxed load, where loading them anew costs two `ArcSwap` loads and
+    /// two reference counts), and the cache's retirement count.
+    #[inline]
+    fn refresh_batch(&self, batch: &mut Option<stats::Batch>, listener: &ListenerView) {
+        let generation = self.settings_generation.load(Ordering::Acquire);
+        match batch {
+            Some(kept) if kept.settings.generation == generation => {
+                kept.retirements = self.cache.retirements();
+            }
+            _ => *batch = Some(self.batch_for(listener)),
+        }
     }
 
     /// What a UDP worker's batch runs on: the settings now and their stats.
@@ -273,7 +301,7 @@ impl Service for Shared {
         let alone: (arc_swap::Guard<Arc<Settings>>, stats::StatsGuard);
         let (settings, all_stats, tally) = match arrival.tally {
             Some(tally) => {
-                let tally = tally.open(started, || self.batch_for(listener));
+                let tally = tally.open(started, |batch| self.refresh_batch(batch, listener));
                 let batch = tally.batch();
                 (&batch.settings, &batch.stats, Some(tally))
             }
@@ -417,6 +445,10 @@ impl Service for Shared {
 
     fn end_batch(&self, tally: &mut stats::Tally, now: Instant) {
         tally.end(now);
+    }
+
+    fn idle(&self, tally: &mut stats::Tally) {
+        tally.let_go();
     }
 
     fn tcp_limits(&self) -> TcpLimits {

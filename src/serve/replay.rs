@@ -14,7 +14,7 @@
 //! pushed out of the near caches. A kept reply is one slot, fetched for
 //! every query of a batch before the first is answered
 //! ([`Replies::prefetch`]), so the batch waits on memory once
-//! (docs/performance.md, "Replay").
+//! (docs/performance.md, "The sixth step: replay").
 //!
 //! Kept only where no stage before the cache depends on the client
 //! (`hit::keep_for_replay`), only for UDP (a worker's batch), and only with
@@ -237,6 +237,9 @@ impl Replies {
         if slot.retirements != retirements {
             // The cache let something go: is it this one?
             if slot.entry.as_ref().is_none_or(|e| e.is_retired()) {
+                // Let the entry's memory go with it.
+                slot.entry = None;
+                slot.until = 0;
                 return None;
             }
             slot.retirements = retirements;

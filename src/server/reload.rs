@@ -66,7 +66,7 @@ impl Server {
             return;
         }
         let settings = self.settings_for(&self.config);
-        self.shared.settings.store(Arc::new(settings));
+        self.shared.set_settings(settings);
         log_zones(&self.shared);
     }
 
@@ -111,7 +111,7 @@ impl Server {
         let views_changed = !settings
             .router
             .same_views(&self.shared.settings.load().router);
-        self.shared.settings.store(Arc::new(settings));
+        self.shared.set_settings(settings);
         if views_changed {
             self.shared.cache.forget_views();
         }

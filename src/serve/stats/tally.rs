@@ -33,11 +33,14 @@ use crate::wire::qtype_slot;
 /// the zones the batch touched, and the replies the worker keeps to
 /// replay (`serve::replay`), which live as long as the worker.
 pub struct Tally {
-    /// Held only while a batch is open: loaded at its first query, read by
-    /// the rest without an atomic (two `ArcSwap` loads a query before). A
-    /// reload lands between batches: a batch is one `recvmmsg`'s queries,
-    /// all of which arrived before it was read.
+    /// Brought up to now at a batch's first query and read by the rest
+    /// without an atomic (two `ArcSwap` loads a query before), then kept
+    /// for the next batch while the settings stand, and let go when the
+    /// worker idles. A reload lands between batches: a batch is one
+    /// `recvmmsg`'s queries, all of which arrived before it was read.
     batch: Option<Batch>,
+    /// Whether a batch is open (between its first query and its end).
+    open: bool,
     /// The batch's arrival time.
     arrived: Instant,
     /// One per zone of the stats the cells were made for.
@@ -63,6 +66,7 @@ impl Default for Tally {
     fn default() -> Tally {
         Tally {
             batch: None,
+            open: false,
             arrived: Instant::now(),
             zones: Vec::new(),
             made_for: None,
@@ -73,16 +77,17 @@ impl Default for Tally {
 }
 
 impl Tally {
-    /// The open batch, opened with `load` at its first query (arrived at
-    /// `received`).
+    /// The open batch, opened at its first query (arrived at `received`)
+    /// after `refresh` brought what it runs on up to now.
     #[inline]
     pub(in crate::serve) fn open(
         &mut self,
         received: Instant,
-        load: impl FnOnce() -> Batch,
+        refresh: impl FnOnce(&mut Option<Batch>),
     ) -> &Tally {
-        if self.batch.is_none() {
-            let batch = load();
+        if !self.open {
+            refresh(&mut self.batch);
+            let batch = self.batch.as_ref().expect("a refreshed batch");
             if self.made_for != Some(batch.stats.generation) {
                 self.zones = batch
                     .stats
@@ -92,7 +97,7 @@ impl Tally {
                     .collect();
                 self.made_for = Some(batch.stats.generation);
             }
-            self.batch = Some(batch);
+            self.open = true;
             self.arrived = received;
         }
         self
@@ -121,10 +126,13 @@ impl Tally {
     }
 
     /// Ends the batch at `now`: everything counted goes into the shared
-    /// metrics, and the settings and stats are let go until the next batch.
+    /// metrics.
     pub fn end(&mut self, now: Instant) {
         self.replies.get_mut().end_batch();
-        let Some(batch) = self.batch.take() else {
+        if !std::mem::take(&mut self.open) {
+            return;
+        }
+        let Some(batch) = &self.batch else {
             return;
         };
         let seconds = now.saturating_duration_since(self.arrived).as_secs_f64();
@@ -132,6 +140,14 @@ impl Tally {
             let zone = &self.zones[index];
             zone.touched.set(false);
             batch.stats.zone(index).add(zone, seconds);
+        }
+    }
+
+    /// Lets the kept settings and stats go (the worker idles): a reload's
+    /// old settings are not held past it.
+    pub fn let_go(&mut self) {
+        if !self.open {
+            self.batch = None;
         }
     }
 }
