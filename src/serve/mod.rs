@@ -191,8 +191,9 @@ impl Shared {
 
     /// Brings a UDP worker's `batch` up to now at the start of a batch:
     /// the settings and stats it kept, unless a reload replaced them (one
-    /// relaxed load, where loading them anew costs two `ArcSwap` loads and
-    /// two reference counts), and the cache's retirement count.
+    /// load of their generation, where loading them anew costs two
+    /// `ArcSwap` loads and two reference counts), and the cache's
+    /// retirement count.
     #[inline]
     fn refresh_batch(&self, batch: &mut Option<stats::Batch>, listener: &ListenerView) {
         let generation = self.settings_generation.load(Ordering::Acquire);
