@@ -167,20 +167,13 @@ impl RecvBatch {
     /// socket) the address it was sent to; `None` if it was cut short or
     /// came from an address family we do not serve.
     pub(super) fn get(&self, i: usize) -> Option<(&[u8], SocketAddr, Option<Destination>)> {
-        debug_assert!(i < self.received);
+        let packet = self.packet(i)?;
         let header = &self.headers[i];
-        if header.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
-            return None;
-        }
         let destination = self
             .controls
             .as_ref()
             .and_then(|_| destination(&header.msg_hdr));
-        Some((
-            &self.buffers[i][..header.msg_len as usize],
-            socket_addr(&self.addrs[i])?,
-            destination,
-        ))
+        Some((packet, socket_addr(&self.addrs[i])?, destination))
     }
 }
 

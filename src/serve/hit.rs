@@ -31,10 +31,9 @@ pub(super) struct Request<'r, 'q> {
     pub(super) started: Instant,
     /// The client's address and port (the query log).
     pub(super) client: SocketAddr,
-    /// The UDP worker's kept replies, with the settings generation and
-    /// the cache's retirement count of the batch (none for TCP and a
-    /// walk's stages).
-    pub(super) replay: Option<(&'r RefCell<Replies>, u64, u64)>,
+    /// The UDP worker's kept replies, with the cache's retirement count
+    /// at the batch's start (none for TCP and a walk's stages).
+    pub(super) replay: Option<(&'r RefCell<Replies>, u64)>,
 }
 
 impl Request<'_, '_> {
@@ -132,8 +131,8 @@ impl Shared {
                     self.maybe_prefetch(&entry, request, listener);
                 }
                 request.reply_from(&entry, Freshness::Fresh, None, out);
-                if let Some((replies, generation, retirements)) = request.replay {
-                    keep_for_replay(request, &entry, replies, (generation, retirements), out);
+                if let Some((replies, retirements)) = request.replay {
+                    keep_for_replay(request, &entry, replies, retirements, out);
                 }
                 Cached::Answered
             }
@@ -164,7 +163,7 @@ fn keep_for_replay(
     request: &Request<'_, '_>,
     entry: &Arc<Entry>,
     replies: &RefCell<Replies>,
-    (generation, retirements): (u64, u64),
+    retirements: u64,
     out: &[u8],
 ) {
     let (settings, zone, query) = (request.settings, request.zone, request.query);
@@ -197,7 +196,7 @@ fn keep_for_replay(
         packet: query.packet,
         reply: out,
         entry,
-        generation,
+        generation: settings.generation,
         retirements,
         prefetch_from,
         now: request.started,

@@ -341,7 +341,7 @@ impl Service for Shared {
         if let Some(tally) = tally
             && let Some(counted) = tally.replies().borrow_mut().replay(
                 packet,
-                all_stats.generation(),
+                settings.generation,
                 tally.batch().retirements,
                 started,
                 out,
@@ -374,7 +374,7 @@ impl Service for Shared {
             return self.log_unzoned(&unzoned, done, out);
         };
         let stats = all_stats.zone(zone.index);
-        let replay = tally.map(|t| (t.replies(), all_stats.generation(), t.batch().retirements));
+        let replay = tally.map(|t| (t.replies(), t.batch().retirements));
         let tally = match tally {
             Some(tally) => {
                 let counts = tally.zone(zone.index);

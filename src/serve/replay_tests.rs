@@ -34,17 +34,25 @@ const COUNTED: Counted = Counted {
     success: true,
 };
 
-fn keep(replies: &mut Replies, entry: &Arc<Entry>, now: Instant, prefetch_from: Option<Instant>) {
-    let packet = query(7);
-    replies.keep(Kept {
-        packet: &packet,
-        reply: &reply(&packet),
+/// What the cache stage would hand over for `packet`, fresh at `now`.
+fn kept<'a>(packet: &'a [u8], reply: &'a [u8], entry: &'a Arc<Entry>, now: Instant) -> Kept<'a> {
+    Kept {
+        packet,
+        reply,
         entry,
         generation: 1,
         retirements: 0,
-        prefetch_from,
+        prefetch_from: None,
         now,
         counted: COUNTED,
+    }
+}
+
+fn keep(replies: &mut Replies, entry: &Arc<Entry>, now: Instant, prefetch_from: Option<Instant>) {
+    let packet = query(7);
+    replies.keep(Kept {
+        prefetch_from,
+        ..kept(&packet, &reply(&packet), entry, now)
     });
 }
 
@@ -129,16 +137,7 @@ fn a_pair_larger_than_a_slot_is_not_kept() {
     let packet = query(7);
     let mut long = reply(&packet);
     long.resize(ROOM, 0);
-    replies.keep(Kept {
-        packet: &packet,
-        reply: &long,
-        entry: &entry,
-        generation: 1,
-        retirements: 0,
-        prefetch_from: None,
-        now,
-        counted: COUNTED,
-    });
+    replies.keep(kept(&packet, &long, &entry, now));
     let mut out = Vec::new();
     assert_eq!(replies.replay(&query(9), 1, 0, now, &mut out), None);
 }
@@ -167,16 +166,7 @@ fn a_full_set_lets_a_name_in_when_it_comes_back_in_place_of_the_least_used() {
     assert_eq!(same.len(), 3, "three queries of one set among 65,536");
     let entry = answer(NAME, 60, now);
     let keep = |replies: &mut Replies, packet: &[u8]| {
-        replies.keep(Kept {
-            packet,
-            reply: &reply(packet),
-            entry: &entry,
-            generation: 1,
-            retirements: 0,
-            prefetch_from: None,
-            now,
-            counted: COUNTED,
-        })
+        replies.keep(kept(packet, &reply(packet), &entry, now))
     };
     let mut out = Vec::new();
     keep(&mut replies, &same[0]);

@@ -283,12 +283,6 @@ impl ListenerStats {
     pub fn zone(&self, index: usize) -> &ZoneStats {
         &self.zones[index]
     }
-
-    /// The settings generation these stats were made for.
-    #[inline]
-    pub(in crate::serve) fn generation(&self) -> u64 {
-        self.generation
-    }
 }
 
 /// Per-listener holder of [`ListenerStats`], replaced when the settings change.
