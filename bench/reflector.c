@@ -23,6 +23,11 @@
  *   REFLECTOR_SELECTOR   "random": the group's classic BPF program picks a socket
  *                        at random among 1 (A = random; A %= 1; return A);
  *                        "zero": return 0 (both as listen/reuseport.rs)
+ *   REFLECTOR_TIMEOUT    a 100 ms read timeout (SO_RCVTIMEO), as a worker that
+ *                        must look up now and then while idle sets
+ *   REFLECTOR_THREAD     a second thread that only sleeps: the process is
+ *                        multi-threaded, so each system call on the socket
+ *                        takes a reference on it (fdget)
  *
  * Runs until SIGTERM or SIGINT.
  */
@@ -36,7 +41,9 @@
 #include <string.h>
 #include <linux/filter.h>
 #include <sys/epoll.h>
+#include <pthread.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #define BATCH 64
@@ -66,6 +73,7 @@ static int with_answer(unsigned char *buf, int len) {
     return at + (int)sizeof record;
 }
 static void on_signal(int sig) { (void)sig; stop = 1; }
+static void *sleeper(void *arg) { (void)arg; for (;;) pause(); return NULL; }
 
 int main(int argc, char **argv) {
     if (argc != 3 && !(argc == 4 && strcmp(argv[3], "answer") == 0)) {
@@ -106,6 +114,15 @@ int main(int argc, char **argv) {
         if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0) { perror("epoll"); return 1; }
     }
 
+    if (getenv("REFLECTOR_TIMEOUT")) {
+        struct timeval tv = {.tv_sec = 0, .tv_usec = 100000};
+        if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) < 0) { perror("SO_RCVTIMEO"); return 1; }
+    }
+    if (getenv("REFLECTOR_THREAD")) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, sleeper, NULL) != 0) { perror("pthread_create"); return 1; }
+    }
+
     /* No SA_RESTART: a signal interrupts the blocking recvmmsg. */
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);
@@ -131,7 +148,7 @@ int main(int argc, char **argv) {
         /* Block for the first datagram, then take whatever else is queued. */
         int n = recvmmsg(fd, msgs, BATCH, MSG_WAITFORONE, NULL);
         if (n < 0) {
-            if (errno == EINTR) continue;
+            if (errno == EINTR || errno == EAGAIN) continue;
             perror("recvmmsg");
             return 1;
         }
