@@ -20,7 +20,12 @@ pub(crate) use family::{Counters, FloatGauges, Gauges, Histograms, LabelSet, Lab
 pub(crate) const VIEW: &str = "";
 
 /// One process's metrics, as scraped from /metrics.
-pub struct Registry(prometheus::Registry);
+pub struct Registry {
+    registry: prometheus::Registry,
+    /// Run before each gathering: what keeps counts outside the shared
+    /// metrics adds them (`serve`'s worker ledgers).
+    before_gather: std::sync::Mutex<Vec<Box<dyn Fn() + Send + Sync>>>,
+}
 
 impl Default for Registry {
     fn default() -> Self {
@@ -39,7 +44,10 @@ label_set! {
 impl Registry {
     /// A registry holding `nodens_build_info`.
     pub fn new() -> Registry {
-        let registry = Registry(prometheus::Registry::new());
+        let registry = Registry {
+            registry: prometheus::Registry::new(),
+            before_gather: Default::default(),
+        };
         let info: Gauges<BuildLabels<'static>> =
             registry.gauges("nodens_build_info", "nodens version.");
         info.get(&BuildLabels {
@@ -50,7 +58,7 @@ impl Registry {
     }
 
     fn add(&self, collector: Box<dyn Collector>) {
-        self.0.register(collector).expect("unique metric");
+        self.registry.register(collector).expect("unique metric");
     }
 
     pub fn counters<L: LabelSet>(&self, name: &str, help: &str) -> Counters<L> {
@@ -108,11 +116,27 @@ impl Registry {
         g
     }
 
+    /// Runs `settle` before each gathering, so that what it adds is read.
+    pub(crate) fn before_gather(&self, settle: impl Fn() + Send + Sync + 'static) {
+        self.before_gather
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Box::new(settle));
+    }
+
     /// The Prometheus text exposition of every registered metric.
     pub fn encode(&self) -> String {
+        for settle in self
+            .before_gather
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            settle();
+        }
         let mut out = Vec::new();
         TextEncoder::new()
-            .encode(&self.0.gather(), &mut out)
+            .encode(&self.registry.gather(), &mut out)
             .expect("text encoding");
         String::from_utf8(out).expect("prometheus text is UTF-8")
     }

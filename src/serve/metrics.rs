@@ -2,7 +2,11 @@
 //! `coredns_cache_*` counters, and nodens's own counts of rejected,
 //! coalesced and in-flight queries.
 
+use std::sync::Arc;
+
 use prometheus::{IntCounter, IntGauge};
+
+use super::stats::Ledgers;
 
 pub(crate) use crate::cache::metrics::CacheKindLabels;
 use crate::listen::Proto;
@@ -84,6 +88,8 @@ pub struct ServeMetrics {
     pub(crate) budget_exceeded: Counters<crate::admission::budget::BudgetLabels<'static>>,
     /// dnstap's messages sent, dropped and its reconnections.
     pub(crate) dnstap: crate::dnstap::Counters,
+    /// The UDP workers' counts of cache hits, added at each scrape.
+    pub(crate) ledgers: Arc<Ledgers>,
 }
 
 impl ServeMetrics {
@@ -218,7 +224,10 @@ impl ServeMetrics {
                 "Queries over their namespace's budget (`[budget]`), by namespace (\"\" for clients that are no known pod), budget (rate, misses) and action (drop, refuse).",
             ),
             dnstap: crate::dnstap::Counters::register(r),
+            ledgers: Arc::default(),
         };
+        let ledgers = metrics.ledgers.clone();
+        r.before_gather(move || ledgers.settle());
         // Every rule's series from the start, so a dashboard sees zeros.
         for rule in crate::search::Rule::ALL {
             metrics

@@ -7,6 +7,7 @@
 //! it is needed. It is rebuilt when a reload changes the zones (the
 //! settings' generation changes).
 
+mod ledger;
 mod tally;
 
 use std::sync::{Arc, OnceLock};
@@ -23,6 +24,7 @@ use crate::listen::Proto;
 use crate::querylog::Hub;
 use crate::wire::{QTYPE_LABELS, QTYPE_OTHER, qtype_slot};
 
+pub(crate) use ledger::Ledgers;
 pub(in crate::serve) use tally::Batch;
 pub(crate) use tally::Tally;
 pub(crate) use tally::ZoneTally;
@@ -43,7 +45,7 @@ fn response_slot(rcode: u16, from_cache_plugin: bool) -> usize {
 }
 
 /// Handles for one zone as seen by one listener.
-pub struct ZoneStats {
+pub(crate) struct ZoneStats {
     metrics: Arc<ServeMetrics>,
     server: String,
     zone: String,
@@ -66,7 +68,7 @@ pub struct ZoneStats {
 }
 
 impl ZoneStats {
-    pub fn new(
+    pub(crate) fn new(
         metrics: &Arc<ServeMetrics>,
         server: &str,
         zone: &str,
@@ -108,7 +110,7 @@ impl ZoneStats {
 
     /// A query arrived: `coredns_dns_requests_total` and its size.
     #[inline]
-    pub fn request(&self, proto: Proto, qtype: u16, size: usize, dnssec_ok: bool) {
+    pub(crate) fn request(&self, proto: Proto, qtype: u16, size: usize, dnssec_ok: bool) {
         self.requests_at(qtype_slot(qtype) * PROTOS + proto as usize)
             .inc();
         self.request_size_of(proto).observe(size as f64);
@@ -119,12 +121,12 @@ impl ZoneStats {
     }
 
     #[inline]
-    pub fn cache_hit(&self, success: bool) {
+    pub(crate) fn cache_hit(&self, success: bool) {
         self.cache_hits_at(usize::from(!success)).inc();
     }
 
     #[inline]
-    pub fn cache_miss(&self) {
+    pub(crate) fn cache_miss(&self) {
         self.cache_misses
             .get_or_init(|| self.metrics.cache_misses.get(&self.cache_labels()))
             .inc();
@@ -132,7 +134,7 @@ impl ZoneStats {
 
     /// A stale answer went out (RFC 8767): `coredns_cache_served_stale_total`.
     #[inline]
-    pub fn served_stale(&self) {
+    pub(crate) fn served_stale(&self) {
         self.cache_served_stale
             .get_or_init(|| self.metrics.cache_served_stale.get(&self.cache_labels()))
             .inc();
@@ -273,14 +275,16 @@ impl ZoneStats {
 }
 
 /// The handles of every zone for one listener, for one generation of settings.
-pub struct ListenerStats {
+pub(crate) struct ListenerStats {
     generation: u64,
     zones: Vec<ZoneStats>,
+    /// Where a UDP worker counting of these stats enters its ledger.
+    ledgers: Arc<Ledgers>,
 }
 
 impl ListenerStats {
     #[inline]
-    pub fn zone(&self, index: usize) -> &ZoneStats {
+    pub(crate) fn zone(&self, index: usize) -> &ZoneStats {
         &self.zones[index]
     }
 }
@@ -296,7 +300,12 @@ impl StatsSlot {
     /// The stats for settings `generation`, made by `build` (one per zone
     /// of those settings, in index order) on the first query after a reload.
     #[inline]
-    pub fn current(&self, generation: u64, build: impl FnOnce() -> Vec<ZoneStats>) -> StatsGuard {
+    pub(crate) fn current(
+        &self,
+        generation: u64,
+        ledgers: &Arc<Ledgers>,
+        build: impl FnOnce() -> Vec<ZoneStats>,
+    ) -> StatsGuard {
         let guard = self.0.load();
         if guard.as_ref().is_some_and(|s| s.generation == generation) {
             return guard;
@@ -305,6 +314,7 @@ impl StatsSlot {
         self.0.store(Some(Arc::new(ListenerStats {
             generation,
             zones: build(),
+            ledgers: ledgers.clone(),
         })));
         self.0.load()
     }
@@ -320,21 +330,23 @@ pub(super) fn for_listener(
     query_log: &Hub,
     dnstap: &crate::dnstap::Hub,
 ) -> StatsGuard {
-    listener.state.current(settings.generation, || {
-        let zones = settings.router.zones();
-        let names = zones.iter().map(|z| z.name.clone());
-        let logs = query_log.zone_logs(&settings.query_log, names);
-        zones
-            .iter()
-            .zip(logs)
-            .map(|(z, log)| {
-                let observers = Observers::default()
-                    .with(log)
-                    .with(settings.workloads.clone())
-                    .with(dnstap.client_tap(settings.dnstap.as_ref(), listener.addr));
-                ZoneStats::new(metrics, &listener.server, &z.name, listener.family, &z.view)
-                    .observed_by(observers)
-            })
-            .collect()
-    })
+    listener
+        .state
+        .current(settings.generation, &metrics.ledgers, || {
+            let zones = settings.router.zones();
+            let names = zones.iter().map(|z| z.name.clone());
+            let logs = query_log.zone_logs(&settings.query_log, names);
+            zones
+                .iter()
+                .zip(logs)
+                .map(|(z, log)| {
+                    let observers = Observers::default()
+                        .with(log)
+                        .with(settings.workloads.clone())
+                        .with(dnstap.client_tap(settings.dnstap.as_ref(), listener.addr));
+                    ZoneStats::new(metrics, &listener.server, &z.name, listener.family, &z.view)
+                        .observed_by(observers)
+                })
+                .collect()
+        })
 }

@@ -1,27 +1,28 @@
-//! A UDP worker's own counts of the cache hits of one batch, added to the
-//! shared metrics once, at the batch's end.
+//! A UDP worker's own counts of its cache hits, kept in its ledger until
+//! a scrape adds them to the shared metrics.
 //!
 //! A hit counted straight into the shared metrics pays about seventeen
 //! atomic read-modify-writes (five counters, three histograms) and a clock
 //! read for its duration: about a third of what nodens's own code costs
 //! on a hit (`cargo bench --bench hit_path`).
-//! A worker is one thread, so its hits are counted in plain cells here and
-//! added to the shared counters and histograms once per batch (one atomic
-//! per counter touched, four or so per histogram, as dnsdist keeps
-//! per-thread counters). The batch's
-//! replies all leave in the one `sendmmsg` after it, so each hit's duration
-//! is the batch's: from its arrival (the one clock read before it) to its
-//! end (the one clock read after it, before the send). The batch ends
-//! before its replies are sent, so a client that has its answer finds it
-//! counted. Misses, the other stages and TCP count into the shared metrics
-//! directly, as before: their counts and a tally's add up to the same series.
+//! A worker is one thread, so its hits are counted in plain cells of its
+//! [`Ledger`], which it holds from a batch's first query to its end; a
+//! scrape adds them to the shared counters and histograms (`ledger`).
+//! The batch's replies all leave in the one `sendmmsg` after it, so each
+//! hit's duration is the batch's: from its arrival (the one clock read
+//! before it) to its end (the one clock read after it, before the send).
+//! Misses, the other stages and TCP count into the shared metrics
+//! directly, as before: their counts and a ledger's add up to the same
+//! series.
 
 use std::cell::{Cell, OnceCell, RefCell};
 use std::sync::Arc;
 use std::time::Instant;
 
+use parking_lot::ArcMutexGuard;
 use prometheus::local::LocalHistogram;
 
+use super::ledger::{Ledger, Owed};
 use super::{ListenerStats, PROTOS, RCODES, TYPES, ZoneStats, response_slot};
 use crate::answered::Answered;
 use crate::listen::Proto;
@@ -30,8 +31,8 @@ use crate::serve::replay::{Counted, Replies};
 use crate::wire::qtype_slot;
 
 /// A worker's tally: the settings and stats its current batch runs on,
-/// the zones the batch touched, and the replies the worker keeps to
-/// replay (`serve::replay`), which live as long as the worker.
+/// its ledger, and the replies the worker keeps to replay
+/// (`serve::replay`), which live as long as the worker.
 pub struct Tally {
     /// Brought up to now at a batch's first query and read by the rest
     /// without an atomic (two `ArcSwap` loads a query before), then kept
@@ -39,17 +40,16 @@ pub struct Tally {
     /// worker idles. A reload lands between batches: a batch is one
     /// `recvmmsg`'s queries, all of which arrived before it was read.
     batch: Option<Batch>,
-    /// Whether a batch is open (between its first query and its end).
-    open: bool,
+    /// The ledger, held while a batch is open (between its first query
+    /// and its end).
+    open: Option<ArcMutexGuard<parking_lot::RawMutex, Owed>>,
     /// The batch's arrival time.
     arrived: Instant,
-    /// One per zone of the stats the cells were made for.
-    zones: Vec<ZoneTally>,
-    /// The settings generation `zones` was made for (their histograms'
-    /// handles are its zones').
-    made_for: Option<u64>,
-    /// Indices into `zones` touched in this batch.
-    dirty: RefCell<Vec<usize>>,
+    /// The worker's counts not yet added to the shared metrics, which a
+    /// scrape reads when no batch holds them.
+    ledger: Arc<Ledger>,
+    /// Whether the scrapes know of `ledger`.
+    joined: bool,
     /// The worker's kept replies.
     replies: RefCell<Replies>,
 }
@@ -66,11 +66,10 @@ impl Default for Tally {
     fn default() -> Tally {
         Tally {
             batch: None,
-            open: false,
+            open: None,
             arrived: Instant::now(),
-            zones: Vec::new(),
-            made_for: None,
-            dirty: RefCell::default(),
+            ledger: Arc::default(),
+            joined: false,
             replies: RefCell::default(),
         }
     }
@@ -85,19 +84,16 @@ impl Tally {
         received: Instant,
         refresh: impl FnOnce(&mut Option<Batch>),
     ) -> &Tally {
-        if !self.open {
+        if self.open.is_none() {
             refresh(&mut self.batch);
             let batch = self.batch.as_ref().expect("a refreshed batch");
-            if self.made_for != Some(batch.stats.generation) {
-                self.zones = batch
-                    .stats
-                    .zones
-                    .iter()
-                    .map(|_| ZoneTally::default())
-                    .collect();
-                self.made_for = Some(batch.stats.generation);
+            if !self.joined {
+                batch.stats.ledgers.join(&self.ledger);
+                self.joined = true;
             }
-            self.open = true;
+            let mut owed = self.ledger.lock_arc();
+            owed.made_for(&batch.stats);
+            self.open = Some(owed);
             self.arrived = received;
         }
         self
@@ -118,43 +114,41 @@ impl Tally {
     /// The cells of zone `index` of the open batch's stats.
     #[inline]
     pub(in crate::serve) fn zone(&self, index: usize) -> &ZoneTally {
-        let zone = &self.zones[index];
-        if !zone.touched.replace(true) {
-            self.dirty.borrow_mut().push(index);
-        }
-        zone
+        self.open.as_deref().expect("an open batch").zone(index)
     }
 
-    /// Ends the batch at `now`: everything counted goes into the shared
-    /// metrics.
+    /// Ends the batch at `now`: its replies' durations are counted, and
+    /// the ledger is let go (a scrape may read it).
     pub fn end(&mut self, now: Instant) {
         self.replies.get_mut().end_batch();
-        if !std::mem::take(&mut self.open) {
-            return;
-        }
-        let Some(batch) = &self.batch else {
+        let Some(mut owed) = self.open.take() else {
             return;
         };
-        let seconds = now.saturating_duration_since(self.arrived).as_secs_f64();
-        for index in self.dirty.get_mut().drain(..) {
-            let zone = &self.zones[index];
-            zone.touched.set(false);
-            batch.stats.zone(index).add(zone, seconds);
-        }
+        owed.end_batch(now.saturating_duration_since(self.arrived).as_secs_f64());
     }
 
     /// Lets the kept settings and stats go (the worker idles): a reload's
     /// old settings are not held past it.
     pub fn let_go(&mut self) {
-        if !self.open {
+        if self.open.is_none() {
             self.batch = None;
+            self.ledger.lock().let_go();
         }
+    }
+}
+
+impl Drop for Tally {
+    /// The worker stops: what it owes is added now.
+    fn drop(&mut self) {
+        self.open = None;
+        self.ledger.lock().settle();
     }
 }
 
 /// One zone's counts in a batch, in the slots of [`ZoneStats`].
 pub(crate) struct ZoneTally {
-    touched: Cell<bool>,
+    /// Whether the ledger lists it as owed.
+    pub(super) touched: Cell<bool>,
     requests: Slots<{ TYPES * PROTOS }>,
     do_requests: Cell<u64>,
     cache_requests: Cell<u64>,
@@ -163,7 +157,8 @@ pub(crate) struct ZoneTally {
     request_size: [OnceCell<LocalHistogram>; PROTOS],
     response_size: [OnceCell<LocalHistogram>; PROTOS],
     duration: OnceCell<LocalHistogram>,
-    /// Replies whose duration is the batch's (observed at its end).
+    /// Replies whose duration is the batch's (observed at its end,
+    /// [`ZoneTally::observe_owed`]).
     owed: Cell<u64>,
 }
 
@@ -313,10 +308,23 @@ impl ZoneTally {
     }
 }
 
+impl ZoneTally {
+    /// The batch's replies that owe their duration took `seconds`.
+    pub(super) fn observe_owed(&self, stats: &ZoneStats, seconds: f64) {
+        let owed = self.owed.take();
+        if owed > 0 {
+            let duration = self.duration.get_or_init(|| stats.duration().local());
+            for _ in 0..owed {
+                duration.observe(seconds);
+            }
+        }
+    }
+}
+
 impl ZoneStats {
-    /// Adds a batch's `tally` of this zone (and its replies' duration,
-    /// `seconds`) to the shared metrics, and empties it.
-    fn add(&self, tally: &ZoneTally, seconds: f64) {
+    /// Adds what `tally` counted of this zone to the shared metrics, and
+    /// empties it.
+    pub(super) fn add(&self, tally: &ZoneTally) {
         for (slot, n) in tally.requests.drain() {
             self.requests_at(slot).inc_by(n);
         }
@@ -333,13 +341,6 @@ impl ZoneStats {
         match tally.cache_requests.take() {
             0 => {}
             n => self.cache_requests().inc_by(n),
-        }
-        let owed = tally.owed.take();
-        if owed > 0 {
-            let duration = tally.duration.get_or_init(|| self.duration().local());
-            for _ in 0..owed {
-                duration.observe(seconds);
-            }
         }
         let histograms = tally.request_size.iter().chain(&tally.response_size);
         for histogram in histograms.chain([&tally.duration]) {
