@@ -115,8 +115,8 @@ pub trait Service: Send + Sync + Sized + 'static {
     /// A query's work that waits on upstream, owned so it can move to a task.
     type Job: Send + 'static;
 
-    /// A UDP worker's own counts of one batch, added to what everyone
-    /// sees at its end ([`Service::end_batch`]).
+    /// A UDP worker's own counts, readable between its batches
+    /// ([`Service::end_batch`]).
     type Tally: Default + 'static;
 
     /// Answers `packet` from `client` (address and port) into `out` from
@@ -143,7 +143,7 @@ pub trait Service: Send + Sync + Sized + 'static {
     fn idle(&self, _tally: &mut Self::Tally) {}
 
     /// The end of a UDP batch, at `now`, before its replies are sent:
-    /// what `tally` counted becomes visible.
+    /// what `tally` counted becomes readable (a scrape waits for it).
     fn end_batch(&self, tally: &mut Self::Tally, now: Instant);
 
     /// Does the job's waiting and writes the reply into `out`.

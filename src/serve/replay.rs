@@ -53,6 +53,9 @@ pub(crate) struct Replies {
     hashing: ahash::RandomState,
     /// Times are kept as nanoseconds since this.
     base: Instant,
+    /// The batch's arrival, which every query of it is answered at, in
+    /// nanoseconds since `base`: one subtraction a batch, not one a query.
+    arrival: Option<(Instant, u64)>,
     /// The address and hash of each query [`Replies::prefetch`] saw in
     /// this batch, in order, so that [`Replies::replay`] hashes none twice.
     prepared: Vec<(usize, u64)>,
@@ -149,6 +152,7 @@ impl Default for Replies {
             clock: 0,
             hashing: ahash::RandomState::new(),
             base: Instant::now(),
+            arrival: None,
             prepared: Vec::with_capacity(64),
             next: 0,
         }
@@ -180,6 +184,20 @@ impl Replies {
     pub(super) fn end_batch(&mut self) {
         self.prepared.clear();
         self.next = 0;
+        self.arrival = None;
+    }
+
+    /// [`Replies::nanos`] of the batch's arrival, `at`, worked out once.
+    #[inline]
+    fn arrival_nanos(&mut self, at: Instant) -> u64 {
+        match self.arrival {
+            Some((arrival, nanos)) if arrival == at => nanos,
+            _ => {
+                let nanos = self.nanos(at);
+                self.arrival = Some((at, nanos));
+                nanos
+            }
+        }
     }
 
     #[inline]
@@ -227,7 +245,7 @@ impl Replies {
             return None;
         }
         let (first, tag) = self.set_of_prepared(query);
-        let now = self.nanos(now);
+        let now = self.arrival_nanos(now);
         let slot = self.slots[first..first + WAYS]
             .iter_mut()
             .find(|s| s.tag == tag && s.query() == query)?;
