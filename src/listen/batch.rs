@@ -164,6 +164,7 @@ impl RecvBatch {
     /// Datagram `i` of the last call, who sent it, and (on a wildcard
     /// socket) the address it was sent to; `None` if it was cut short or
     /// came from an address family we do not serve.
+    #[inline]
     pub(super) fn get(&self, i: usize) -> Option<(&[u8], SocketAddr, Option<Destination>)> {
         let packet = self.packet(i)?;
         let header = &self.headers[i];
@@ -242,6 +243,7 @@ fn source_control(source: Destination, buffer: &mut [u64; CONTROL_ROOM / 8]) -> 
 }
 
 /// The sender of a datagram, from what `recvmmsg` wrote.
+#[inline]
 fn socket_addr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
     match storage.ss_family as libc::c_int {
         libc::AF_INET => {
@@ -352,6 +354,7 @@ impl Default for SendBatch {
 
 impl SendBatch {
     /// A buffer for the next reply, to be committed with [`SendBatch::commit`].
+    #[inline]
     pub(super) fn next_buffer(&mut self) -> &mut Vec<u8> {
         if self.used == self.replies.len() {
             self.replies.push((
@@ -365,6 +368,7 @@ impl SendBatch {
 
     /// Queues the buffer last returned by `next_buffer` for `to`, sent
     /// from `from` if given.
+    #[inline]
     pub(super) fn commit(&mut self, to: SocketAddr, from: Option<Destination>) {
         let reply = &mut self.replies[self.used];
         reply.1 = Peer::from(to);
