@@ -3,10 +3,10 @@
 //!
 //! Adding a batch's hits to the shared counters and histograms at its end
 //! cost about eighteen atomic read-modify-writes a batch (four counters,
-//! three histograms of four or five each), a fifth of what nodens's own
-//! code costs on a hit under load. The ledger keeps them instead, under a
-//! lock its worker takes at a batch's first query and lets go at its end
-//! (two atomics a batch, on a cache line only that worker and a scrape
+//! three histograms of four or five each). The ledger keeps them instead,
+//! under a lock its worker takes at a batch's first query and lets go at
+//! its end (four atomics a batch: the lock, its release and the reference
+//! the held guard keeps, on cache lines only that worker and a scrape
 //! touch); a scrape (`Registry::encode`) takes each worker's lock in turn
 //! and adds what it holds, as dnsdist sums its per-thread counters when
 //! asked. A batch ends before its replies are sent and a scrape waits for
